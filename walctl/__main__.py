@@ -1,0 +1,3 @@
+from walctl.cli import main
+
+main()

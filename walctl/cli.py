@@ -1,0 +1,166 @@
+"""The walctl app: shared option types, output helpers, and the one place errors become exit codes."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import traceback
+from typing import Annotated, Any, Callable
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from walctl import __version__
+from walctl.errors import WalctlError
+
+EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
+
+_state = {"debug": False}
+
+
+class WalctlGroup(TyperGroup):
+    """Turns click's usage errors into the one-line ``walctl: error: ...`` form, exit 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            rv = super().main(args=args, prog_name=prog_name or "walctl", complete_var=complete_var,
+                              standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) else EXIT_OK
+        except click.exceptions.UsageError as exc:
+            where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"walctl: error: {exc.format_message()}{where}", err=True)
+            code = EXIT_USAGE
+        except click.exceptions.Abort:
+            click.echo("walctl: error: aborted", err=True)
+            code = 130
+        except click.exceptions.Exit as exc:
+            code = exc.exit_code
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+app = typer.Typer(
+    cls=WalctlGroup,
+    name="walctl",
+    help="Operate a ring-buffer write-ahead log on a raw block device (or a file), "
+         "and the objects its data becomes in object storage (AutoMQ S3Stream design).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"walctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", envvar="WALCTL_DEBUG",
+                                        help="On an internal error (exit 1), print the traceback.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    _state["debug"] = debug
+
+
+# -- shared options (declared once, reused by every command) ---------------------------
+DeviceArg = Annotated[str, typer.Argument(
+    metavar="DEVICE", envvar="WALCTL_DEVICE",
+    help="WAL device: a block device (/dev/...) or a regular file. Env: WALCTL_DEVICE.")]
+JsonOpt = Annotated[bool, typer.Option(
+    "--json", envvar="WALCTL_JSON",
+    help="Machine output on stdout (NDJSON for record streams, ending with one summary line).")]
+StreamOpt = Annotated[int | None, typer.Option(
+    "--stream", envvar="WALCTL_STREAM", min=0, help="Stream id (a non-negative integer).")]
+
+
+# -- output ---------------------------------------------------------------------------
+def emit_json(obj: dict) -> None:
+    """One JSON object per line on stdout, flushed at once (callers may be cut off any moment)."""
+    sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def stdout_console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def warn(message: str) -> None:
+    click.echo(f"walctl: warning: {message}", err=True)
+
+
+def command(stream: bool = False) -> Callable:
+    """Wrap a command body: WalctlError -> one stderr line + its exit code (+ JSON error object).
+
+    Args:
+        stream: the command prints NDJSON; its error object is the closing summary line.
+    """
+
+    def decorate(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            json_out = bool(kwargs.get("json_out"))
+            try:
+                return fn(*args, **kwargs)
+            except (typer.Exit, click.exceptions.Exit, click.exceptions.UsageError):
+                raise
+            except WalctlError as exc:
+                _report(exc.line(), exc.to_json(), exc.exit_code, json_out, stream, getattr(exc, "summary", None))
+                raise typer.Exit(exc.exit_code) from None
+            except KeyboardInterrupt:
+                click.echo("walctl: error: interrupted", err=True)
+                raise typer.Exit(130) from None
+            except BrokenPipeError:
+                raise typer.Exit(141) from None  # stdout's reader went away, as SIGPIPE would
+            except Exception as exc:  # a bug: the only case that may print a traceback
+                if _state["debug"]:
+                    traceback.print_exc()
+                line = (f"walctl: error: internal error: {type(exc).__name__}: {exc} "
+                        f"(a bug; rerun with --debug for the traceback)")
+                _report(line, {"code": EXIT_INTERNAL, "message": line.removeprefix("walctl: error: ")},
+                        EXIT_INTERNAL, json_out, stream, None)
+                raise typer.Exit(EXIT_INTERNAL) from None
+
+        return wrapper
+
+    return decorate
+
+
+def _report(line: str, error: dict, code: int, json_out: bool, stream: bool, summary: dict | None) -> None:
+    click.echo(line, err=True)
+    if json_out:
+        obj = dict(summary or {})
+        if stream:
+            obj.setdefault("type", "summary")
+        obj["error"] = error
+        try:
+            emit_json(obj)
+        except BrokenPipeError:
+            pass
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+# Register the commands (each module adds itself to ``app``).
+from walctl.commands import append as _append  # noqa: E402,F401
+from walctl.commands import init as _init  # noqa: E402,F401
+from walctl.commands import recover as _recover  # noqa: E402,F401
+from walctl.commands import trim as _trim  # noqa: E402,F401

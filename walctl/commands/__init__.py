@@ -1,0 +1,1 @@
+"""Thin typer wrappers: parse options, call one engine function, render the result."""

@@ -1,0 +1,32 @@
+"""walctl trim: delete (logically) every record up to and including an offset."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, stdout_console
+
+
+@app.command("trim")
+@command()
+def trim_cmd(
+    device: DeviceArg,
+    offset: Annotated[int, typer.Argument(
+        min=0, help="WAL offset of a live record (as append or recover printed it): it and every "
+                    "record before it are deleted. The trim point only moves forward.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Move the trim point: records at or before OFFSET are deleted; durable before it returns."""
+    from walctl.wal.ops import trim_wal
+
+    result = trim_wal(device, offset)
+    out = {"device": device, "previous_trim_offset": result.previous_trim_offset,
+           "trim_offset": result.trim_offset, "records_deleted": result.records_deleted,
+           "records_left": result.records_left}
+    if json_out:
+        emit_json(out)
+    else:
+        stdout_console().print(f"trimmed {device} to offset {result.trim_offset}: "
+                               f"{result.records_deleted} records deleted, {result.records_left} left")

@@ -1,0 +1,300 @@
+"""The WAL operations the commands call: init, open a writer (recover + seal), trim, recover.
+
+Each returns result dataclasses and never prints; the layer above renders them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+
+from walctl.device.blockio import create_file, open_device
+from walctl.device.buffers import aligned_buffer
+from walctl.device import safety
+from walctl.device.blockio import zero_fill
+from walctl.errors import (CorruptionError, FormatError, NotFoundError, RefusedError, UsageError,
+                           WalctlError)
+from walctl.format import record as rec
+from walctl.format.header import (HEADERS_SIZE, SLOT_SIZE, MIN_CAPACITY, SHUTDOWN_GRACEFUL, SHUTDOWN_UNGRACEFUL,
+                                  WalHeader)
+from walctl.wal import reader
+from walctl.wal.headers import HeaderState, decode_slots, read_headers, write_header, write_slot
+from walctl.wal.layout import Ring, align_down, align_up
+from walctl.wal.writer import WINDOW_INITIAL, WalWriter
+
+
+@dataclass
+class InitResult:
+    path: str
+    header: WalHeader
+    created: bool
+    device_size_bytes: int
+    wiped_bytes: int
+    warnings: list[str] = field(default_factory=list)
+
+
+def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool = False,
+             progress=None) -> InitResult:
+    """Write both header slots of a new, empty WAL; create ``path`` as a file if it does not exist.
+
+    Raises:
+        UsageError: capacity missing for a new file, too small, or larger than the device.
+        RefusedError: mounted, held, a filesystem/partition signature or a WAL already there (no --force).
+    """
+    warnings: list[str] = []
+    created = False
+    if capacity is not None:
+        capacity = align_down(capacity)
+        if capacity < MIN_CAPACITY:
+            raise UsageError(f"capacity {capacity} bytes is too small", where=path,
+                             hint=f"at least {MIN_CAPACITY} bytes: two 4 KiB header slots and two blocks")
+    if not os.path.lexists(path):
+        if capacity is None:
+            raise UsageError("--capacity is required to create a new WAL file", where=path)
+        create_file(path, capacity)
+        created = True
+    else:
+        warnings += safety.check_safe_to_overwrite(path, force=force)
+    dev = open_device(path, writable=True)
+    try:
+        warnings += dev.warnings
+        size = dev.size_bytes
+        if capacity is None:
+            capacity = align_down(size)
+            if capacity < MIN_CAPACITY:
+                raise UsageError(f"device of {size} bytes is too small for a WAL", where=path,
+                                 hint=f"at least {MIN_CAPACITY} bytes")
+        if size < capacity:
+            raise UsageError(f"device is smaller than the capacity: device {size} bytes, capacity {capacity} bytes",
+                             where=path, hint="choose a smaller --capacity")
+        previous_ts = 0
+        if not created:
+            previous_ts = _existing_wal_check(dev, path, force)
+        wiped = 0
+        if not created:
+            # An earlier WAL's records would pass every check of a new one (same offsets,
+            # valid CRCs): wipe the record area so none can come back as phantom records.
+            zero_fill(dev, HEADERS_SIZE, capacity - HEADERS_SIZE, progress)
+            wiped = capacity - HEADERS_SIZE
+        ring = capacity - HEADERS_SIZE
+        ts = max(time.time_ns(), previous_ts + 1)
+        header = WalHeader(capacity=capacity, trim_offset=-1, last_write_timestamp_ns=ts,
+                           sliding_window_max_length=min(WINDOW_INITIAL, ring), shutdown_type=SHUTDOWN_GRACEFUL,
+                           node_id=node_id, epoch=-1, next_offset=0)
+        write_slot(dev, 0, header)
+        header = header.with_(last_write_timestamp_ns=ts + 1)
+        write_slot(dev, 1, header)
+        return InitResult(path, header, created, size, wiped, warnings)
+    finally:
+        dev.close()
+
+
+def _existing_wal_check(dev, path: str, force: bool) -> int:
+    """Refuse to re-initialise a WAL (walctl's or AutoMQ's) without --force; return its timestamp."""
+    buf = aligned_buffer(HEADERS_SIZE)
+    dev.pread_into(0, buf)
+    try:
+        state = decode_slots(buf)
+    except NotFoundError:
+        return 0
+    if not force:
+        kind = "an AutoMQ WAL" if state.header.flavour != "walctl" else "a walctl WAL"
+        raise RefusedError(f"the device already holds {kind}", where=path,
+                           hint="init would destroy it; pass --force to re-initialise")
+    return state.header.last_write_timestamp_ns
+
+
+@dataclass
+class OpenedWAL:
+    """A locked writer plus what opening it established."""
+
+    writer: WalWriter
+    scan: reader.ScanResult | None  # None when a clean header let the open skip the scan
+    sealed_ranges: int
+    warnings: list[str]
+    previous_shutdown: int
+
+    @property
+    def header(self) -> WalHeader:
+        return self.writer.header
+
+
+def read_wal_state(dev, path: str) -> HeaderState:
+    try:
+        state = read_headers(dev)
+    except WalctlError as exc:
+        raise exc.at(path)
+    header = state.header
+    if header.capacity > dev.size_bytes:
+        raise CorruptionError(f"header capacity {header.capacity} bytes exceeds the device size "
+                              f"{dev.size_bytes} bytes", where=path, hint="wrong device, or a damaged header")
+    return state
+
+
+def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
+                keep_offsets: bool = False) -> OpenedWAL:
+    """Lock the device, recover it if the last writer crashed, and return a writer.
+
+    Args:
+        scan: scan the log even after a clean shutdown (to learn stream offsets).
+    Raises:
+        NotFoundError: no valid header. RefusedError: another writer, or an AutoMQ WAL.
+        CorruptionError: damage a crash cannot explain (walctl will not write over evidence).
+    """
+    dev = open_device(path, writable=True)
+    try:
+        state = read_wal_state(dev, path)
+        header = state.header
+        if header.flavour != "walctl":
+            raise RefusedError(f"{header.flavour} WAL: walctl reads it for forensics but never writes to it",
+                               where=path)
+        previous = header.shutdown_type
+        result = None
+        sealed = 0
+        next_offset = header.next_offset
+        if scan or not header.clean:
+            result = _scan_for_writer(dev, header, path, keep_offsets)
+            if not header.clean:
+                sealed = seal(dev, header, result)
+                next_offset = result.next_block_offset
+        state = write_header(dev, state, header.with_(shutdown_type=SHUTDOWN_UNGRACEFUL, next_offset=next_offset))
+        writer = WalWriter(dev, state, next_offset, iodepth=iodepth, on_ack=on_ack)
+    except BaseException:
+        dev.close()
+        raise
+    return OpenedWAL(writer, result, sealed, list(dev.warnings), previous)
+
+
+def _scan_for_writer(dev, header: WalHeader, path: str, keep_offsets: bool):
+    result = reader.ScanResult(header, Ring(header.capacity))
+    for _ in reader.scan(dev, header, result=result, keep_offsets=keep_offsets):
+        pass
+    if result.corrupt:
+        first = result.corrupt[0]
+        raise CorruptionError(f"the log is damaged ({first.kind} at offset {first.offset}: {first.reason})",
+                              where=path, offset=first.offset,
+                              hint="walctl will not write over it; inspect with 'walctl recover'")
+    return result
+
+
+def seal(dev, header: WalHeader, result: reader.ScanResult) -> int:
+    """Make crash damage of the last window unreadable as damage (FORMATS.md 1.4, sealing).
+
+    Holes followed by valid records become padding records (the chain then jumps to
+    the next valid record); torn records past the end of the log lose their header,
+    so a later, shorter log never meets them as a bad body. Returns ranges patched.
+    """
+    ring = Ring(header.capacity)
+    patches: dict[int, bytes] = {}
+    for finding in result.findings:
+        if finding.kind == reader.HOLE and finding.end_offset is not None:
+            patches[finding.offset] = rec.RecordHeader.padding(
+                finding.offset, finding.end_offset - finding.offset).encode()
+    for offset in result.torn_offsets:
+        if offset >= result.end_offset:
+            patches.setdefault(offset, bytes(rec.SIZE))
+    for offset, data in sorted(patches.items()):
+        _patch(dev, ring, offset, data)
+    if patches:
+        _, check = reader.run_scan(dev, header.with_(shutdown_type=SHUTDOWN_GRACEFUL,
+                                                     next_offset=result.next_block_offset), probe=False)
+        leftover = [f for f in check.findings if f.kind != reader.END_MISMATCH]
+        if leftover or check.end_offset != result.end_offset or check.records != result.records:
+            raise CorruptionError(f"sealing did not leave a clean log ({leftover[:1]})", offset=result.end_offset)
+    return len(patches)
+
+
+def _patch(dev, ring: Ring, offset: int, data: bytes) -> None:
+    """Read, patch and durably rewrite the 4 KiB sectors holding logical [offset, offset+len(data))."""
+    phys = ring.physical(offset)
+    start = align_down(phys)
+    buf = aligned_buffer(align_up(phys + len(data)) - start)
+    dev.pread_into(start, buf)
+    buf[phys - start:phys - start + len(data)] = data
+    # Durability: O_DSYNC / fdatasync as every WAL write; sealing is done before the first new block.
+    dev.pwrite(start, buf)
+
+
+@dataclass
+class TrimResult:
+    previous_trim_offset: int
+    trim_offset: int
+    records_deleted: int
+    records_left: int
+    header: WalHeader
+
+
+def trim_wal(path: str, offset: int) -> TrimResult:
+    """Delete (logically) the records at or before ``offset``, which must be a live record's offset."""
+    opened = open_writer(path, scan=True, keep_offsets=True)
+    writer = opened.writer
+    try:
+        previous = writer.header.trim_offset
+        offsets = opened.scan.record_offsets
+        if offset <= previous:
+            raise UsageError(f"trim offset {offset} is not after the current trim point {previous}",
+                             where=path, hint="the trim point only moves forward")
+        if offset not in offsets:
+            raise UsageError(f"no live record starts at offset {offset}", where=path,
+                             hint=_nearest(offsets, offset))
+        writer.update_header(trim_offset=offset)
+    except UsageError:
+        writer.close()  # nothing written but the open's header: leave the log clean
+        raise
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close()
+    deleted = sum(1 for o in offsets if o <= offset)
+    return TrimResult(previous, offset, deleted, len(offsets) - deleted, writer.header)
+
+
+def _nearest(offsets: list[int], offset: int) -> str:
+    if not offsets:
+        return "the log has no live records"
+    import bisect
+    i = bisect.bisect_left(offsets, offset)
+    near = [str(o) for o in offsets[max(0, i - 1):i + 1]]
+    return "nearest record offsets: " + ", ".join(near)
+
+
+@dataclass
+class RecoverSession:
+    """An open read-only view for the recover command."""
+
+    dev: object
+    state: HeaderState
+    warnings: list[str]
+    writer_pid: int | None
+
+
+def open_reader(path: str) -> RecoverSession:
+    """Open read-only (no lock, never writes); warn when a writer holds the device."""
+    from walctl.device.blockio import lock_holder
+
+    dev = open_device(path, writable=False)
+    try:
+        state = read_wal_state(dev, path)
+    except BaseException:
+        dev.close()
+        raise
+    warnings = list(dev.warnings)
+    pid = None
+    try:
+        pid = lock_holder(path)
+    except OSError:
+        pid = None
+    if pid is not None:
+        warnings.append(f"{path}: a writer (pid {pid}) holds the device; the log may change while it is read")
+    return RecoverSession(dev, state, warnings, pid)
+
+
+def header_slot_findings(state: HeaderState) -> list[reader.Finding]:
+    ring = Ring(state.header.capacity)
+    out = []
+    for slot in state.bad_slots:
+        out.append(reader.Finding(reader.BAD_HEADER_SLOT, 0, ring, f"header slot {slot.index}: {slot.error}",
+                                  explained=True, physical_offset=slot.index * SLOT_SIZE))
+    return out

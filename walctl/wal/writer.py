@@ -1,0 +1,277 @@
+"""The WAL writer (FORMATS.md 1.3): records batched into 4 KiB-aligned blocks, several in flight.
+
+Invariants this module keeps, and recovery relies on:
+- a block starts at a 4 KiB aligned logical offset and is written zero-padded to 4 KiB;
+- a record never crosses the end of a lap: a padding record fills the rest of the lap;
+- no block ends more than one ring past the trim point (else FullError);
+- no block is submitted that ends past ``window_start + slidingWindowMaxLength``, where
+  window_start is the first offset not yet durable: the header carrying a larger
+  window is durable first. So a crash leaves holes only inside one window;
+- a record is acknowledged (``on_ack``) only when its block and every earlier block
+  are durable, in log order.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from walctl.device.buffers import aligned_buffer
+from walctl.errors import FullError, IOFailure, UsageError, WalctlError
+from walctl.format import record as rec
+from walctl.format.header import SHUTDOWN_GRACEFUL
+from walctl.wal.headers import HeaderState, write_header
+from walctl.wal.layout import Ring, align_up
+
+BLOCK_SOFT_LIMIT = 256 << 10  # AutoMQ's block size soft limit: big enough to batch, small enough for latency
+WINDOW_INITIAL = 1 << 20  # sliding window: initial 1 MiB,
+WINDOW_SCALE_UNIT = 4 << 20  # grown by 4 MiB steps,
+WINDOW_UPPER_LIMIT = 512 << 20  # up to 512 MiB (all capped at the ring size)
+DEFAULT_IODEPTH = 4
+
+AckCallback = Callable[[int, Any], None]
+
+
+@dataclass
+class _Block:
+    start: int
+    end: int  # logical end of the block's extent (padding blocks extend to the lap end)
+    records: list[tuple[int, Any]] = field(default_factory=list)
+    data: bytearray = field(default_factory=bytearray)
+    done: bool = False
+    error: BaseException | None = None
+
+
+class WalWriter:
+    """Appends records to an open, locked WAL device; see the module doc for the guarantees."""
+
+    def __init__(self, dev, state: HeaderState, next_offset: int, *, iodepth: int = DEFAULT_IODEPTH,
+                 block_soft_limit: int = BLOCK_SOFT_LIMIT, on_ack: AckCallback | None = None,
+                 window_upper_limit: int = WINDOW_UPPER_LIMIT):
+        if iodepth < 1:
+            raise UsageError(f"iodepth must be >= 1, got {iodepth}")
+        self.dev = dev
+        self.state = state
+        self.ring = Ring(state.header.capacity)
+        self.next_block = next_offset
+        self.iodepth = iodepth
+        self.block_soft_limit = block_soft_limit
+        self.on_ack = on_ack
+        self.window_cap = min(window_upper_limit, self.ring.size)
+        self._lock = threading.Condition()
+        self._cur: _Block | None = None
+        self._inflight: deque[_Block] = deque()
+        self._busy = 0  # blocks whose write has not completed (I/O slots in use)
+        self._failed: BaseException | None = None
+        self._closed = False
+        self._pool = ThreadPoolExecutor(max_workers=iodepth, thread_name_prefix="walctl-io")
+        # stats
+        self.blocks_written = 0
+        self.bytes_written = 0
+        self.records_acked = 0
+        self.header_writes = 0
+
+    # -- public API -----------------------------------------------------------------
+    @property
+    def header(self):
+        return self.state.header
+
+    @property
+    def trim_start(self) -> int:
+        return max(self.state.header.trim_offset, 0)
+
+    def append(self, body: bytes, token: Any = None) -> int:
+        """Queue one record; returns its WAL offset. It is durable only once ``on_ack`` saw it."""
+        size = rec.SIZE + len(body)
+        if size > self.ring.size or align_up(size) > self.window_cap:
+            raise UsageError(f"record of {len(body)} bytes does not fit this WAL "
+                             f"(ring {self.ring.size} bytes, window limit {self.window_cap} bytes)")
+        with self._lock:
+            self._check_usable()
+            offset = self._place(size)
+            cur = self._cur
+            cur.data += rec.encode_record(offset, body)
+            cur.end = cur.start + align_up(len(cur.data))
+            cur.records.append((offset, token))
+            self._submit_cur(wait=False)
+            return offset
+
+    def flush(self) -> None:
+        """Submit the partial block now (waiting for a free I/O slot if needed)."""
+        with self._lock:
+            self._check_usable()
+            self._submit_cur(wait=True)
+
+    def drain(self) -> None:
+        """Submit everything and wait until every block is durable and acknowledged."""
+        with self._lock:
+            self._check_usable()
+            self._submit_cur(wait=True)
+            while self._inflight and self._failed is None:
+                self._lock.wait()
+            self._check_usable()
+
+    def update_header(self, **changes) -> None:
+        """Durably write a new header (trim point and the like) into the other slot."""
+        with self._lock:
+            self._check_usable()
+            self._write_header(**changes)
+
+    def close(self) -> None:
+        """Drain, then mark the shutdown graceful with nextOffset so the next open needs no scan.
+
+        After a failure the header is left saying "ungraceful": the next writer scans.
+        """
+        if self._closed:
+            return
+        try:
+            if self._failed is None:
+                self.drain()
+                with self._lock:
+                    self._write_header(shutdown_type=SHUTDOWN_GRACEFUL, next_offset=self.next_block)
+        finally:
+            self._closed = True
+            self._pool.shutdown(wait=True)
+            self.dev.close()
+        if self._failed is not None:
+            raise self._as_failure(self._failed)
+
+    def abort(self) -> None:
+        """Stop without the clean-shutdown header (the next writer scans), and release the device."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.shutdown(wait=True)
+        self.dev.close()
+
+    # -- placement -----------------------------------------------------------------
+    def _place(self, size: int) -> int:
+        """Make room for a record of ``size`` bytes in the current block; return its offset."""
+        cur = self._cur
+        if cur is not None:
+            pos = cur.start + len(cur.data)
+            if len(cur.data) + size > self.block_soft_limit or pos + size > self.ring.lap_end(cur.start):
+                self._submit_cur(wait=True)
+                cur = self._cur
+        if cur is None:
+            start = self.next_block
+            lap_end = self.ring.lap_end(start)
+            if start + size > lap_end:
+                # The record would cross the ring's end: pad the rest of the lap.
+                self._check_room(lap_end)
+                self._submit(_Block(start, lap_end, data=bytearray(rec.RecordHeader.padding(
+                    start, lap_end - start).encode())), wait=True)
+                start = self.next_block
+            self._check_room(align_up(start + size))
+            self._cur = _Block(start, start)
+            return start
+        pos = cur.start + len(cur.data)
+        self._check_room(align_up(pos + size))
+        return pos
+
+    def _check_room(self, end: int) -> None:
+        if end - self.trim_start > self.ring.size:
+            raise FullError("WAL full", hint="trim or upload first",
+                            offset=self.trim_start + self.ring.size)
+
+    # -- submission ----------------------------------------------------------------
+    def _submit_cur(self, *, wait: bool) -> None:
+        if self._cur is None or not self._cur.data:
+            return
+        if not wait and self._busy >= self.iodepth:
+            return  # keep batching: a completion will submit it
+        block, self._cur = self._cur, None
+        if not self._submit(block, wait=wait):
+            self._cur = block
+
+    def _submit(self, block: _Block, *, wait: bool) -> bool:
+        """Start the durable write of ``block``; False when it must wait and ``wait`` is False."""
+        while True:
+            self._check_usable()
+            if self._busy < self.iodepth and self._fits_window(block):
+                break
+            if not wait:
+                return False
+            self._lock.wait()
+        buf = aligned_buffer(align_up(len(block.data)))
+        buf[:len(block.data)] = block.data
+        self.next_block = block.end
+        self._inflight.append(block)
+        self._busy += 1
+        future = self._pool.submit(self._write_block, block, buf)
+        future.add_done_callback(lambda f, b=block: self._completed(b, f.exception()))
+        return True
+
+    def _fits_window(self, block: _Block) -> bool:
+        """Grow the persisted window before a block would end past it; False if it must wait."""
+        window_start = self._inflight[0].start if self._inflight else block.start
+        need = block.end - window_start
+        length = self.state.header.sliding_window_max_length
+        if need <= length:
+            return True
+        if length < self.window_cap:
+            steps = -(-(need - length) // WINDOW_SCALE_UNIT)
+            self._write_header(sliding_window_max_length=min(self.window_cap, length + steps * WINDOW_SCALE_UNIT))
+            return need <= self.state.header.sliding_window_max_length
+        return False  # at the cap: wait for earlier blocks to become durable
+
+    def _write_block(self, block: _Block, buf) -> None:
+        # Durability: the device is open with O_DIRECT + O_DSYNC (or buffered + fdatasync),
+        # so pwrite returns only when the block is on stable media. This is what lets
+        # _completed acknowledge the block's records.
+        self.dev.pwrite(self.ring.physical(block.start), buf)
+
+    def _completed(self, block: _Block, error: BaseException | None) -> None:
+        with self._lock:
+            self._busy -= 1
+            block.done = True
+            block.error = error
+            if error is not None and self._failed is None:
+                self._failed = error
+            else:
+                self.blocks_written += 1
+                self.bytes_written += align_up(len(block.data))
+            while self._inflight and self._inflight[0].done and self._inflight[0].error is None \
+                    and self._failed is None:
+                head = self._inflight.popleft()
+                for offset, token in head.records:
+                    self.records_acked += 1
+                    if self.on_ack is not None:
+                        try:
+                            self.on_ack(offset, token)
+                        except BaseException as exc:  # e.g. the reader of our stdout went away
+                            self._failed = exc
+                            break
+            if self._failed is not None:
+                # Nothing at or after the failed block is acknowledged; let waiters see it.
+                self._inflight = deque(b for b in self._inflight if not b.done)
+            elif self._cur is not None and not self._closed:
+                try:
+                    self._submit_cur(wait=False)
+                except WalctlError as exc:  # a header write for the window failed
+                    self._failed = exc
+            self._lock.notify_all()
+
+    # -- helpers -------------------------------------------------------------------
+    def _write_header(self, **changes) -> None:
+        try:
+            self.state = write_header(self.dev, self.state, self.state.header.with_(**changes))
+        except WalctlError as exc:
+            self._failed = exc
+            raise
+        self.header_writes += 1
+
+    def _check_usable(self) -> None:
+        if self._failed is not None:
+            raise self._as_failure(self._failed)
+        if self._closed:
+            raise RuntimeError("writer is closed")
+
+    @staticmethod
+    def _as_failure(exc: BaseException) -> WalctlError:
+        if isinstance(exc, WalctlError):
+            return exc
+        return IOFailure(f"write failed: {exc}")
