@@ -271,7 +271,7 @@ class RecoverSession:
 
 
 def open_reader(path: str) -> RecoverSession:
-    """Open read-only (no lock, never writes); warn when a writer holds the device."""
+    """Open read-only (no lock, never writes); the device warns when a writer holds it."""
     from walctl.device.blockio import lock_holder
 
     dev = open_device(path, writable=False)
@@ -286,8 +286,6 @@ def open_reader(path: str) -> RecoverSession:
         pid = lock_holder(path)
     except OSError:
         pid = None
-    if pid is not None:
-        warnings.append(f"{path}: a writer (pid {pid}) holds the device; the log may change while it is read")
     return RecoverSession(dev, state, warnings, pid)
 
 

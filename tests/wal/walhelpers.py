@@ -1,0 +1,81 @@
+"""Helpers shared by the WAL engine tests: build logs, damage them, read them back."""
+
+from __future__ import annotations
+
+import hashlib
+
+from walctl.device import open_device
+from walctl.format.batch import StreamRecordBatch
+from walctl.format.header import HEADERS_SIZE
+from walctl.wal import reader
+from walctl.wal.headers import read_headers
+from walctl.wal.ops import init_wal, open_writer
+
+
+def payload_for(stream_id: int, base: int, size: int = 100) -> bytes:
+    """A payload that is a pure function of (stream, offset): any mix-up or phantom shows."""
+    seed = hashlib.sha256(f"{stream_id}:{base}".encode()).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+def new_wal(path, capacity: int) -> str:
+    init_wal(str(path), capacity)
+    return str(path)
+
+
+def append_records(path: str, count: int, *, stream_id: int = 0, size: int = 100, iodepth: int = 4,
+                   clean: bool = True, flush_each: bool = False) -> list[tuple[int, int]]:
+    """Append ``count`` records; returns the acknowledged (offset, base_offset) pairs in order.
+
+    clean=False leaves the header "ungraceful" (as after a crash), after every block is durable.
+    """
+    acks: list[tuple[int, int]] = []
+    opened = open_writer(path, scan=True, iodepth=iodepth, on_ack=lambda off, base: acks.append((off, base)))
+    writer = opened.writer
+    base = opened.scan.stream_ends.get(stream_id, 0)
+    for i in range(count):
+        body = StreamRecordBatch(stream_id, 0, base + i, 1, payload_for(stream_id, base + i, size)).encode()
+        writer.append(body, base + i)
+        if flush_each:
+            writer.flush()
+    if clean:
+        writer.close()
+    else:
+        writer.drain()
+        writer.abort()
+    return acks
+
+
+def scan_file(path: str, **kwargs):
+    dev = open_device(path, writable=False)
+    try:
+        header = read_headers(dev).header
+        return reader.run_scan(dev, header, **kwargs)
+    finally:
+        dev.close()
+
+
+def header_of(path: str):
+    dev = open_device(path, writable=False)
+    try:
+        return read_headers(dev)
+    finally:
+        dev.close()
+
+
+def physical(path: str, offset: int) -> int:
+    capacity = header_of(path).header.capacity
+    return HEADERS_SIZE + offset % (capacity - HEADERS_SIZE)
+
+
+def poke(path: str, position: int, data: bytes) -> None:
+    """Overwrite bytes at a physical position (the damage a test injects)."""
+    with open(path, "r+b") as f:
+        f.seek(position)
+        f.write(data)
+
+
+def peek(path: str, position: int, length: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(position)
+        return f.read(length)
