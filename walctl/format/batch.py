@@ -44,6 +44,7 @@ class StreamRecordBatch:
     def decode(cls, buf, offset: int = 0, *, exact: bool = False) -> "StreamRecordBatch":
         """Decode one batch at ``offset``; ``exact`` demands it end exactly at the buffer's end."""
         view = checks.need(buf, offset, HEADER_SIZE, "StreamRecordBatch header")
+        checks.not_zero(view, offset, "StreamRecordBatch header")
         magic, stream_id, epoch, base, count, length = STRUCT.unpack_from(view)
         checks.magic(magic, MAGIC, offset, "StreamRecordBatch", width=2)
         checks.bound(stream_id >= 0, offset + 1, "StreamRecordBatch streamId", stream_id, ">= 0")

@@ -100,9 +100,9 @@ class WalHeader:
     @classmethod
     def decode(cls, buf, offset: int = 0) -> "WalHeader":
         """Decode a slot of either flavour; raises the project's FormatError subclasses."""
-        view = checks.need(buf, offset, 4, "WAL header")
-        head = checks.need(buf, offset, min(len(buf) - offset, SIZE), "WAL header")
-        checks.not_zero(head, offset, "WAL header")
+        # Truncated first (against the smaller flavour), then all-zero, then magic.
+        view = checks.need(buf, offset, AUTOMQ_SIZE, "WAL header")
+        checks.not_zero(checks.need(buf, offset, min(len(buf) - offset, SIZE), "WAL header"), offset, "WAL header")
         (magic,) = struct.unpack_from(">I", view)
         checks.magic(magic, (HEADER_MAGIC, AUTOMQ_MAGIC_V0, AUTOMQ_MAGIC_V1), offset, "WAL header")
         if magic != HEADER_MAGIC:
@@ -136,6 +136,8 @@ class WalHeader:
                      f"{what} shutdownType", self.shutdown_type, "0 or 1")
         checks.bound(self.node_id >= -1, offset + 40, f"{what} nodeId", self.node_id, ">= -1")
         checks.bound(self.epoch >= -1, offset + 44, f"{what} epoch", self.epoch, ">= -1")
+        if self.flavour != "walctl":
+            return  # AutoMQ's header has no nextOffset
         checks.bound(self.next_offset >= 0 and self.next_offset % ALIGN == 0, offset + 52,
                      f"{what} nextOffset", self.next_offset, f">= 0 and a multiple of {ALIGN}")
         checks.bound(self.next_offset >= self.trim_offset, offset + 52, f"{what} nextOffset",
