@@ -1,0 +1,110 @@
+"""Shared fixtures: real loop devices (root only) and a writer held by another process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# No test needs more than two devices at once (say, a source and a target); a
+# third is a leak or a bug, and the machine has only eight loop devices.
+MAX_LOOP_DEVICES_PER_TEST = 2
+LOOP_SKIP_REASON = "needs root and losetup to attach a loop device"
+
+
+def _detach(device: str) -> None:
+    # If the test left the device open, the kernel marks it autoclear and detaches
+    # it on the last close, so this still leaves nothing behind.
+    subprocess.run(["losetup", "-d", device], capture_output=True, timeout=30, check=False)
+
+
+@pytest.fixture
+def loop_device(tmp_path):
+    """Factory: ``loop_device(size_bytes=16 MiB, direct_io=True) -> "/dev/loopN"``.
+
+    The backing file lives in tmp_path; every device is detached when the test
+    ends, whether it passed or not. Skips when not root or losetup is missing
+    or fails; raises on a third device in one test.
+    """
+    attached: list[str] = []
+
+    def attach(size_bytes: int = 16 << 20, direct_io: bool = True) -> str:
+        if len(attached) >= MAX_LOOP_DEVICES_PER_TEST:
+            raise RuntimeError(f"a test may hold at most {MAX_LOOP_DEVICES_PER_TEST} loop devices")
+        if os.geteuid() != 0 or shutil.which("losetup") is None:
+            pytest.skip(LOOP_SKIP_REASON)
+        backing = tmp_path / f"loop-backing-{len(attached)}.img"
+        with open(backing, "wb") as f:
+            f.truncate(size_bytes)
+        cmd = ["losetup", f"--direct-io={'on' if direct_io else 'off'}", "-f", "--show", str(backing)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            pytest.skip(LOOP_SKIP_REASON)
+        device = proc.stdout.strip()
+        if proc.returncode != 0 or not device.startswith("/dev/"):
+            pytest.skip(f"{LOOP_SKIP_REASON} (losetup: {proc.stderr.strip()})")
+        attached.append(device)
+        return device
+
+    yield attach
+    for device in reversed(attached):
+        _detach(device)
+
+
+# Run in a child: open PATH as a writer and hold it until stdin closes.
+# mode "walctl": open_device(writable=True) (O_EXCL on block devices + flock);
+# mode "flock": a plain read-only open + flock, to test the flock path alone.
+_HOLDER_SCRIPT = """
+import fcntl, os, sys
+path, mode = sys.argv[1], sys.argv[2]
+if mode == "walctl":
+    from walctl.device import open_device
+    dev = open_device(path, writable=True)
+else:
+    fd = os.open(path, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def hold_writer():
+    """Factory: ``hold_writer(path, mode="walctl") -> pid`` of a child holding the device.
+
+    The child keeps the device until the test ends.
+    """
+    children: list[subprocess.Popen] = []
+
+    def start(path: str, mode: str = "walctl") -> int:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p))
+        child = subprocess.Popen([sys.executable, "-c", _HOLDER_SCRIPT, path, mode],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env)
+        children.append(child)
+        line = child.stdout.readline()
+        if line.strip() != "ready":
+            child.kill()
+            _, err = child.communicate(timeout=10)
+            pytest.fail(f"writer child did not start: {err}")
+        return child.pid
+
+    yield start
+    for child in children:
+        if child.poll() is None:
+            child.stdin.close()
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        child.stdout.close()
+        child.stderr.close()
