@@ -176,9 +176,10 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
     """Yield every live record and finding in log order; ``result`` is filled as it goes.
 
     Args:
-        probe: after a stop forced by the sliding-window rule, look at every 4 KiB
-            boundary up to one ring past the trim point for valid records; finding
-            one proves mid-log damage (a crash never writes past the window).
+        probe: in a log whose writer did not close cleanly, after a stop forced by the
+            sliding-window rule, look at every 4 KiB boundary up to one ring past the
+            trim point for valid records; finding one proves mid-log damage (a crash
+            never writes past the window). Costs a read of the rest of the ring.
         keep_offsets: remember every record offset in ``result.record_offsets``.
     """
     ring = Ring(header.capacity)
@@ -205,7 +206,7 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
 
     while o < limit:
         if first_bad is not None and o >= first_bad + window and o >= must_reach:
-            res.stopped_by = "sliding window after the first damage"
+            res.stopped_by = "one sliding window past the first invalid block"
             break
         raw = reader.read(o, rec.SIZE)
         try:
@@ -294,7 +295,8 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
                           f"starts at {header.next_offset}", header.next_offset)
         res.findings.append(finding)
         yield finding
-    if probe and first_bad is not None and o < limit:
+    # A clean log has nextOffset to check its end against; only a crashed one needs the probe.
+    if probe and not header.clean and first_bad is not None and o < limit:
         hit = _probe(reader, o, limit)
         if hit is not None:
             finding = Finding(BEYOND_WINDOW, hit, ring,

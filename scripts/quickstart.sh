@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install walctl in .venv and run the main job on embedded defaults: a regular file as the
+# WAL device (a local directory as the object store, once upload lands). Needs no root, no cloud.
+# WALCTL_QUICKSTART_DIR: where to put the files (default: a new temporary directory).
+# WALCTL_SKIP_INSTALL=1: use the walctl already on PATH (the test suite does this).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "${WALCTL_SKIP_INSTALL:-0}" != 1 ]; then
+  [ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
+  export PATH="$PWD/.venv/bin:$PATH"
+fi
+work=${WALCTL_QUICKSTART_DIR:-$(mktemp -d)}
+wal="$work/wal.img"
+set -x
+walctl init "$wal" --capacity 64MiB
+walctl append "$wal" --stream 1 "hello" "world"
+printf 'event %s\n' 1 2 3 | walctl append "$wal" --stream 2 --input -
+walctl recover "$wal" --payload text
+walctl recover "$wal" --stats --json

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: walctl and its test extras in .venv, then pytest.
+# Extra arguments go to pytest (e.g. scripts/test.sh tests/wal -k crash).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# groff renders the man pages in the man-page tests (they skip, saying so, without it).
+if ! command -v groff >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  { apt-get update -qq && apt-get install -y -qq groff-base; } >/dev/null 2>&1 \
+    || echo "walctl: warning: could not install groff-base; man page rendering tests will skip" >&2
+fi
+exec .venv/bin/python -m pytest "$@"
