@@ -71,6 +71,7 @@ def append_cmd(
             sys.stdout.write(f"{offset}\n")
             sys.stdout.flush()
 
+    _terminate_gracefully()
     started = time.monotonic()
     opened = open_writer(device, scan=base_offset is None, iodepth=iodepth, on_ack=on_ack)
     writer = opened.writer
@@ -114,6 +115,16 @@ def append_cmd(
         warn_line = (f"appended {s['records']} records ({s['payload_bytes']} payload bytes) to stream "
                      f"{stream_id} in {s['seconds']:.3f} s")
         print(warn_line, file=sys.stderr)
+
+
+def _terminate_gracefully() -> None:
+    """SIGTERM (systemd, kill) drains and closes like Ctrl-C: queued records still become durable."""
+    import signal
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def _close_after(writer) -> None:
