@@ -8,9 +8,13 @@ import sys
 import traceback
 from typing import Annotated, Any, Callable
 
-import click
 import typer
 from typer.core import TyperGroup
+
+try:  # typer >= 0.29 carries its own copy of click and raises that copy's exceptions
+    from typer import _click as click
+except ImportError:  # pragma: no cover - older typer uses the click package
+    import click
 
 from walctl import __version__
 from walctl.errors import WalctlError
