@@ -13,8 +13,10 @@ from typer.core import TyperGroup
 
 try:  # typer >= 0.29 carries its own copy of click and raises that copy's exceptions
     from typer import _click as click
+    from typer._click.exceptions import UsageError as ClickUsageError
 except ImportError:  # pragma: no cover - older typer uses the click package
     import click
+    from click.exceptions import UsageError as ClickUsageError
 
 from walctl import __version__
 from walctl.errors import WalctlError
@@ -32,14 +34,14 @@ class WalctlGroup(TyperGroup):
             rv = super().main(args=args, prog_name=prog_name or "walctl", complete_var=complete_var,
                               standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else EXIT_OK
-        except click.exceptions.UsageError as exc:
+        except ClickUsageError as exc:
             where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
             click.echo(f"walctl: error: {exc.format_message()}{where}", err=True)
             code = EXIT_USAGE
-        except click.exceptions.Abort:
+        except typer.Abort:
             click.echo("walctl: error: aborted", err=True)
             code = 130
-        except click.exceptions.Exit as exc:
+        except typer.Exit as exc:
             code = exc.exit_code
         if standalone_mode:
             sys.exit(code)
@@ -83,6 +85,16 @@ JsonOpt = Annotated[bool, typer.Option(
     help="Machine output on stdout (NDJSON for record streams, ending with one summary line).")]
 StreamOpt = Annotated[int | None, typer.Option(
     "--stream", envvar="WALCTL_STREAM", min=0, help="Stream id (a non-negative integer).")]
+StoreOpt = Annotated[str, typer.Option(
+    "--store", envvar="WALCTL_STORE", metavar="URL",
+    help="Object store: a local directory (the embedded default: a path or file:///path) or "
+         "s3://bucket[/prefix]. Env: WALCTL_STORE.")]
+EndpointOpt = Annotated[str | None, typer.Option(
+    "--endpoint-url", envvar="AWS_ENDPOINT_URL", metavar="URL",
+    help="S3 endpoint (MinIO, Ceph, R2, moto); credentials come from boto3's usual chain. "
+         "Env: AWS_ENDPOINT_URL.")]
+NamespaceOpt = Annotated[str, typer.Option(
+    "--namespace", envvar="WALCTL_NAMESPACE", help="Namespace part of object keys (<rev-hex>/<namespace>/<id>).")]
 
 
 # -- output ---------------------------------------------------------------------------
@@ -121,7 +133,7 @@ def command(stream: bool = False) -> Callable:
             json_out = bool(kwargs.get("json_out"))
             try:
                 return fn(*args, **kwargs)
-            except (typer.Exit, click.exceptions.Exit, click.exceptions.UsageError):
+            except (typer.Exit, typer.Abort, ClickUsageError):
                 raise
             except WalctlError as exc:
                 _report(exc.line(), exc.to_json(), exc.exit_code, json_out, stream, getattr(exc, "summary", None))

@@ -37,3 +37,15 @@ def format_size(n: int) -> str:
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|)\s*$")
+_DURATION_UNITS = {"ms": 0.001, "": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """Parse a duration in seconds: ``90``, ``90s``, ``30m``, ``1h``, ``2d``, ``500ms``."""
+    match = _DURATION_RE.match(text)
+    if not match:
+        raise UsageError(f"bad duration {text!r}", hint="use seconds or a unit: 90s, 30m, 1h, 2d")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]

@@ -314,3 +314,35 @@ def test_end_before_clean_next_offset_is_corruption(tmp_path):
     zero_block(path, acks[-1][0])  # the clean header says the log goes further
     _, result = scan_file(path)
     assert [f.kind for f in result.corrupt] == [reader.END_MISMATCH]
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["clean log", "crashed log"])
+def test_damaged_header_inside_a_block(tmp_path, clean):
+    """A record header that is not first in its block: non-zero bytes where padding could be."""
+    path = new_wal(tmp_path / "w", 4 * MiB)
+    acks = []
+    opened = open_writer(path, iodepth=1, on_ack=lambda o, t: acks.append((o, t)))
+    writer = opened.writer
+    for i in range(400):  # blocks of 20 records
+        writer.append(StreamRecordBatch(0, 0, i, 1, payload_for(0, i, 100)).encode(), i)
+        if i % 20 == 19:
+            writer.flush()
+    writer.drain()
+    writer.close() if clean else writer.abort()
+    starts = [o for o, _ in acks if o % 4096 == 0]
+    target = [o for o, _ in acks if o % 4096 and o > starts[3]][0]  # second record of a middle block
+    flip(path, target, 2)
+    resume = min(s for s in starts if s > target)  # the scanner resyncs at the next block start
+    entries, result = scan_file(path)
+    survivors = [a for a in acks if not target <= a[0] < resume]
+    assert len(survivors) < len(acks) and survivors[-1] == acks[-1]
+    check_records(entries, survivors)
+    assert result.findings and result.findings[0].offset == target
+    if clean:
+        assert result.corrupt, "damage in a cleanly closed log is corruption"
+    else:
+        assert not result.corrupt
+        more = append_records(path, 2)  # seals the damaged block
+        entries, result = scan_file(path)
+        assert result.findings == []
+        check_records(entries, survivors + more)

@@ -188,13 +188,24 @@ def seal(dev, header: WalHeader, result: reader.ScanResult) -> int:
     """
     ring = Ring(header.capacity)
     patches: dict[int, bytes] = {}
+
+    def fill(start: int, end: int) -> None:
+        """Make [start, end) skippable: zeros up to the 4 KiB boundary, then a padding record."""
+        boundary = min(align_up(start), end)
+        if start % 4096:
+            patches[start] = bytes(boundary - start)
+        if end > boundary:
+            patches[boundary] = rec.RecordHeader.padding(boundary, end - boundary).encode()
+
     for finding in result.findings:
         if finding.kind == reader.HOLE and finding.end_offset is not None:
-            patches[finding.offset] = rec.RecordHeader.padding(
-                finding.offset, finding.end_offset - finding.offset).encode()
+            fill(finding.offset, finding.end_offset)
     for offset in result.torn_offsets:
         if offset >= result.end_offset:
             patches.setdefault(offset, bytes(rec.SIZE))
+    for offset in result.unaligned_damage:
+        if offset >= result.end_offset:
+            patches.setdefault(offset, bytes(align_up(offset) - offset))
     for offset, data in sorted(patches.items()):
         _patch(dev, ring, offset, data)
     if patches:

@@ -130,6 +130,7 @@ class ScanResult:
     payload_bytes: int = 0
     findings: list[Finding] = field(default_factory=list)
     torn_offsets: list[int] = field(default_factory=list)  # valid headers with bad bodies (sealing wipes them)
+    unaligned_damage: list[int] = field(default_factory=list)  # non-zero bytes where block padding should be
     stream_ends: dict[int, int] = field(default_factory=dict)  # stream id -> end offset of its last batch
     record_offsets: list[int] = field(default_factory=list)  # kept only when asked (trim needs them)
     stopped_by: str = "end of log"
@@ -194,6 +195,9 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
     must_reach = header.next_offset if header.clean and header.flavour == "walctl" else 0
     res.start_offset = res.end_offset = start
     explained = not header.clean
+    # walctl pads blocks with zeros, so anything else after a block's last record is damage;
+    # AutoMQ pads with stale buffer bytes, so there the check cannot apply.
+    zero_padding = header.flavour == "walctl"
 
     o = start
     first_bad: int | None = None
@@ -216,8 +220,19 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
                                   offset=o + 4, found=head.end)
         except FormatError as exc:
             if o % ALIGN and o != trim:
-                # The zero padding after a block's last record: normal, not a finding.
-                o = align_up(o)
+                boundary = align_up(o)
+                if not zero_padding or not any(reader.read(o, boundary - o)):
+                    # The zero padding after a block's last record: normal, not a finding.
+                    o = boundary
+                    continue
+                # Bytes where a block's zero padding or its next record should be: the block
+                # is torn (a crash) or damaged (corruption); records after this point are lost.
+                if first_bad is None:
+                    first_bad = o
+                if gap is None:
+                    gap = _Gap(o, f"damaged record header inside a block ({_reason(exc)})", torn=True)
+                res.unaligned_damage.append(o)
+                o = boundary
                 continue
             if first_bad is None:
                 first_bad = o
