@@ -1,0 +1,176 @@
+"""The one small interface every object store implements (a local directory, S3).
+
+Keys are relative to the store's root or prefix, '/'-separated, never starting
+with '/', with no empty, '.' or '..' components; ``check_key`` enforces that
+before any backend sees a key, so a key means the same object everywhere.
+
+Read semantics are those of ``pread`` on an immutable file: ``read_range`` and
+``read_tail`` return fewer bytes when the object ends first, and the decoders
+above raise TruncatedError with the position they know.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, fields
+from typing import Iterable, Protocol, runtime_checkable
+
+from walctl.errors import RefusedError, UsageError
+
+# S3 refuses multipart parts below 5 MiB (except the last one).
+MIN_PART_BYTES = 5 << 20
+# At or below this size put_large makes one PUT: a part round trip costs more
+# than it saves, and one PUT is atomic on every S3-compatible store.
+MULTIPART_THRESHOLD_BYTES = 32 << 20
+DEFAULT_PART_BYTES = 8 << 20
+# S3's hard limit on the number of parts of one multipart upload.
+MAX_PARTS = 10_000
+
+# Names of in-progress files in a local store; no key component may start with
+# it, so listing can skip them and a crash never exposes half an object.
+TEMP_PREFIX = ".tmp-"
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One object as ``list`` reports it."""
+
+    key: str
+    size: int
+
+
+class PreconditionFailed(RefusedError):
+    """A create-only put lost: the key already exists (S3 412, local EEXIST)."""
+
+
+@dataclass
+class RequestStats:
+    """Requests a store made, by kind, and the bytes it moved.
+
+    S3 counts every HTTP attempt (retries included, also in ``retries``); the
+    local store counts one per call. Multipart create/complete count as ``put``,
+    abort as ``delete``, listing open uploads as ``list``.
+    """
+
+    get: int = 0
+    put: int = 0
+    list: int = 0
+    delete: int = 0
+    head: int = 0
+    multipart_parts: int = 0
+    ranged_gets: int = 0
+    retries: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, name: str, amount: int = 1) -> None:
+        """Add ``amount`` to the counter ``name``; safe from several threads."""
+        with self._lock:
+            setattr(self, name, getattr(self, name) + amount)
+
+    @property
+    def requests(self) -> int:
+        """All requests (ranged gets are already counted in ``get``)."""
+        return self.get + self.put + self.list + self.delete + self.head + self.multipart_parts
+
+    def snapshot(self) -> dict[str, int]:
+        """The counters as a plain dict (for JSON output and test assertions)."""
+        with self._lock:
+            return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+
+    def reset(self) -> None:
+        with self._lock:
+            for f in fields(self):
+                if not f.name.startswith("_"):
+                    setattr(self, f.name, 0)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What the manifest, upload, GC and compaction code need from an object store."""
+
+    url: str              # "s3://bucket/prefix" or "/abs/dir"
+    stats: RequestStats
+
+    def size(self, key: str) -> int:
+        """The object's size in bytes. Raises NotFoundError."""
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) in one request (fewer if the object ends first). Raises NotFoundError."""
+
+    def read_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        """The last ``length`` bytes (all if shorter) and the object's size, in one request."""
+
+    def read_all(self, key: str) -> bytes:
+        """The whole object. Raises NotFoundError."""
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+        """Store ``data`` under ``key`` atomically; ``if_absent`` raises PreconditionFailed if it exists."""
+
+    def put_large(self, key: str, data: bytes | Iterable[bytes], *,
+                  part_size: int = DEFAULT_PART_BYTES) -> None:
+        """Store a large object: multipart above 32 MiB, aborted on failure; one put below."""
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        """Objects whose key starts with ``prefix``, sorted by key."""
+
+    def delete(self, key: str) -> None:
+        """Remove the object; a missing one is fine."""
+
+
+def _check_components(text: str, what: str, *, allow_trailing_slash: bool) -> None:
+    if "\x00" in text:
+        raise UsageError(f"{what} contains a NUL byte: {text!r}")
+    if text.startswith("/"):
+        raise UsageError(f"{what} must be relative (no leading '/'): {text!r}")
+    parts = text.split("/")
+    if allow_trailing_slash and parts and parts[-1] == "":
+        parts = parts[:-1]
+    for part in parts:
+        if part in ("", ".", ".."):
+            raise UsageError(f"{what} has an empty, '.' or '..' component: {text!r}")
+        if part.startswith(TEMP_PREFIX):
+            raise UsageError(f"{what} component may not start with {TEMP_PREFIX!r}: {text!r}")
+
+
+def check_key(key: str) -> str:
+    """Return ``key`` if it is a valid object key, else raise UsageError."""
+    if not isinstance(key, str) or not key:
+        raise UsageError(f"object key must be a non-empty string: {key!r}")
+    _check_components(key, "object key", allow_trailing_slash=False)
+    return key
+
+
+def check_prefix(prefix: str) -> str:
+    """Return ``prefix`` if it may start a key ('' and a trailing '/' allowed), else raise UsageError."""
+    if not isinstance(prefix, str):
+        raise UsageError(f"key prefix must be a string: {prefix!r}")
+    if prefix:
+        # The last component may be partial ("manifest/0000"); it is checked like
+        # the others, which is stricter than needed only for names starting "..".
+        _check_components(prefix, "key prefix", allow_trailing_slash=True)
+    return prefix
+
+
+def check_range(start: int, end: int) -> None:
+    """A byte range [start, end) must be non-negative and not reversed."""
+    if start < 0 or end < start:
+        raise UsageError(f"bad byte range [{start}, {end})")
+
+
+def iter_chunks(data: bytes | Iterable[bytes]) -> Iterable[bytes]:
+    """``data`` as a stream of byte chunks (a bytes-like value is one chunk)."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        yield bytes(data) if not isinstance(data, bytes) else data
+        return
+    for chunk in data:
+        if not isinstance(chunk, (bytes, bytearray, memoryview)):
+            raise UsageError(f"put_large: chunks must be bytes, got {type(chunk).__name__}")
+        yield bytes(chunk) if not isinstance(chunk, bytes) else chunk
+
+
+def check_part_size(part_size: int) -> None:
+    if part_size < MIN_PART_BYTES:
+        raise UsageError(f"multipart part size {part_size} bytes is below S3's minimum "
+                         f"of {MIN_PART_BYTES} bytes (5 MiB)")

@@ -1,0 +1,315 @@
+"""A store in a local directory: the embedded default, so walctl runs with no cloud account.
+
+Every object appears under its key whole or not at all: put writes a temp file
+(``.tmp-*``) beside the target, fsyncs it, then renames it into place (or, for a
+create-only put, hard-links it, which fails with EEXIST if the key exists),
+removes the temp name and fsyncs the directory. A crash leaves at most a temp
+file, which ``list`` never shows.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import uuid
+from typing import Iterable
+
+from walctl.errors import IOFailure, NotFoundError, UsageError
+from walctl.store.base import (
+    DEFAULT_PART_BYTES,
+    TEMP_PREFIX,
+    ObjectInfo,
+    PreconditionFailed,
+    RequestStats,
+    check_key,
+    check_part_size,
+    check_prefix,
+    check_range,
+    iter_chunks,
+)
+
+# errnos that mean "no object under this key" when reading.
+_MISSING = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        done = os.write(fd, view)
+        if done == 0:
+            raise OSError(errno.EIO, "write returned 0")
+        view = view[done:]
+
+
+class LocalStore:
+    """A store rooted at a directory; keys map to files below it."""
+
+    def __init__(self, root: str | os.PathLike, *, create: bool = True):
+        """Open (and with ``create``, make) the store at ``root``.
+
+        Raises:
+            UsageError: ``root`` exists and is not a directory.
+            NotFoundError: ``root`` is missing and ``create`` is False.
+            IOFailure: the directory could not be created.
+        """
+        self.root = os.path.abspath(os.fspath(root))
+        self.url = self.root
+        self.stats = RequestStats()
+        if os.path.isdir(self.root):
+            return
+        if os.path.exists(self.root):
+            raise UsageError("store path is not a directory", where=self.root)
+        if not create:
+            raise NotFoundError("no such store directory", where=self.root)
+        try:
+            self._make_dirs(self.root)
+        except OSError as exc:
+            raise IOFailure(f"cannot create store directory: {exc.strerror}",
+                            where=self.root) from exc
+
+    def __repr__(self) -> str:
+        return f"LocalStore({self.root!r})"
+
+    # -- helpers -------------------------------------------------------------
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *check_key(key).split("/"))
+
+    def _where(self, key: str) -> str:
+        return os.path.join(self.root, key)
+
+    @staticmethod
+    def _make_dirs(path: str) -> None:
+        """Create ``path`` and missing parents, fsyncing each new entry's parent so it survives a crash."""
+        missing = []
+        cur = path
+        while not os.path.isdir(cur):
+            missing.append(cur)
+            parent = os.path.dirname(cur)
+            if parent == cur:
+                break
+            cur = parent
+        for d in reversed(missing):
+            try:
+                os.mkdir(d)
+            except FileExistsError:
+                if not os.path.isdir(d):
+                    raise
+            _fsync_dir(os.path.dirname(d))
+
+    def _read_error(self, exc: OSError, key: str) -> Exception:
+        if exc.errno in _MISSING:
+            return NotFoundError("no such object", where=self._where(key))
+        err = IOFailure(f"read failed: {exc.strerror}", where=self._where(key))
+        err.errno = exc.errno
+        return err
+
+    def _open_read(self, key: str) -> int:
+        path = self._path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            raise self._read_error(exc, key) from exc
+        return fd
+
+    def _pread(self, fd: int, key: str, start: int, length: int) -> bytes:
+        chunks = []
+        pos, left = start, length
+        try:
+            while left > 0:
+                got = os.pread(fd, left, pos)
+                if not got:
+                    break  # the end of the object
+                chunks.append(got)
+                pos += len(got)
+                left -= len(got)
+        except OSError as exc:
+            raise self._read_error(exc, key) from exc
+        data = b"".join(chunks)
+        self.stats.add("bytes_read", len(data))
+        return data
+
+    # -- reads ---------------------------------------------------------------
+
+    def size(self, key: str) -> int:
+        path = self._path(key)
+        self.stats.add("head")
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise self._read_error(exc, key) from exc
+        if not os.path.isfile(path):
+            raise NotFoundError("no such object (a directory)", where=self._where(key))
+        return st.st_size
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        check_range(start, end)
+        self.stats.add("get")
+        self.stats.add("ranged_gets")
+        fd = self._open_read(key)
+        try:
+            return self._pread(fd, key, start, end - start)
+        finally:
+            os.close(fd)
+
+    def read_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        if length < 0:
+            raise UsageError(f"bad tail length {length}")
+        self.stats.add("get")
+        self.stats.add("ranged_gets")
+        fd = self._open_read(key)
+        try:
+            total = os.fstat(fd).st_size
+            start = max(0, total - length)
+            return self._pread(fd, key, start, total - start), total
+        finally:
+            os.close(fd)
+
+    def read_all(self, key: str) -> bytes:
+        self.stats.add("get")
+        fd = self._open_read(key)
+        try:
+            return self._pread(fd, key, 0, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        check_prefix(prefix)
+        self.stats.add("list")
+        # Walk only below the deepest directory the prefix fully names.
+        base_rel = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        base = os.path.join(self.root, *base_rel.split("/")) if base_rel else self.root
+        out: list[ObjectInfo] = []
+        stack = [(base, base_rel)]
+        while stack:
+            path, rel = stack.pop()
+            try:
+                entries = list(os.scandir(path))
+            except FileNotFoundError:
+                continue  # nothing under this prefix (or removed while walking)
+            except NotADirectoryError:
+                continue
+            except OSError as exc:
+                raise IOFailure(f"cannot list directory: {exc.strerror}", where=path) from exc
+            for entry in entries:
+                if entry.name.startswith(TEMP_PREFIX):
+                    continue  # a put in progress, or one a crash interrupted
+                key = f"{rel}/{entry.name}" if rel else entry.name
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if key.startswith(prefix) or prefix.startswith(key + "/"):
+                            stack.append((entry.path, key))
+                    elif entry.is_file(follow_symlinks=False) and key.startswith(prefix):
+                        out.append(ObjectInfo(key, entry.stat(follow_symlinks=False).st_size))
+                except FileNotFoundError:
+                    continue  # deleted while listing
+        # Code-point order of str equals S3's UTF-8 byte order.
+        out.sort(key=lambda info: info.key)
+        return out
+
+    # -- writes --------------------------------------------------------------
+
+    def _commit(self, key: str, chunks: Iterable[bytes], *, if_absent: bool) -> None:
+        """Write ``chunks`` to a temp file beside ``key`` and publish it atomically."""
+        path = self._path(key)
+        directory = os.path.dirname(path)
+        tmp = os.path.join(directory, f"{TEMP_PREFIX}{uuid.uuid4().hex}")
+        written = 0
+        try:
+            self._make_dirs(directory)
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise UsageError("a directory of the key is an object (a local store cannot hold "
+                             "both 'a' and 'a/...')", where=self._where(key)) from exc
+        except OSError as exc:
+            raise IOFailure(f"cannot create directory: {exc.strerror}",
+                            where=self._where(key)) from exc
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                for chunk in chunks:
+                    _write_all(fd, chunk)
+                    written += len(chunk)
+                # The data must be on disk before the name points at it, or a
+                # crash could leave the key naming an empty or partial file.
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if if_absent:
+                # link() fails with EEXIST if the key exists: an atomic create-only.
+                try:
+                    os.link(tmp, path)
+                except FileExistsError as exc:
+                    raise PreconditionFailed("object already exists",
+                                             where=self._where(key)) from exc
+            else:
+                os.rename(tmp, path)
+        except PreconditionFailed:
+            self._remove_quietly(tmp)
+            raise
+        except IsADirectoryError as exc:
+            self._remove_quietly(tmp)
+            raise UsageError("key names a directory of other keys (a local store cannot hold "
+                             "both 'a' and 'a/...')", where=self._where(key)) from exc
+        except OSError as exc:
+            self._remove_quietly(tmp)
+            err = IOFailure(f"write failed: {exc.strerror or exc}", where=self._where(key))
+            err.errno = exc.errno
+            raise err from exc
+        except BaseException:
+            self._remove_quietly(tmp)
+            raise
+        if if_absent:
+            self._remove_quietly(tmp)
+        try:
+            # Makes the new name (and the temp name's removal) durable.
+            _fsync_dir(directory)
+        except OSError as exc:
+            raise IOFailure(f"fsync of directory failed: {exc.strerror}",
+                            where=self._where(key)) from exc
+        self.stats.add("bytes_written", written)
+
+    @staticmethod
+    def _remove_quietly(path: str) -> None:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+        check_key(key)
+        self.stats.add("put")
+        self._commit(key, [bytes(data)], if_absent=if_absent)
+
+    def put_large(self, key: str, data: bytes | Iterable[bytes], *,
+                  part_size: int = DEFAULT_PART_BYTES) -> None:
+        check_key(key)
+        check_part_size(part_size)
+        self.stats.add("put")
+        self._commit(key, iter_chunks(data), if_absent=False)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        self.stats.add("delete")
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        except NotADirectoryError:
+            return
+        except IsADirectoryError:
+            return  # not an object: nothing to delete
+        except OSError as exc:
+            raise IOFailure(f"delete failed: {exc.strerror}", where=self._where(key)) from exc
+        try:
+            _fsync_dir(os.path.dirname(path))
+        except OSError as exc:
+            raise IOFailure(f"fsync of directory failed: {exc.strerror}",
+                            where=self._where(key)) from exc
