@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install walctl in .venv and run the main job on embedded defaults: a regular file as the
-# WAL device (a local directory as the object store, once upload lands). Needs no root, no cloud.
+# WAL device and a local directory as the object store. Needs no root, no cloud.
 # WALCTL_QUICKSTART_DIR: where to put the files (default: a new temporary directory).
 # WALCTL_SKIP_INSTALL=1: use the walctl already on PATH (the test suite does this).
 set -euo pipefail
@@ -12,9 +12,16 @@ if [ "${WALCTL_SKIP_INSTALL:-0}" != 1 ]; then
 fi
 work=${WALCTL_QUICKSTART_DIR:-$(mktemp -d)}
 wal="$work/wal.img"
+store="$work/store"
 set -x
 walctl init "$wal" --capacity 64MiB
 walctl append "$wal" --stream 1 "hello" "world"
 printf 'event %s\n' 1 2 3 | walctl append "$wal" --stream 2 --input -
 walctl recover "$wal" --payload text
 walctl recover "$wal" --stats --json
+walctl upload "$wal" --store "$store"
+walctl inspect-object 1 --store "$store" --deep
+walctl ls --store "$store"
+printf 'event %s\n' 4 5 | walctl append "$wal" --stream 2 --input - --store "$store"
+walctl upload "$wal" --store "$store" --json
+walctl gc --store "$store" --dry-run

@@ -180,3 +180,7 @@ from walctl.commands import append as _append  # noqa: E402,F401
 from walctl.commands import init as _init  # noqa: E402,F401
 from walctl.commands import recover as _recover  # noqa: E402,F401
 from walctl.commands import trim as _trim  # noqa: E402,F401
+from walctl.commands import upload as _upload  # noqa: E402,F401
+from walctl.commands import inspect_object as _inspect_object  # noqa: E402,F401
+from walctl.commands import ls as _ls  # noqa: E402,F401
+from walctl.commands import gc as _gc  # noqa: E402,F401

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import DeviceArg, JsonOpt, StreamOpt, app, command, emit_json, warn
+from walctl.cli import DeviceArg, EndpointOpt, JsonOpt, StreamOpt, app, command, emit_json, warn
 
 
 class Framing(str, enum.Enum):
@@ -36,6 +36,11 @@ def append_cmd(
         "--base-offset", min=0,
         help="Stream offset of the first record (default: continue the stream's offsets found in the "
              "WAL; required when the stream has no record left after a trim).")] = None,
+    store: Annotated[str | None, typer.Option(
+        "--store", envvar="WALCTL_STORE", metavar="URL",
+        help="Object store the WAL uploads to: when the stream has no record left in the WAL (uploaded "
+             "and trimmed), its offsets continue from the store's manifest. Env: WALCTL_STORE.")] = None,
+    endpoint_url: EndpointOpt = None,
     iodepth: Annotated[int, typer.Option(
         "--iodepth", envvar="WALCTL_IODEPTH", min=1, max=256,
         help="Blocks written concurrently (I/O queue depth).")] = 4,
@@ -90,7 +95,7 @@ def append_cmd(
 
     next_base = 0
     try:
-        next_base = _first_base_offset(opened, stream_id, base_offset, device)
+        next_base = _first_base_offset(opened, stream_id, base_offset, device, store, endpoint_url)
         epoch = max(writer.header.epoch, 0)
         payloads = (d.encode() for d in data) if data else _records(source, framing)
         for payload in payloads:
@@ -135,7 +140,8 @@ def _close_after(writer) -> None:
         writer.abort()
 
 
-def _first_base_offset(opened, stream_id: int, base_offset: int | None, device: str) -> int:
+def _first_base_offset(opened, stream_id: int, base_offset: int | None, device: str,
+                       store_url: str | None, endpoint_url: str | None) -> int:
     from walctl.errors import UsageError
 
     if base_offset is not None:
@@ -145,8 +151,13 @@ def _first_base_offset(opened, stream_id: int, base_offset: int | None, device: 
         return ends[stream_id]
     if opened.header.trim_offset < 0:
         return 0  # nothing was ever trimmed: the stream is new
+    if store_url is not None:
+        from walctl.store import manifest, open_store
+
+        known = manifest.load_latest(open_store(store_url, endpoint_url=endpoint_url))["streams"].get(str(stream_id))
+        return known["end"] if known else 0  # uploaded, trimmed: continue from the store
     raise UsageError(f"stream {stream_id} has no record left in the WAL after trimming", where=device,
-                     hint="pass --base-offset with the stream's next offset (0 for a new stream)")
+                     hint="pass --store (where it was uploaded) or --base-offset with the stream's next offset")
 
 
 def _open_input(path: str):

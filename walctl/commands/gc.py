@@ -1,0 +1,39 @@
+"""walctl gc: delete expired prepared objects, replaced objects past their grace, old manifests."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from walctl.cli import EndpointOpt, JsonOpt, StoreOpt, app, command, emit_json, stdout_console
+
+
+@app.command("gc")
+@command()
+def gc_cmd(
+    store: StoreOpt,
+    grace: Annotated[str, typer.Option(
+        "--grace", metavar="DURATION",
+        help="How long replaced objects (readers may still hold them) and prepared ids (an upload may still "
+             "be writing them) are kept: 90s, 30m, 1h, 2d.")] = "1h",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Report what would be deleted; delete nothing.")] = False,
+    endpoint_url: EndpointOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Garbage-collect the store: orphaned and replaced objects, and manifests beyond the kept history."""
+    from walctl.sizes import parse_duration
+    from walctl.store import open_store
+    from walctl.store.gc import gc
+
+    result = gc(open_store(store, endpoint_url=endpoint_url), grace_s=parse_duration(grace), dry_run=dry_run)
+    if json_out:
+        emit_json({"store": store, **result.to_json()})
+        return
+    verb = "would delete" if dry_run else "deleted"
+    console = stdout_console()
+    console.print(f"{verb} {len(result.deleted_objects)} objects, {len(result.deleted_manifests)} old manifests; "
+                  f"forgot {len(result.forgotten_prepared)} prepared and {len(result.forgotten_deleting)} "
+                  f"replaced object ids")
+    for key in result.deleted_objects:
+        console.print(f"  {key}", markup=False)

@@ -1,0 +1,61 @@
+"""walctl upload: build objects from the WAL's records, upload, commit, then trim."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from walctl.cli import (DeviceArg, EndpointOpt, JsonOpt, NamespaceOpt, StoreOpt, app, command, emit_json,
+                        stdout_console, warn)
+
+
+@app.command("upload")
+@command()
+def upload_cmd(
+    device: DeviceArg,
+    store: StoreOpt,
+    namespace: NamespaceOpt = "default",
+    block_size: Annotated[str, typer.Option(
+        "--block-size", metavar="SIZE", help="Payload per DataBlock before a new block starts (bytes or 1MiB ...).")] = "1MiB",
+    split_size: Annotated[str, typer.Option(
+        "--split-size", metavar="SIZE",
+        help="A stream with at least this much data gets its own Stream Object; smaller streams share one "
+             "Stream Set Object (bytes or 16MiB ...).")] = "16MiB",
+    no_trim: Annotated[bool, typer.Option("--no-trim", help="Do not trim the WAL after the commit.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Print the objects that would be made; write nothing anywhere.")] = False,
+    endpoint_url: EndpointOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Upload the WAL's records after the trim point as objects; commit; trim the WAL to the last one.
+
+    Records this WAL already uploaded (per the store's manifest) are skipped, so a rerun
+    after any crash finishes the job without duplicates.
+    """
+    from walctl.sizes import format_size, parse_size
+    from walctl.store import open_store
+    from walctl.store.upload import upload
+
+    result = upload(device, open_store(store, endpoint_url=endpoint_url), namespace=namespace,
+                    block_size=parse_size(block_size), split_size=parse_size(split_size),
+                    trim=not no_trim, dry_run=dry_run)
+    for message in result.warnings:
+        warn(message)
+    if json_out:
+        emit_json({"device": device, "store": store, **result.to_json()})
+        return
+    from rich.table import Table
+
+    table = Table(title=("would upload" if dry_run else "uploaded") + f" {result.records} records "
+                  f"({format_size(result.payload_bytes)} payload) from {device}", title_justify="left")
+    for col in ("id", "key", "kind", "size", "streams"):
+        table.add_column(col)
+    for obj in result.objects:
+        streams = ", ".join(f"{r['stream_id']}:[{r['start']},{r['end']})" for r in obj["streams"])
+        table.add_row(str(obj["id"] or "-"), obj["key"] or "-", obj["kind"],
+                      format_size(obj["size_bytes"]) if obj["size_bytes"] else format_size(obj["data_bytes"]), streams)
+    console = stdout_console()
+    console.print(table)
+    console.print(f"skipped (already uploaded): {result.skipped_records}; commit: {result.commit_number}; "
+                  f"trimmed to: {result.trimmed_to}")

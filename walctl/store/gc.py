@@ -1,0 +1,88 @@
+"""gc: delete what no manifest can need any more (FORMATS.md 5).
+
+Order matters: first commit a manifest that forgets expired prepared ids and
+replaced objects past their grace period, then delete objects that the newest
+manifest does not reference and whose id it already allocated (an id at or above
+``next_object_id`` may belong to an upload that prepared it after we read).
+An unreferenced allocated id can never become live again (a commit needs it
+prepared), so deleting its object is always safe.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from walctl.store import manifest as mf
+
+DEFAULT_GRACE_S = 3600.0
+KEEP_MANIFESTS = 10  # the last few commits stay for forensics
+
+
+@dataclass
+class GcResult:
+    deleted_objects: list[str] = field(default_factory=list)
+    forgotten_prepared: list[int] = field(default_factory=list)
+    forgotten_deleting: list[int] = field(default_factory=list)
+    deleted_manifests: list[str] = field(default_factory=list)
+    commit_number: int | None = None
+    dry_run: bool = False
+
+    def to_json(self) -> dict:
+        return {"deleted_objects": self.deleted_objects, "deleted_object_count": len(self.deleted_objects),
+                "forgotten_prepared": self.forgotten_prepared, "forgotten_deleting": self.forgotten_deleting,
+                "deleted_manifests": self.deleted_manifests, "commit_number": self.commit_number,
+                "dry_run": self.dry_run}
+
+
+def _object_id_of(key: str) -> int | None:
+    parts = key.split("/")
+    if len(parts) != 3 or parts[0] == mf.MANIFEST_DIR or not parts[2].isdigit():
+        return None
+    object_id = int(parts[2])
+    return object_id if f"{object_id:08x}"[::-1] == parts[0] else None
+
+
+def gc(store, *, grace_s: float = DEFAULT_GRACE_S, dry_run: bool = False, now: float | None = None) -> GcResult:
+    now = time.time() if now is None else now
+    result = GcResult(dry_run=dry_run)
+
+    def expired_prepared(m: dict) -> list[dict]:
+        return [p for p in m["prepared"] if p["expires_at"] <= now or now - p["prepared_at"] >= grace_s]
+
+    def expired_deleting(m: dict) -> list[dict]:
+        return [d for d in m["deleting"] if now - d["marked_at"] >= grace_s]
+
+    doc = mf.load_latest(store)
+    if expired_prepared(doc) or expired_deleting(doc):
+        if dry_run:
+            result.forgotten_prepared = [p["id"] for p in expired_prepared(doc)]
+            result.forgotten_deleting = [d["id"] for d in expired_deleting(doc)]
+        else:
+            def forget(m: dict) -> None:
+                gone_p, gone_d = expired_prepared(m), expired_deleting(m)
+                result.forgotten_prepared = [p["id"] for p in gone_p]
+                result.forgotten_deleting = [d["id"] for d in gone_d]
+                m["prepared"] = [p for p in m["prepared"] if p not in gone_p]
+                m["deleting"] = [d for d in m["deleting"] if d not in gone_d]
+
+            committed = mf.commit(store, forget, command="gc")
+            result.commit_number = committed.number
+            doc = committed.manifest
+    referenced = mf.referenced_ids(doc)
+    if dry_run:
+        referenced -= set(result.forgotten_prepared) | set(result.forgotten_deleting)
+    for info in store.list():
+        object_id = _object_id_of(info.key)
+        if object_id is None or object_id in referenced or object_id >= doc["next_object_id"]:
+            continue
+        result.deleted_objects.append(info.key)
+        if not dry_run:
+            store.delete(info.key)
+    numbers = mf.manifest_numbers(store)
+    for number in numbers[:-KEEP_MANIFESTS]:
+        key = mf.manifest_key(number)
+        result.deleted_manifests.append(key)
+        if not dry_run:
+            store.delete(key)
+    return result

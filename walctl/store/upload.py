@@ -1,0 +1,256 @@
+"""Upload: turn the WAL's records into objects, commit them, then trim the WAL (FORMATS.md 3, 5).
+
+Crash safety, step by step:
+1. read the WAL (read-only, no lock) and the newest manifest;
+2. skip records at or below this WAL's uploaded offset, after checking the manifest
+   really holds them (a re-initialised WAL must not have its new records skipped);
+3. commit a manifest that *prepares* the object ids;
+4. write the objects;
+5. commit a manifest that makes them live and advances the WAL's uploaded offset;
+6. trim the WAL to the last uploaded record (with the writer lock).
+A kill anywhere leaves either prepared ids (gc removes their objects) or records
+that the rerun skips; the WAL is never trimmed past what a commit holds.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from walctl.errors import CorruptionError, RefusedError, UsageError, WalctlError
+from walctl.failpoints import failpoint
+from walctl.format.batch import StreamRecordBatch
+from walctl.store import manifest as mf
+
+DEFAULT_BLOCK_SIZE = 1 << 20  # payload per DataBlock (FORMATS.md 3)
+DEFAULT_SPLIT_SIZE = 16 << 20  # a stream this large gets its own Stream Object
+
+
+@dataclass
+class PlannedObject:
+    kind: str  # "SO" or "SSO"
+    streams: list[tuple[int, list[StreamRecordBatch]]]
+
+    @property
+    def data_bytes(self) -> int:
+        return sum(b.size for _, batches in self.streams for b in batches)
+
+    def ranges(self) -> list[dict]:
+        return [{"stream_id": sid, "start": batches[0].base_offset, "end": batches[-1].end_offset,
+                 "bytes": sum(b.size for b in batches)} for sid, batches in self.streams]
+
+
+@dataclass
+class UploadResult:
+    objects: list[dict] = field(default_factory=list)
+    records: int = 0
+    payload_bytes: int = 0
+    skipped_records: int = 0
+    last_offset: int | None = None
+    trimmed_to: int | None = None
+    commit_number: int | None = None
+    dry_run: bool = False
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "objects": self.objects, "objects_made": len(self.objects), "records": self.records,
+            "payload_bytes": self.payload_bytes, "skipped_records": self.skipped_records,
+            "last_offset": self.last_offset, "trimmed_to": self.trimmed_to,
+            "commit_number": self.commit_number, "dry_run": self.dry_run, "seconds": round(self.seconds, 6),
+        }
+
+
+def plan_objects(streams: dict[int, list[StreamRecordBatch]], split_size: int,
+                 after_gaps: list[tuple[int, list[StreamRecordBatch]]] = ()) -> list[PlannedObject]:
+    """One stream: one SO. Several: an SO per stream of >= split_size data bytes, the rest in one SSO.
+
+    ``after_gaps`` are the parts of streams after a crash gap: an object holds each stream
+    contiguously, so each such part becomes a Stream Object of its own.
+    """
+    ordered = sorted(streams.items())
+    extra = [PlannedObject("SO", [(sid, batches)]) for sid, batches in after_gaps]
+    if not ordered:
+        return extra
+    if len(ordered) == 1:
+        return [PlannedObject("SO", ordered)] + extra
+    plan, rest = [], []
+    for sid, batches in ordered:
+        if sum(b.size for b in batches) >= split_size:
+            plan.append(PlannedObject("SO", [(sid, batches)]))
+        else:
+            rest.append((sid, batches))
+    if rest:
+        plan.append(PlannedObject("SSO", rest))
+    return plan + extra
+
+
+def _check_streams(entries, manifest: dict, crash_gaps: list[tuple[int, int]], where: str,
+                   warnings: list[str]) -> tuple[dict[int, list[StreamRecordBatch]], list]:
+    """Group records by stream; refuse gaps and overlaps (against the manifest and inside the WAL).
+
+    A gap inside the WAL is accepted only where the scan found crash damage between
+    the two records (a lost, never-acknowledged record): it is kept as a gap, with a
+    warning, and what follows it is returned as a separate segment.
+    Returns (first segment of each stream, [(stream, later segment), ...]).
+    """
+    streams: dict[int, list[StreamRecordBatch]] = {}
+    segments: dict[int, list[list[StreamRecordBatch]]] = {}
+    last_wal_offset: dict[int, int] = {}
+    for entry in entries:
+        batch = entry.batch
+        if batch is None:
+            raise CorruptionError("a record's body is not a StreamRecordBatch", where=where, offset=entry.offset)
+        sid = batch.stream_id
+        known = manifest["streams"].get(str(sid))
+        if sid not in streams:
+            if known is not None and batch.base_offset != known["end"]:
+                kind = "gap" if batch.base_offset > known["end"] else "overlap"
+                raise CorruptionError(
+                    f"stream {sid}: offset {kind} against the store: the store ends at {known['end']}, "
+                    f"the WAL continues at {batch.base_offset}", where=where, offset=entry.offset,
+                    hint="the WAL and the store disagree; nothing was uploaded")
+            streams[sid] = [batch]
+            segments[sid] = [streams[sid]]
+        else:
+            prev = segments[sid][-1][-1]
+            if batch.base_offset < prev.end_offset:
+                raise CorruptionError(f"stream {sid}: offsets overlap in the WAL ({prev.base_offset}..{prev.end_offset} "
+                                      f"then {batch.base_offset})", where=where, offset=entry.offset)
+            if batch.base_offset > prev.end_offset:
+                lo, hi = last_wal_offset[sid], entry.offset
+                if not any(lo < start < hi for start, _ in crash_gaps):
+                    raise CorruptionError(f"stream {sid}: offset gap in the WAL ({prev.end_offset} to "
+                                          f"{batch.base_offset}) that no crash explains", where=where,
+                                          offset=entry.offset)
+                warnings.append(f"stream {sid}: offsets {prev.end_offset}..{batch.base_offset} were lost in a "
+                                f"crash (never acknowledged); the gap is kept")
+                segments[sid].append([])
+            segments[sid][-1].append(batch)
+        last_wal_offset[sid] = entry.offset
+    later = [(sid, seg) for sid, segs in sorted(segments.items()) for seg in segs[1:]]
+    return {sid: segs[0] for sid, segs in segments.items()}, later
+
+
+def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block_size: int = DEFAULT_BLOCK_SIZE,
+           split_size: int = DEFAULT_SPLIT_SIZE, trim: bool = True, dry_run: bool = False) -> UploadResult:
+    from walctl.format.object import build_object
+    from walctl.wal import reader
+    from walctl.wal.ops import open_reader
+
+    started = time.monotonic()
+    result = UploadResult(dry_run=dry_run)
+    session = open_reader(wal_path)
+    try:
+        header = session.state.header
+        if header.flavour != "walctl":
+            raise RefusedError(f"{header.flavour} WAL: upload reads only walctl's WALs", where=wal_path)
+        scan = reader.ScanResult(header, reader.Ring(header.capacity))
+        entries, findings = [], []
+        for event in reader.scan(session.dev, header, result=scan, probe=session.writer_pid is None):
+            (findings if isinstance(event, reader.Finding) else entries).append(event)
+        result.warnings += session.warnings
+    finally:
+        session.dev.close()
+    if scan.corrupt:
+        first = scan.corrupt[0]
+        raise CorruptionError(f"the WAL is damaged ({first.kind} at offset {first.offset}); nothing uploaded",
+                              where=wal_path, offset=first.offset, hint="inspect with 'walctl recover'")
+    if session.writer_pid is not None and findings:
+        # A live writer's blocks in flight read as holes: upload only the prefix before them.
+        cut = min(f.offset for f in findings)
+        entries = [e for e in entries if e.offset < cut]
+    crash_gaps = [(f.offset, f.end_offset) for f in findings if f.kind == reader.HOLE]
+
+    doc = mf.load_latest(store)
+    node_key = str(header.node_id)
+    uploaded = doc["wal_uploads"].get(node_key, -1)
+    skipped = [e for e in entries if e.offset <= uploaded]
+    todo = [e for e in entries if e.offset > uploaded]
+    for e in skipped:
+        known = doc["streams"].get(str(e.batch.stream_id)) if e.batch else None
+        if known is None or known["end"] < e.batch.end_offset:
+            raise CorruptionError(
+                f"the store says this WAL (node {node_key}) is uploaded up to offset {uploaded}, but the record "
+                f"at {e.offset} is not in the store", where=wal_path, offset=e.offset,
+                hint="the WAL was re-initialised, or two WALs share a node id: give each WAL its own --node-id")
+    result.skipped_records = len(skipped)
+    streams, after_gaps = _check_streams(todo, doc, crash_gaps, wal_path, result.warnings)
+    plan = plan_objects(streams, split_size, after_gaps)
+    result.records = len(todo)
+    result.payload_bytes = sum(len(e.batch.payload) for e in todo)
+    result.last_offset = todo[-1].offset if todo else (skipped[-1].offset if skipped else None)
+
+    if dry_run:
+        result.objects = [{"id": None, "key": None, "kind": p.kind, "size_bytes": None,
+                           "data_bytes": p.data_bytes, "streams": p.ranges()} for p in plan]
+        result.seconds = time.monotonic() - started
+        return result
+
+    if plan:
+        expected_ends = {sid: (doc["streams"].get(str(sid)) or {}).get("end") for sid in streams}
+        prepared: list[dict] = []
+
+        def prepare(m: dict) -> None:
+            prepared[:] = mf.prepare_ids(m, len(plan), namespace)
+
+        mf.commit(store, prepare, command="upload (prepare)")
+        failpoint("upload-after-prepare")
+        made = []
+        for planned, reservation in zip(plan, prepared):
+            built = build_object(planned.streams, block_size=block_size)
+            store.put_large(reservation["key"], built.data)
+            made.append({"id": reservation["id"], "key": reservation["key"], "kind": planned.kind,
+                         "size": len(built.data), "order_id": reservation["id"],
+                         "data_time": time.time(), "ranges": planned.ranges()})
+        failpoint("upload-before-commit")
+        last_offset = todo[-1].offset
+
+        def make_live(m: dict) -> None:
+            ids = {o["id"] for o in made}
+            still = {p["id"] for p in m["prepared"]}
+            if not ids <= still:
+                raise RefusedError("the prepared object ids were collected by gc during the upload",
+                                   where=store.url, hint="rerun upload; nothing was lost")
+            if m["wal_uploads"].get(node_key, -1) != uploaded:
+                raise RefusedError(f"another upload of this WAL (node {node_key}) committed first",
+                                   where=store.url, hint="rerun upload: it skips what is already uploaded")
+            for sid, end in expected_ends.items():
+                now_end = (m["streams"].get(str(sid)) or {}).get("end")
+                if now_end != end:
+                    raise RefusedError(f"stream {sid} changed in the store during the upload "
+                                       f"(end {end} -> {now_end})", where=store.url, hint="rerun upload")
+            m["prepared"] = [p for p in m["prepared"] if p["id"] not in ids]
+            m["objects"].extend(made)
+            for obj in made:
+                for r in obj["ranges"]:
+                    s = m["streams"].setdefault(str(r["stream_id"]), {"start": r["start"], "end": r["end"]})
+                    s["start"] = min(s["start"], r["start"])
+                    s["end"] = max(s["end"], r["end"])
+            m["wal_uploads"][node_key] = last_offset
+
+        committed = mf.commit(store, make_live, command="upload")
+        result.commit_number = committed.number
+        result.objects = [{"id": o["id"], "key": o["key"], "kind": o["kind"], "size_bytes": o["size"],
+                           "streams": o["ranges"]} for o in made]
+        failpoint("upload-after-commit")
+
+    if trim and result.last_offset is not None and result.last_offset > header.trim_offset:
+        result.trimmed_to = _trim_after(wal_path, result.last_offset, result.warnings)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _trim_after(wal_path: str, offset: int, warnings: list[str]) -> int | None:
+    """Trim to the last uploaded record; a busy or moved WAL only costs a warning (upload is idempotent)."""
+    from walctl.wal.ops import trim_wal
+
+    try:
+        trim_wal(wal_path, offset)
+        return offset
+    except (RefusedError, UsageError) as exc:
+        warnings.append(f"{wal_path}: not trimmed ({exc.what}); the next upload skips what is already uploaded")
+        return None
+    except WalctlError:
+        raise
