@@ -108,3 +108,7 @@ def hold_writer():
                 child.wait()
         child.stdout.close()
         child.stderr.close()
+
+
+# The moto S3 server, buckets, stores and the fault proxy, for tests/store and tests/spark.
+from s3_fixtures import *  # noqa: E402,F401,F403

@@ -184,3 +184,4 @@ from walctl.commands import upload as _upload  # noqa: E402,F401
 from walctl.commands import inspect_object as _inspect_object  # noqa: E402,F401
 from walctl.commands import ls as _ls  # noqa: E402,F401
 from walctl.commands import gc as _gc  # noqa: E402,F401
+from walctl.commands import compact as _compact  # noqa: E402,F401

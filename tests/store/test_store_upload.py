@@ -18,65 +18,9 @@ from walctl.store.inspect import inspect
 from walctl.store.upload import upload
 from walctl.wal.ops import init_wal, open_writer
 
+from storehelpers import append, expect, make_wal, merge, read_back
+
 KiB, MiB = 1 << 10, 1 << 20
-
-
-def payload(stream_id: int, base: int, size: int) -> bytes:
-    seed = f"s{stream_id}o{base}:".encode()
-    return (seed * (size // len(seed) + 1))[:size]
-
-
-def make_wal(tmp_path, name="wal", capacity=16 * MiB, node_id=-1) -> str:
-    path = str(tmp_path / name)
-    init_wal(path, capacity, node_id=node_id)
-    return path
-
-
-def append(path: str, plan: dict[int, tuple[int, int]], store=None) -> dict[int, list[bytes]]:
-    """Append interleaved records: plan = {stream: (count, size)}; returns payloads per stream.
-
-    Stream offsets continue from the WAL, else from the store (as `append --store` does).
-    """
-    opened = open_writer(path, scan=True)
-    writer = opened.writer
-    known = mf.load_latest(store)["streams"] if store is not None else {}
-    ends = {int(s): v["end"] for s, v in known.items()}
-    ends.update(opened.scan.stream_ends)
-    out: dict[int, list[bytes]] = {s: [] for s in plan}
-    for i in range(max(c for c, _ in plan.values())):
-        for sid, (count, size) in sorted(plan.items()):
-            if i < count:
-                base = ends.get(sid, 0)
-                data = payload(sid, base, size)
-                writer.append(StreamRecordBatch(sid, 0, base, 1, data).encode())
-                ends[sid] = base + 1
-                out[sid].append(data)
-    writer.close()
-    return out
-
-
-def read_back(store) -> dict[int, list[tuple[int, bytes]]]:
-    """Every batch of every live object, per stream, in offset order, read through the index."""
-    doc = mf.load_latest(store)
-    streams: dict[int, list[tuple[int, bytes]]] = {}
-    for o in doc["objects"]:
-        data = store.read_all(o["key"])
-        footer, entries = obj.parse_tail(data, len(data))
-        for entry in entries:
-            for batch in obj.iter_blocks(data, entry):
-                streams.setdefault(batch.stream_id, []).append((batch.base_offset, batch.payload))
-    return {s: sorted(v) for s, v in streams.items()}
-
-
-def expect(appended: dict[int, list[bytes]]) -> dict[int, list[tuple[int, bytes]]]:
-    return {s: list(enumerate(p)) for s, p in appended.items() if p}
-
-
-def merge(a, b):
-    out = {s: list(v) for s, v in a.items()}
-    for s, v in b.items():
-        out.setdefault(s, []).extend(v)
-    return out
 
 
 def test_upload_round_trip_byte_for_byte(tmp_path, store):

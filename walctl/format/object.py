@@ -466,6 +466,48 @@ def build_object(streams: Iterable[tuple[int, Sequence[StreamRecordBatch]]], *,
     return BuiltObject(data + index + footer.encode(), entries, footer, ranges)
 
 
+def assemble_object(parts: Iterable[tuple[IndexEntry, bytes]], *, version: int = VERSION_WALCTL) -> BuiltObject:
+    """An object from DataBlock runs copied verbatim (compaction): each part is an index entry
+    (its ``block_position`` is ignored) and that entry's block bytes; entries keep their order.
+
+    Each part is decoded first (block magic, counts, offsets must match its entry), so a
+    misplaced read can never be published as data.
+    """
+    data_parts: list[bytes] = []
+    entries: list[IndexEntry] = []
+    ranges: dict[int, StreamRange] = {}
+    position = 0
+    for entry, block in parts:
+        if len(block) != entry.block_size:
+            raise ValueError(f"block run of stream {entry.stream_id} at {entry.start_offset}: "
+                             f"{len(block)} bytes, its entry says {entry.block_size}")
+        placed = IndexEntry(entry.stream_id, entry.start_offset, entry.end_offset_delta, entry.record_count,
+                            position, entry.block_size)
+        for _ in iter_blocks(block, placed, base_position=position):
+            pass
+        if entries and (placed.stream_id, placed.start_offset) < (entries[-1].stream_id, entries[-1].end_offset):
+            raise ValueError("parts must be sorted by (stream, offset) without overlap")
+        prev = ranges.get(placed.stream_id)
+        if prev is not None and prev.end_offset != placed.start_offset:
+            raise ValueError(f"stream {placed.stream_id}: parts not contiguous ({prev.end_offset} then "
+                             f"{placed.start_offset}); an object holds each stream contiguously")
+        start = prev.start_offset if prev else placed.start_offset
+        size = (prev.size_bytes if prev else 0) + placed.block_size
+        ranges[placed.stream_id] = StreamRange(start, placed.end_offset, size)
+        entries.append(placed)
+        data_parts.append(bytes(block))
+        position += placed.block_size
+    if not entries:
+        raise ValueError("an object needs at least one block")
+    data = b"".join(data_parts)
+    index = b"".join(e.encode() for e in entries)
+    if version == VERSION_WALCTL:
+        footer = Footer(len(data), len(index), version, crc32c(index), crc32c(data))
+    else:
+        footer = Footer(len(data), len(index), version)
+    return BuiltObject(data + index + footer.encode(), entries, footer, ranges)
+
+
 # --- deep verification ------------------------------------------------------------------------
 
 def _decode_entry_blocks(buf, entry: IndexEntry, base_position: int) -> Iterator[list[StreamRecordBatch]]:

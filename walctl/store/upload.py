@@ -201,9 +201,12 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
         for planned, reservation in zip(plan, prepared):
             built = build_object(planned.streams, block_size=block_size)
             store.put_large(reservation["key"], built.data)
+            # bytes: the stream's span in the object (its DataBlocks, headers included)
+            ranges = [{"stream_id": sid, "start": rg.start_offset, "end": rg.end_offset, "bytes": rg.size_bytes}
+                      for sid, rg in sorted(built.ranges.items())]
             made.append({"id": reservation["id"], "key": reservation["key"], "kind": planned.kind,
                          "size": len(built.data), "order_id": reservation["id"],
-                         "data_time": time.time(), "ranges": planned.ranges()})
+                         "data_time": time.time(), "ranges": ranges})
         failpoint("upload-before-commit")
         last_offset = todo[-1].offset
 

@@ -1,4 +1,4 @@
-"""Store fixtures: a moto S3 server over real HTTP (session scoped), a bucket per test,
+"""S3 fixtures (imported by tests/conftest.py for every test directory): a moto S3 server over real HTTP (session scoped), a bucket per test,
 local stores in tmp_path, and a fault-injecting HTTP proxy in front of moto.
 
 The proxy forwards every request (method, path, query, headers, body) to moto and

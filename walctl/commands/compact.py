@@ -1,0 +1,96 @@
+"""walctl compact: merge small Stream Set Objects with a Spark job (local by default)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from walctl.cli import EndpointOpt, JsonOpt, NamespaceOpt, StoreOpt, app, command, emit_json, stdout_console
+
+
+@app.command("compact")
+@command()
+def compact_cmd(
+    store: StoreOpt,
+    master: Annotated[str, typer.Option(
+        "--master", envvar="WALCTL_SPARK_MASTER",
+        help="Spark master: local[*] (this machine, the default), local[N], spark://host:7077, yarn, "
+             "k8s://https://host:443.")] = "local[*]",
+    memory_limit: Annotated[str, typer.Option(
+        "--memory-limit", metavar="SIZE",
+        help="Most object data one iteration holds in memory (bytes or 200MiB ...); larger plans run "
+             "in several iterations.")] = "200MiB",
+    split_size: Annotated[str, typer.Option(
+        "--split-size", metavar="SIZE",
+        help="A stream with at least this much data (or with an offset gap) becomes Stream Objects; "
+             "smaller streams are packed into a new Stream Set Object (bytes or 16MiB ...).")] = "16MiB",
+    max_objects: Annotated[int, typer.Option(
+        "--max-objects", min=1, help="Compact at most this many Stream Set Objects (oldest first).")] = 1000,
+    retention_start: Annotated[list[str] | None, typer.Option(
+        "--retention-start", metavar="STREAM=OFFSET",
+        help="Drop the blocks of STREAM that end at or below OFFSET (stream offsets); repeatable.")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Print the whole plan (inputs, outputs, iterations, GET/PUT counts); write nothing.")] = False,
+    namespace: NamespaceOpt = "default",
+    endpoint_url: EndpointOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Compact Stream Set Objects (AutoMQ's design) and commit the result atomically.
+
+    A store with nothing to compact exits 0 at once, without starting Spark. A second
+    compact that starts while one runs fences the first (its commit is refused).
+    """
+    from walctl.errors import UsageError
+    from walctl.sizes import parse_size
+    from walctl.spark.compact import compact
+    from walctl.store import open_store
+
+    retention: dict[int, int] = {}
+    for item in retention_start or []:
+        stream, _, offset = item.partition("=")
+        if not (stream.isdigit() and offset.isdigit()):
+            raise UsageError(f"bad --retention-start {item!r}", hint="use STREAM=OFFSET, e.g. 7=1000")
+        retention[int(stream)] = int(offset)
+    st = open_store(store, endpoint_url=endpoint_url)
+    result = compact(st, store, endpoint_url=endpoint_url, master=master, memory_limit=parse_size(memory_limit),
+                     split_size=parse_size(split_size), max_objects=max_objects, retention=retention,
+                     dry_run=dry_run, namespace=namespace)
+    out = {"store": store, **result.to_json()}
+    if json_out:
+        emit_json(out)
+        return
+    _render(out)
+
+
+def _render(out: dict) -> None:
+    from rich.table import Table
+
+    from walctl.sizes import format_size
+
+    console = stdout_console()
+    plan = out["plan"]
+    if out["idle"]:
+        console.print(f"nothing to compact: {plan['reason'] if plan else ''}", markup=False)
+        return
+    console.print(("plan" if out["dry_run"] else "compacted") +
+                  f": {out['objects_in']} objects in, {out['objects_out']} out, {out['iterations']} iterations, "
+                  f"{plan['gets']} GETs, {plan['puts']} PUTs planned", markup=False)
+    inputs = Table(title="inputs", title_justify="left")
+    for col in ("id", "key", "size"):
+        inputs.add_column(col)
+    for o in plan["inputs"]:
+        inputs.add_row(str(o["id"]), o["key"], format_size(o["size"]))
+    console.print(inputs)
+    outs = Table(title="outputs", title_justify="left")
+    for col in ("iteration", "kind", "size", "streams"):
+        outs.add_column(col)
+    for it in plan["iterations"]:
+        for o in it["outputs"]:
+            outs.add_row(str(it["index"]), o["kind"], format_size(o["size_bytes"]),
+                         ", ".join(f"{s['stream_id']}:[{s['start']},{s['end']})" for s in o["streams"]))
+    console.print(outs)
+    if not out["dry_run"]:
+        console.print(f"commit {out['commit_number']} (compactor epoch {out['compactor_epoch']}); read "
+                      f"{format_size(out['bytes_read'])}, wrote {format_size(out['bytes_written'])} in "
+                      f"{out['seconds']} s", markup=False)

@@ -1,0 +1,1 @@
+"""SSO compaction: the pure plan (plan.py) and the Spark job that carries it out."""
