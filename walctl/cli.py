@@ -22,6 +22,7 @@ from walctl import __version__
 from walctl.errors import WalctlError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a process killed by SIGPIPE (128 + 13)
 
 _state = {"debug": False}
 
@@ -116,6 +117,18 @@ def stdout_console():
     return Console(highlight=False, soft_wrap=True)
 
 
+def silence_stdout() -> None:
+    """Point stdout at /dev/null once its reader is gone, so nothing else fails writing to it."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
 def warn(message: str) -> None:
     click.echo(f"walctl: warning: {message}", err=True)
 
@@ -142,7 +155,8 @@ def command(stream: bool = False) -> Callable:
                 click.echo("walctl: error: interrupted", err=True)
                 raise typer.Exit(130) from None
             except BrokenPipeError:
-                raise typer.Exit(141) from None  # stdout's reader went away, as SIGPIPE would
+                silence_stdout()
+                raise typer.Exit(EXIT_BROKEN_PIPE) from None  # stdout's reader went away
             except Exception as exc:  # a bug: the only case that may print a traceback
                 if _state["debug"]:
                     traceback.print_exc()

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -20,6 +21,7 @@ from storehelpers import append, expect, make_wal, merge, read_back
 
 pytestmark = pytest.mark.slow
 KiB, MiB = 1 << 10, 1 << 20
+LATER = time.time() + 2 * mf.PREPARE_TTL_S  # when every prepared id has expired
 
 
 def fill(tmp_path, store, rounds=6, streams=(1, 2, 3, 4), count=8, size=700):
@@ -58,7 +60,7 @@ def test_compaction_keeps_every_byte_with_fewer_objects(tmp_path, spark, local_s
     assert summary["gets"] > 0 and summary["puts"] == summary["objects_out"]
     # the replaced objects stay for readers until gc's grace has passed
     assert gc(local_store, grace_s=3600).deleted_objects == []
-    assert len(gc(local_store, grace_s=0).deleted_objects) == before_objects
+    assert len(gc(local_store, grace_s=0, now=LATER).deleted_objects) == before_objects
     assert read_back(local_store) == expect(appended)
 
 
@@ -145,7 +147,7 @@ def test_two_compactors_one_commits_the_other_is_fenced(tmp_path, spark, local_s
     assert read_back(local_store) == expect(appended)
     orphans = len(mf.load_latest(local_store)["prepared"])
     assert orphans >= 1  # the fenced run's outputs
-    gc(local_store, grace_s=0)
+    gc(local_store, grace_s=0, now=LATER)
     assert mf.load_latest(local_store)["prepared"] == []
     assert read_back(local_store) == expect(appended)
     live = {o["key"] for o in mf.load_latest(local_store)["objects"]}
@@ -176,7 +178,7 @@ def test_cli_killed_mid_way_commits_nothing_then_rerun(tmp_path, spark):
     result = compact(store, str(store_dir), spark=spark, split_size=1 * MiB)
     assert result.commit_number is not None
     assert read_back(store) == expect(appended)
-    gc(store, grace_s=0)
+    gc(store, grace_s=0, now=LATER)
     assert read_back(store) == expect(appended)
     assert mf.load_latest(store)["prepared"] == []
     # idle now (one SSO), and the CLI says so at once, as JSON

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -21,6 +22,7 @@ from walctl.wal.ops import init_wal, open_writer
 from storehelpers import append, expect, make_wal, merge, read_back
 
 KiB, MiB = 1 << 10, 1 << 20
+LATER = time.time() + 2 * mf.PREPARE_TTL_S  # when every prepared id has expired
 
 
 def test_upload_round_trip_byte_for_byte(tmp_path, store):
@@ -38,7 +40,7 @@ def test_upload_round_trip_byte_for_byte(tmp_path, store):
     assert deep.problems == []
     doc = mf.load_latest(store)
     assert doc["streams"] == {"1": {"start": 0, "end": 30}, "2": {"start": 0, "end": 10}, "3": {"start": 0, "end": 5}}
-    assert doc["prepared"] == [] and doc["wal_uploads"] == {"-1": result.last_offset}
+    assert doc["prepared"] == [] and doc["wal_uploads"]["-1"]["offset"] == result.last_offset
 
 
 def test_split_size_and_single_stream(tmp_path, store):
@@ -175,7 +177,7 @@ def test_killed_at_each_step_then_rerun(tmp_path, point):
     doc = mf.load_latest(store)
     orphans = len(doc["prepared"])
     assert orphans == (0 if point == "upload-after-commit" else 1)
-    result = gc(store, grace_s=0)
+    result = gc(store, grace_s=0, now=LATER)
     assert result.forgotten_prepared == [p["id"] for p in doc["prepared"]]
     if point == "upload-before-commit":
         assert len(result.deleted_objects) == 1  # the object written before the kill
@@ -209,7 +211,7 @@ def test_persistent_s3_failure_loses_nothing(tmp_path, faulty_s3):
     result = upload(wal, faulty_s3.store)  # the WAL was not trimmed: everything is still there
     assert result.records == 20
     assert read_back(faulty_s3.store) == expect(appended)
-    gc(faulty_s3.store, grace_s=0)
+    gc(faulty_s3.store, grace_s=0, now=LATER)
     assert mf.load_latest(faulty_s3.store)["prepared"] == []
 
 
@@ -245,7 +247,7 @@ def test_two_uploaders_race_one_commits(tmp_path, store):
     assert read_back(store) == expect(appended)  # exactly once
     rerun = upload(wal, store)
     assert rerun.records == 0 and rerun.trimmed_to is not None
-    result = gc(store, grace_s=0)
+    result = gc(store, grace_s=0, now=LATER)
     assert len(result.deleted_objects) == 1  # the loser's object
     assert read_back(store) == expect(appended)
 
@@ -294,3 +296,56 @@ def test_cli_pipeline_and_exit_codes(tmp_path):
     assert walctl("gc", "--store", store_dir, "--grace", "0", "--json").returncode == 0
     assert walctl("gc", "--store", store_dir, "--grace", "soon").returncode == 2
     assert walctl("upload", wal, "--store", store_dir, "--block-size", "12XB").returncode == 2
+
+
+# -- regressions from review ---------------------------------------------------------------
+
+def test_upload_beside_an_active_writer_takes_only_the_prefix(tmp_path, local_store, hold_writer):
+    from walhelpers import append_records, physical, poke
+
+    wal = make_wal(tmp_path)
+    acks = append_records(wal, 10, size=300, iodepth=1, flush_each=True, clean=False)
+    poke(wal, physical(wal, acks[5][0]), bytes(4096))  # looks like a hole: a live writer's block in flight
+    hold_writer(wal)
+    result = upload(wal, local_store)
+    assert result.records == 5  # nothing after the first hole while a writer may still be writing it
+    assert result.trimmed_to is None and any("writer" in w for w in result.warnings)
+    assert [o for o, _ in read_back(local_store)[0]] == [0, 1, 2, 3, 4]
+
+
+def test_inspect_reports_a_damaged_live_object_as_corruption(tmp_path, local_store):
+    from walctl.errors import CorruptionError
+
+    wal = make_wal(tmp_path)
+    append(wal, {1: (5, 100)})
+    key = upload(wal, local_store).objects[0]["key"]
+    path = tmp_path / "store" / key
+    path.write_bytes(path.read_bytes()[:-10])  # truncated: the footer is gone
+    from walctl.store.inspect import resolve
+
+    store, resolved, known = resolve(key, str(tmp_path / "store"), None)
+    assert known and resolved == key
+    with pytest.raises(CorruptionError):
+        inspect(store, key, known=known)
+    with pytest.raises(NotFoundError):  # the same bytes as a stray file are simply not an object
+        inspect(store, key)
+
+
+def test_manifest_argv_never_holds_secrets():
+    argv = ["upload", "--endpoint-url", "http://AKIAEXAMPLE:wJalrXUtnFEMI@minio:9000", "--secret-key", "XYZ",
+            "--token=abc", "/dev/vdb"]
+    safe = " ".join(mf._safe_argv(argv))
+    for secret in ("AKIAEXAMPLE", "wJalrXUtnFEMI", "XYZ", "abc"):
+        assert secret not in safe
+    assert "minio:9000" in safe and "/dev/vdb" in safe
+
+
+def test_gc_grace_does_not_expire_an_upload_in_progress(local_store):
+    def prepare(m):
+        mf.prepare_ids(m, 2, "default")
+
+    mf.commit(local_store, prepare, command="test prepare")
+    result = gc(local_store, grace_s=0)
+    assert result.forgotten_prepared == [] and len(mf.load_latest(local_store)["prepared"]) == 2
+    result = gc(local_store, grace_s=0, now=LATER)
+    assert sorted(result.forgotten_prepared) == [1, 2]

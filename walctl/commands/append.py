@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import DeviceArg, EndpointOpt, JsonOpt, StreamOpt, app, command, emit_json, warn
+from walctl.cli import (EXIT_BROKEN_PIPE, DeviceArg, EndpointOpt, JsonOpt, StreamOpt, app, command, emit_json,
+                        silence_stdout, warn)
 
 
 class Framing(str, enum.Enum):
@@ -60,7 +61,7 @@ def append_cmd(
         raise UsageError("nothing to append", hint="give DATA arguments or --input FILE|-")
     source = _open_input(input_path) if input_path is not None else None
 
-    stats = {"records": 0, "payload_bytes": 0, "first_offset": None, "last_offset": None}
+    stats = {"records": 0, "payload_bytes": 0, "first_offset": None, "last_offset": None, "stdout_closed": False}
 
     def on_ack(offset: int, token) -> None:
         base, count, length = token
@@ -69,12 +70,20 @@ def append_cmd(
         if stats["first_offset"] is None:
             stats["first_offset"] = offset
         stats["last_offset"] = offset
-        if json_out:
-            emit_json({"type": "record", "offset": offset, "stream_id": stream_id, "base_offset": base,
-                       "count": count, "payload_bytes": length})
-        else:
-            sys.stdout.write(f"{offset}\n")
-            sys.stdout.flush()
+        if stats["stdout_closed"]:
+            return
+        try:
+            if json_out:
+                emit_json({"type": "record", "offset": offset, "stream_id": stream_id, "base_offset": base,
+                           "count": count, "payload_bytes": length})
+            else:
+                sys.stdout.write(f"{offset}\n")
+                sys.stdout.flush()
+        except BrokenPipeError:
+            # The reader of our acknowledgements went away (e.g. `| head`): stop taking input,
+            # close cleanly (queued records still become durable), exit as SIGPIPE would.
+            stats["stdout_closed"] = True
+            silence_stdout()
 
     _terminate_gracefully()
     started = time.monotonic()
@@ -88,7 +97,8 @@ def append_cmd(
 
     def summary() -> dict:
         seconds = time.monotonic() - started
-        return {"type": "summary", "device": device, "stream_id": stream_id, **stats,
+        shown = {k: v for k, v in stats.items() if k != "stdout_closed"}
+        return {"type": "summary", "device": device, "stream_id": stream_id, **shown,
                 "next_base_offset": next_base, "blocks_written": writer.blocks_written,
                 "sealed_ranges": opened.sealed_ranges, "seconds": round(seconds, 6),
                 "mib_per_s": round(stats["payload_bytes"] / (1 << 20) / seconds, 3) if seconds > 0 else 0.0}
@@ -99,6 +109,8 @@ def append_cmd(
         epoch = max(writer.header.epoch, 0)
         payloads = (d.encode() for d in data) if data else _records(source, framing)
         for payload in payloads:
+            if stats["stdout_closed"]:
+                break
             batch = StreamRecordBatch(stream_id, epoch, next_base, 1, payload)
             writer.append(batch.encode(), (next_base, 1, len(payload)))
             next_base += 1
@@ -113,6 +125,8 @@ def append_cmd(
     finally:
         if source is not None and source is not sys.stdin.buffer:
             source.close()
+    if stats["stdout_closed"]:
+        raise typer.Exit(EXIT_BROKEN_PIPE)
     if json_out:
         emit_json(summary())
     else:
@@ -149,13 +163,14 @@ def _first_base_offset(opened, stream_id: int, base_offset: int | None, device: 
     ends = opened.scan.stream_ends if opened.scan is not None else {}
     if stream_id in ends:
         return ends[stream_id]
-    if opened.header.trim_offset < 0:
-        return 0  # nothing was ever trimmed: the stream is new
     if store_url is not None:
+        # Not in the WAL (uploaded and trimmed, or the WAL is new): the store knows the stream.
         from walctl.store import manifest, open_store
 
         known = manifest.load_latest(open_store(store_url, endpoint_url=endpoint_url))["streams"].get(str(stream_id))
-        return known["end"] if known else 0  # uploaded, trimmed: continue from the store
+        return known["end"] if known else 0
+    if opened.header.trim_offset < 0:
+        return 0  # nothing was ever trimmed (and no store named): the stream is new
     raise UsageError(f"stream {stream_id} has no record left in the WAL after trimming", where=device,
                      hint="pass --store (where it was uploaded) or --base-offset with the stream's next offset")
 

@@ -15,8 +15,9 @@ def gc_cmd(
     store: StoreOpt,
     grace: Annotated[str, typer.Option(
         "--grace", metavar="DURATION",
-        help="How long replaced objects (readers may still hold them) and prepared ids (an upload may still "
-             "be writing them) are kept: 90s, 30m, 1h, 2d.")] = "1h",
+        help="How long objects replaced by compaction are kept for readers that may still hold them: "
+             "90s, 30m, 1h, 2d. Prepared ids (an upload or compaction may still be writing them) expire "
+             "by their own TTL, 1 hour after they were reserved.")] = "1h",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Report what would be deleted; delete nothing.")] = False,
     endpoint_url: EndpointOpt = None,
     json_out: JsonOpt = False,

@@ -32,8 +32,8 @@ def inspect_object_cmd(
     from walctl.errors import CorruptionError
     from walctl.store.inspect import index_rows, inspect, resolve
 
-    st, key = resolve(target, store, endpoint_url)
-    result = inspect(st, key, deep=deep)
+    st, key, known = resolve(target, store, endpoint_url)
+    result = inspect(st, key, deep=deep, known=known)
     footer = result.footer
     rows = [r for r in index_rows(result.entries) if stream is None or r["stream_id"] == stream]
     footer_json = {"type": "footer", "key": key, "size_bytes": result.size_bytes,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import sys
 from typing import Annotated
 
 import typer
@@ -142,15 +143,21 @@ class _Printer:
             emit_json(obj)
             return
         if not self._header_done:
-            self.console.print(f"{'OFFSET':>14} {'STREAM':>8} {'BASE':>12} {'COUNT':>6} {'BYTES':>8}"
-                               + ("  PAYLOAD" if self.payload is not Payload.none else ""), markup=False)
+            self._line(f"{'OFFSET':>14} {'STREAM':>8} {'BASE':>12} {'COUNT':>6} {'BYTES':>8}"
+                       + ("  PAYLOAD" if self.payload is not Payload.none else ""))
             self._header_done = True
         line = (f"{entry.offset:>14} {batch.stream_id if batch else '-':>8} "
                 f"{batch.base_offset if batch else '-':>12} {batch.count if batch else '-':>6} {len(data):>8}")
         text = encode_payload(data, self.payload)
         if text is not None:
             line += "  " + text
-        self.console.print(line, markup=False)
+        self._line(line)
+
+    @staticmethod
+    def _line(text: str) -> None:
+        # Plain writes (not rich) for the record stream: a closed pipe raises BrokenPipeError,
+        # which the CLI turns into exit 141, instead of rich's own SystemExit(1).
+        sys.stdout.write(text + "\n")
 
     def finding(self, finding) -> None:
         if self.json_out:
@@ -166,7 +173,7 @@ class _Printer:
         if j["expected_crc"] is not None:
             extra += f", crc expected 0x{j['expected_crc']:08X} found 0x{j['found_crc']:08X}"
         verdict = "crash damage" if j["explained_by_crash"] else "CORRUPTION"
-        self.console.print(f"FINDING {j['kind']} at {where}: {j['reason']}{extra} [{verdict}]", markup=False)
+        self._line(f"FINDING {j['kind']} at {where}: {j['reason']}{extra} [{verdict}]")
 
     def stats(self, per_stream: dict[int, list[int]]) -> None:
         if self.json_out:

@@ -44,11 +44,18 @@ def _object_id_of(key: str) -> int | None:
 
 
 def gc(store, *, grace_s: float = DEFAULT_GRACE_S, dry_run: bool = False, now: float | None = None) -> GcResult:
+    """Forget expired prepared ids and replaced objects older than ``grace_s``, then delete the
+    objects nothing references any more and manifests beyond the kept history.
+
+    ``now`` (seconds since the epoch) is for tests that need time to have passed.
+    """
     now = time.time() if now is None else now
     result = GcResult(dry_run=dry_run)
 
     def expired_prepared(m: dict) -> list[dict]:
-        return [p for p in m["prepared"] if p["expires_at"] <= now or now - p["prepared_at"] >= grace_s]
+        # Prepared ids expire by the TTL set when they were reserved (an upload or compaction may
+        # still be writing them), not by --grace, which is the readers' grace for replaced objects.
+        return [p for p in m["prepared"] if p["expires_at"] <= now]
 
     def expired_deleting(m: dict) -> list[dict]:
         return [d for d in m["deleting"] if now - d["marked_at"] >= grace_s]

@@ -24,7 +24,19 @@ class InspectResult:
 
 
 def resolve(target: str, store_url: str | None, endpoint_url: str | None):
-    """(store, key) for an object id, a key (full or relative to the store prefix), or a local file."""
+    """(store, key, known) for an object id, a key (full or relative to the store prefix), or a
+    local file; ``known``: the store's manifest names it, so it must be a valid object."""
+    store, key = _resolve(target, store_url, endpoint_url)
+    known = False
+    if store_url is not None:
+        from walctl.store import manifest as mf
+
+        doc = mf.load_latest(store)
+        known = any(e["key"] == key for e in doc["objects"] + doc["deleting"])
+    return store, key, known
+
+
+def _resolve(target: str, store_url: str | None, endpoint_url: str | None):
     from walctl.store import manifest as mf
     from walctl.store import open_store
 
@@ -54,7 +66,14 @@ def resolve(target: str, store_url: str | None, endpoint_url: str | None):
     return store, key.lstrip("/")
 
 
-def inspect(store, key: str, *, deep: bool = False) -> InspectResult:
+def inspect(store, key: str, *, deep: bool = False, known: bool = False) -> InspectResult:
+    """Footer and index (and with ``deep`` every byte) of the object at ``key``.
+
+    Raises:
+        NotFoundError: no such object, or not an object of this format (unless ``known``).
+        CorruptionError: a failed check; also a bad footer of an object the manifest names.
+    """
+    from walctl.errors import CorruptionError
     from walctl.format import object as obj
 
     before = store.stats.get
@@ -62,6 +81,9 @@ def inspect(store, key: str, *, deep: bool = False) -> InspectResult:
     try:
         footer, entries = obj.parse_tail(tail, size)
     except (BadMagicError, ZeroedError, TruncatedError) as exc:
+        if known:  # the manifest says this is one of ours: a bad footer is damage, not "not ours"
+            raise CorruptionError(f"live object has a damaged footer ({exc})", where=key,
+                                  offset=exc.offset) from exc
         raise NotFoundError(f"not a walctl or AutoMQ object ({exc})", where=key) from exc
     if entries is None:
         index = store.read_range(key, footer.index_start_position,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -129,12 +130,29 @@ def commit(store, change: Callable[[dict], dict | None], *, command: str) -> Com
                        where=store.url, hint="retry later")
 
 
-def _safe_argv() -> list[str]:
-    """The command line, without anything that looks like a secret."""
-    out = []
-    for arg in sys.argv[1:]:
+_SECRET_WORDS = ("secret", "token", "password", "passwd", "credential", "key=", "access-key", "access_key")
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def _safe_argv(argv: list[str] | None = None) -> list[str]:
+    """The command line, without anything that looks like a secret: values of secret-named
+    flags (``--secret-key X`` and ``--secret-key=X``) and user:password@ in URLs."""
+    out: list[str] = []
+    redact_next = False
+    for arg in (sys.argv[1:] if argv is None else argv):
         lowered = arg.lower()
-        out.append("<redacted>" if any(w in lowered for w in ("secret", "token", "password", "key=")) else arg)
+        if redact_next:
+            out.append("<redacted>")
+            redact_next = False
+            continue
+        if any(w in lowered for w in _SECRET_WORDS):
+            if arg.startswith("-") and "=" not in arg:
+                out.append(arg)
+                redact_next = True  # the value follows as the next argument
+            else:
+                out.append(arg.split("=", 1)[0] + "=<redacted>" if "=" in arg else "<redacted>")
+            continue
+        out.append(_USERINFO.sub("<redacted>@", arg))
     return out
 
 

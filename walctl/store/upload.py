@@ -137,40 +137,42 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
            split_size: int = DEFAULT_SPLIT_SIZE, trim: bool = True, dry_run: bool = False) -> UploadResult:
     from walctl.format.object import build_object
     from walctl.wal import reader
-    from walctl.wal.ops import open_reader
+    from walctl.wal.ops import read_wal_state
 
     started = time.monotonic()
     result = UploadResult(dry_run=dry_run)
-    session = open_reader(wal_path)
+    dev, locked = _open_for_upload(wal_path, result.warnings)
     try:
-        header = session.state.header
+        header = read_wal_state(dev, wal_path).header
         if header.flavour != "walctl":
             raise RefusedError(f"{header.flavour} WAL: upload reads only walctl's WALs", where=wal_path)
         scan = reader.ScanResult(header, reader.Ring(header.capacity))
         entries, findings = [], []
-        for event in reader.scan(session.dev, header, result=scan, probe=session.writer_pid is None):
+        for event in reader.scan(dev, header, result=scan, probe=locked):
             (findings if isinstance(event, reader.Finding) else entries).append(event)
-        result.warnings += session.warnings
     finally:
-        session.dev.close()
+        dev.close()  # the lock only covered the read: appends may go on during the upload
     if scan.corrupt:
         first = scan.corrupt[0]
         raise CorruptionError(f"the WAL is damaged ({first.kind} at offset {first.offset}); nothing uploaded",
                               where=wal_path, offset=first.offset, hint="inspect with 'walctl recover'")
-    if session.writer_pid is not None and findings:
+    if not locked and findings:
         # A live writer's blocks in flight read as holes: upload only the prefix before them.
         cut = min(f.offset for f in findings)
         entries = [e for e in entries if e.offset < cut]
+        findings = []
     crash_gaps = [(f.offset, f.end_offset) for f in findings if f.kind == reader.HOLE]
 
     doc = mf.load_latest(store)
     node_key = str(header.node_id)
-    uploaded = doc["wal_uploads"].get(node_key, -1)
+    mark = doc["wal_uploads"].get(node_key)
+    uploaded = mark["offset"] if mark else -1
+    if mark:
+        _check_same_wal(mark, entries, scan, wal_path, node_key)
     skipped = [e for e in entries if e.offset <= uploaded]
     todo = [e for e in entries if e.offset > uploaded]
     for e in skipped:
-        known = doc["streams"].get(str(e.batch.stream_id)) if e.batch else None
-        if known is None or known["end"] < e.batch.end_offset:
+        if e.batch is None or not _in_store(doc, e.batch):
             raise CorruptionError(
                 f"the store says this WAL (node {node_key}) is uploaded up to offset {uploaded}, but the record "
                 f"at {e.offset} is not in the store", where=wal_path, offset=e.offset,
@@ -216,7 +218,7 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
             if not ids <= still:
                 raise RefusedError("the prepared object ids were collected by gc during the upload",
                                    where=store.url, hint="rerun upload; nothing was lost")
-            if m["wal_uploads"].get(node_key, -1) != uploaded:
+            if m["wal_uploads"].get(node_key) != mark:
                 raise RefusedError(f"another upload of this WAL (node {node_key}) committed first",
                                    where=store.url, hint="rerun upload: it skips what is already uploaded")
             for sid, end in expected_ends.items():
@@ -231,7 +233,7 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
                     s = m["streams"].setdefault(str(r["stream_id"]), {"start": r["start"], "end": r["end"]})
                     s["start"] = min(s["start"], r["start"])
                     s["end"] = max(s["end"], r["end"])
-            m["wal_uploads"][node_key] = last_offset
+            m["wal_uploads"][node_key] = upload_mark(todo[-1])
 
         committed = mf.commit(store, make_live, command="upload")
         result.commit_number = committed.number
@@ -243,6 +245,61 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
         result.trimmed_to = _trim_after(wal_path, result.last_offset, result.warnings)
     result.seconds = time.monotonic() - started
     return result
+
+
+def upload_mark(entry) -> dict:
+    """What the manifest remembers of a WAL's last uploaded record: enough to know it again."""
+    from walctl.format.crc import crc32c
+
+    return {"offset": entry.offset, "stream_id": entry.batch.stream_id, "base_offset": entry.batch.base_offset,
+            "body_crc": crc32c(entry.body)}
+
+
+def _check_same_wal(mark: dict, entries, scan, wal_path: str, node_key: str) -> None:
+    """Refuse unless this WAL still holds the record it last uploaded (or was trimmed past it).
+
+    A re-initialised WAL (or another WAL with the same node id) reuses small offsets: without
+    this check its new records would be skipped as "already uploaded", then trimmed.
+    """
+    offset = mark["offset"]
+    if offset < scan.start_offset:
+        return  # trimmed past the mark: everything left is newer than it
+    found = scan.trim_entry if scan.trim_entry is not None and scan.trim_entry.offset == offset else None
+    if found is None:
+        found = next((e for e in entries if e.offset == offset), None)
+    if found is None or found.batch is None or upload_mark(found) != mark:
+        raise CorruptionError(
+            f"this WAL does not hold the record that node {node_key} last uploaded (offset {offset}, stream "
+            f"{mark['stream_id']}, stream offset {mark['base_offset']}): refusing to skip or trim anything",
+            where=wal_path, offset=offset,
+            hint="the WAL was re-initialised, or two WALs share a node id: give each WAL its own --node-id")
+
+
+def _in_store(doc: dict, batch) -> bool:
+    """A batch is in the store when a live object's range holds it, or retention dropped it."""
+    stream = doc["streams"].get(str(batch.stream_id))
+    if stream is None:
+        return False
+    if batch.end_offset <= stream["start"]:
+        return True
+    return any(r["stream_id"] == batch.stream_id and r["start"] <= batch.base_offset and batch.end_offset <= r["end"]
+               for o in doc["objects"] for r in o["ranges"])
+
+
+def _open_for_upload(wal_path: str, warnings: list[str]):
+    """Take the writer lock for the read when it is free, so no write can be in flight.
+
+    Returns (device, locked). Busy (a writer is appending): read-only, and the caller
+    uploads only the prefix before the first damage (the writer's blocks in flight).
+    """
+    from walctl.device import open_device
+
+    try:
+        return open_device(wal_path, writable=True), True
+    except RefusedError:
+        warnings.append(f"{wal_path}: a writer is active; uploading the records before its blocks in flight")
+        dev = open_device(wal_path, writable=False)
+        return dev, False
 
 
 def _trim_after(wal_path: str, offset: int, warnings: list[str]) -> int | None:

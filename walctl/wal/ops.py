@@ -70,14 +70,20 @@ def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool 
             raise UsageError(f"device is smaller than the capacity: device {size} bytes, capacity {capacity} bytes",
                              where=path, hint="choose a smaller --capacity")
         previous_ts = 0
-        if not created:
-            previous_ts = _existing_wal_check(dev, path, force)
         wiped = 0
         if not created:
-            # An earlier WAL's records would pass every check of a new one (same offsets,
-            # valid CRCs): wipe the record area so none can come back as phantom records.
-            zero_fill(dev, HEADERS_SIZE, capacity - HEADERS_SIZE, progress)
-            wiped = capacity - HEADERS_SIZE
+            previous_ts = _existing_wal_check(dev, path, force)
+            dirty = previous_ts > 0 or _first_nonzero(dev, capacity) is not None
+            if dirty and not previous_ts and not force:
+                where = _first_nonzero(dev, capacity)
+                raise RefusedError(f"the device holds data (non-zero bytes at byte {where}) but no valid WAL "
+                                   f"header", where=path,
+                                   hint="it may be a WAL whose headers were destroyed; pass --force to overwrite")
+            if dirty:
+                # An earlier WAL's records would pass every check of a new one (same offsets,
+                # valid CRCs): wipe the record area so none can come back as phantom records.
+                zero_fill(dev, HEADERS_SIZE, capacity - HEADERS_SIZE, progress)
+                wiped = capacity - HEADERS_SIZE
         ring = capacity - HEADERS_SIZE
         ts = max(time.time_ns(), previous_ts + 1)
         header = WalHeader(capacity=capacity, trim_offset=-1, last_write_timestamp_ns=ts,
@@ -89,6 +95,20 @@ def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool 
         return InitResult(path, header, created, size, wiped, warnings)
     finally:
         dev.close()
+
+
+def _first_nonzero(dev, capacity: int, chunk: int = 8 << 20) -> int | None:
+    """Byte position of the first non-zero byte in [0, capacity), or None (a read of the area)."""
+    buf = aligned_buffer(chunk)
+    zeros = bytes(chunk)
+    for start in range(0, capacity, chunk):
+        size = min(chunk, capacity - start)
+        view = memoryview(buf)[:size]
+        dev.pread_into(start, view)
+        if view != zeros[:size]:  # compared in C, not byte by byte in Python
+            data = bytes(view)
+            return start + (len(data) - len(data.lstrip(b"\0")))
+    return None
 
 
 def _existing_wal_check(dev, path: str, force: bool) -> int:
@@ -190,22 +210,27 @@ def seal(dev, header: WalHeader, result: reader.ScanResult) -> int:
     patches: dict[int, bytes] = {}
 
     def fill(start: int, end: int) -> None:
-        """Make [start, end) skippable: zeros up to the 4 KiB boundary, then a padding record."""
+        """Make [start, end) skippable: zeros up to the 4 KiB boundary, then padding records,
+        one per lap (a record never crosses the end of a lap)."""
         boundary = min(align_up(start), end)
         if start % 4096:
             patches[start] = bytes(boundary - start)
-        if end > boundary:
-            patches[boundary] = rec.RecordHeader.padding(boundary, end - boundary).encode()
+        while boundary < end:
+            stop = min(end, ring.lap_end(boundary))
+            patches[boundary] = rec.RecordHeader.padding(boundary, stop - boundary).encode()
+            boundary = stop
+
+    def wipe(offset: int) -> None:
+        """Past the end of the log: zero from ``offset`` to the next 4 KiB boundary, so neither
+        a torn record's header nor the rest of its body can be read there again."""
+        patches.setdefault(offset, bytes(align_up(offset + 1) - offset))
 
     for finding in result.findings:
         if finding.kind == reader.HOLE and finding.end_offset is not None:
             fill(finding.offset, finding.end_offset)
-    for offset in result.torn_offsets:
+    for offset in result.torn_offsets + result.unaligned_damage:
         if offset >= result.end_offset:
-            patches.setdefault(offset, bytes(rec.SIZE))
-    for offset in result.unaligned_damage:
-        if offset >= result.end_offset:
-            patches.setdefault(offset, bytes(align_up(offset) - offset))
+            wipe(offset)
     for offset, data in sorted(patches.items()):
         _patch(dev, ring, offset, data)
     if patches:
@@ -213,7 +238,10 @@ def seal(dev, header: WalHeader, result: reader.ScanResult) -> int:
                                                      next_offset=result.next_block_offset), probe=False)
         leftover = [f for f in check.findings if f.kind != reader.END_MISMATCH]
         if leftover or check.end_offset != result.end_offset or check.records != result.records:
-            raise CorruptionError(f"sealing did not leave a clean log ({leftover[:1]})", offset=result.end_offset)
+            first = leftover[0] if leftover else None
+            raise CorruptionError("sealing did not leave a clean log" +
+                                  (f" ({first.kind} at offset {first.offset}: {first.reason})" if first else ""),
+                                  offset=result.end_offset, hint="nothing new was written; inspect with 'walctl recover'")
     return len(patches)
 
 

@@ -133,6 +133,7 @@ class ScanResult:
     unaligned_damage: list[int] = field(default_factory=list)  # non-zero bytes where block padding should be
     stream_ends: dict[int, int] = field(default_factory=dict)  # stream id -> end offset of its last batch
     record_offsets: list[int] = field(default_factory=list)  # kept only when asked (trim needs them)
+    trim_entry: Entry | None = None  # the (deleted) record at trimOffset, as read
     stopped_by: str = "end of log"
     complete: bool = True
     bytes_read: int = 0
@@ -274,7 +275,8 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
                 done = StreamRecordBatch.decode(body_bytes, exact=True)
                 res.stream_ends[done.stream_id] = done.end_offset
             except FormatError:
-                pass
+                done = None
+            res.trim_entry = Entry(head.offset, body_bytes, done)
             continue
         try:
             batch = StreamRecordBatch.decode(body_bytes, exact=True)

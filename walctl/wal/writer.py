@@ -13,6 +13,8 @@ Invariants this module keeps, and recovery relies on:
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +35,20 @@ WINDOW_UPPER_LIMIT = 512 << 20  # up to 512 MiB (all capped at the ring size)
 DEFAULT_IODEPTH = 4
 
 AckCallback = Callable[[int, Any], None]
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    """Hold SIGINT/SIGTERM (main thread only) for a few statements that must not be split."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 @dataclass
@@ -141,9 +157,10 @@ class WalWriter:
 
     def abort(self) -> None:
         """Stop without the clean-shutdown header (the next writer scans), and release the device."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         self._pool.shutdown(wait=True)
         self.dev.close()
 
@@ -184,8 +201,14 @@ class WalWriter:
         if not wait and self._busy >= self.iodepth:
             return  # keep batching: a completion will submit it
         block, self._cur = self._cur, None
-        if not self._submit(block, wait=wait):
-            self._cur = block
+        submitted = False
+        try:
+            submitted = self._submit(block, wait=wait)
+        finally:
+            # Not submitted (no slot yet, or an interrupt such as SIGTERM while waiting for
+            # one): the block and its records stay queued, to be written by close().
+            if not submitted and self._cur is None:
+                self._cur = block
 
     def _submit(self, block: _Block, *, wait: bool) -> bool:
         """Start the durable write of ``block``; False when it must wait and ``wait`` is False."""
@@ -198,10 +221,13 @@ class WalWriter:
             self._lock.wait()
         buf = aligned_buffer(align_up(len(block.data)))
         buf[:len(block.data)] = block.data
-        self.next_block = block.end
-        self._inflight.append(block)
-        self._busy += 1
-        future = self._pool.submit(self._write_block, block, buf)
+        with _signals_deferred():
+            # The bookkeeping and the submission happen together or not at all: an interrupt
+            # in between would leave a block in flight that never completes.
+            self.next_block = block.end
+            self._inflight.append(block)
+            self._busy += 1
+            future = self._pool.submit(self._write_block, block, buf)
         future.add_done_callback(lambda f, b=block: self._completed(b, f.exception()))
         return True
 
