@@ -455,6 +455,12 @@ def build_object(streams: Iterable[tuple[int, Sequence[StreamRecordBatch]]], *,
         ranges[stream_id] = StreamRange(batches[0].base_offset, batches[-1].end_offset, position - stream_start)
     if not entries:
         raise ValueError("an object needs at least one stream")
+    return _finish(parts, entries, ranges, version)
+
+
+def _finish(parts: list[bytes], entries: list[IndexEntry], ranges: dict[int, StreamRange],
+            version: int) -> BuiltObject:
+    """Data blocks + IndexBlock + Footer (with walctl's checksums for version 1)."""
     if len(entries) * INDEX_ENTRY_SIZE > INT32_MAX:
         raise ValueError(f"{len(entries)} index entries do not fit a Java int indexBlockLength")
     data = b"".join(parts)
@@ -499,13 +505,7 @@ def assemble_object(parts: Iterable[tuple[IndexEntry, bytes]], *, version: int =
         position += placed.block_size
     if not entries:
         raise ValueError("an object needs at least one block")
-    data = b"".join(data_parts)
-    index = b"".join(e.encode() for e in entries)
-    if version == VERSION_WALCTL:
-        footer = Footer(len(data), len(index), version, crc32c(index), crc32c(data))
-    else:
-        footer = Footer(len(data), len(index), version)
-    return BuiltObject(data + index + footer.encode(), entries, footer, ranges)
+    return _finish(data_parts, entries, ranges, version)
 
 
 # --- deep verification ------------------------------------------------------------------------
