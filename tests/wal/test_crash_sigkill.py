@@ -86,7 +86,7 @@ def run_trial(path: str, trial: int, rng: random.Random) -> list[tuple[int, int,
 
 @pytest.mark.slow
 def test_sigkill_while_streaming_loses_no_acknowledged_record(tmp_path):
-    trials = int(os.environ.get("WALCTL_CRASH_TRIALS", "30"))
+    trials = int(os.environ.get("WALCTL_CRASH_TRIALS", "300" if os.environ.get("WALCTL_SOAK") else "30"))
     rng = random.Random(int(os.environ.get("WALCTL_CRASH_SEED", "20261122")))
     path = new_wal(tmp_path / "wal", 8 * MiB)
     acked: dict[int, tuple[int, int, int]] = {}  # offset -> (trial, index, base_offset)

@@ -45,31 +45,46 @@ def recover_cmd(
                           "base64, or not at all.")] = Payload.none,
     stats: Annotated[bool, typer.Option(
         "--stats", help="Print only per-stream record counts and payload bytes, then the summary.")] = False,
+    hexdump: Annotated[bool, typer.Option(
+        "--hexdump", help="Show the first bytes (at most 256) of each finding as xxd-like lines, "
+                          "addressed by physical byte position; with --json a \"hexdump\" string field "
+                          "on each finding line.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Dump the records after the trim point, following the recovery rules; never writes.
 
     Exit 0 for a clean log or crash damage of the last window (torn tail, holes of
-    concurrent blocks after an ungraceful shutdown); 3 for any other finding.
+    concurrent blocks after an ungraceful shutdown); 3 for any other finding. Each
+    finding names its kind and its cause (zero_fill, stale_lap, checksum_mismatch,
+    garbage, truncated, torn_tail, bad_header_slot, beyond_window, end_mismatch,
+    bad_batch). AutoMQ's own WALs (header V0 or V1) are read with AutoMQ's checksums and
+    recovery rules, for forensics.
     """
-    from walctl.errors import CorruptionError, NotFoundError
+    from walctl.errors import CorruptionError
     from walctl.wal import reader
     from walctl.wal.ops import header_slot_findings, open_reader
 
+    _refuse_short_file(device)
     session = open_reader(device)
     try:
         header = session.state.header
         for message in session.warnings:
             warn(message)
         if header.flavour != "walctl":
-            raise NotFoundError(f"{header.flavour} WAL: recovering AutoMQ records is not supported yet "
-                                f"(its header is valid: capacity {header.capacity}, trimOffset "
-                                f"{header.trim_offset})", where=device)
+            warn(f"{header.flavour} WAL (AutoMQ): read with AutoMQ's checksums and recovery rules; "
+                 f"walctl never writes to it")
         out = _Printer(json_out, payload, stats)
         result = reader.ScanResult(header, reader.Ring(header.capacity))
+
+        def show(finding) -> None:
+            if hexdump:
+                position, data = reader.finding_bytes(session.dev, finding)
+                finding.hexdump = reader.hexdump(data, position)
+            out.finding(finding)
+
         for finding in header_slot_findings(session.state):
             result.findings.append(finding)
-            out.finding(finding)
+            show(finding)
         shown = 0
         per_stream: dict[int, list[int]] = {}
         # A live writer may add blocks while we read: then the probe beyond the window would
@@ -77,7 +92,7 @@ def recover_cmd(
         events = reader.scan(session.dev, header, result=result, probe=session.writer_pid is None)
         for event in events:
             if isinstance(event, reader.Finding):
-                out.finding(event)
+                show(event)
                 continue
             if from_offset is not None and event.offset < from_offset:
                 continue
@@ -99,6 +114,7 @@ def recover_cmd(
         summary = result.to_json()
         summary["records_shown"] = shown
         summary["device"] = device
+        summary["flavour"] = header.flavour
         if stats:
             out.stats(per_stream)
         corrupt = result.corrupt
@@ -114,6 +130,23 @@ def recover_cmd(
         out.summary(summary)
     finally:
         session.dev.close()
+
+
+def _refuse_short_file(device: str) -> None:
+    """A file shorter than the two header slots is no WAL (exit 4), not a failed read (exit 6)."""
+    import os
+    import stat
+
+    from walctl.errors import NotFoundError
+    from walctl.format.header import HEADERS_SIZE
+
+    try:
+        st = os.stat(device)
+    except OSError:
+        return  # open_reader names the problem
+    if stat.S_ISREG(st.st_mode) and st.st_size < HEADERS_SIZE:
+        raise NotFoundError(f"no valid WAL header: the file holds {st.st_size} bytes, fewer than the two "
+                            f"{HEADERS_SIZE // 2}-byte header slots", where=device)
 
 
 class _Printer:
@@ -173,7 +206,10 @@ class _Printer:
         if j["expected_crc"] is not None:
             extra += f", crc expected 0x{j['expected_crc']:08X} found 0x{j['found_crc']:08X}"
         verdict = "crash damage" if j["explained_by_crash"] else "CORRUPTION"
-        self._line(f"FINDING {j['kind']} at {where}: {j['reason']}{extra} [{verdict}]")
+        self._line(f"FINDING {j['kind']} ({j['cause']}) at {where}: {j['reason']}{extra} [{verdict}]")
+        if finding.hexdump:
+            for line in finding.hexdump.splitlines():
+                self._line("    " + line)
 
     def stats(self, per_stream: dict[int, list[int]]) -> None:
         if self.json_out:

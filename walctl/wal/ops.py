@@ -142,6 +142,9 @@ class OpenedWAL:
 
 
 def read_wal_state(dev, path: str) -> HeaderState:
+    if dev.size_bytes < HEADERS_SIZE:
+        raise NotFoundError(f"not a WAL: {dev.size_bytes} bytes, smaller than the two {SLOT_SIZE}-byte header "
+                            f"slots", where=path)
     try:
         state = read_headers(dev)
     except WalctlError as exc:

@@ -18,6 +18,7 @@ from walctl.device.buffers import aligned_buffer
 from walctl.errors import BadMagicError, BoundsError, ChecksumError, FormatError, TruncatedError, ZeroedError
 from walctl.format import record as rec
 from walctl.format.batch import StreamRecordBatch
+from walctl.format.crc import automq_crc, crc32c
 from walctl.format.header import ALIGN, WalHeader
 from walctl.wal.layout import Ring, align_down, align_up
 
@@ -31,6 +32,25 @@ BEYOND_WINDOW = "beyond_window"  # valid records past where the scan had to stop
 END_MISMATCH = "end_mismatch"  # a clean log whose end is not the header's nextOffset
 BAD_BATCH = "bad_batch"  # a valid record whose body is not a StreamRecordBatch
 BAD_HEADER_SLOT = "bad_header_slot"  # one header slot damaged, the other valid
+# AutoMQ logs only (read for forensics, FORMATS.md 1):
+DISCARDED = "discarded"  # V1: valid blocks after the end of the continuous log, which AutoMQ drops
+BAD_PADDING = "bad_padding"  # V1: a padding record AutoMQ follows though its header fails a check
+
+# What the bytes of a finding look like (Finding.cause), derived from its kind and reason.
+CAUSES = (
+    "zero_fill",  # all zeros where a record should start: never written, wiped, or a torn write
+    "stale_lap",  # a valid record header of another offset: data of an earlier lap of the ring
+    "checksum_mismatch",  # a header or body whose crc fails: damage to bytes once written whole
+    "garbage",  # bytes that are no record at all (bad magic, impossible lengths)
+    "truncated",  # a record cut off by the end of the device
+    "torn_tail",  # the last record's body is incomplete: a write the crash interrupted
+    "bad_header_slot",  # one of the two header slots is damaged; the other one is used
+    "beyond_window",  # a valid record past the sliding window after a hole: the hole is mid-log damage
+    "end_mismatch",  # a cleanly closed log ends before its header's nextOffset: a lost tail
+    "bad_batch",  # a valid record whose body is not a StreamRecordBatch
+)
+HEXDUMP_BYTES = 256  # recover --hexdump shows at most this many bytes of each finding
+AUTOMQ_EXTRA_SCAN_BYTES = 4 << 20  # AutoMQ V0 reads up to min(window, 4 MiB) past its last valid record
 
 
 @dataclass(frozen=True)
@@ -57,6 +77,16 @@ class Finding:
     found_crc: int | None = None
     explained: bool = False  # a crash explains it (not corruption)
     physical_offset: int | None = None  # set for findings outside the ring (header slots)
+    hexdump: str | None = None  # the finding's first bytes, xxd-like (recover --hexdump)
+
+    @property
+    def cause(self) -> str:
+        """One word of CAUSES saying what the damaged bytes look like."""
+        by_kind = {BAD_HEADER_SLOT: "bad_header_slot", TORN_TAIL: "torn_tail", BEYOND_WINDOW: "beyond_window",
+                   END_MISMATCH: "end_mismatch", BAD_BATCH: "bad_batch"}
+        if self.kind in by_kind:
+            return by_kind[self.kind]
+        return cause_of(self.reason)
 
     def to_json(self) -> dict:
         out = {"type": "finding", "kind": self.kind}
@@ -72,14 +102,46 @@ class Finding:
             "expected_crc": self.expected_crc,
             "found_crc": self.found_crc,
             "explained_by_crash": self.explained,
+            "cause": self.cause,
         })
+        if self.hexdump is not None:
+            out["hexdump"] = self.hexdump
         return out
+
+
+def cause_of(reason: str) -> str:
+    """The CAUSES word for a skipped range's reason (see _reason)."""
+    text = reason.lower()
+    if "zero fill" in text or "all zeros" in text:
+        return "zero_fill"
+    if "stale" in text:
+        return "stale_lap"
+    if "crc mismatch" in text:
+        return "checksum_mismatch"
+    if "truncated" in text or "short" in text:
+        return "truncated"
+    return "garbage"
+
+
+_MAGIC_NAMES = {rec.DATA_MAGIC: "the data record magic", rec.PADDING_MAGIC: "the padding record magic"}
 
 
 def _reason(exc: FormatError) -> str:
     if isinstance(exc, ZeroedError):
         return "zero fill"
     if isinstance(exc, BadMagicError):
+        found = exc.found if isinstance(exc.found, int) else None
+        if found is not None:
+            # A magic a bit or two away from a real one is a damaged header, not foreign bytes:
+            # its crc (which covers the magic) cannot match either.
+            near = min(_MAGIC_NAMES, key=lambda m: bin(m ^ found).count("1"))
+            bits = bin(near ^ found).count("1")
+            if bits == 0:
+                return exc.what  # a known magic where this log cannot have it
+            if bits <= 2:
+                return (f"header crc mismatch (bad magic 0x{found:08X}, {bits} bit{'s' if bits > 1 else ''} "
+                        f"from {_MAGIC_NAMES[near]}: a damaged header)")
+            return f"bad magic 0x{found:08X}"
         return "bad magic"
     if isinstance(exc, ChecksumError):
         return "header crc mismatch"
@@ -177,6 +239,9 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
          result: ScanResult | None = None) -> Iterator[Entry | Finding]:
     """Yield every live record and finding in log order; ``result`` is filled as it goes.
 
+    AutoMQ's logs (header flavour "automq-v0"/"automq-v1") follow AutoMQ's own rules
+    (see _scan_automq); walctl only ever reads them.
+
     Args:
         probe: in a log whose writer did not close cleanly, after a stop forced by the
             sliding-window rule, look at every 4 KiB boundary up to one ring past the
@@ -187,6 +252,9 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
     ring = Ring(header.capacity)
     res = result if result is not None else ScanResult(header, ring)
     res.header, res.ring = header, ring
+    if header.flavour != "walctl":
+        yield from _scan_automq(dev, header, res, probe=probe, keep_offsets=keep_offsets)
+        return
     reader = LogReader(dev, ring)
     trim = header.trim_offset
     start = max(trim, 0)
@@ -325,12 +393,14 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
     res.bytes_read = reader.bytes_read
 
 
-def _probe(reader: LogReader, start: int, limit: int) -> int | None:
-    """The first 4 KiB boundary in [start, limit) holding a valid current-lap record header."""
+def _probe(reader: LogReader, start: int, limit: int, *, automq: bool = False) -> int | None:
+    """The first 4 KiB boundary in [start, limit) holding a valid current-lap record header
+    (``automq``: checked with AutoMQ's checksum)."""
     o = align_up(start)
+    checksum = automq_crc if automq else crc32c
     while o < limit:
         try:
-            head = rec.RecordHeader.decode(reader.read(o, rec.SIZE), expected_offset=o)
+            head = rec.RecordHeader.decode(reader.read(o, rec.SIZE), expected_offset=o, checksum=checksum)
         except FormatError:
             o += ALIGN
             continue
@@ -338,6 +408,269 @@ def _probe(reader: LogReader, start: int, limit: int) -> int | None:
             return o
         o += ALIGN
     return None
+
+
+# -- AutoMQ's block WAL, read for forensics (never written) -------------------------------
+#
+# What AutoMQ's s3stream (BlockWALService, SlidingWindowService, RecordHeader, WALUtil)
+# does, and walctl follows here:
+# - record headers are walctl's 24-byte layout; headerCrc and bodyCrc are java.util.zip.CRC32
+#   masked to 31 bits (WALUtil.crc32); a header is checked in the order magic, headerCrc,
+#   bodyLength > 0 (a Java int), bodyOffset == offset + 24;
+# - blocks start 4 KiB aligned and are padded with whatever the write buffer held, so an
+#   invalid header inside a block is the padding, never a finding;
+# - every start trims to "first free block - 1", so a trimOffset just below a 4 KiB boundary
+#   names no record; the record at trimOffset is skipped, damaged or not;
+# - V0 (0x12345678): no padding records; a block that does not fit before the end of the lap
+#   starts at the next lap, leaving the lap's tail unwritten. Recovery keeps reading until one
+#   slidingWindowMaxLength past the first invalid 4 KiB block, and a little longer (up to
+#   min(window, 4 MiB) past the last valid record); a valid record in a later lap than the first
+#   invalid block clears it;
+# - V1 (0x01234567): the lap's tail is a padding record (magic 0x76543210), which recovery
+#   follows by its length alone; recovery keeps only the continuous log: it stops at the first
+#   invalid 4 KiB block (a bad record inside a block only skips to the next block).
+
+
+def _automq_header(raw, o: int, ring: Ring, v1: bool) -> rec.RecordHeader:
+    head = rec.RecordHeader.decode(raw, expected_offset=o, checksum=automq_crc)
+    if head.is_padding and not v1:
+        raise BadMagicError(f"padding record magic 0x{rec.PADDING_MAGIC:08X} in an AutoMQ V0 log (V0 has none)",
+                            offset=o, expected=rec.DATA_MAGIC, found=rec.PADDING_MAGIC)
+    if head.body_length > 0x7FFFFFFF:  # a Java int: AutoMQ reads it as negative
+        raise BoundsError(f"record bodyLength {head.body_length} is negative as AutoMQ reads it",
+                          offset=o + 4, found=head.body_length)
+    if head.end > ring.lap_end(o):
+        raise BoundsError(f"record end {head.end} crosses the end of the lap at {ring.lap_end(o)}",
+                          offset=o + 4, found=head.end)
+    return head
+
+
+def _automq_padding_length(raw, o: int, ring: Ring) -> int | None:
+    """AutoMQ V1 follows a padding record by its magic and length alone: the length it would
+    follow (when that stays inside the lap), or None."""
+    if len(raw) < rec.SIZE:
+        return None
+    magic, length, _, _, _ = rec.STRUCT.unpack_from(raw)
+    if magic != rec.PADDING_MAGIC or length > 0x7FFFFFFF:
+        return None
+    end = o + rec.SIZE + length
+    return length if end <= ring.lap_end(o) else None
+
+
+def _scan_automq(dev, header: WalHeader, res: ScanResult, *, probe: bool,
+                 keep_offsets: bool) -> Iterator[Entry | Finding]:
+    """scan() for AutoMQ's V0 and V1 logs: the records AutoMQ's recovery returns, and findings."""
+    ring = res.ring
+    reader = LogReader(dev, ring)
+    v1 = header.flavour == "automq-v1"
+    trim = header.trim_offset
+    start = max(trim, 0)
+    limit = start + ring.size
+    window = header.sliding_window_max_length
+    explained = not header.clean
+    # AutoMQ trims to "first free block - 1" at every start: that offset names no record.
+    trim_is_a_record = trim >= 0 and (trim + 1) % ALIGN != 0
+    res.start_offset = res.end_offset = start
+
+    o = start
+    first_bad: int | None = None  # V0's maybeFirstInvalidOffset
+    first_bad_lap = -1
+    last_valid: int | None = None
+    stop_at: int | None = None  # V1: the first invalid block, where its recovery stops
+    stop_reason = ""
+    beyond_seen = False
+    gap: _Gap | None = None
+
+    def found(kind: str, at: int, reason: str, end: int | None = None, expected=None, got=None,
+              expl: bool = False) -> Finding:
+        finding = Finding(kind, at, ring, reason, end, expected, got, explained=expl)
+        res.findings.append(finding)
+        return finding
+
+    def crcs(exc: FormatError) -> tuple:
+        return (exc.expected, exc.found) if isinstance(exc, ChecksumError) else (None, None)
+
+    while o < limit:
+        if not v1 and first_bad is not None and o >= first_bad + window and (
+                last_valid is None or o >= last_valid + min(window, AUTOMQ_EXTRA_SCAN_BYTES)):
+            res.stopped_by = "one sliding window past the first invalid block (AutoMQ V0 recovery)"
+            break
+        at_trim = o == trim
+        aligned = o % ALIGN == 0
+        raw = reader.read(o, rec.SIZE)
+        try:
+            head = _automq_header(raw, o, ring, v1)
+        except FormatError as exc:
+            length = _automq_padding_length(raw, o, ring) if v1 else None
+            if length is not None:
+                # AutoMQ follows a padding record without checking it; so does walctl, saying so.
+                if gap is not None:
+                    yield found(HOLE, gap.start, gap.reason, o, gap.expected_crc, gap.found_crc, explained)
+                    gap = None
+                yield found(BAD_PADDING, o, f"padding record followed as AutoMQ V1 does, though its header "
+                                            f"fails a check: {_reason(exc)}", o + rec.SIZE + length, *crcs(exc))
+                o = res.end_offset = o + rec.SIZE + length
+                continue
+            if at_trim and v1 and aligned:
+                # V1 stops at an invalid 4 KiB boundary even where it would skip the record.
+                yield found(TRIM_RECORD, o, f"{_reason(exc)}; AutoMQ V1 recovery stops here", None, *crcs(exc))
+            elif at_trim:
+                if trim_is_a_record:
+                    yield found(TRIM_RECORD, o, _reason(exc), None, *crcs(exc), expl=True)
+                o = align_up(o + 1)
+                continue
+            if not aligned:
+                o = align_up(o)  # the stale bytes after a block's last record
+                continue
+            if v1:
+                stop_at, stop_reason = o, _reason(exc)
+                res.stopped_by = "the first invalid block (AutoMQ V1 recovers only the continuous log)"
+                break
+            if first_bad is None:
+                first_bad, first_bad_lap = o, ring.lap(o)
+            if gap is None:
+                gap = _Gap(o, _reason(exc), *crcs(exc))
+            o += ALIGN
+            continue
+        if head.is_padding:
+            if gap is not None:
+                yield found(HOLE, gap.start, gap.reason, o, gap.expected_crc, gap.found_crc, explained)
+                gap = None
+            o = res.end_offset = head.end
+            continue
+        body = reader.read(o + rec.SIZE, head.body_length)
+        try:
+            head.check_body(body, o + rec.SIZE, checksum=automq_crc)
+        except FormatError as exc:
+            reason = "body crc mismatch" if isinstance(exc, ChecksumError) else _reason(exc)
+            if at_trim and v1 and aligned:
+                yield found(TRIM_RECORD, o, f"{reason}; AutoMQ V1 recovery stops here", None, *crcs(exc))
+                stop_at, stop_reason = o, reason
+                res.stopped_by = "the first invalid block (AutoMQ V1 recovers only the continuous log)"
+                break
+            if at_trim:
+                if trim_is_a_record:
+                    yield found(TRIM_RECORD, o, reason, None, *crcs(exc), expl=True)
+                o = align_up(head.end)
+                continue
+            if gap is None:
+                gap = _Gap(o, reason, *crcs(exc), torn=True)
+            if aligned and v1:
+                stop_at, stop_reason = o, reason
+                res.stopped_by = "the first invalid block (AutoMQ V1 recovers only the continuous log)"
+                break
+            if aligned and first_bad is None:
+                first_bad, first_bad_lap = o, ring.lap(o)
+            o = align_up(head.end)
+            continue
+        if gap is not None:
+            lap_tail = (not v1 and not gap.torn and o % ring.size == 0 and ring.lap(gap.start) == ring.lap(o) - 1)
+            if not lap_tail:  # V0 leaves a lap's tail unwritten when the next block does not fit
+                yield found(HOLE, gap.start, gap.reason, o, gap.expected_crc, gap.found_crc, explained)
+            gap = None
+        if first_bad is not None and ring.lap(o) != first_bad_lap:
+            first_bad = None  # AutoMQ V0: a valid record in a later lap clears the first invalid block
+        if first_bad is not None and o >= first_bad + window and not beyond_seen:
+            beyond_seen = True
+            yield found(BEYOND_WINDOW, o, "a valid record beyond the sliding window after the first invalid "
+                                          "block: mid-log damage; AutoMQ V0 still returns it (it logs "
+                                          "'[BUG] record offset out of window')")
+        last_valid = o
+        body_bytes = bytes(body)
+        o = res.end_offset = head.end
+        if at_trim:
+            try:
+                done = StreamRecordBatch.decode(body_bytes, exact=True)
+                res.stream_ends[done.stream_id] = done.end_offset
+            except FormatError:
+                done = None
+            res.trim_entry = Entry(head.offset, body_bytes, done)
+            continue
+        try:
+            batch = StreamRecordBatch.decode(body_bytes, exact=True)
+        except FormatError as exc:
+            batch = None
+            yield found(BAD_BATCH, head.offset, f"body is not a StreamRecordBatch: {exc}", head.end)
+        res.records += 1
+        res.payload_bytes += len(batch.payload) if batch else len(body_bytes)
+        if batch is not None:
+            res.stream_ends[batch.stream_id] = batch.end_offset
+        if keep_offsets:
+            res.record_offsets.append(head.offset)
+        yield Entry(head.offset, body_bytes, batch)
+    else:
+        res.stopped_by = "one ring past the trim point"
+
+    if gap is not None and gap.torn:
+        yield found(TORN_TAIL, gap.start, gap.reason, align_up(gap.start + 1), gap.expected_crc, gap.found_crc,
+                    explained)
+    if probe and stop_at is not None:
+        # V1 drops whatever follows the first invalid block; say what that was.
+        scan_from = stop_at + ALIGN
+        hit = _probe(reader, scan_from, min(limit, stop_at + window), automq=True)
+        if hit is not None:
+            yield found(DISCARDED, stop_at, f"{stop_reason}; valid blocks follow at "
+                                            f"offset {hit}: AutoMQ V1 recovers only the continuous log and "
+                                            f"discards them (not shown)", hit, expl=explained)
+        elif not header.clean:
+            hit = _probe(reader, stop_at + window, limit, automq=True)
+            if hit is not None:
+                yield found(BEYOND_WINDOW, hit, "a valid record lies beyond the sliding window after the first "
+                                                "invalid block: the damage is mid-log, not a crash tail")
+    elif probe and not header.clean and first_bad is not None and o < limit:
+        hit = _probe(reader, o, limit, automq=True)
+        if hit is not None:
+            yield found(BEYOND_WINDOW, hit, "a valid record lies beyond the sliding window after the first "
+                                            "invalid block: the damage is mid-log, not a crash tail; AutoMQ V0 "
+                                            "does not read that far (not shown)")
+    res.bytes_read = reader.bytes_read
+
+
+# -- forensics helpers ------------------------------------------------------------------
+
+def read_physical(dev, position: int, length: int) -> bytes:
+    """``length`` bytes at a physical position through aligned reads (O_DIRECT-safe); shorter at the
+    end of the device."""
+    size = getattr(dev, "size_bytes", None)
+    if size is not None:
+        length = max(0, min(length, size - position))
+    if length <= 0:
+        return b""
+    start = align_down(position)
+    end = align_up(position + length)
+    if size is not None and end > size:
+        end = align_down(size)
+        length = max(0, min(length, end - position))
+        if length <= 0:
+            return b""
+    buf = aligned_buffer(end - start)
+    dev.pread_into(start, memoryview(buf)[:end - start])
+    return bytes(memoryview(buf)[position - start:position - start + length])
+
+
+def finding_bytes(dev, finding: Finding, limit: int = HEXDUMP_BYTES) -> tuple[int, bytes]:
+    """(physical position, first bytes) of a finding: a header slot, or the ring from its offset up
+    to its end, the end of the lap, or ``limit`` bytes."""
+    if finding.physical_offset is not None:
+        return finding.physical_offset, read_physical(dev, finding.physical_offset, limit)
+    ring = finding.ring
+    length = limit
+    if finding.end_offset is not None and finding.end_offset > finding.offset:
+        length = min(length, finding.end_offset - finding.offset)
+    length = min(length, ring.lap_end(finding.offset) - finding.offset)
+    position = ring.physical(finding.offset)
+    return position, read_physical(dev, position, length)
+
+
+def hexdump(data: bytes, address: int = 0) -> str:
+    """xxd-like lines: ``address: 16 bytes as 8 groups of 4 hex digits  ascii``, joined by newlines."""
+    lines = []
+    for i in range(0, len(data), 16):
+        chunk = data[i:i + 16]
+        groups = " ".join(chunk[j:j + 2].hex() for j in range(0, len(chunk), 2))
+        text = "".join(chr(b) if 0x20 <= b < 0x7F else "." for b in chunk)
+        lines.append(f"{address + i:08x}: {groups:<39}  {text}")
+    return "\n".join(lines)
 
 
 def run_scan(dev, header: WalHeader, **kwargs) -> tuple[list[Entry], ScanResult]:

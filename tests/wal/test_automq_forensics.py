@@ -1,0 +1,396 @@
+"""Forensics of AutoMQ's own block WALs (V0 and V1 headers) and objects (footer version 0).
+
+The images are built byte by byte from AutoMQ's layouts (s3stream BlockWALHeader,
+RecordHeader, WALUtil, SlidingWindowService), with struct and zlib only, independent of
+walctl's encoders:
+- header slot: magic, capacity, trimOffset, lastWriteTimestamp, slidingWindowMaxLength,
+  shutdownType, nodeId (i32), epoch (i64), crc (i32) over [0, 52); crc = CRC32 & 0x7FFFFFFF;
+- record: magic 0x87654321, bodyLength, bodyOffset = offset + 24, bodyCrc, headerCrc (same crc);
+- blocks 4 KiB aligned, padded with stale buffer bytes (here: random bytes);
+- V0: a block that does not fit at the end of the lap starts at the next lap (the tail stays
+  stale); V1: a padding record (magic 0x76543210) fills the tail of the lap.
+walctl must return exactly AutoMQ's records, classify the damage, and never write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import struct
+import zlib
+
+import pytest
+from typer.testing import CliRunner
+
+from walctl.cli import app
+
+KiB, MiB = 1 << 10, 1 << 20
+HEADERS = 8192
+BLOCK = 4096
+V0_MAGIC, V1_MAGIC = 0x12345678, 0x01234567
+DATA_MAGIC, PADDING_MAGIC = 0x87654321, 0x76543210
+
+
+def amq_crc(data: bytes) -> int:
+    return zlib.crc32(data) & 0x7FFFFFFF
+
+
+def amq_header(magic: int, capacity: int, trim: int, ts: int, window: int, shutdown: int,
+               node: int = 1, epoch: int = 7) -> bytes:
+    body = struct.pack(">IQqqqIiq", magic, capacity, trim, ts, window, shutdown, node, epoch)
+    return (body + struct.pack(">I", amq_crc(body))).ljust(BLOCK, b"\0")
+
+
+def amq_record(offset: int, body: bytes, magic: int = DATA_MAGIC, crc=amq_crc) -> bytes:
+    head = struct.pack(">IIqI", magic, len(body), offset + 24, crc(body) if magic == DATA_MAGIC else 0)
+    return head + struct.pack(">I", crc(head)) + body
+
+
+def batch(stream: int, base: int, payload: bytes) -> bytes:
+    return struct.pack(">BqqqII", 0x22, stream, 3, base, 1, len(payload)) + payload
+
+
+def payload_of(stream: int, base: int, size: int) -> bytes:
+    seed = hashlib.sha256(f"amq:{stream}:{base}".encode()).digest()
+    return (seed * (size // 32 + 1))[:size]
+
+
+class AutoMQImage:
+    """An AutoMQ block WAL built in memory, block by block, as its SlidingWindowService lays it out."""
+
+    def __init__(self, capacity: int = 256 * KiB, version: int = 1, *, seed: int = 1, stale: bool = True):
+        self.capacity = capacity
+        self.ring = capacity - HEADERS
+        self.version = version
+        self.rng = random.Random(seed)
+        # A reused device: the record area holds old bytes; AutoMQ never wipes it.
+        self.data = bytearray(self.rng.randbytes(capacity) if stale else bytes(capacity))
+        self.data[:HEADERS] = bytes(HEADERS)
+        self.next = 0  # next block start (logical)
+        self.records: list[tuple[int, int, bytes]] = []  # (offset, base, payload) in log order
+        self.blocks: list[int] = []  # block start offsets
+        self.base = 0
+
+    def pos(self, offset: int) -> int:
+        return HEADERS + offset % self.ring
+
+    def put(self, offset: int, raw: bytes) -> None:
+        p = self.pos(offset)
+        assert p + len(raw) <= self.capacity, "AutoMQ never writes across the end of the lap"
+        self.data[p:p + len(raw)] = raw
+
+    def block(self, sizes: list[int], stream: int = 5, crc=amq_crc) -> list[int]:
+        """Write one block of records of the given payload sizes; returns their offsets."""
+        total = sum(24 + 33 + s for s in sizes)
+        start = self.next
+        if self.ring - start % self.ring < total:
+            rest = self.ring - start % self.ring
+            if self.version >= 1:  # a padding record fills the lap's tail (its body is never written)
+                head = struct.pack(">IIqI", PADDING_MAGIC, rest - 24, start + 24, 0)
+                self.put(start, head + struct.pack(">I", amq_crc(head)) + self.rng.randbytes(BLOCK - 24))
+            start += rest  # V0 just starts at the next lap
+        offsets, o, raw = [], start, b""
+        for size in sizes:
+            payload = payload_of(stream, self.base, size)
+            rec = amq_record(o, batch(stream, self.base, payload), crc=crc)
+            offsets.append(o)
+            self.records.append((o, self.base, payload))
+            self.base += 1
+            raw += rec
+            o += len(rec)
+        pad = -len(raw) % BLOCK
+        raw += self.rng.randbytes(pad)  # stale buffer bytes, as AutoMQ pads
+        self.put(start, raw)
+        self.blocks.append(start)
+        self.next = start + len(raw)
+        return offsets
+
+    def headers(self, *, trim: int = -1, clean: bool = True, window: int = 128 * KiB, ts: int = 1_000_000,
+                slot: int = 0) -> None:
+        magic = V0_MAGIC if self.version == 0 else V1_MAGIC
+        window = min(window, self.ring)  # AutoMQ caps the window at the record area
+        self.data[slot * BLOCK:(slot + 1) * BLOCK] = amq_header(magic, self.capacity, trim, ts, window, 0 if clean else 1)
+        other = 1 - slot  # the older slot: a previous header write
+        self.data[other * BLOCK:(other + 1) * BLOCK] = amq_header(magic, self.capacity, -1, ts - 10, window, 1)
+
+    def save(self, path) -> str:
+        path.write_bytes(bytes(self.data))
+        return str(path)
+
+    def damage(self, offset: int, raw: bytes) -> None:
+        p = self.pos(offset)
+        self.data[p:p + len(raw)] = raw
+
+
+def recover(path: str, *args) -> tuple[int, list[dict], list[dict], dict, str]:
+    result = CliRunner().invoke(app, ["recover", path, "--json", "--payload", "hex", *args])
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    records = [o for o in lines if o["type"] == "record"]
+    findings = [o for o in lines if o["type"] == "finding"]
+    summary = [o for o in lines if o["type"] == "summary"]
+    assert len(summary) == 1, result.stdout
+    assert "Traceback" not in result.stderr
+    return result.exit_code, records, findings, summary[0], result.stderr
+
+
+def expect(records: list[dict], expected: list[tuple[int, int, bytes]]) -> None:
+    assert [(r["offset"], r["base_offset"], bytes.fromhex(r["payload"])) for r in records] == expected
+
+
+def sha(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def log_of(version: int, blocks: int = 12, *, seed: int = 1, capacity: int = 256 * KiB) -> AutoMQImage:
+    img = AutoMQImage(capacity, version, seed=seed)
+    rng = random.Random(seed)
+    for _ in range(blocks):
+        img.block([rng.choice([10, 200, 900, 2500]) for _ in range(rng.randint(1, 4))])
+    return img
+
+
+# -- clean logs: exactly AutoMQ's records, no findings -----------------------------------
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_clean_log_recovers_every_record_and_never_writes(tmp_path, version):
+    img = log_of(version)
+    img.headers(clean=True)
+    path = img.save(tmp_path / "amq.img")
+    before = sha(path)
+    code, records, findings, summary, stderr = recover(path)
+    assert code == 0 and findings == []
+    expect(records, img.records)
+    assert summary["flavour"] == f"automq-v{version}" and summary["records"] == len(img.records)
+    assert "AutoMQ" in stderr and "never writes" in stderr
+    assert sha(path) == before
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_walctl_checksums_do_not_pass_in_an_automq_log(tmp_path, version):
+    """The masked CRC-32 is what AutoMQ computes; a crc32c record there is damage, not a record."""
+    from walctl.format.crc import crc32c
+
+    img = AutoMQImage(version=version)
+    img.block([100, 100])
+    img.block([50], crc=crc32c)  # the third record carries walctl's checksum: invalid here
+    img.headers(clean=False)
+    code, records, findings, _, _ = recover(img.save(tmp_path / "amq.img"))
+    expect(records, img.records[:2])
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_ring_wraps_past_the_lap_end(tmp_path, version):
+    """V1 fills the lap's tail with a padding record; V0 leaves it stale and starts the next lap."""
+    img = AutoMQImage(64 * KiB, version, seed=3)  # a ring of 56 KiB
+    for _ in range(9):
+        img.block([3000])  # one 4 KiB block each: 36 KiB
+    trim = img.records[5][0]
+    img.block([9000])  # 12 KiB: 8 KiB left in the lap
+    img.block([9000])  # does not fit: the next lap
+    assert img.records[-1][0] == img.ring
+    img.headers(trim=trim, clean=True)
+    code, records, findings, summary, _ = recover(img.save(tmp_path / "amq.img"))
+    assert code == 0 and findings == [], findings
+    expect(records, img.records[6:])
+    assert summary["trim_offset"] == trim
+
+
+def test_trim_to_the_block_before_the_first_free_one_is_not_a_finding(tmp_path):
+    """Every AutoMQ start trims to 'first free block - 1', an offset that names no record."""
+    img = AutoMQImage(version=1)
+    img.block([100])
+    img.block([100])
+    first_kept = img.next
+    img.block([100, 100])
+    img.headers(trim=first_kept - 1, clean=True)
+    code, records, findings, _, _ = recover(img.save(tmp_path / "amq.img"))
+    assert code == 0 and findings == []
+    expect(records, img.records[2:])
+
+
+# -- crashes and damage, the way AutoMQ's recovery reads them ------------------------------
+
+def test_v1_keeps_only_the_continuous_log_and_reports_the_discarded_blocks(tmp_path):
+    img = log_of(1, blocks=10)
+    starts = img.blocks
+    hole = starts[6]
+    img.damage(hole, bytes(starts[7] - hole))  # a block in flight at the crash never reached the disk
+    img.headers(clean=False)
+    code, records, findings, summary, _ = recover(img.save(tmp_path / "amq.img"))
+    assert code == 0  # a crash explains it
+    expect(records, [r for r in img.records if r[0] < hole])
+    assert [(f["kind"], f["offset"], f["cause"], f["explained_by_crash"]) for f in findings] == [
+        ("discarded", hole, "zero_fill", True)]
+    assert findings[0]["end_offset"] == starts[7]
+    assert "AutoMQ V1" in summary["stopped_by"]
+
+
+def test_v1_same_hole_after_a_clean_shutdown_is_corruption(tmp_path):
+    img = log_of(1, blocks=10)
+    hole = img.blocks[6]
+    img.damage(hole, bytes(img.blocks[7] - hole))
+    img.headers(clean=True)
+    code, records, findings, _, _ = recover(img.save(tmp_path / "amq.img"))
+    assert code == 3
+    assert [f["kind"] for f in findings] == ["discarded"] and not findings[0]["explained_by_crash"]
+
+
+def test_v0_reads_past_a_hole_within_the_window(tmp_path):
+    img = log_of(0, blocks=10)
+    starts = img.blocks
+    img.damage(starts[4], bytes(starts[5] - starts[4]))
+    img.headers(clean=False)
+    code, records, findings, _, _ = recover(img.save(tmp_path / "amq.img"))
+    assert code == 0
+    expect(records, [r for r in img.records if not starts[4] <= r[0] < starts[5]])
+    assert [(f["kind"], f["cause"], f["explained_by_crash"]) for f in findings] == [("hole", "zero_fill", True)]
+
+
+def test_v0_hole_in_a_clean_log_is_corruption(tmp_path):
+    img = log_of(0, blocks=10)
+    starts = img.blocks
+    img.damage(starts[4] + 30, b"\xff")  # a damaged byte in the block's first body
+    img.headers(clean=True)
+    code, records, findings, _, _ = recover(img.save(tmp_path / "amq.img"))
+    assert code == 3
+    assert [(f["kind"], f["cause"]) for f in findings] == [("hole", "checksum_mismatch")]
+    assert len(records) == len(img.records) - sum(1 for r in img.records if starts[4] <= r[0] < starts[5])
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_torn_tail(tmp_path, version):
+    img = log_of(version, blocks=6)
+    last = img.records[-1][0]
+    img.damage(last + 24 + 40, b"\x00\x01\x02")  # the last record's body never fully landed
+    img.headers(clean=False)
+    code, records, findings, _, _ = recover(img.save(tmp_path / "amq.img"))
+    assert code == 0
+    expect(records, img.records[:-1])
+    assert [(f["kind"], f["cause"]) for f in findings] == [("torn_tail", "torn_tail")]
+
+
+def test_v0_stale_record_of_an_earlier_lap_never_passes(tmp_path):
+    img = AutoMQImage(64 * KiB, 0, seed=5)
+    for _ in range(10):
+        img.block([3000])
+    old_block = bytes(img.data[img.pos(8192):img.pos(8192) + BLOCK])  # lap 0's block at offset 8192
+    trim = img.records[8][0]
+    while img.next <= img.ring + 12 * KiB:
+        img.block([3000])  # into lap 1, over the old blocks
+    target = img.ring + 8192
+    assert target in img.blocks and img.next > target + BLOCK
+    img.put(target, old_block)  # that write was lost: the old lap's block is still there
+    img.headers(trim=trim, clean=False)
+    code, records, findings, _, _ = recover(img.save(tmp_path / "amq.img"))
+    assert code == 0
+    expect(records, [r for r in img.records[9:] if r[0] != target])
+    assert [(f["kind"], f["cause"]) for f in findings] == [("hole", "stale_lap")]
+
+
+def test_v1_padding_with_a_bad_crc_is_followed_and_reported(tmp_path):
+    img = AutoMQImage(64 * KiB, 1, seed=4)
+    for _ in range(10):
+        img.block([3000])  # 40 KiB
+    img.block([9000])  # 12 KiB: 4 KiB left in the lap
+    img.block([9000])  # does not fit: a padding record at 52 KiB, then lap 1
+    pad = 52 * KiB
+    assert img.records[-1][0] == img.ring
+    img.damage(pad + 21, b"\x55")  # the padding header's crc
+    img.headers(trim=img.records[7][0], clean=True)
+    code, records, findings, _, _ = recover(img.save(tmp_path / "amq.img"))
+    expect(records, img.records[8:])  # AutoMQ follows it, so walctl shows what AutoMQ recovers
+    assert [(f["kind"], f["offset"], f["cause"], f["explained_by_crash"]) for f in findings] == [
+        ("bad_padding", pad, "checksum_mismatch", False)]
+    assert code == 3
+
+
+def test_damaged_header_slot_uses_the_other_one(tmp_path):
+    img = log_of(1, blocks=4)
+    img.headers(clean=True, slot=1)
+    img.data[4096 + 20] ^= 0x04  # the newer slot's timestamp
+    code, records, findings, _, _ = recover(img.save(tmp_path / "amq.img"), "--hexdump")
+    # the older slot (ungraceful, no trim) is used; every record is still there
+    expect(records, img.records)
+    assert [(f["kind"], f["cause"], f["physical_offset"]) for f in findings] == [
+        ("bad_header_slot", "bad_header_slot", 4096)]
+    assert findings[0]["hexdump"].startswith("00001000: 0123 4567")
+    assert code == 0
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_damaged_record_at_an_aligned_trim_offset(tmp_path, version):
+    """AutoMQ skips the record at trimOffset; V1 still stops at an invalid 4 KiB boundary there."""
+    img = log_of(version, blocks=6)
+    trim = img.blocks[2]
+    img.damage(trim + 30, b"\xff\xff")  # its body
+    img.headers(trim=trim, clean=False)
+    code, records, findings, _, _ = recover(img.save(tmp_path / "amq.img"))
+    later = [r for r in img.records if r[0] >= img.blocks[3]]  # the rest of its block is skipped too
+    if version == 0:
+        assert code == 0
+        expect(records, later)
+        # resuming at the next 4 KiB boundary may land inside the rest of that block: a hole
+        assert [(f["kind"], f["explained_by_crash"]) for f in findings][:1] == [("trim_record", True)]
+        assert all(f["kind"] == "hole" and f["explained_by_crash"] for f in findings[1:])
+    else:
+        assert code == 3
+        expect(records, [])
+        assert [f["kind"] for f in findings] == ["trim_record", "discarded"]
+
+
+# -- never written --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [["append", "{p}", "x"], ["trim", "{p}", "0"], ["init", "{p}"]])
+def test_writers_refuse_an_automq_wal_and_leave_it_untouched(tmp_path, args):
+    img = log_of(1, blocks=3)
+    img.headers(clean=False)
+    path = img.save(tmp_path / "amq.img")
+    before = sha(path)
+    result = CliRunner().invoke(app, [a.format(p=path) for a in args])
+    assert result.exit_code == 5, result.stdout + result.stderr
+    assert sha(path) == before
+
+
+def test_image_copies_an_automq_wal_and_recover_reads_the_copy(tmp_path):
+    img = log_of(0, blocks=5)
+    img.headers(clean=True)
+    path = img.save(tmp_path / "amq.img")
+    with open(path, "ab") as f:
+        f.write(b"\x99" * 12288)  # the device is larger than the WAL's capacity
+    before = sha(path)
+    copy = str(tmp_path / "copy.img")
+    result = CliRunner().invoke(app, ["image", path, copy, "--json"])
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["scope"] == "capacity" and out["size_bytes"] == img.capacity and out["flavour"] == "automq-v0"
+    assert out["sha256"] == hashlib.sha256(bytes(img.data)).hexdigest() == sha(copy)
+    assert open(copy + ".sha256").read() == f"{out['sha256']}  copy.img\n"
+    assert sha(path) == before
+    code, records, _, _, _ = recover(copy)
+    expect(records, img.records)
+
+
+# -- AutoMQ objects (footer version 0) -------------------------------------------------------
+
+def automq_object(streams: dict[int, list[bytes]]) -> bytes:
+    """DataBlocks + IndexBlock + Footer as AutoMQ's ObjectWriter lays them out (zeros at [12, 40))."""
+    data, index = b"", b""
+    for stream, payloads in sorted(streams.items()):
+        batches = b"".join(struct.pack(">BqqqII", 0x22, stream, 0, i, 1, len(p)) + p for i, p in enumerate(payloads))
+        block = struct.pack(">BBii", 0x5A, 0x02, len(payloads), len(batches)) + batches
+        index += struct.pack(">qqiiqi", stream, 0, len(payloads), len(payloads), len(data), len(block))
+        data += block
+    footer = struct.pack(">qi", len(data), len(index)) + bytes(28) + struct.pack(">Q", 0x88E241B785F4CFF7)
+    return data + index + footer
+
+
+def test_inspect_object_reads_an_automq_object(tmp_path):
+    path = tmp_path / "obj"
+    path.write_bytes(automq_object({3: [b"a" * 10, b"b" * 20], 9: [b"c" * 5]}))
+    result = CliRunner().invoke(app, ["inspect-object", str(path), "--deep", "--json"])
+    assert result.exit_code == 0, result.stdout + result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert lines[0]["version"] == 0 and lines[0]["index_crc"] is None
+    assert [(e["stream_id"], e["end_offset"]) for e in lines if e["type"] == "index_entry"] == [(3, 2), (9, 1)]
