@@ -48,13 +48,23 @@ def append_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Append records to the WAL; each offset is printed (and flushed) once it and all before it are durable."""
+    stream_id = stream if stream is not None else 0
+    previous_sigterm = _terminate_gracefully()
+    try:
+        _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out)
+    finally:
+        import signal
+
+        signal.signal(signal.SIGTERM, previous_sigterm)
+
+
+def _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out):
     import time
 
     from walctl.errors import UsageError, WalctlError
     from walctl.format.batch import StreamRecordBatch
     from walctl.wal.ops import open_writer
 
-    stream_id = stream if stream is not None else 0
     if data and input_path is not None:
         raise UsageError("give DATA arguments or --input, not both")
     if not data and input_path is None:
@@ -85,7 +95,6 @@ def append_cmd(
             stats["stdout_closed"] = True
             silence_stdout()
 
-    _terminate_gracefully()
     started = time.monotonic()
     opened = open_writer(device, scan=base_offset is None, iodepth=iodepth, on_ack=on_ack)
     writer = opened.writer
@@ -136,14 +145,17 @@ def append_cmd(
         print(warn_line, file=sys.stderr)
 
 
-def _terminate_gracefully() -> None:
-    """SIGTERM (systemd, kill) drains and closes like Ctrl-C: queued records still become durable."""
+def _terminate_gracefully():
+    """SIGTERM (systemd, kill) drains and closes like Ctrl-C: queued records still become durable.
+
+    Returns the previous handler, which the command puts back when it is done.
+    """
     import signal
 
     def handler(signum, frame):
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, handler)
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def _close_after(writer) -> None:

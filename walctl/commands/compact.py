@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import EndpointOpt, JsonOpt, NamespaceOpt, StoreOpt, app, command, emit_json, stdout_console
+from walctl.cli import EndpointOpt, JsonOpt, NamespaceOpt, StoreOpt, app, command, emit_json, stdout_console, warn
+from walctl.metrics import MetricsFileOpt
 
 
 @app.command("compact")
@@ -34,6 +35,7 @@ def compact_cmd(
         "--dry-run", help="Print the whole plan (inputs, outputs, iterations, GET/PUT counts); write nothing.")] = False,
     namespace: NamespaceOpt = "default",
     endpoint_url: EndpointOpt = None,
+    metrics_file: MetricsFileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Compact Stream Set Objects (AutoMQ's design) and commit the result atomically.
@@ -42,21 +44,27 @@ def compact_cmd(
     compact that starts while one runs fences the first (its commit is refused).
     """
     from walctl.errors import UsageError
+    from walctl.metrics import MetricsRun
     from walctl.sizes import parse_size
     from walctl.spark.compact import compact
     from walctl.store import open_store
 
-    retention: dict[int, int] = {}
-    for item in retention_start or []:
-        stream, _, offset = item.partition("=")
-        if not (stream.isdigit() and offset.isdigit()):
-            raise UsageError(f"bad --retention-start {item!r}", hint="use STREAM=OFFSET, e.g. 7=1000")
-        retention[int(stream)] = int(offset)
-    st = open_store(store, endpoint_url=endpoint_url)
-    result = compact(st, store, endpoint_url=endpoint_url, master=master, memory_limit=parse_size(memory_limit),
-                     split_size=parse_size(split_size), max_objects=max_objects, retention=retention,
-                     dry_run=dry_run, namespace=namespace)
-    out = {"store": store, **result.to_json()}
+    with MetricsRun(metrics_file, "compact", enabled=not dry_run, on_warning=warn) as metrics:
+        retention: dict[int, int] = {}
+        for item in retention_start or []:
+            stream, _, offset = item.partition("=")
+            if not (stream.isdigit() and offset.isdigit()):
+                raise UsageError(f"bad --retention-start {item!r}", hint="use STREAM=OFFSET, e.g. 7=1000")
+            retention[int(stream)] = int(offset)
+        st = open_store(store, endpoint_url=endpoint_url)
+        result = compact(st, store, endpoint_url=endpoint_url, master=master, memory_limit=parse_size(memory_limit),
+                         split_size=parse_size(split_size), max_objects=max_objects, retention=retention,
+                         dry_run=dry_run, namespace=namespace)
+        metrics.summary = out = {"store": store, **result.to_json()}
+        # The tasks' requests happen in executors, with store clients of their own.
+        metrics.record(bytes=out["bytes_written"], read_bytes=out["bytes_read"], objects=len(result.made),
+                       input_objects=0 if result.idle else out["objects_in"],
+                       requests=st.stats.requests + sum(m["gets"] + m["puts"] for m in result.made))
     if json_out:
         emit_json(out)
         return

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import EndpointOpt, JsonOpt, StoreOpt, app, command, emit_json, stdout_console
+from walctl.cli import EndpointOpt, JsonOpt, StoreOpt, app, command, emit_json, stdout_console, warn
+from walctl.metrics import MetricsFileOpt
 
 
 @app.command("gc")
@@ -20,16 +21,23 @@ def gc_cmd(
              "by their own TTL, 1 hour after they were reserved.")] = "1h",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Report what would be deleted; delete nothing.")] = False,
     endpoint_url: EndpointOpt = None,
+    metrics_file: MetricsFileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Garbage-collect the store: orphaned and replaced objects, and manifests beyond the kept history."""
+    from walctl.metrics import MetricsRun
     from walctl.sizes import parse_duration
     from walctl.store import open_store
     from walctl.store.gc import gc
 
-    result = gc(open_store(store, endpoint_url=endpoint_url), grace_s=parse_duration(grace), dry_run=dry_run)
+    with MetricsRun(metrics_file, "gc", enabled=not dry_run, on_warning=warn) as metrics:
+        st = open_store(store, endpoint_url=endpoint_url)
+        result = gc(st, grace_s=parse_duration(grace), dry_run=dry_run)
+        metrics.summary = out = {"store": store, **result.to_json()}
+        metrics.record(objects=len(result.deleted_objects), manifests=len(result.deleted_manifests),
+                       requests=st.stats.requests)
     if json_out:
-        emit_json({"store": store, **result.to_json()})
+        emit_json(out)
         return
     verb = "would delete" if dry_run else "deleted"
     console = stdout_console()

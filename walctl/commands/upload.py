@@ -8,6 +8,7 @@ import typer
 
 from walctl.cli import (DeviceArg, EndpointOpt, JsonOpt, NamespaceOpt, StoreOpt, app, command, emit_json,
                         stdout_console, warn)
+from walctl.metrics import MetricsFileOpt
 
 
 @app.command("upload")
@@ -26,6 +27,7 @@ def upload_cmd(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the objects that would be made; write nothing anywhere.")] = False,
     endpoint_url: EndpointOpt = None,
+    metrics_file: MetricsFileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Upload the WAL's records after the trim point as objects; commit; trim the WAL to the last one.
@@ -33,17 +35,22 @@ def upload_cmd(
     Records this WAL already uploaded (per the store's manifest) are skipped, so a rerun
     after any crash finishes the job without duplicates.
     """
+    from walctl.metrics import MetricsRun
     from walctl.sizes import format_size, parse_size
     from walctl.store import open_store
     from walctl.store.upload import upload
 
-    result = upload(device, open_store(store, endpoint_url=endpoint_url), namespace=namespace,
-                    block_size=parse_size(block_size), split_size=parse_size(split_size),
-                    trim=not no_trim, dry_run=dry_run)
+    with MetricsRun(metrics_file, "upload", enabled=not dry_run, on_warning=warn) as metrics:
+        st = open_store(store, endpoint_url=endpoint_url)
+        result = upload(device, st, namespace=namespace, block_size=parse_size(block_size),
+                        split_size=parse_size(split_size), trim=not no_trim, dry_run=dry_run)
+        metrics.summary = out = {"device": device, "store": store, **result.to_json()}
+        metrics.record(bytes=sum(o["size_bytes"] or 0 for o in result.objects), payload_bytes=result.payload_bytes,
+                       objects=len(result.objects), records=result.records, requests=st.stats.requests)
     for message in result.warnings:
         warn(message)
     if json_out:
-        emit_json({"device": device, "store": store, **result.to_json()})
+        emit_json(out)
         return
     from rich.table import Table
 

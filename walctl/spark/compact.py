@@ -97,14 +97,15 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
     result.epoch = state["epoch"]
     failpoint("compact-after-prepare")
 
-    from walctl.spark.job import run_iterations, spark_session
+    from walctl.spark.job import owns_new_session, run_iterations, spark_session
 
+    ours = spark is None and owns_new_session()  # never stop a session the caller already had
     session = spark if spark is not None else spark_session(master)
     try:
         keys = [p["key"] for p in state["prepared"]]
         made = run_iterations(session, plan, keys, store_url, endpoint_url, progress)
     finally:
-        if spark is None:
+        if ours:
             session.stop()
     failpoint("compact-before-commit")
     _check_made(plan, made)

@@ -90,10 +90,20 @@ def spark_session(master: str):
 
     builder = (SparkSession.builder.master(master).appName("walctl-compact")
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")  # no progress bars in cron logs / --json
                .config("spark.task.maxFailures", "2"))
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def owns_new_session() -> bool:
+    """True when no SparkSession is active yet, so the one we create is ours to stop."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return True
+    return SparkSession.getActiveSession() is None
 
 
 def run_iterations(spark, plan, keys: list[str], store_url: str, endpoint_url: str | None,

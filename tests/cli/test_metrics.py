@@ -1,0 +1,246 @@
+"""--metrics-file on upload, compact and gc: Prometheus text format for node_exporter's textfile
+collector, replaced atomically, a failed run keeping the last success timestamp."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+
+import pytest
+
+from walctl import metrics
+
+NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+
+def parse_strict(text: str) -> dict[str, tuple[str, str, float]]:
+    """Check the exposition format as the textfile collector needs it; return name -> (type, help, value).
+
+    Every family: HELP, then TYPE, then its one sample; counters end in _total; no duplicates.
+    """
+    assert text.endswith("\n")
+    lines = text.splitlines()
+    out: dict[str, tuple[str, str, float]] = {}
+    i = 0
+    while i < len(lines):
+        help_line, type_line, sample = lines[i:i + 3]
+        assert help_line.startswith("# HELP "), help_line
+        _, _, name, help_text = help_line.split(" ", 3)
+        assert NAME.match(name) and help_text.strip()
+        assert type_line == f"# TYPE {name} counter" or type_line == f"# TYPE {name} gauge", type_line
+        kind = type_line.rsplit(" ", 1)[1]
+        if kind == "counter":
+            assert name.endswith("_total"), name
+        sample_name, value = sample.split(" ")
+        assert sample_name == name
+        assert name not in out, f"duplicate {name}"
+        out[name] = (kind, help_text, float(value))
+        i += 3
+    return out
+
+
+def values(path) -> dict[str, float]:
+    return {k: v[2] for k, v in parse_strict(open(path, encoding="utf-8").read()).items()}
+
+
+# -- the module ------------------------------------------------------------------------------
+
+def test_render_a_success_then_a_failure():
+    first = metrics.render("upload", "", success=True, now=1000.5, duration_s=2.0,
+                           amounts={"bytes": 100, "objects": 2, "records": 7, "payload_bytes": 50, "requests": 9})
+    fams = parse_strict(first)
+    assert fams["walctl_upload_success"] == ("gauge", fams["walctl_upload_success"][1], 1.0)
+    v = {k: x[2] for k, x in fams.items()}
+    assert v["walctl_upload_last_success_timestamp_seconds"] == 1000.5
+    assert v["walctl_upload_last_failure_timestamp_seconds"] == 0
+    assert (v["walctl_upload_bytes_total"], v["walctl_upload_objects_total"], v["walctl_upload_requests_total"],
+            v["walctl_upload_records_total"], v["walctl_upload_seconds_total"]) == (100, 2, 9, 7, 2.0)
+    assert (v["walctl_upload_runs_total"], v["walctl_upload_failures_total"]) == (1, 0)
+    assert v["walctl_upload_last_run_bytes"] == 100 and v["walctl_upload_last_run_duration_seconds"] == 2.0
+    assert fams["walctl_upload_bytes_total"][0] == "counter"
+
+    second = metrics.render("upload", first, success=False, now=2000.0, duration_s=1.0, amounts={"bytes": 5})
+    v2 = {k: x[2] for k, x in parse_strict(second).items()}
+    assert v2["walctl_upload_success"] == 0
+    assert v2["walctl_upload_last_success_timestamp_seconds"] == 1000.5  # carried over
+    assert v2["walctl_upload_last_failure_timestamp_seconds"] == 2000.0
+    assert v2["walctl_upload_last_run_timestamp_seconds"] == 2000.0
+    assert v2["walctl_upload_bytes_total"] == 100  # a failed run adds nothing it did not finish
+    assert v2["walctl_upload_last_run_bytes"] == 0
+    assert (v2["walctl_upload_runs_total"], v2["walctl_upload_failures_total"]) == (2, 1)
+    assert v2["walctl_upload_seconds_total"] == 3.0
+
+    third = metrics.render("upload", second, success=True, now=3000.0, duration_s=1.0, amounts={"bytes": 1})
+    v3 = {k: x[2] for k, x in parse_strict(third).items()}
+    assert v3["walctl_upload_last_failure_timestamp_seconds"] == 2000.0  # kept after a success
+    assert v3["walctl_upload_bytes_total"] == 101 and v3["walctl_upload_success"] == 1
+
+
+def test_other_jobs_lines_are_kept_and_garbage_is_dropped():
+    gc_text = metrics.render("gc", "", success=True, now=5.0, duration_s=0.1, amounts={"objects": 3})
+    previous = gc_text + "# some comment\nnot a metric line at all {\nwalctl_upload_runs_total 4\n"
+    text = metrics.render("upload", previous, success=True, now=6.0, duration_s=0.1, amounts={})
+    assert gc_text in text
+    assert "some comment" not in text and "not a metric" not in text
+    assert text.count("walctl_upload_runs_total 5\n") == 1  # continued from the previous value
+    parse_strict(text)
+
+
+def test_a_corrupt_previous_value_restarts_the_counter():
+    text = metrics.render("gc", "walctl_gc_runs_total NaN\nwalctl_gc_objects_total -5\n", success=True, now=1.0,
+                          duration_s=0.0, amounts={"objects": 2})
+    v = {k: x[2] for k, x in parse_strict(text).items()}
+    assert v["walctl_gc_runs_total"] == 1 and v["walctl_gc_objects_total"] == 2
+
+
+def test_every_job_has_its_families():
+    for job, amounts in metrics.AMOUNTS.items():
+        fams = parse_strict(metrics.render(job, "", success=True, now=1.0, duration_s=0.5, amounts={}))
+        for name in ("success", "last_success_timestamp_seconds", "last_failure_timestamp_seconds",
+                     "runs_total", "failures_total", "seconds_total", "last_run_duration_seconds"):
+            assert f"walctl_{job}_{name}" in fams
+        for amount in amounts:
+            assert f"walctl_{job}_{amount}_total" in fams and f"walctl_{job}_last_run_{amount}" in fams
+
+
+def test_write_is_atomic_and_readable_by_others(tmp_path, monkeypatch):
+    path = tmp_path / "walctl.prom"
+    metrics.write_atomic(str(path), "a 1\n")
+    assert path.read_text() == "a 1\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    # a failure between write and rename leaves the old file whole and no temporary file
+    def boom(src, dst):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(metrics.os, "replace", boom)
+    with pytest.raises(metrics.IOFailure):
+        metrics.write_atomic(str(path), "a 2\n")
+    assert path.read_text() == "a 1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["walctl.prom"]
+
+
+# -- through the commands ------------------------------------------------------------------------
+
+@pytest.fixture
+def wal_with_records(new_wal, append_json):
+    dev = new_wal("256KiB")
+    append_json(dev, "one", "two", stream=1)
+    append_json(dev, "three", stream=2)
+    return dev
+
+
+def test_upload_success_then_failure(cli, tmp_path, wal_with_records):
+    store = tmp_path / "store"
+    prom = tmp_path / "textfile" / "walctl-upload.prom"
+    prom.parent.mkdir()
+    res = cli("upload", wal_with_records, "--store", store, "--json", "--metrics-file", prom)
+    assert res.exit_code == 0, res
+    out = res.json_lines()
+    assert len(out) == 1
+    v = values(prom)
+    assert v["walctl_upload_success"] == 1
+    assert v["walctl_upload_objects_total"] == out[0]["objects_made"] == 1
+    assert v["walctl_upload_records_total"] == 3 and v["walctl_upload_payload_bytes_total"] == 11
+    assert v["walctl_upload_bytes_total"] == sum(o["size_bytes"] for o in out[0]["objects"])
+    assert v["walctl_upload_requests_total"] > 0
+    success_ts = v["walctl_upload_last_success_timestamp_seconds"]
+    assert success_ts > 1.6e9
+
+    res = cli("upload", tmp_path / "missing.img", "--store", store, "--json", "--metrics-file", prom)
+    assert res.exit_code == 4
+    res.error_line()
+    v = values(prom)
+    assert v["walctl_upload_success"] == 0
+    assert v["walctl_upload_last_success_timestamp_seconds"] == success_ts
+    assert v["walctl_upload_last_failure_timestamp_seconds"] >= success_ts
+    assert (v["walctl_upload_runs_total"], v["walctl_upload_failures_total"]) == (2, 1)
+    assert v["walctl_upload_objects_total"] == 1
+    assert sorted(p.name for p in prom.parent.iterdir()) == ["walctl-upload.prom"]
+
+
+def test_dry_run_writes_no_metrics(cli, tmp_path, wal_with_records):
+    prom = tmp_path / "upload.prom"
+    res = cli("upload", wal_with_records, "--store", tmp_path / "store", "--dry-run", "--metrics-file", prom)
+    assert res.exit_code == 0, res
+    assert not prom.exists()
+    assert cli("gc", "--store", tmp_path / "store", "--dry-run", "--metrics-file", prom).exit_code == 0
+    assert not prom.exists()
+
+
+def test_missing_directory_is_a_usage_error_before_the_run(cli, tmp_path, wal_with_records):
+    store = tmp_path / "store"
+    res = cli("upload", wal_with_records, "--store", store, "--metrics-file", tmp_path / "nope" / "u.prom")
+    assert res.exit_code == 2
+    assert "--metrics-file" in res.error_line()
+    assert not store.exists()  # nothing ran
+    res = cli("gc", "--store", store, "--metrics-file", tmp_path)
+    assert res.exit_code == 2 and "directory" in res.error_line()
+
+
+def test_metrics_write_failure_after_a_good_run_is_exit_6_with_the_result(cli, tmp_path, wal_with_records,
+                                                                          monkeypatch):
+    def boom(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(metrics.os, "replace", boom)
+    prom = tmp_path / "upload.prom"
+    res = cli("upload", wal_with_records, "--store", tmp_path / "store", "--json", "--metrics-file", prom)
+    assert res.exit_code == 6
+    line = res.error_line()
+    assert "metrics file" in line and "upload run itself succeeded" in line
+    out = res.json_lines()
+    assert len(out) == 1 and out[0]["records"] == 3 and out[0]["error"]["code"] == 6
+    assert not prom.exists()
+
+
+def test_gc_and_idle_compact_write_their_metrics(cli, tmp_path, wal_with_records):
+    store = tmp_path / "store"
+    assert cli("upload", wal_with_records, "--store", store).exit_code == 0
+    gc_prom, compact_prom = tmp_path / "gc.prom", tmp_path / "compact.prom"
+    res = cli("gc", "--store", store, "--json", "--metrics-file", gc_prom)
+    assert res.exit_code == 0, res
+    v = values(gc_prom)
+    assert v["walctl_gc_success"] == 1 and v["walctl_gc_objects_total"] == 0 and v["walctl_gc_requests_total"] > 0
+    # one Stream Object and no Stream Set Object: nothing to compact, Spark never starts
+    res = cli("compact", "--store", store, "--json", "--metrics-file", compact_prom)
+    assert res.exit_code == 0, res
+    assert res.json_lines()[0]["idle"] is True
+    v = values(compact_prom)
+    assert v["walctl_compact_success"] == 1 and v["walctl_compact_objects_total"] == 0
+    assert v["walctl_compact_input_objects_total"] == 0
+
+
+def test_failed_compact_keeps_the_last_success(cli, tmp_path):
+    prom = tmp_path / "compact.prom"
+    store = tmp_path / "store"
+    assert cli("compact", "--store", store, "--metrics-file", prom).exit_code == 0  # an empty store: idle
+    first = values(prom)["walctl_compact_last_success_timestamp_seconds"]
+    res = cli("compact", "--store", store, "--retention-start", "bad", "--metrics-file", prom)
+    assert res.exit_code == 2
+    v = values(prom)
+    assert v["walctl_compact_success"] == 0 and v["walctl_compact_last_success_timestamp_seconds"] == first
+
+
+def test_one_file_shared_by_two_jobs(cli, tmp_path, wal_with_records):
+    prom = tmp_path / "walctl.prom"
+    store = tmp_path / "store"
+    assert cli("upload", wal_with_records, "--store", store, "--metrics-file", prom).exit_code == 0
+    assert cli("gc", "--store", store, "--metrics-file", prom).exit_code == 0
+    v = values(prom)
+    assert v["walctl_upload_success"] == 1 and v["walctl_gc_success"] == 1
+
+
+@pytest.mark.parametrize("cmd", ["upload", "compact", "gc"])
+def test_help_names_the_option(cli, cmd):
+    res = cli(cmd, "--help")
+    assert "--metrics-file" in res.stdout and "textfile" in res.stdout
+
+
+def test_no_temporary_files_after_many_runs(cli, tmp_path):
+    prom = tmp_path / "m" / "gc.prom"
+    prom.parent.mkdir()
+    for _ in range(3):
+        assert cli("gc", "--store", tmp_path / "store", "--metrics-file", prom).exit_code == 0
+    assert os.listdir(prom.parent) == ["gc.prom"]
+    assert values(prom)["walctl_gc_runs_total"] == 3

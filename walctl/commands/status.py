@@ -1,0 +1,89 @@
+"""walctl status: header slots, space used and free, end of log, last shutdown, lock holder."""
+
+from __future__ import annotations
+
+from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, stdout_console, warn
+
+
+@app.command("status")
+@command()
+def status_cmd(device: DeviceArg, json_out: JsonOpt = False) -> None:
+    """Show a WAL's state: both header slots (and which is current), capacity, trim point, end of log,
+    used and free bytes, the last writer's shutdown type, the sliding window and the lock holder.
+
+    Read-only: takes no lock and never writes, so it is safe on a live or a broken device. The end
+    of the log comes from a scan of the live records (as recover does), so it reads the used part
+    of the ring. Used bytes are counted as the writer counts them: end of log minus the trim point.
+    Exit 3 when the scan finds damage a crash does not explain (details: walctl recover).
+    """
+    from walctl.errors import CorruptionError
+    from walctl.status import wal_status
+
+    result = wal_status(device)
+    for message in result.warnings:
+        warn(message)
+    out = result.to_json()
+    if not json_out:
+        _render(out)
+    corrupt = result.corrupt
+    if corrupt:
+        first = corrupt[0]
+        exc = CorruptionError(f"{len(corrupt)} finding(s) a crash does not explain; first: {first.kind} at "
+                              f"offset {first.offset} ({first.reason})", where=device, offset=first.offset,
+                              hint="see 'walctl recover'")
+        exc.summary = out
+        raise exc
+    if json_out:
+        emit_json(out)
+
+
+def _render(out: dict) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from walctl.sizes import format_size
+
+    def size(value) -> str:
+        return "unknown" if value is None else f"{value} ({format_size(value)})"
+
+    def pct(value) -> str:
+        return "" if value is None else f", {value:.2f}%"
+
+    table = Table(title=Text(f"WAL {out['device']}"), show_header=False, title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    add = table.add_row
+
+    def row(name: str, value: str) -> None:
+        add(name, Text(value))  # Text: error messages may hold [brackets], never rich markup
+
+    row("flavour", out["flavour"])
+    for slot in out["slots"]:
+        mark = " (current)" if slot["current"] else ""
+        if slot["valid"]:
+            h = slot["header"]
+            following = "" if h["next_offset"] is None else f", next {h['next_offset']}"  # AutoMQ: no nextOffset
+            text = (f"valid{mark}: written {slot['last_write_timestamp_ns']} ns, trim {h['trim_offset']}"
+                    f"{following}, {h['shutdown_type']}")
+        else:
+            text = f"INVALID: {slot.get('error', '')}"
+        row(f"header slot {slot['slot']}", text)
+    row("capacity", size(out["capacity_bytes"]))
+    row("ring", size(out["ring_bytes"]))
+    row("trim point", str(out["trim_offset"]) + (" (never trimmed)" if out["trim_offset"] < 0 else ""))
+    row("end of log", "unknown" if out["end_offset"] is None else str(out["end_offset"]))
+    row("used", size(out["used_bytes"]) + pct(out["used_percent"]))
+    row("free", size(out["free_bytes"]) + pct(out["free_percent"]))
+    if out["records"] is not None:
+        row("live records", f"{out['records']} in {out['streams']} streams, "
+                                      f"{format_size(out['payload_bytes'])} payload")
+        row("findings", f"{out['findings']} ({out['corrupt_findings']} not explained by a crash)")
+    row("last shutdown", out["shutdown_type"] +
+                  (" (the last writer did not close cleanly, or is still running)"
+                   if out["shutdown_type"] == "ungraceful" else ""))
+    row("sliding window", size(out["sliding_window_max_length_bytes"]))
+    row("node id", str(out["node_id"]))
+    holder = out["lock_holder_pid"]
+    row("lock holder", "none" if holder is None else
+                  f"pid {holder}" + (f" ({out['lock_holder_command']})" if out["lock_holder_command"] else ""))
+    stdout_console().print(table)

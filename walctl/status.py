@@ -1,0 +1,144 @@
+"""walctl status: a read-only overview of a WAL (header slots, space, end of log, lock holder).
+
+Opens the device read-only and takes no lock, like ``recover``: safe on a live or a
+broken device. The end of the log comes from the same recovery scan ``recover`` runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from walctl.format.header import HEADERS_SIZE, WalHeader
+from walctl.wal import reader
+from walctl.wal.headers import HeaderState
+
+
+@dataclass
+class StatusResult:
+    """What ``wal_status`` found; ``to_json`` is the command's JSON contract (add, never rename)."""
+
+    path: str
+    device_size_bytes: int
+    state: HeaderState
+    scan: reader.ScanResult | None  # None only when no scan ran
+    lock_holder_pid: int | None
+    lock_holder_command: str | None
+    warnings: list[str] = field(default_factory=list)
+    live_streams: list[int] = field(default_factory=list)  # stream ids with a live record
+
+    @property
+    def header(self) -> WalHeader:
+        return self.state.header
+
+    @property
+    def start_offset(self) -> int:
+        """Where the live log starts: the trim point (its record is deleted), or 0 before any trim."""
+        return max(self.header.trim_offset, 0)
+
+    @property
+    def used_bytes(self) -> int | None:
+        """Ring bytes in use as the writer counts them: end of log minus the trim point (logical)."""
+        if self.scan is None:
+            return None
+        return self.scan.end_offset - self.start_offset
+
+    @property
+    def free_bytes(self) -> int | None:
+        used = self.used_bytes
+        return None if used is None else self.header.ring_size - used
+
+    @property
+    def corrupt(self) -> list[reader.Finding]:
+        return self.scan.corrupt if self.scan is not None else []
+
+    def to_json(self) -> dict:
+        header = self.header
+        ring = header.ring_size
+        used, free = self.used_bytes, self.free_bytes
+        slots = []
+        for slot in self.state.slots:
+            item = slot.to_json()
+            item["current"] = slot.index == self.state.current
+            item["header"] = slot.header.to_json() if slot.header is not None else None
+            slots.append(item)
+        scan = self.scan
+        return {
+            "device": self.path,
+            "device_size_bytes": self.device_size_bytes,
+            "flavour": header.flavour,
+            "current_slot": self.state.current,
+            "slots": slots,
+            "header": header.to_json(),
+            "capacity_bytes": header.capacity,
+            "ring_bytes": ring,
+            "headers_bytes": HEADERS_SIZE,
+            "trim_offset": header.trim_offset,
+            "start_offset": self.start_offset,
+            "end_offset": scan.end_offset if scan else None,
+            "next_block_offset": scan.next_block_offset if scan else None,
+            "next_offset_in_header": header.next_offset if header.flavour == "walctl" else None,
+            "used_bytes": used,
+            "free_bytes": free,
+            "used_percent": None if used is None else round(100.0 * used / ring, 2),
+            "free_percent": None if free is None else round(100.0 * free / ring, 2),
+            "shutdown_type": "graceful" if header.clean else "ungraceful",
+            "sliding_window_max_length_bytes": header.sliding_window_max_length,
+            "node_id": header.node_id,
+            "epoch": header.epoch,
+            "last_write_timestamp_ns": header.last_write_timestamp_ns,
+            "records": scan.records if scan else None,
+            "payload_bytes": scan.payload_bytes if scan else None,
+            "streams": len(self.live_streams) if scan else None,
+            "stream_ids": self.live_streams if scan else None,
+            "findings": len(scan.findings) if scan else None,
+            "corrupt_findings": len(scan.corrupt) if scan else None,
+            "stopped_by": scan.stopped_by if scan else None,
+            "bytes_read": scan.bytes_read if scan else None,
+            "lock_holder_pid": self.lock_holder_pid,
+            "lock_holder_command": self.lock_holder_command,
+            "writer_active": self.lock_holder_pid is not None,
+        }
+
+
+def wal_status(path: str) -> StatusResult:
+    """Read both header slots and scan the log to its end; never writes, takes no lock.
+
+    Raises:
+        NotFoundError: no such device, or no valid WAL header.
+        CorruptionError: the header's capacity exceeds the device.
+        IOFailure: the device cannot be read.
+    """
+    from walctl.wal.ops import open_reader
+
+    session = open_reader(path)
+    try:
+        header = session.state.header
+        warnings = list(session.warnings)
+        streams: set[int] = set()
+        # AutoMQ's WALs too: the scan reads them with AutoMQ's checksums and rules (forensics).
+        scan = reader.ScanResult(header, reader.Ring(header.capacity))
+        # With a live writer, blocks may land while we read: the probe beyond the window
+        # would take them for mid-log damage, so (as recover) it runs only with no writer.
+        for event in reader.scan(session.dev, header, result=scan, probe=session.writer_pid is None):
+            if isinstance(event, reader.Entry) and event.batch is not None:
+                streams.add(event.batch.stream_id)
+        # A live writer: the device layer's warning already says the figures may be moving.
+        return StatusResult(path, session.dev.size_bytes, session.state, scan, session.writer_pid,
+                            _command_of(session.writer_pid), warnings, sorted(streams))
+    finally:
+        session.dev.close()
+
+
+def _command_of(pid: int | None) -> str | None:
+    """The holder's process name from /proc/PID/comm (None when gone or unreadable).
+
+    Not its command line: that may carry record payloads or credentials.
+    """
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            name = f.read().strip().decode("utf-8", "replace")
+    except OSError:
+        return None
+    return name or None
