@@ -199,3 +199,7 @@ from walctl.commands import inspect_object as _inspect_object  # noqa: E402,F401
 from walctl.commands import ls as _ls  # noqa: E402,F401
 from walctl.commands import gc as _gc  # noqa: E402,F401
 from walctl.commands import compact as _compact  # noqa: E402,F401
+from walctl.commands import status as _status  # noqa: E402,F401
+from walctl.commands import selftest as _selftest  # noqa: E402,F401
+from walctl.commands import image as _image  # noqa: E402,F401
+from walctl.commands import bench as _bench  # noqa: E402,F401

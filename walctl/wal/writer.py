@@ -17,10 +17,10 @@ import contextlib
 import signal
 import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from walctl.device.blockio import open_write_queue
 from walctl.device.buffers import aligned_buffer
 from walctl.errors import FullError, IOFailure, UsageError, WalctlError
 from walctl.format import record as rec
@@ -56,7 +56,10 @@ class _Block:
     start: int
     end: int  # logical end of the block's extent (padding blocks extend to the lap end)
     records: list[tuple[int, Any]] = field(default_factory=list)
-    data: bytearray = field(default_factory=bytearray)
+    # Records are encoded straight into the aligned buffer that is written (zero-padded to
+    # 4 KiB when sealed): no intermediate copy of the block.
+    buf: Any = None
+    length: int = 0  # bytes of records (or of the padding record's header) in buf
     done: bool = False
     error: BaseException | None = None
 
@@ -74,16 +77,23 @@ class WalWriter:
         self.ring = Ring(state.header.capacity)
         self.next_block = next_offset
         self.iodepth = iodepth
+        self.run_ahead = iodepth  # sealed blocks the appender may queue while every slot is busy
         self.block_soft_limit = block_soft_limit
         self.on_ack = on_ack
         self.window_cap = min(window_upper_limit, self.ring.size)
         self._lock = threading.Condition()
         self._cur: _Block | None = None
+        self._ready: deque[_Block] = deque()  # sealed blocks waiting for an I/O slot, in log order
         self._inflight: deque[_Block] = deque()
         self._busy = 0  # blocks whose write has not completed (I/O slots in use)
         self._failed: BaseException | None = None
         self._closed = False
-        self._pool = ThreadPoolExecutor(max_workers=iodepth, thread_name_prefix="walctl-io")
+        # Blocks go through the device layer's write queue: native AIO on an O_DIRECT device
+        # (one reaper thread, no thread per write), threads elsewhere. Either calls back only
+        # once the write is durable.
+        self._queue = open_write_queue(dev, iodepth)
+        self._buffer_bytes = align_up(block_soft_limit)
+        self._spare_buffers: list = []  # block buffers of _buffer_bytes, reused: no mmap per block
         # stats
         self.blocks_written = 0
         self.bytes_written = 0
@@ -96,6 +106,11 @@ class WalWriter:
         return self.state.header
 
     @property
+    def io_engine(self) -> str:
+        """How blocks are written: "aio" (native AIO) or "threads" (walctl.device.blockio)."""
+        return self._queue.engine
+
+    @property
     def trim_start(self) -> int:
         return max(self.state.header.trim_offset, 0)
 
@@ -105,12 +120,20 @@ class WalWriter:
         if size > self.ring.size or align_up(size) > self.window_cap:
             raise UsageError(f"record of {len(body)} bytes does not fit this WAL "
                              f"(ring {self.ring.size} bytes, window limit {self.window_cap} bytes)")
+        # Completions waiting in the queue run here rather than after a GIL switch to its
+        # reaper thread: a busy appender would otherwise delay them by the switch interval.
+        if not self._closed:
+            self._queue.poll()
         with self._lock:
             self._check_usable()
             offset = self._place(size)
             cur = self._cur
-            cur.data += rec.encode_record(offset, body)
-            cur.end = cur.start + align_up(len(cur.data))
+            pos = cur.length
+            buf = cur.buf
+            buf[pos:pos + rec.SIZE] = rec.RecordHeader.for_body(offset, body).encode()
+            buf[pos + rec.SIZE:pos + size] = body
+            cur.length = pos + size
+            cur.end = cur.start + align_up(cur.length)
             cur.records.append((offset, token))
             self._submit_cur(wait=False)
             return offset
@@ -150,7 +173,7 @@ class WalWriter:
                     self._write_header(shutdown_type=SHUTDOWN_GRACEFUL, next_offset=self.next_block)
         finally:
             self._closed = True
-            self._pool.shutdown(wait=True)
+            self._queue.close()
             self.dev.close()
         if self._failed is not None:
             raise self._as_failure(self._failed)
@@ -161,7 +184,7 @@ class WalWriter:
             if self._closed:
                 return
             self._closed = True
-        self._pool.shutdown(wait=True)
+        self._queue.close()
         self.dev.close()
 
     # -- placement -----------------------------------------------------------------
@@ -169,9 +192,11 @@ class WalWriter:
         """Make room for a record of ``size`` bytes in the current block; return its offset."""
         cur = self._cur
         if cur is not None:
-            pos = cur.start + len(cur.data)
-            if len(cur.data) + size > self.block_soft_limit or pos + size > self.ring.lap_end(cur.start):
-                self._submit_cur(wait=True)
+            pos = cur.start + cur.length
+            if cur.length + size > self.block_soft_limit or pos + size > self.ring.lap_end(cur.start):
+                self._seal()
+                # Run ahead by at most iodepth sealed blocks while every slot is busy.
+                self._pump(wait=True, keep=self.run_ahead)
                 cur = self._cur
         if cur is None:
             start = self.next_block
@@ -179,15 +204,24 @@ class WalWriter:
             if start + size > lap_end:
                 # The record would cross the ring's end: pad the rest of the lap.
                 self._check_room(lap_end)
-                self._submit(_Block(start, lap_end, data=bytearray(rec.RecordHeader.padding(
-                    start, lap_end - start).encode())), wait=True)
+                padding = rec.RecordHeader.padding(start, lap_end - start).encode()
+                self._cur = _Block(start, lap_end, buf=self._take_buffer(len(padding)), length=len(padding))
+                self._cur.buf[:len(padding)] = padding
+                self._seal()
+                self._pump(wait=True, keep=self.run_ahead)
                 start = self.next_block
             self._check_room(align_up(start + size))
-            self._cur = _Block(start, start)
+            self._cur = _Block(start, start, buf=self._take_buffer(size))
             return start
-        pos = cur.start + len(cur.data)
+        pos = cur.start + cur.length
         self._check_room(align_up(pos + size))
         return pos
+
+    def _take_buffer(self, size: int):
+        """An aligned buffer for a new block whose first record takes ``size`` bytes."""
+        if size <= self._buffer_bytes:
+            return self._spare_buffers.pop() if self._spare_buffers else aligned_buffer(self._buffer_bytes)
+        return aligned_buffer(align_up(size))  # one record larger than the block limit: a block of its own
 
     def _check_room(self, end: int) -> None:
         if end - self.trim_start > self.ring.size:
@@ -195,41 +229,64 @@ class WalWriter:
                             offset=self.trim_start + self.ring.size)
 
     # -- submission ----------------------------------------------------------------
+    # A block goes: current (records are added) -> sealed, in _ready (its place in the log
+    # is final) -> in flight -> durable. Blocks leave _ready strictly in log order, so
+    # _inflight, and the acknowledgements, stay in log order. While every slot is busy the
+    # appender seals up to iodepth blocks ahead: devices often complete a batch of writes
+    # together (at one cache flush), and then a full block is ready for every slot, rather
+    # than whatever partial block was being built at that moment.
     def _submit_cur(self, *, wait: bool) -> None:
-        if self._cur is None or not self._cur.data:
-            return
-        if not wait and self._busy >= self.iodepth:
-            return  # keep batching: a completion will submit it
-        block, self._cur = self._cur, None
-        submitted = False
-        try:
-            submitted = self._submit(block, wait=wait)
-        finally:
-            # Not submitted (no slot yet, or an interrupt such as SIGTERM while waiting for
-            # one): the block and its records stay queued, to be written by close().
-            if not submitted and self._cur is None:
-                self._cur = block
+        """Seal the current block and start writes; without ``wait``, seal only if a slot is idle."""
+        cur = self._cur
+        if cur is not None and cur.length and (wait or (not self._ready and self._busy < self.iodepth)):
+            self._seal()
+        self._pump(wait=wait)
 
-    def _submit(self, block: _Block, *, wait: bool) -> bool:
-        """Start the durable write of ``block``; False when it must wait and ``wait`` is False."""
-        while True:
+    def _seal(self) -> None:
+        """Queue the current block for writing; the next block starts where it ends."""
+        cur = self._cur
+        # Blocks are written zero-padded to 4 KiB (a reused buffer holds an older block's bytes).
+        cur.buf[cur.length:align_up(cur.length)] = bytes(align_up(cur.length) - cur.length)
+        with _signals_deferred():
+            # Both or neither: an interrupt in between would lose or duplicate the block.
+            block, self._cur = self._cur, None
+            self._ready.append(block)
+            self.next_block = block.end
+
+    def _pump(self, *, wait: bool, keep: int = 0) -> None:
+        """Start the writes of sealed blocks while slots are free; with ``wait``, until at most ``keep`` wait."""
+        ready = self._ready
+        while ready:
             self._check_usable()
-            if self._busy < self.iodepth and self._fits_window(block):
-                break
-            if not wait:
-                return False
-            self._lock.wait()
-        buf = aligned_buffer(align_up(len(block.data)))
-        buf[:len(block.data)] = block.data
+            if self._busy < self.iodepth and self._fits_window(ready[0]):
+                self._submit(ready[0])
+            elif wait and len(ready) > keep:
+                # An interrupt (SIGTERM) here leaves the sealed blocks queued: close() writes them.
+                self._lock.wait()
+            else:
+                return
+
+    def _submit(self, block: _Block) -> None:
+        """Start the durable write of ``block``, the first sealed one (a slot is free, the window fits)."""
+        buf = block.buf
+        padded = align_up(block.length)
         with _signals_deferred():
             # The bookkeeping and the submission happen together or not at all: an interrupt
             # in between would leave a block in flight that never completes.
-            self.next_block = block.end
+            self._ready.popleft()
             self._inflight.append(block)
             self._busy += 1
-            future = self._pool.submit(self._write_block, block, buf)
-        future.add_done_callback(lambda f, b=block: self._completed(b, f.exception()))
-        return True
+            # Durability: the device is open with O_DIRECT + O_DSYNC (or buffered + fdatasync),
+            # and the queue calls back only when the write returned from the device, with the
+            # block on stable media. This is what lets _completed acknowledge the block's records.
+            try:
+                self._queue.submit(self.ring.physical(block.start), buf,
+                                   lambda error, b=block, buf=buf: self._completed(b, error, buf), length=padded)
+            except BaseException:  # refused before it started: no completion will come
+                self._inflight.pop()
+                self._busy -= 1
+                self._ready.appendleft(block)
+                raise
 
     def _fits_window(self, block: _Block) -> bool:
         """Grow the persisted window before a block would end past it; False if it must wait."""
@@ -244,22 +301,18 @@ class WalWriter:
             return need <= self.state.header.sliding_window_max_length
         return False  # at the cap: wait for earlier blocks to become durable
 
-    def _write_block(self, block: _Block, buf) -> None:
-        # Durability: the device is open with O_DIRECT + O_DSYNC (or buffered + fdatasync),
-        # so pwrite returns only when the block is on stable media. This is what lets
-        # _completed acknowledge the block's records.
-        self.dev.pwrite(self.ring.physical(block.start), buf)
-
-    def _completed(self, block: _Block, error: BaseException | None) -> None:
+    def _completed(self, block: _Block, error: BaseException | None, buf=None) -> None:
         with self._lock:
             self._busy -= 1
+            if buf is not None and len(buf) == self._buffer_bytes:
+                self._spare_buffers.append(buf)
             block.done = True
             block.error = error
             if error is not None and self._failed is None:
                 self._failed = error
             else:
                 self.blocks_written += 1
-                self.bytes_written += align_up(len(block.data))
+                self.bytes_written += align_up(block.length)
             while self._inflight and self._inflight[0].done and self._inflight[0].error is None \
                     and self._failed is None:
                 head = self._inflight.popleft()
@@ -274,7 +327,7 @@ class WalWriter:
             if self._failed is not None:
                 # Nothing at or after the failed block is acknowledged; let waiters see it.
                 self._inflight = deque(b for b in self._inflight if not b.done)
-            elif self._cur is not None and not self._closed:
+            elif not self._closed:
                 try:
                     self._submit_cur(wait=False)
                 except WalctlError as exc:  # a header write for the window failed

@@ -1,0 +1,139 @@
+"""Raw device modes: random writes (iops) and sequential writes (bandwidth) at a queue depth.
+
+Writes go through the same WriteQueue as the WAL writer (walctl.device.blockio:
+native AIO on the O_DIRECT | O_DSYNC fd, or threads), so each one is as durable
+as a WAL block when it completes. Each I/O slot resubmits from its own completion,
+keeping ``iodepth`` writes in flight until the duration is over, like fio.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import threading
+import time
+from typing import Callable
+
+from walctl.bench.stats import LatencyRecorder, LatencySummary, ModeResult
+from walctl.device.buffers import aligned_buffer
+
+# Called about twice a second from the calling thread: (writes, bytes, elapsed_s).
+Progress = Callable[[int, int, float], None]
+PROGRESS_INTERVAL_S = 0.5
+
+
+class _Run:
+    """Shared state of one raw run; each slot's callback touches only its own counters."""
+
+    def __init__(self, queue, *, block_size: int, region_start: int, region_bytes: int, sequential: bool,
+                 iodepth: int, seed: int):
+        self.queue = queue
+        self.block_size = block_size
+        self.region_start = region_start
+        self.blocks = region_bytes // block_size
+        self.sequential = sequential
+        self.deadline_ns = 0  # set when the run starts
+        self.stop = False
+        self.error: BaseException | None = None
+        self.finished = threading.Event()
+        self.lock = threading.Lock()
+        self.in_flight = iodepth
+        self.next_block = itertools.count()  # next() is atomic in CPython: slots share it safely
+        self.rngs = [random.Random(seed + slot) for slot in range(iodepth)]
+        self.recorders = [LatencyRecorder() for _ in range(iodepth)]
+        self.started_ns = [0] * iodepth
+        self.counts = [0] * iodepth
+        # Incompressible contents, like fio's default buffers.
+        self.buffers = []
+        for _ in range(iodepth):
+            buf = aligned_buffer(block_size)
+            buf[:] = os.urandom(block_size)
+            self.buffers.append(buf)
+        self.callbacks = [self._callback(slot) for slot in range(iodepth)]
+        self.last_done_ns = 0
+
+    def offset(self, slot: int) -> int:
+        if self.sequential:
+            index = next(self.next_block) % self.blocks
+        else:
+            index = self.rngs[slot].randrange(self.blocks)
+        return self.region_start + index * self.block_size
+
+    def start(self, slot: int) -> None:
+        self.started_ns[slot] = time.perf_counter_ns()
+        self.queue.submit(self.offset(slot), self.buffers[slot], self.callbacks[slot])
+
+    def _callback(self, slot: int):
+        samples = self.recorders[slot].samples
+        counts = self.counts
+        clock = time.perf_counter_ns
+
+        def done(error: BaseException | None) -> None:
+            now = clock()
+            if error is None:
+                samples.append(now - self.started_ns[slot])
+                counts[slot] += 1
+            elif self.error is None:
+                self.error = error
+            if error is None and not self.stop and now < self.deadline_ns:
+                try:
+                    self.start(slot)
+                    return
+                except BaseException as exc:  # a submit refused: stop like an I/O error
+                    if self.error is None:
+                        self.error = exc
+            self._retire(now)
+
+        return done
+
+    def _retire(self, now: int) -> None:
+        with self.lock:
+            self.in_flight -= 1
+            self.last_done_ns = max(self.last_done_ns, now)
+            if self.in_flight == 0:
+                self.finished.set()
+
+
+def run_raw(queue, mode: str, *, block_size: int, region_start: int, region_bytes: int, iodepth: int,
+            duration_s: float, progress: Progress | None = None, seed: int = 1) -> ModeResult:
+    """Keep ``iodepth`` writes of ``block_size`` in flight for ``duration_s``; random for "iops".
+
+    Raises:
+        IOFailure: a write failed (after every write in flight has finished).
+    """
+    run = _Run(queue, block_size=block_size, region_start=region_start, region_bytes=region_bytes,
+               sequential=(mode == "bandwidth"), iodepth=iodepth, seed=seed)
+    started = time.perf_counter_ns()
+    run.deadline_ns = started + int(duration_s * 1e9)
+    submitted = 0
+    try:
+        for slot in range(iodepth):
+            run.start(slot)
+            submitted += 1
+        next_progress = time.monotonic() + PROGRESS_INTERVAL_S
+        while not run.finished.is_set():
+            if queue.engine == "aio":
+                # This thread reaps and resubmits itself, as fio does: no hand-off to another thread.
+                queue.wait(PROGRESS_INTERVAL_S)
+            else:
+                run.finished.wait(PROGRESS_INTERVAL_S)
+            if progress is not None and time.monotonic() >= next_progress:
+                next_progress = time.monotonic() + PROGRESS_INTERVAL_S
+                writes = sum(run.counts)
+                progress(writes, writes * block_size, (time.perf_counter_ns() - started) / 1e9)
+    except BaseException:
+        run.stop = True  # Ctrl-C or a failed first submit: let what is in flight finish
+        with run.lock:
+            run.in_flight -= iodepth - submitted
+            if run.in_flight == 0:
+                run.finished.set()
+        while not run.finished.wait(0 if queue.engine == "aio" else None):
+            queue.wait(PROGRESS_INTERVAL_S)
+        raise
+    if run.error is not None:
+        raise run.error
+    writes = sum(run.counts)
+    seconds = (max(run.last_done_ns, started + 1) - started) / 1e9
+    latency = LatencySummary.from_ns(itertools.chain.from_iterable(r.samples for r in run.recorders))
+    return ModeResult(mode, queue.engine, block_size, iodepth, seconds, writes, writes * block_size, latency)

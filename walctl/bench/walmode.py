@@ -1,0 +1,141 @@
+"""The WAL mode: records appended through the real engine (init_wal, open_writer, WalWriter).
+
+A record counts when ``on_ack`` reports it: its block and every block before it
+came back from a durable write. Latency is from ``append`` to that acknowledgement.
+Like a WAL whose data is uploaded, the log is trimmed as it fills, and trimmed
+empty at the end so the device can be benchmarked again without --force.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Callable
+
+from walctl.bench.stats import MIB, LatencyRecorder, LatencySummary, ModeResult
+from walctl.device.blockio import IO_ENGINE_ENV
+from walctl.errors import UsageError
+from walctl.format.batch import StreamRecordBatch
+from walctl.format.header import HEADERS_SIZE, MIN_CAPACITY
+
+# Called about twice a second from the appending thread: (records, payload bytes, elapsed_s).
+Progress = Callable[[int, int, float], None]
+PROGRESS_INTERVAL_NS = 500_000_000
+# Trim once more than this share of the ring is in use (an uploader would do it).
+TRIM_FRACTION = 0.5
+# Look at the trim point every so many records (a header write each time it moves).
+TRIM_CHECK_EVERY = 64
+# Pacing sleeps in slices no longer than this, so the end of the run is not overslept.
+MAX_SLEEP_S = 0.05
+
+
+def run_wal(path: str, *, capacity: int, record_size: int, iodepth: int, duration_s: float,
+            rate: float | None = None, bandwidth_mib: float | None = None, engine: str | None = None,
+            progress: Progress | None = None) -> tuple[ModeResult, list[str]]:
+    """Initialise a WAL over [0, capacity) of ``path`` and append records of ``record_size`` payload bytes.
+
+    Args:
+        rate: at most this many records per second (None: as fast as the WAL takes them).
+        bandwidth_mib: at most this many payload MiB per second.
+        engine: the I/O engine of the writer ("aio", "threads"; None: the default choice).
+    Returns:
+        The result and the warnings of opening the WAL.
+    Raises:
+        UsageError: capacity too small for the record size.
+    """
+    from walctl.wal.ops import init_wal, open_writer
+
+    if capacity < MIN_CAPACITY:
+        raise UsageError(f"the WAL mode needs at least {MIN_CAPACITY} bytes, got {capacity}", where=path)
+    warnings: list[str] = []
+    payload = os.urandom(record_size)
+    recorder = LatencyRecorder()
+    samples = recorder.samples
+    clock = time.perf_counter_ns
+    acked = {"records": 0, "last_offset": -1}
+
+    def on_ack(offset: int, token: int) -> None:
+        samples.append(clock() - token)
+        acked["records"] += 1
+        acked["last_offset"] = offset
+
+    with _engine(engine):
+        # The target was checked (and --force honoured) by the caller: init may overwrite.
+        result = init_wal(path, capacity, force=True)
+        warnings += result.warnings
+        opened = open_writer(path, iodepth=iodepth, on_ack=on_ack)
+    writer = opened.writer
+    warnings += opened.warnings
+    ring = capacity - HEADERS_SIZE
+    trim_at = max(int(ring * TRIM_FRACTION), 1)
+    records = 0
+    started = clock()
+    deadline = started + int(duration_s * 1e9)
+    next_progress = started + PROGRESS_INTERVAL_NS
+    records_interval_ns = 1e9 / rate if rate else 0.0
+    bytes_interval_ns = 1e9 / (bandwidth_mib * MIB) if bandwidth_mib else 0.0
+    try:
+        while True:
+            now = clock()
+            if now >= deadline:
+                break
+            if rate or bandwidth_mib:
+                # Pace by an absolute schedule, so sleeping late never lowers the average rate.
+                due = started + max(records * records_interval_ns, records * record_size * bytes_interval_ns)
+                if due > now:
+                    time.sleep(min(due - now, deadline - now, MAX_SLEEP_S * 1e9) / 1e9)
+                    continue
+            body = StreamRecordBatch(0, 0, records, 1, payload).encode()
+            writer.append(body, clock())
+            records += 1
+            if records % TRIM_CHECK_EVERY == 0:
+                last = acked["last_offset"]
+                if last >= 0 and writer.next_block - writer.trim_start > trim_at and last > writer.header.trim_offset:
+                    writer.update_header(trim_offset=last)
+            if progress is not None and now >= next_progress:
+                next_progress = now + PROGRESS_INTERVAL_NS
+                progress(acked["records"], acked["records"] * record_size, (now - started) / 1e9)
+        writer.drain()
+        seconds = (clock() - started) / 1e9
+        _trim_all(writer, acked["last_offset"])
+    except BaseException:  # Ctrl-C or an I/O error: still leave an empty WAL if the device lets us
+        try:
+            writer.drain()
+            _trim_all(writer, acked["last_offset"])
+            writer.close()
+        except Exception:
+            writer.abort()
+        raise
+    writer.close()
+    extra = {"record_size_bytes": record_size, "records": acked["records"],
+             "records_per_s": round(acked["records"] / seconds, 1) if seconds > 0 else 0.0,
+             "payload_bytes": acked["records"] * record_size, "blocks_written": writer.blocks_written,
+             "avg_block_bytes": writer.bytes_written // writer.blocks_written if writer.blocks_written else 0,
+             "header_writes": writer.header_writes, "capacity_bytes": capacity,
+             "rate_limit_records_per_s": rate, "bandwidth_limit_mib_per_s": bandwidth_mib}
+    return (ModeResult("wal", writer.io_engine, None, iodepth, seconds, writer.blocks_written, writer.bytes_written,
+                       LatencySummary.from_ns(samples), extra), warnings)
+
+
+def _trim_all(writer, last_offset: int) -> None:
+    """Bench records are nobody's data: trim them all, leaving an empty WAL a rerun may overwrite."""
+    if last_offset > writer.header.trim_offset:
+        writer.update_header(trim_offset=last_offset)
+
+
+@contextlib.contextmanager
+def _engine(engine: str | None):
+    """The writer picks its I/O engine from WALCTL_IO_ENGINE: set it while the WAL is opened."""
+    if engine is None:
+        yield
+        return
+    previous = os.environ.get(IO_ENGINE_ENV)
+    os.environ[IO_ENGINE_ENV] = engine
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(IO_ENGINE_ENV, None)
+        else:
+            os.environ[IO_ENGINE_ENV] = previous

@@ -1,0 +1,158 @@
+"""walctl bench: measure the device (random and sequential durable writes) and the WAL's append path."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from typing import Annotated
+
+import typer
+
+from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, stdout_console, warn
+
+
+class Mode(str, enum.Enum):
+    iops = "iops"
+    bandwidth = "bandwidth"
+    wal = "wal"
+    all = "all"
+
+
+class Engine(str, enum.Enum):
+    auto = "auto"
+    aio = "aio"
+    threads = "threads"
+
+
+@app.command("bench")
+@command()
+def bench_cmd(
+    device: DeviceArg,
+    mode: Annotated[Mode, typer.Option(
+        "--mode", help="What to measure: 'iops' (4 KiB random writes), 'bandwidth' (sequential writes of "
+                       "256 KiB, then 1 MiB), 'wal' (records appended through the WAL engine, each "
+                       "acknowledged once durable; its IOPS counts blocks written and its MiB/s is "
+                       "payload) or 'all' (the three, in that order).")] = Mode.all,
+    block_size: Annotated[str | None, typer.Option(
+        "--block-size", metavar="SIZE",
+        help="Bytes per write of the iops and bandwidth modes, a multiple of 4096 (default: 4KiB for iops; "
+             "256KiB, the WAL's block limit, then 1MiB for bandwidth).")] = None,
+    iodepth: Annotated[int, typer.Option(
+        "--iodepth", envvar="WALCTL_IODEPTH", min=1, max=256,
+        help="Writes in flight at once (queue depth), in every mode; the WAL mode's blocks in flight.")] = 4,
+    record_size: Annotated[str, typer.Option(
+        "--record-size", metavar="SIZE", help="Payload bytes per record in the wal mode.")] = "64KiB",
+    rate: Annotated[float | None, typer.Option(
+        "--rate", metavar="IOPS", min=0.001,
+        help="wal mode: append at most this many records per second (default: as fast as the WAL "
+             "takes them), like AutoMQ's IOPS limit.")] = None,
+    bandwidth: Annotated[float | None, typer.Option(
+        "--bandwidth", metavar="MIB/S", min=0.001,
+        help="wal mode: append at most this many payload MiB per second, like AutoMQ's bandwidth "
+             "limit.")] = None,
+    duration: Annotated[float, typer.Option(
+        "--duration", metavar="SECONDS", min=0.001, help="Seconds each mode runs (one block size of bandwidth "
+                                                         "counts as one mode).")] = 10.0,
+    size: Annotated[str | None, typer.Option(
+        "--size", metavar="SIZE",
+        help="Bytes of DEVICE to use, from its start (default: all of it). A DEVICE that does not exist is "
+             "created as a file of this size (then removed, unless --keep).")] = None,
+    engine: Annotated[Engine, typer.Option(
+        "--engine", envvar="WALCTL_IO_ENGINE",
+        help="I/O engine of every mode: 'aio' (Linux native AIO on the O_DIRECT+O_DSYNC device), 'threads' "
+             "(a pool of threads, each in a durable pwrite) or 'auto' (aio where it works). "
+             "Env: WALCTL_IO_ENGINE.")] = Engine.auto,
+    keep: Annotated[bool, typer.Option(
+        "--keep", help="Keep the file bench created for DEVICE (it is removed by default).")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Overwrite a device holding a WAL with live records or a filesystem/partition "
+                        "signature (never a mounted or held device).")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Benchmark durable writes on DEVICE (destroys its data): IOPS, MiB/s and latency percentiles."""
+    from walctl.bench import BenchOptions, run_bench
+    from walctl.sizes import parse_size
+
+    options = BenchOptions(
+        path=device, mode=mode.value, block_size=parse_size(block_size) if block_size is not None else None,
+        iodepth=iodepth, record_size=parse_size(record_size), rate=rate, bandwidth_mib=bandwidth,
+        duration_s=duration, size_bytes=parse_size(size) if size is not None else None, force=force,
+        engine=None if engine is Engine.auto else engine.value, keep=keep)
+    progress = _progress() if not json_out else None
+    try:
+        report = run_bench(options, progress)
+    finally:
+        if progress is not None:
+            progress.clear()
+    for message in report.warnings:
+        warn(message)
+    if json_out:
+        emit_json({"device": report.path, "size_bytes": report.size_bytes, "direct": report.direct,
+                   "created": report.created, "removed": report.removed, "iodepth": iodepth,
+                   "duration_s": duration, "modes": report.by_mode()})
+        return
+    _render(report)
+
+
+def _render(report) -> None:
+    """One column per run (mode and write size), one row per measure: fits a terminal of 80 columns."""
+    from rich.table import Table
+
+    from walctl.sizes import format_size
+
+    title = f"walctl bench {report.path} ({format_size(report.size_bytes)}" + (", created" if report.created else "")
+    table = Table(title=title + ")", title_justify="left")
+    table.add_column("")
+    rows: dict[str, list[str]] = {name: [] for name in (
+        "write size", "engine", "IOPS", "MiB/s", "records/s", "latency p50 µs", "p90 µs", "p99 µs", "p99.9 µs",
+        "max µs")}
+    for result in report.results:
+        lat = result.latency
+        if result.mode == "wal":
+            header = "wal"
+            size = f"{format_size(result.extra['avg_block_bytes'])} avg"
+            records = f"{result.extra['records_per_s']:,.0f}"
+        else:
+            header, size, records = result.mode, format_size(result.block_size_bytes), "-"
+        table.add_column(header, justify="right")
+        values = (size, result.engine, f"{result.iops:,.0f}", f"{result.mib_per_s:,.1f}", records,
+                  *(f"{v:,.0f}" for v in (lat.p50_us, lat.p90_us, lat.p99_us, lat.p999_us, lat.max_us)))
+        for row, value in zip(rows.values(), values):
+            row.append(value)
+    for name, values in rows.items():
+        table.add_row(name, *values)
+    console = stdout_console()
+    console.print(table)
+    for result in report.results:
+        if result.mode == "wal":
+            extra = result.extra
+            console.print(f"wal: records of {format_size(extra['record_size_bytes'])} payload; IOPS counts blocks "
+                          f"written ({extra['blocks_written']:,}, {result.device_mib_per_s:,.1f} MiB/s to the "
+                          f"device), MiB/s is payload; latency is append to acknowledgement.")
+
+
+class _Progress:
+    """The live line on stderr (a terminal only): mode, elapsed time, rate so far."""
+
+    def __init__(self):
+        self.shown = False
+
+    def __call__(self, label: str, count: int, nbytes: int, elapsed_s: float, duration_s: float) -> None:
+        if elapsed_s <= 0:
+            return
+        unit = "records/s" if label.startswith("wal") else "IOPS"
+        line = (f"{label}: {min(elapsed_s, duration_s):.1f}/{duration_s:g} s  {count / elapsed_s:,.0f} {unit}  "
+                f"{nbytes / (1 << 20) / elapsed_s:,.1f} MiB/s")
+        sys.stderr.write("\r\033[K" + line)
+        sys.stderr.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+            self.shown = False
+
+
+def _progress() -> _Progress | None:
+    return _Progress() if sys.stderr.isatty() else None
