@@ -185,3 +185,16 @@ def test_cli_killed_mid_way_commits_nothing_then_rerun(tmp_path, spark):
     proc = subprocess.run([sys.executable, "-m", "walctl", "compact", "--store", str(store_dir), "--json"],
                           capture_output=True, timeout=120)
     assert proc.returncode == 0 and json.loads(proc.stdout)["idle"] is True
+
+
+def test_read_rate_is_respected_within_ten_percent(tmp_path, spark, local_store):
+    _, appended = fill(tmp_path, local_store, rounds=4, count=8, size=3000)  # ~400 KB to read
+    rate = 0.1 * MiB  # bytes per second, across all tasks
+    result = compact(local_store, local_store.url, spark=spark, split_size=1 * MiB, read_rate_bps=rate)
+    assert len(result.made) == 1  # one task: its rate is the whole budget
+    made = result.made[0]
+    achieved = made["bytes_read"] / made["read_seconds"]
+    assert made["read_seconds"] > 2.0, "the run must be long enough to measure the pace"
+    assert 0.9 * rate <= achieved <= 1.1 * rate, f"achieved {achieved / MiB:.3f} MiB/s for a limit of 0.1"
+    assert result.to_json()["read_rate_limit_mib_per_s"] == 0.1
+    assert read_back(local_store) == expect(appended)

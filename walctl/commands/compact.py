@@ -31,6 +31,14 @@ def compact_cmd(
     retention_start: Annotated[list[str] | None, typer.Option(
         "--retention-start", metavar="STREAM=OFFSET",
         help="Drop the blocks of STREAM that end at or below OFFSET (stream offsets); repeatable.")] = None,
+    read_rate: Annotated[float | None, typer.Option(
+        "--read-rate", metavar="MIB/S", min=0.001, envvar="WALCTL_COMPACT_READ_RATE",
+        help="Most MiB read per second across all Spark tasks, so compaction beside live traffic does not "
+             "starve it (default: derived from --interval).")] = None,
+    interval: Annotated[str, typer.Option(
+        "--interval", metavar="DURATION",
+        help="How often compaction runs (cron period: 90s, 20m, 1h). Without --read-rate, reads are paced "
+             "to finish the planned bytes in 80% of it, as AutoMQ does; 0 = unlimited.")] = "20m",
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the whole plan (inputs, outputs, iterations, GET/PUT counts); write nothing.")] = False,
     namespace: NamespaceOpt = "default",
@@ -45,7 +53,7 @@ def compact_cmd(
     """
     from walctl.errors import UsageError
     from walctl.metrics import MetricsRun
-    from walctl.sizes import parse_size
+    from walctl.sizes import parse_duration, parse_size
     from walctl.spark.compact import compact
     from walctl.store import open_store
 
@@ -57,7 +65,10 @@ def compact_cmd(
                 raise UsageError(f"bad --retention-start {item!r}", hint="use STREAM=OFFSET, e.g. 7=1000")
             retention[int(stream)] = int(offset)
         st = open_store(store, endpoint_url=endpoint_url)
+        interval_s = parse_duration(interval)
         result = compact(st, store, endpoint_url=endpoint_url, master=master, memory_limit=parse_size(memory_limit),
+                         read_rate_bps=read_rate * (1 << 20) if read_rate else None,
+                         interval_s=interval_s or None,
                          split_size=parse_size(split_size), max_objects=max_objects, retention=retention,
                          dry_run=dry_run, namespace=namespace)
         metrics.summary = out = {"store": store, **result.to_json()}

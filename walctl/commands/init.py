@@ -20,6 +20,9 @@ def init_cmd(
              "default: the whole device.")] = None,
     node_id: Annotated[int, typer.Option("--node-id", envvar="WALCTL_NODE_ID", min=-1,
                                          help="Node id recorded in the header (-1: none).")] = -1,
+    no_prewrite: Annotated[bool, typer.Option(
+        "--no-prewrite", help="For a regular file: do not write the whole capacity once at init (the "
+                              "first lap of appends is then slower while the filesystem allocates).")] = False,
     force: Annotated[bool, typer.Option(
         "--force", help="Overwrite a device holding a WAL or a filesystem/partition signature "
                         "(never a mounted or held device).")] = False,
@@ -30,12 +33,14 @@ def init_cmd(
     from walctl.wal.ops import init_wal
 
     size = parse_size(capacity) if capacity is not None else None
-    result = init_wal(device, size, node_id=node_id, force=force, progress=_progress())
+    with _Progress(size) as progress:
+        result = init_wal(device, size, node_id=node_id, force=force, progress=progress, prewrite=not no_prewrite)
     for message in result.warnings:
         warn(message)
     if json_out:
         emit_json({"device": result.path, "created": result.created,
                    "device_size_bytes": result.device_size_bytes, "wiped_bytes": result.wiped_bytes,
+                   "prewritten_bytes": result.wiped_bytes if not result.is_block_device else 0,
                    "header": result.header.to_json()})
         return
     render_header(result.header, title=f"initialised {result.path}" + (" (created)" if result.created else ""))
@@ -54,19 +59,30 @@ def render_header(header, title: str) -> None:
     stdout_console().print(table)
 
 
-def _progress():
-    """A progress callback for the wipe, only when stderr is a terminal."""
-    import sys
+class _Progress:
+    """A rich progress bar on stderr while the record area is written, only on a terminal."""
 
-    if not sys.stderr.isatty():
-        return None
-    console_state = {"last": -1}
+    def __init__(self, total: int | None):
+        import sys
 
-    def report(done: int) -> None:
-        mib = done >> 20
-        if mib // 64 != console_state["last"]:
-            console_state["last"] = mib // 64
-            sys.stderr.write(f"\rwiping record area: {mib} MiB")
-            sys.stderr.flush()
+        self.bar = None
+        if total and sys.stderr.isatty():
+            from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-    return report
+            from walctl.cli import stderr_console
+
+            self.bar = Progress("writing the record area", BarColumn(), DownloadColumn(binary_units=True),
+                                TransferSpeedColumn(), console=stderr_console(), transient=True)
+            self.task = self.bar.add_task("init", total=total)
+
+    def __enter__(self):
+        if self.bar is not None:
+            self.bar.start()
+        return self.update if self.bar is not None else None
+
+    def update(self, done: int) -> None:
+        self.bar.update(self.task, completed=done)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -34,6 +34,7 @@ class CompactResult:
     epoch: int | None = None
     index_gets: int = 0
     seconds: float = 0.0
+    read_rate_bps: float | None = None
 
     def to_json(self) -> dict:
         plan = self.plan.to_json() if self.plan is not None else None
@@ -46,6 +47,7 @@ class CompactResult:
             "gets": gets, "puts": sum(m["puts"] for m in self.made),
             "iterations": len(self.plan.iterations) if self.plan is not None else 0,
             "commit_number": self.commit_number, "compactor_epoch": self.epoch,
+            "read_rate_limit_mib_per_s": round(self.read_rate_bps / (1 << 20), 3) if self.read_rate_bps else None,
             "seconds": round(self.seconds, 3),
             "objects": [{"key": m["key"], "size_bytes": m["size"], "iteration": m["iteration"],
                          "streams": m["ranges"]} for m in self.made],
@@ -68,7 +70,14 @@ def read_indexes(store, objects: list[dict]) -> tuple[dict, int]:
 def compact(store, store_url: str, *, endpoint_url: str | None = None, master: str = "local[*]",
             memory_limit: int = 200 << 20, split_size: int = 16 << 20, max_objects: int = 1000,
             retention: dict[int, int] | None = None, dry_run: bool = False, namespace: str = mf.DEFAULT_NAMESPACE,
-            spark=None, progress=None) -> CompactResult:
+            spark=None, progress=None, read_rate_bps: float | None = None,
+            interval_s: float | None = None) -> CompactResult:
+    """Plan, fence, run and commit one compaction (see the module doc).
+
+    Read throttling: ``read_rate_bps`` if given; else, with ``interval_s`` (how often compaction
+    runs), the rate that reads the planned bytes in 80% of the interval, as AutoMQ derives its
+    own; else unlimited.
+    """
     from walctl.spark.plan import check_coverage, plan_compaction
 
     started = time.monotonic()
@@ -103,7 +112,9 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
     session = spark if spark is not None else spark_session(master)
     try:
         keys = [p["key"] for p in state["prepared"]]
-        made = run_iterations(session, plan, keys, store_url, endpoint_url, progress)
+        rate = read_rate_bps or (plan.bytes_read / (0.8 * interval_s) if interval_s else None)
+        result.read_rate_bps = rate
+        made = run_iterations(session, plan, keys, store_url, endpoint_url, progress, rate)
     finally:
         if ours:
             session.stop()

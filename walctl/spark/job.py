@@ -27,6 +27,30 @@ class TaskSpec:
     endpoint_url: str | None
     key: str  # where the output object goes (its prepared id's key)
     output: object  # walctl.spark.plan.OutputObject
+    read_rate_bps: float | None = None  # this task's share of --read-rate (bytes/s), None = unlimited
+
+
+class ByteRate:
+    """Paces reads to ``rate`` bytes/s on average: after each read, wait until the bytes read so far
+    could have been read at that rate (throttle by bytes, not by requests)."""
+
+    def __init__(self, rate_bps: float | None):
+        import threading
+
+        self.rate = rate_bps
+        self.start = time.monotonic()
+        self.done = 0
+        self.lock = threading.Lock()
+
+    def paid(self, nbytes: int) -> None:
+        if not self.rate:
+            return
+        with self.lock:
+            self.done += nbytes
+            due = self.start + self.done / self.rate
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
 
 
 def build_and_upload(spec: TaskSpec) -> dict:
@@ -38,8 +62,11 @@ def build_and_upload(spec: TaskSpec) -> dict:
     store = open_store(spec.store_url, endpoint_url=spec.endpoint_url)
     blocks: dict[tuple[int, int], bytes] = {}
 
+    limiter = ByteRate(spec.read_rate_bps)
+
     def fetch(read):
         data = store.read_range(read.key, read.start, read.end)
+        limiter.paid(len(data))
         if len(data) != read.end - read.start:
             from walctl.errors import CorruptionError
 
@@ -54,12 +81,13 @@ def build_and_upload(spec: TaskSpec) -> dict:
                 blocks[(r.object_id, r.position)] = data[r.position - read.start:r.position - read.start + r.size]
     parts = [(IndexEntry(r.stream_id, r.start_offset, r.end_offset - r.start_offset, r.record_count,
                          r.position, r.size), blocks[(r.object_id, r.position)]) for r in spec.output.ranges]
+    read_seconds = time.monotonic() - limiter.start
     built = assemble_object(parts)
     store.put_large(spec.key, built.data)
     stats = store.stats.snapshot()
     return {"key": spec.key, "kind": spec.output.kind, "size": len(built.data), "gets": stats["get"], "puts": stats["put"],
             "bytes_read": stats["bytes_read"], "bytes_written": stats["bytes_written"],
-            "seconds": time.monotonic() - started,
+            "seconds": time.monotonic() - started, "read_seconds": read_seconds,
             "ranges": [{"stream_id": sid, "start": rg.start_offset, "end": rg.end_offset, "bytes": rg.size_bytes}
                        for sid, rg in sorted(built.ranges.items())]}
 
@@ -107,8 +135,12 @@ def owns_new_session() -> bool:
 
 
 def run_iterations(spark, plan, keys: list[str], store_url: str, endpoint_url: str | None,
-                   progress=None) -> list[dict]:
-    """Run the plan's iterations one after another (each holds at most the memory limit)."""
+                   progress=None, read_rate_bps: float | None = None) -> list[dict]:
+    """Run the plan's iterations one after another (each holds at most the memory limit).
+
+    ``read_rate_bps`` limits the bytes read per second across all tasks running at once:
+    each task of an iteration gets an equal share of it.
+    """
     sc = spark.sparkContext
     if not getattr(sc, "_walctl_shipped", False):
         # Once per SparkContext (Spark refuses the same file name twice); the zip must live
@@ -118,7 +150,9 @@ def run_iterations(spark, plan, keys: list[str], store_url: str, endpoint_url: s
     results: list[dict] = []
     outputs = iter(keys)
     for iteration in plan.iterations:
-        specs = [TaskSpec(store_url, endpoint_url, next(outputs), out) for out in iteration.outputs]
+        running = max(1, min(len(iteration.outputs), sc.defaultParallelism))
+        share = read_rate_bps / running if read_rate_bps else None
+        specs = [TaskSpec(store_url, endpoint_url, next(outputs), out, share) for out in iteration.outputs]
         done = sc.parallelize(specs, len(specs)).map(build_and_upload).collect()
         for result in done:
             result["iteration"] = iteration.index

@@ -31,13 +31,17 @@ class InitResult:
     header: WalHeader
     created: bool
     device_size_bytes: int
-    wiped_bytes: int
+    wiped_bytes: int  # record-area bytes written with zeros (a wipe of old data, or the prewrite)
     warnings: list[str] = field(default_factory=list)
+    is_block_device: bool = False
 
 
 def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool = False,
-             progress=None) -> InitResult:
+             progress=None, prewrite: bool = False) -> InitResult:
     """Write both header slots of a new, empty WAL; create ``path`` as a file if it does not exist.
+
+    ``prewrite`` (regular files): write the whole record area once, so the first lap's
+    O_DIRECT writes find allocated, written blocks instead of converting extents as they go.
 
     Raises:
         UsageError: capacity missing for a new file, too small, or larger than the device.
@@ -84,6 +88,11 @@ def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool 
                 # valid CRCs): wipe the record area so none can come back as phantom records.
                 zero_fill(dev, HEADERS_SIZE, capacity - HEADERS_SIZE, progress)
                 wiped = capacity - HEADERS_SIZE
+        if prewrite and not dev.is_block_device and not wiped:
+            # A filesystem allocates lazily: the first direct write to each region of a fresh
+            # (sparse or fallocated) file also updates metadata. Pay that once, here.
+            zero_fill(dev, HEADERS_SIZE, capacity - HEADERS_SIZE, progress)
+            wiped = capacity - HEADERS_SIZE
         ring = capacity - HEADERS_SIZE
         ts = max(time.time_ns(), previous_ts + 1)
         header = WalHeader(capacity=capacity, trim_offset=-1, last_write_timestamp_ns=ts,
@@ -92,7 +101,7 @@ def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool 
         write_slot(dev, 0, header)
         header = header.with_(last_write_timestamp_ns=ts + 1)
         write_slot(dev, 1, header)
-        return InitResult(path, header, created, size, wiped, warnings)
+        return InitResult(path, header, created, size, wiped, warnings, dev.is_block_device)
     finally:
         dev.close()
 
