@@ -21,6 +21,10 @@ from walctl.errors import CorruptionError, RefusedError
 from walctl.failpoints import failpoint
 from walctl.store import manifest as mf
 
+# The derived read rate spreads a big compaction over its interval; it never goes below this,
+# so a small compaction does not crawl for the whole interval.
+MIN_DERIVED_READ_RATE_BPS = 32 << 20
+
 
 @dataclass
 class CompactResult:
@@ -76,7 +80,7 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
 
     Read throttling: ``read_rate_bps`` if given; else, with ``interval_s`` (how often compaction
     runs), the rate that reads the planned bytes in 80% of the interval, as AutoMQ derives its
-    own; else unlimited.
+    own, but at least 32 MiB/s; else unlimited.
     """
     from walctl.spark.plan import check_coverage, plan_compaction
 
@@ -112,7 +116,8 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
     session = spark if spark is not None else spark_session(master)
     try:
         keys = [p["key"] for p in state["prepared"]]
-        rate = read_rate_bps or (plan.bytes_read / (0.8 * interval_s) if interval_s else None)
+        rate = read_rate_bps or (max(plan.bytes_read / (0.8 * interval_s), MIN_DERIVED_READ_RATE_BPS)
+                                 if interval_s else None)
         result.read_rate_bps = rate
         made = run_iterations(session, plan, keys, store_url, endpoint_url, progress, rate)
     finally:
