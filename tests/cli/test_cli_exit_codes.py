@@ -131,15 +131,31 @@ def _mid_record_header_flip(c: Ctx) -> str:
 def _mid_block_record_header_flip(c: Ctx) -> str:
     """A block of several records inside one 4 KiB page, followed by another block; flip a byte in
     the header of the block's 3rd record: the records after it in the block are lost."""
+    import threading
+
+    from walctl.device import FaultyDevice, open_device
+    from walctl.format.batch import StreamRecordBatch
+    from walctl.wal.headers import read_headers
+    from walctl.wal.writer import WalWriter
+
+    class Gated(FaultyDevice):  # holds record-area writes: the only I/O slot stays busy
+        def pwrite(self, offset, buf):
+            if offset >= 8192:
+                gate.wait()
+            super().pwrite(offset, buf)
+
     dev = c.new_wal("64KiB")
-    src = c.file("five.txt", b"r1\nr2\nr3\nr4\nr5\n")
-    res = c.cli("append", dev, "--iodepth", "1", "--input", src)  # r1 alone, then r2..r5 batched
-    assert res.exit_code == 0, res
+    gate = threading.Event()
+    raw = Gated(open_device(str(dev), writable=True))
+    offsets: list[int] = []
+    writer = WalWriter(raw, read_headers(raw), 0, iodepth=1, on_ack=lambda o, t: offsets.append(o))
+    for i in range(5):  # r0 alone (in flight, held), then r1..r4 batched into one block
+        writer.append(StreamRecordBatch(0, 0, i, 1, b"r%d" % i).encode(), i)
+    gate.set()
+    writer.close()
     assert c.cli("append", dev, "later").exit_code == 0  # a later block
-    offsets = [int(x) for x in res.stdout.split()]
     unaligned = [o for o in offsets if o % 4096]
-    if len(unaligned) < 2:
-        pytest.skip(f"the writer did not batch records into one block: {offsets}")
+    assert len(unaligned) >= 2, f"records must share a block: {offsets}"
     c.tools.flip_byte(dev, c.tools.physical(unaligned[1], CAP) + 1)
     return dev
 
