@@ -8,7 +8,6 @@ the damage is classified as crash damage (no corruption). Trials: WALCTL_CRASH_T
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -23,22 +22,11 @@ import pytest
 
 from walctl.wal.ops import trim_wal
 
-from walhelpers import new_wal, scan_file
+from walhelpers import check_payload, make_payload, new_wal, scan_file
 
 MiB = 1 << 20
 
 
-def make_payload(trial: int, index: int, size: int) -> bytes:
-    tag = f"{trial}:{index}:{size}:".encode()
-    fill = hashlib.sha256(tag).digest()
-    return tag + (fill * (size // 32 + 1))[:size]
-
-
-def check_payload(payload: bytes) -> tuple[int, int]:
-    """A recovered payload must be exactly what some feed produced (else: corrupt or phantom)."""
-    trial, index, size, _ = payload.split(b":", 3)
-    assert payload == make_payload(int(trial), int(index), int(size)), "corrupt payload recovered"
-    return int(trial), int(index)
 
 
 def run_trial(path: str, trial: int, rng: random.Random) -> list[tuple[int, int, int]]:

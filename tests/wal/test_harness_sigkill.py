@@ -11,7 +11,6 @@ Trials: WALCTL_SIGKILL_TRIALS, default 12; WALCTL_SOAK=1 makes it 300.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -27,7 +26,7 @@ import pytest
 from walctl.format.header import HEADERS_SIZE
 from walctl.wal.ops import trim_wal
 
-from walhelpers import new_wal, scan_file
+from walhelpers import check_payload, make_payload, new_wal, scan_file
 
 KiB = 1 << 10
 CAPACITY = 512 * KiB  # a ring of 504 KiB; a slow feed puts one record in each 4 KiB block
@@ -35,16 +34,6 @@ SOAK = os.environ.get("WALCTL_SOAK", "") not in ("", "0")
 TRIALS = int(os.environ.get("WALCTL_SIGKILL_TRIALS", "300" if SOAK else "12"))
 
 
-def make_payload(trial: int, index: int, size: int) -> bytes:
-    tag = f"{trial}:{index}:{size}:".encode()
-    fill = hashlib.sha256(tag).digest()
-    return tag + (fill * (size // 32 + 1))[:size]
-
-
-def check_payload(payload: bytes) -> tuple[int, int]:
-    trial, index, size, _ = payload.split(b":", 3)
-    assert payload == make_payload(int(trial), int(index), int(size)), "corrupt or phantom payload recovered"
-    return int(trial), int(index)
 
 
 def kill_trial(path: str, trial: int, rng: random.Random) -> tuple[list[tuple[int, int, int]], bool]:

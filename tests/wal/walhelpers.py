@@ -79,3 +79,17 @@ def peek(path: str, position: int, length: int) -> bytes:
     with open(path, "rb") as f:
         f.seek(position)
         return f.read(length)
+
+
+def make_payload(trial: int, index: int, size: int) -> bytes:
+    """A self-describing payload: tag + a fill derived from it, so a recovered one can be checked alone."""
+    tag = f"{trial}:{index}:{size}:".encode()
+    fill = hashlib.sha256(tag).digest()
+    return tag + (fill * (size // 32 + 1))[:size]
+
+
+def check_payload(payload: bytes) -> tuple[int, int]:
+    """A recovered payload must be exactly what some feed produced (else: corrupt or phantom)."""
+    trial, index, size, _ = payload.split(b":", 3)
+    assert payload == make_payload(int(trial), int(index), int(size)), "corrupt or phantom payload recovered"
+    return int(trial), int(index)

@@ -337,20 +337,12 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
             gap = None
         body_bytes = bytes(body)
         o = res.end_offset = head.end
+        batch, error = _batch_of(body_bytes)
         if head.offset == trim:
-            # The trimmed record itself is deleted; its end and its stream's end still count.
-            try:
-                done = StreamRecordBatch.decode(body_bytes, exact=True)
-                res.stream_ends[done.stream_id] = done.end_offset
-            except FormatError:
-                done = None
-            res.trim_entry = Entry(head.offset, body_bytes, done)
+            _note_trimmed(res, head.offset, body_bytes, batch)  # deleted: only its ends still count
             continue
-        try:
-            batch = StreamRecordBatch.decode(body_bytes, exact=True)
-        except FormatError as exc:
-            batch = None
-            finding = Finding(BAD_BATCH, head.offset, ring, f"body is not a StreamRecordBatch: {exc}", head.end)
+        if error is not None:
+            finding = Finding(BAD_BATCH, head.offset, ring, f"body is not a StreamRecordBatch: {error}", head.end)
             res.findings.append(finding)
             yield finding
         res.records += 1
@@ -578,19 +570,12 @@ def _scan_automq(dev, header: WalHeader, res: ScanResult, *, probe: bool,
         last_valid = o
         body_bytes = bytes(body)
         o = res.end_offset = head.end
+        batch, error = _batch_of(body_bytes)
         if at_trim:
-            try:
-                done = StreamRecordBatch.decode(body_bytes, exact=True)
-                res.stream_ends[done.stream_id] = done.end_offset
-            except FormatError:
-                done = None
-            res.trim_entry = Entry(head.offset, body_bytes, done)
+            _note_trimmed(res, head.offset, body_bytes, batch)
             continue
-        try:
-            batch = StreamRecordBatch.decode(body_bytes, exact=True)
-        except FormatError as exc:
-            batch = None
-            yield found(BAD_BATCH, head.offset, f"body is not a StreamRecordBatch: {exc}", head.end)
+        if error is not None:
+            yield found(BAD_BATCH, head.offset, f"body is not a StreamRecordBatch: {error}", head.end)
         res.records += 1
         res.payload_bytes += len(batch.payload) if batch else len(body_bytes)
         if batch is not None:
@@ -671,6 +656,21 @@ def hexdump(data: bytes, address: int = 0) -> str:
         text = "".join(chr(b) if 0x20 <= b < 0x7F else "." for b in chunk)
         lines.append(f"{address + i:08x}: {groups:<39}  {text}")
     return "\n".join(lines)
+
+
+def _batch_of(body: bytes) -> tuple[StreamRecordBatch | None, FormatError | None]:
+    """The StreamRecordBatch a record body holds, or the reason it holds none."""
+    try:
+        return StreamRecordBatch.decode(body, exact=True), None
+    except FormatError as exc:
+        return None, exc
+
+
+def _note_trimmed(res: ScanResult, offset: int, body: bytes, batch: StreamRecordBatch | None) -> None:
+    """The record at trimOffset is deleted, but its stream's end (and its identity) still count."""
+    if batch is not None:
+        res.stream_ends[batch.stream_id] = batch.end_offset
+    res.trim_entry = Entry(offset, body, batch)
 
 
 def run_scan(dev, header: WalHeader, **kwargs) -> tuple[list[Entry], ScanResult]:
