@@ -345,13 +345,7 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
             finding = Finding(BAD_BATCH, head.offset, ring, f"body is not a StreamRecordBatch: {error}", head.end)
             res.findings.append(finding)
             yield finding
-        res.records += 1
-        res.payload_bytes += len(batch.payload) if batch else len(body_bytes)
-        if batch is not None:
-            res.stream_ends[batch.stream_id] = batch.end_offset
-        if keep_offsets:
-            res.record_offsets.append(head.offset)
-        yield Entry(head.offset, body_bytes, batch)
+        yield _accepted(res, head.offset, body_bytes, batch, keep_offsets)
     else:
         res.stopped_by = "one ring past the trim point"
 
@@ -576,13 +570,7 @@ def _scan_automq(dev, header: WalHeader, res: ScanResult, *, probe: bool,
             continue
         if error is not None:
             yield found(BAD_BATCH, head.offset, f"body is not a StreamRecordBatch: {error}", head.end)
-        res.records += 1
-        res.payload_bytes += len(batch.payload) if batch else len(body_bytes)
-        if batch is not None:
-            res.stream_ends[batch.stream_id] = batch.end_offset
-        if keep_offsets:
-            res.record_offsets.append(head.offset)
-        yield Entry(head.offset, body_bytes, batch)
+        yield _accepted(res, head.offset, body_bytes, batch, keep_offsets)
     else:
         res.stopped_by = "one ring past the trim point"
 
@@ -664,6 +652,18 @@ def _batch_of(body: bytes) -> tuple[StreamRecordBatch | None, FormatError | None
         return StreamRecordBatch.decode(body, exact=True), None
     except FormatError as exc:
         return None, exc
+
+
+def _accepted(res: ScanResult, offset: int, body: bytes, batch: StreamRecordBatch | None,
+              keep_offsets: bool) -> Entry:
+    """Count a live record in the scan's result and return it as an Entry."""
+    res.records += 1
+    res.payload_bytes += len(batch.payload) if batch else len(body)
+    if batch is not None:
+        res.stream_ends[batch.stream_id] = batch.end_offset
+    if keep_offsets:
+        res.record_offsets.append(offset)
+    return Entry(offset, body, batch)
 
 
 def _note_trimmed(res: ScanResult, offset: int, body: bytes, batch: StreamRecordBatch | None) -> None:
