@@ -15,7 +15,7 @@ DUR = "0.3"
 MODE_FIELDS = {"iops", "mib_per_s", "latency_us_p50", "latency_us_p90", "latency_us_p99", "latency_us_p999",
                "latency_us_max", "block_size_bytes", "engine", "writes", "seconds"}
 WAL_FIELDS = MODE_FIELDS | {"records_per_s", "records", "payload_bytes", "record_size_bytes", "blocks_written",
-                            "avg_block_bytes", "device_mib_per_s"}
+                            "avg_block_bytes", "device_mib_per_s", "stages_us", "budget_iops", "budget_mib_per_s"}
 
 
 def bench_json(cli, *args) -> dict:
@@ -78,13 +78,28 @@ def test_threads_engine(cli, tmp_path):
     assert out["modes"]["iops"]["engine"] == "threads" and out["modes"]["iops"]["iodepth"] == 2
 
 
-def test_paced_wal_mode_keeps_to_the_rate(cli, tmp_path):
+def test_offered_rate_paces_the_appender(cli, tmp_path):
     out = bench_json(cli, tmp_path / "p.img", "--size", "4MiB", "--mode", "wal", "--record-size", "512",
-                     "--rate", "200")
+                     "--offered-rate", "200")
     wal = out["modes"]["wal"]
-    assert wal["rate_limit_records_per_s"] == 200
+    assert wal["offered_records_per_s"] == 200 and wal["budget_iops"] is None
     # appends follow an absolute schedule: never more than rate x elapsed (+ the first one)
     assert 0 < wal["records"] <= 200 * wal["seconds"] + 1
+
+
+def test_rate_is_the_writers_iops_budget(cli, tmp_path):
+    out = bench_json(cli, tmp_path / "b.img", "--size", "8MiB", "--mode", "wal", "--record-size", "1KiB",
+                     "--rate", "100", "--bandwidth", "50")
+    wal = out["modes"]["wal"]
+    assert wal["budget_iops"] == 100 and wal["budget_mib_per_s"] == 50
+    # blocks (the WAL mode's IOPS) never beat the budget: rate x elapsed + 50 ms of burst + the first
+    assert 0 < wal["blocks_written"] <= 100 * wal["seconds"] + 5 + 1
+    # records batch while the budget holds the writer: many records per block
+    assert wal["records"] > 4 * wal["blocks_written"]
+    stages = wal["stages_us"]
+    assert stages["blocks"] == wal["blocks_written"]
+    assert abs(sum(stages[s]["mean"] for s in ("queued", "write", "flush")) - stages["total"]["mean"]) <= 0.2
+    assert stages["budget"]["mean"] > 0
 
 
 def test_human_output_is_a_table_on_stdout(cli, tmp_path):

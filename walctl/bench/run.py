@@ -34,8 +34,9 @@ class BenchOptions:
     block_size: int | None = None  # None: 4 KiB for iops, 256 KiB then 1 MiB for bandwidth
     iodepth: int = 4
     record_size: int = DEFAULT_RECORD_SIZE
-    rate: float | None = None
-    bandwidth_mib: float | None = None
+    rate: float | None = None  # WAL mode: the writer's IOPS budget (block writes/s)
+    bandwidth_mib: float | None = None  # WAL mode: the writer's bandwidth budget (device MiB/s)
+    offered_rate: float | None = None  # WAL mode: records appended per second at most
     duration_s: float = 10.0
     size_bytes: int | None = None
     force: bool = False
@@ -76,7 +77,8 @@ def _check(options: BenchOptions) -> None:
         raise UsageError(f"--block-size must be a positive multiple of 4096, got {options.block_size}")
     if options.record_size <= 0:
         raise UsageError(f"--record-size must be positive, got {options.record_size}")
-    for name, value in (("--rate", options.rate), ("--bandwidth", options.bandwidth_mib)):
+    for name, value in (("--rate", options.rate), ("--bandwidth", options.bandwidth_mib),
+                        ("--offered-rate", options.offered_rate)):
         if value is not None and value <= 0:
             raise UsageError(f"{name} must be positive, got {value}")
         if value is not None and options.mode not in ("wal", "all"):
@@ -159,6 +161,7 @@ def _run_wal_mode(options: BenchOptions, size_bytes: int, report: BenchReport, p
     result, warnings = walmode.run_wal(options.path, capacity=size_bytes, record_size=options.record_size,
                                        iodepth=options.iodepth, duration_s=options.duration_s, rate=options.rate,
                                        bandwidth_mib=options.bandwidth_mib, engine=options.engine,
+                                       offered_rate=options.offered_rate,
                                        progress=_bind(progress, label, options.duration_s))
     report.results.append(result)
     report.warnings += [w for w in warnings if w not in report.warnings]

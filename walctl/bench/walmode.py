@@ -2,6 +2,10 @@
 
 A record counts when ``on_ack`` reports it: its block and every block before it
 came back from a durable write. Latency is from ``append`` to that acknowledgement.
+``rate`` and ``bandwidth_mib`` are the writer's budget (block writes per second,
+MiB per second written to the device), as ``append --iops/--bandwidth`` sets it;
+``offered_rate`` paces the appender itself (records per second), to show what the
+budget costs a load that stays under it.
 Like a WAL whose data is uploaded, the log is trimmed as it fills, and trimmed
 empty at the end so the device can be benchmarked again without --force.
 """
@@ -32,12 +36,13 @@ MAX_SLEEP_S = 0.05
 
 def run_wal(path: str, *, capacity: int, record_size: int, iodepth: int, duration_s: float,
             rate: float | None = None, bandwidth_mib: float | None = None, engine: str | None = None,
-            progress: Progress | None = None) -> tuple[ModeResult, list[str]]:
+            offered_rate: float | None = None, progress: Progress | None = None) -> tuple[ModeResult, list[str]]:
     """Initialise a WAL over [0, capacity) of ``path`` and append records of ``record_size`` payload bytes.
 
     Args:
-        rate: at most this many records per second (None: as fast as the WAL takes them).
-        bandwidth_mib: at most this many payload MiB per second.
+        rate: the writer's IOPS budget, block writes per second (None: unlimited).
+        bandwidth_mib: the writer's bandwidth budget, MiB per second written to the device.
+        offered_rate: append at most this many records per second (None: as fast as the WAL takes them).
         engine: the I/O engine of the writer ("aio", "threads"; None: the default choice).
     Returns:
         The result and the warnings of opening the WAL.
@@ -45,6 +50,7 @@ def run_wal(path: str, *, capacity: int, record_size: int, iodepth: int, duratio
         UsageError: capacity too small for the record size.
     """
     from walctl.wal.ops import init_wal, open_writer
+    from walctl.wal.pacing import Budget
 
     if capacity < MIN_CAPACITY:
         raise UsageError(f"the WAL mode needs at least {MIN_CAPACITY} bytes, got {capacity}", where=path)
@@ -64,7 +70,8 @@ def run_wal(path: str, *, capacity: int, record_size: int, iodepth: int, duratio
         # The target was checked (and --force honoured) by the caller: init may overwrite.
         result = init_wal(path, capacity, force=True)
         warnings += result.warnings
-        opened = open_writer(path, iodepth=iodepth, on_ack=on_ack)
+        budget = Budget.from_options(rate, bandwidth_mib)
+        opened = open_writer(path, iodepth=iodepth, on_ack=on_ack, budget=budget)
     writer = opened.writer
     warnings += opened.warnings
     ring = capacity - HEADERS_SIZE
@@ -73,16 +80,15 @@ def run_wal(path: str, *, capacity: int, record_size: int, iodepth: int, duratio
     started = clock()
     deadline = started + int(duration_s * 1e9)
     next_progress = started + PROGRESS_INTERVAL_NS
-    records_interval_ns = 1e9 / rate if rate else 0.0
-    bytes_interval_ns = 1e9 / (bandwidth_mib * MIB) if bandwidth_mib else 0.0
+    records_interval_ns = 1e9 / offered_rate if offered_rate else 0.0
     try:
         while True:
             now = clock()
             if now >= deadline:
                 break
-            if rate or bandwidth_mib:
+            if records_interval_ns:
                 # Pace by an absolute schedule, so sleeping late never lowers the average rate.
-                due = started + max(records * records_interval_ns, records * record_size * bytes_interval_ns)
+                due = started + records * records_interval_ns
                 if due > now:
                     time.sleep(min(due - now, deadline - now, MAX_SLEEP_S * 1e9) / 1e9)
                     continue
@@ -113,7 +119,8 @@ def run_wal(path: str, *, capacity: int, record_size: int, iodepth: int, duratio
              "payload_bytes": acked["records"] * record_size, "blocks_written": writer.blocks_written,
              "avg_block_bytes": writer.bytes_written // writer.blocks_written if writer.blocks_written else 0,
              "header_writes": writer.header_writes, "capacity_bytes": capacity,
-             "rate_limit_records_per_s": rate, "bandwidth_limit_mib_per_s": bandwidth_mib}
+             "budget_iops": rate, "budget_mib_per_s": bandwidth_mib,
+             "offered_records_per_s": offered_rate, "stages_us": writer.stages.summary()}
     return (ModeResult("wal", writer.io_engine, None, iodepth, seconds, writer.blocks_written, writer.bytes_written,
                        LatencySummary.from_ns(samples), extra), warnings)
 

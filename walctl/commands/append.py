@@ -45,25 +45,37 @@ def append_cmd(
     iodepth: Annotated[int, typer.Option(
         "--iodepth", envvar="WALCTL_IODEPTH", min=1, max=256,
         help="Blocks written concurrently (I/O queue depth).")] = 4,
+    iops: Annotated[float | None, typer.Option(
+        "--iops", envvar="WALCTL_IOPS", metavar="N", min=0.001,
+        help="IOPS budget: start at most N block writes per second (a token bucket holding 50 ms of it). "
+             "While the budget holds a write, records keep batching into a larger block (up to 256 KiB). "
+             "No effect while the rate stays under it. Env: WALCTL_IOPS. Default: unlimited.")] = None,
+    bandwidth: Annotated[float | None, typer.Option(
+        "--bandwidth", envvar="WALCTL_BANDWIDTH", metavar="MIB/S", min=0.001,
+        help="Bandwidth budget: write at most this many MiB (2^20 bytes) per second to the device, "
+             "counting whole 4 KiB-padded blocks. Env: WALCTL_BANDWIDTH. Default: unlimited.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Append records to the WAL; each offset is printed (and flushed) once it and all before it are durable."""
     stream_id = stream if stream is not None else 0
     previous_sigterm = _terminate_gracefully()
     try:
-        _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out)
+        _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
+                iops, bandwidth)
     finally:
         import signal
 
         signal.signal(signal.SIGTERM, previous_sigterm)
 
 
-def _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out):
+def _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
+            iops=None, bandwidth=None):
     import time
 
     from walctl.errors import UsageError, WalctlError
     from walctl.format.batch import StreamRecordBatch
     from walctl.wal.ops import open_writer
+    from walctl.wal.pacing import Budget
 
     if data and input_path is not None:
         raise UsageError("give DATA arguments or --input, not both")
@@ -95,8 +107,9 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
             stats["stdout_closed"] = True
             silence_stdout()
 
+    budget = Budget.from_options(iops, bandwidth)
     started = time.monotonic()
-    opened = open_writer(device, scan=base_offset is None, iodepth=iodepth, on_ack=on_ack)
+    opened = open_writer(device, scan=base_offset is None, iodepth=iodepth, on_ack=on_ack, budget=budget)
     writer = opened.writer
     for message in opened.warnings:
         warn(message)
@@ -109,8 +122,11 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
         shown = {k: v for k, v in stats.items() if k != "stdout_closed"}
         return {"type": "summary", "device": device, "stream_id": stream_id, **shown,
                 "next_base_offset": next_base, "blocks_written": writer.blocks_written,
-                "sealed_ranges": opened.sealed_ranges, "seconds": round(seconds, 6),
-                "mib_per_s": round(stats["payload_bytes"] / (1 << 20) / seconds, 3) if seconds > 0 else 0.0}
+                "bytes_written": writer.bytes_written, "sealed_ranges": opened.sealed_ranges,
+                "seconds": round(seconds, 6),
+                "mib_per_s": round(stats["payload_bytes"] / (1 << 20) / seconds, 3) if seconds > 0 else 0.0,
+                "budget": budget.to_json(), "io_engine": writer.io_engine,
+                "stages_us": writer.stages.summary()}
 
     next_base = 0
     try:

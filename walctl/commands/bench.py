@@ -44,12 +44,17 @@ def bench_cmd(
         "--record-size", metavar="SIZE", help="Payload bytes per record in the wal mode.")] = "64KiB",
     rate: Annotated[float | None, typer.Option(
         "--rate", metavar="IOPS", min=0.001,
-        help="wal mode: append at most this many records per second (default: as fast as the WAL "
-             "takes them), like AutoMQ's IOPS limit.")] = None,
+        help="wal mode: the WAL writer's IOPS budget, block writes per second, as 'append --iops' sets it "
+             "(AutoMQ's IOPS limit). Records batch into larger blocks while it holds writes. "
+             "Default: unlimited.")] = None,
     bandwidth: Annotated[float | None, typer.Option(
         "--bandwidth", metavar="MIB/S", min=0.001,
-        help="wal mode: append at most this many payload MiB per second, like AutoMQ's bandwidth "
-             "limit.")] = None,
+        help="wal mode: the WAL writer's bandwidth budget, MiB (2^20 bytes) per second written to the "
+             "device, as 'append --bandwidth' sets it (AutoMQ's bandwidth limit). Default: unlimited.")] = None,
+    offered_rate: Annotated[float | None, typer.Option(
+        "--offered-rate", metavar="RECORDS/S", min=0.001,
+        help="wal mode: append at most this many records per second (the offered load; default: as fast "
+             "as the WAL takes them).")] = None,
     duration: Annotated[float, typer.Option(
         "--duration", metavar="SECONDS", min=0.001, help="Seconds each mode runs (one block size of bandwidth "
                                                          "counts as one mode).")] = 10.0,
@@ -76,6 +81,7 @@ def bench_cmd(
     options = BenchOptions(
         path=device, mode=mode.value, block_size=parse_size(block_size) if block_size is not None else None,
         iodepth=iodepth, record_size=parse_size(record_size), rate=rate, bandwidth_mib=bandwidth,
+        offered_rate=offered_rate,
         duration_s=duration, size_bytes=parse_size(size) if size is not None else None, force=force,
         engine=None if engine is Engine.auto else engine.value, keep=keep)
     progress = _progress() if not json_out else None
@@ -129,6 +135,13 @@ def _render(report) -> None:
             console.print(f"wal: records of {format_size(extra['record_size_bytes'])} payload; IOPS counts blocks "
                           f"written ({extra['blocks_written']:,}, {result.device_mib_per_s:,.1f} MiB/s to the "
                           f"device), MiB/s is payload; latency is append to acknowledgement.")
+            stages = extra["stages_us"]
+            parts = ", ".join(f"{stage} {stages[stage]['p50']:,.0f}/{stages[stage]['p99']:,.0f}"
+                              for stage in ("queued", "budget", "write", "flush", "total"))
+            budget = [f"{extra['budget_iops']:g} IOPS" if extra["budget_iops"] else "",
+                      f"{extra['budget_mib_per_s']:g} MiB/s" if extra["budget_mib_per_s"] else ""]
+            budget_text = " and ".join(b for b in budget if b) or "none"
+            console.print(f"wal blocks, p50/p99 µs: {parts} (budget is part of queued; budget: {budget_text})")
 
 
 class _Progress:

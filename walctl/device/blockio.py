@@ -230,11 +230,14 @@ class BufferedDevice(_FdDevice):
         # The write only reached the page cache; fdatasync pushes it to the device
         # and flushes the device's volatile cache, so on return the bytes are as
         # durable as an O_DIRECT|O_DSYNC write: the WAL's acknowledgement relies on it.
+        started = time.perf_counter_ns()
         try:
             os.fdatasync(self._fd)
         except OSError as exc:
             raise _io_failure(f"fdatasync failed: {exc.strerror}", where=self.path,
                               offset=offset, exc=exc) from exc
+        finally:
+            _flush_time.ns = time.perf_counter_ns() - started
 
 
 class MemoryDevice(_CheckedDevice):
@@ -389,6 +392,9 @@ class FaultyDevice:
 
 WriteDone = Callable[[BaseException | None], None]
 
+# Per thread: ns the last buffered write spent in fdatasync (the latency breakdown's "flush").
+_flush_time = threading.local()
+
 IO_ENGINES = ("auto", "aio", "threads")
 IO_ENGINE_ENV = "WALCTL_IO_ENGINE"  # force an engine (auto picks aio where it can)
 
@@ -447,8 +453,25 @@ class ThreadWriteQueue:
 
     def submit(self, offset: int, buf, done: WriteDone, length: int | None = None) -> None:
         """Start a durable write of ``buf[:length]`` at ``offset``; ``done(error)`` runs on an I/O thread."""
-        future = self._pool.submit(self._write, offset, buf, length)
-        future.add_done_callback(lambda f: done(f.exception()))
+        self._pool.submit(self._run, offset, buf, length, done)
+
+    def _run(self, offset: int, buf, length: int | None, done: WriteDone) -> None:
+        _flush_time.ns = 0
+        try:
+            self._write(offset, buf, length)
+        except BaseException as exc:  # handed to done, as a future's exception would be
+            error = exc
+        else:
+            error = None
+        try:
+            done(error)  # in this thread, right after the write: flush_ns() is this write's
+        except Exception:  # like a ThreadPoolExecutor callback: the caller's bug must not stop the pool
+            logging.getLogger(__name__).exception("write completion callback failed")
+
+    @staticmethod
+    def flush_ns() -> int:
+        """Inside ``done``: ns the write spent in fdatasync (buffered devices; 0 when O_DSYNC made it durable)."""
+        return getattr(_flush_time, "ns", 0)
 
     def _write(self, offset: int, buf, length: int | None) -> None:
         if length is None:
@@ -501,6 +524,11 @@ class AioWriteQueue:
     """
 
     engine = "aio"
+
+    @staticmethod
+    def flush_ns() -> int:
+        """Always 0: the fd is O_DSYNC, so each write's device flush is part of the write itself."""
+        return 0
 
     def __init__(self, dev: "DirectDevice", depth: int, *, reaper: bool = True):
         """Args:

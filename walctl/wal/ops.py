@@ -166,11 +166,12 @@ def read_wal_state(dev, path: str) -> HeaderState:
 
 
 def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
-                keep_offsets: bool = False) -> OpenedWAL:
+                keep_offsets: bool = False, budget=None) -> OpenedWAL:
     """Lock the device, recover it if the last writer crashed, and return a writer.
 
     Args:
         scan: scan the log even after a clean shutdown (to learn stream offsets).
+        budget: a walctl.wal.pacing.Budget: block writes per second and bytes per second.
     Raises:
         NotFoundError: no valid header. RefusedError: another writer, or an AutoMQ WAL.
         CorruptionError: damage a crash cannot explain (walctl will not write over evidence).
@@ -192,7 +193,7 @@ def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
                 sealed = seal(dev, header, result)
                 next_offset = result.next_block_offset
         state = write_header(dev, state, header.with_(shutdown_type=SHUTDOWN_UNGRACEFUL, next_offset=next_offset))
-        writer = WalWriter(dev, state, next_offset, iodepth=iodepth, on_ack=on_ack)
+        writer = WalWriter(dev, state, next_offset, iodepth=iodepth, on_ack=on_ack, budget=budget)
     except BaseException:
         dev.close()
         raise

@@ -9,6 +9,12 @@ Invariants this module keeps, and recovery relies on:
   window is durable first. So a crash leaves holes only inside one window;
 - a record is acknowledged (``on_ack``) only when its block and every earlier block
   are durable, in log order.
+
+With a budget (walctl.wal.pacing), block writes start no faster than its IOPS and
+bandwidth allow; while the budget holds them, records keep batching into the current
+block (up to the soft limit), so payload throughput grows with batching rather than
+with the number of writes. Every block's stages (queued, budget, write, flush) are
+recorded in ``stages``.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -27,6 +34,7 @@ from walctl.format import record as rec
 from walctl.format.header import SHUTDOWN_GRACEFUL
 from walctl.wal.headers import HeaderState, write_header
 from walctl.wal.layout import Ring, align_up
+from walctl.wal.pacing import Budget, Pacer, StageRecorder
 
 BLOCK_SOFT_LIMIT = 256 << 10  # AutoMQ's block size soft limit: big enough to batch, small enough for latency
 WINDOW_INITIAL = 1 << 20  # sliding window: initial 1 MiB,
@@ -62,6 +70,12 @@ class _Block:
     length: int = 0  # bytes of records (or of the padding record's header) in buf
     done: bool = False
     error: BaseException | None = None
+    # For the latency breakdown (perf_counter_ns): the first record came, the writer's
+    # budget-stall clock at that moment (see WalWriter._stalled_ns), the write started.
+    opened_ns: int = 0
+    stall_at_open: int = 0
+    submitted_ns: int = 0
+    budget_ns: int = 0  # of its queued time, how long the budget stalled the writer
 
 
 class WalWriter:
@@ -69,7 +83,7 @@ class WalWriter:
 
     def __init__(self, dev, state: HeaderState, next_offset: int, *, iodepth: int = DEFAULT_IODEPTH,
                  block_soft_limit: int = BLOCK_SOFT_LIMIT, on_ack: AckCallback | None = None,
-                 window_upper_limit: int = WINDOW_UPPER_LIMIT):
+                 window_upper_limit: int = WINDOW_UPPER_LIMIT, budget: Budget | None = None):
         if iodepth < 1:
             raise UsageError(f"iodepth must be >= 1, got {iodepth}")
         self.dev = dev
@@ -94,6 +108,20 @@ class WalWriter:
         self._queue = open_write_queue(dev, iodepth)
         self._buffer_bytes = align_up(block_soft_limit)
         self._spare_buffers: list = []  # block buffers of _buffer_bytes, reused: no mmap per block
+        self._clock = time.perf_counter_ns
+        self.budget = budget if budget is not None and budget.limited else None
+        self._pacer = Pacer(self.budget, self._clock) if self.budget is not None else None
+        self._pacer_due: int | None = None  # when the pacer thread should look at the budget again
+        # The budget stalls the writer from the moment it holds a block that could otherwise be
+        # written (an I/O slot is free) until the next write starts; a block's "budget" stage is
+        # how much of its queued time the writer spent stalled.
+        self._stall_since = 0
+        self._stall_total = 0
+        self._pacer_thread = None
+        if self._pacer is not None:
+            self._pacer_thread = threading.Thread(target=self._pace_loop, name="walctl-pacer", daemon=True)
+            self._pacer_thread.start()
+        self.stages = StageRecorder()
         # stats
         self.blocks_written = 0
         self.bytes_written = 0
@@ -172,7 +200,10 @@ class WalWriter:
                 with self._lock:
                     self._write_header(shutdown_type=SHUTDOWN_GRACEFUL, next_offset=self.next_block)
         finally:
-            self._closed = True
+            with self._lock:
+                self._closed = True
+                self._lock.notify_all()
+            self._stop_pacer()
             self._queue.close()
             self.dev.close()
         if self._failed is not None:
@@ -184,6 +215,8 @@ class WalWriter:
             if self._closed:
                 return
             self._closed = True
+            self._lock.notify_all()
+        self._stop_pacer()
         self._queue.close()
         self.dev.close()
 
@@ -205,13 +238,17 @@ class WalWriter:
                 # The record would cross the ring's end: pad the rest of the lap.
                 self._check_room(lap_end)
                 padding = rec.RecordHeader.padding(start, lap_end - start).encode()
-                self._cur = _Block(start, lap_end, buf=self._take_buffer(len(padding)), length=len(padding))
+                now = self._clock()
+                self._cur = _Block(start, lap_end, buf=self._take_buffer(len(padding)), length=len(padding),
+                                   opened_ns=now, stall_at_open=self._stalled_ns(now))
                 self._cur.buf[:len(padding)] = padding
                 self._seal()
                 self._pump(wait=True, keep=self.run_ahead)
                 start = self.next_block
             self._check_room(align_up(start + size))
-            self._cur = _Block(start, start, buf=self._take_buffer(size))
+            now = self._clock()
+            self._cur = _Block(start, start, buf=self._take_buffer(size), opened_ns=now,
+                               stall_at_open=self._stalled_ns(now))
             return start
         pos = cur.start + cur.length
         self._check_room(align_up(pos + size))
@@ -239,7 +276,9 @@ class WalWriter:
         """Seal the current block and start writes; without ``wait``, seal only if a slot is idle."""
         cur = self._cur
         if cur is not None and cur.length and (wait or (not self._ready and self._busy < self.iodepth)):
-            self._seal()
+            if wait or self._pacer is None or self._budget_allows(cur):
+                self._seal()
+            # else: the budget holds it; it keeps batching records and the pacer seals it later.
         self._pump(wait=wait)
 
     def _seal(self) -> None:
@@ -259,7 +298,12 @@ class WalWriter:
         while ready:
             self._check_usable()
             if self._busy < self.iodepth and self._fits_window(ready[0]):
-                self._submit(ready[0])
+                if self._pacer is None or self._budget_allows(ready[0]):
+                    self._submit(ready[0])
+                elif wait and len(ready) > keep:
+                    self._lock.wait((self._pacer_due - self._clock()) / 1e9)
+                else:
+                    return
             elif wait and len(ready) > keep:
                 # An interrupt (SIGTERM) here leaves the sealed blocks queued: close() writes them.
                 self._lock.wait()
@@ -270,6 +314,14 @@ class WalWriter:
         """Start the durable write of ``block``, the first sealed one (a slot is free, the window fits)."""
         buf = block.buf
         padded = align_up(block.length)
+        now = self._clock()
+        if self._pacer is not None:
+            self._pacer.take(padded, now)
+            if self._stall_since:
+                self._stall_total += now - self._stall_since
+                self._stall_since = 0
+        block.submitted_ns = now
+        block.budget_ns = self._stall_total - block.stall_at_open
         with _signals_deferred():
             # The bookkeeping and the submission happen together or not at all: an interrupt
             # in between would leave a block in flight that never completes.
@@ -303,36 +355,91 @@ class WalWriter:
 
     def _completed(self, block: _Block, error: BaseException | None, buf=None) -> None:
         with self._lock:
-            self._busy -= 1
-            if buf is not None and len(buf) == self._buffer_bytes:
-                self._spare_buffers.append(buf)
-            block.done = True
-            block.error = error
-            if error is not None and self._failed is None:
+            try:
+                self._finish_block(block, error, buf)
+            except BaseException as exc:  # never leave waiters hanging on a bug here
+                if self._failed is None:
+                    self._failed = exc
+            finally:
+                self._lock.notify_all()
+
+    def _finish_block(self, block: _Block, error: BaseException | None, buf) -> None:
+        self._busy -= 1
+        if buf is not None and len(buf) == self._buffer_bytes:
+            self._spare_buffers.append(buf)
+        block.done = True
+        block.error = error
+        if error is not None:
+            if self._failed is None:
                 self._failed = error
-            else:
-                self.blocks_written += 1
-                self.bytes_written += align_up(block.length)
-            while self._inflight and self._inflight[0].done and self._inflight[0].error is None \
-                    and self._failed is None:
-                head = self._inflight.popleft()
-                for offset, token in head.records:
-                    self.records_acked += 1
-                    if self.on_ack is not None:
-                        try:
-                            self.on_ack(offset, token)
-                        except BaseException as exc:  # e.g. the reader of our stdout went away
-                            self._failed = exc
-                            break
-            if self._failed is not None:
-                # Nothing at or after the failed block is acknowledged; let waiters see it.
-                self._inflight = deque(b for b in self._inflight if not b.done)
-            elif not self._closed:
+        else:
+            self.blocks_written += 1
+            self.bytes_written += align_up(block.length)
+            # The write returned now; on the buffered fallback its fdatasync is part of it.
+            written = self._clock() - block.submitted_ns
+            flush = min(self._queue.flush_ns(), written)
+            queued = block.submitted_ns - block.opened_ns
+            self.stages.add(queued, min(block.budget_ns, queued), written - flush, flush)
+        while self._inflight and self._inflight[0].done and self._inflight[0].error is None \
+                and self._failed is None:
+            head = self._inflight.popleft()
+            for offset, token in head.records:
+                self.records_acked += 1
+                if self.on_ack is not None:
+                    try:
+                        self.on_ack(offset, token)
+                    except BaseException as exc:  # e.g. the reader of our stdout went away
+                        self._failed = exc
+                        break
+        if self._failed is not None:
+            # Nothing at or after the failed block is acknowledged; let waiters see it.
+            self._inflight = deque(b for b in self._inflight if not b.done)
+        elif not self._closed:
+            self._submit_cur(wait=False)  # may fail (a header write for the window): see _completed
+
+    # -- budget --------------------------------------------------------------------
+    def _budget_allows(self, block: _Block) -> bool:
+        """True if the budget lets ``block`` be written now; else mark it held and wake the pacer in time."""
+        now = self._clock()
+        delay = self._pacer.delay_ns(align_up(block.length), now)
+        if not delay:
+            return True
+        if not self._stall_since:
+            self._stall_since = now
+        due = now + delay
+        if self._pacer_due is None or due < self._pacer_due:
+            self._pacer_due = due
+            self._lock.notify_all()
+        return False
+
+    def _pace_loop(self) -> None:
+        """Start the writes the budget held, once it allows them (the appender may be idle meanwhile)."""
+        with self._lock:
+            while not self._closed and self._failed is None:
+                due = self._pacer_due
+                if due is None:
+                    self._lock.wait()
+                    continue
+                wait_ns = due - self._clock()
+                if wait_ns > 0:
+                    self._lock.wait(wait_ns / 1e9)
+                    continue
+                self._pacer_due = None
                 try:
                     self._submit_cur(wait=False)
-                except WalctlError as exc:  # a header write for the window failed
-                    self._failed = exc
-            self._lock.notify_all()
+                except BaseException as exc:  # a header write for the window failed
+                    if self._failed is None:
+                        self._failed = exc
+                self._lock.notify_all()
+
+    def _stalled_ns(self, now: int) -> int:
+        """Total ns the budget has stalled the writer, up to ``now``."""
+        return self._stall_total + (now - self._stall_since if self._stall_since else 0)
+
+    def _stop_pacer(self) -> None:
+        thread = self._pacer_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     # -- helpers -------------------------------------------------------------------
     def _write_header(self, **changes) -> None:
