@@ -184,11 +184,27 @@ def test_read_error_is_iofailure(local_store, monkeypatch):
     def eio(*args):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(local_mod.os, "pread", eio)
+    monkeypatch.setattr(local_mod.os, "pread", eio)  # buffered reads (tmpfs)
+    monkeypatch.setattr(local_mod.os, "preadv", eio)  # O_DIRECT reads
     with pytest.raises(IOFailure) as info:
         local_store.read_all("k")
     assert info.value.exit_code == 6 and info.value.errno == errno.EIO
     assert "k" in info.value.line()
+
+
+@pytest.mark.parametrize("start,end", [(0, 1), (4095, 4097), (5000, 9000), (0, 3 * 4096 + 5), (10_000, 20_000),
+                                       (12_288, 12_300)])
+def test_direct_reads_cut_out_exactly_the_range(local_store, monkeypatch, start, end):
+    data = os.urandom(3 * 4096 + 5)  # not a multiple of 4 KiB: the last O_DIRECT read is short
+    local_store.put("obj", data)
+    monkeypatch.setattr(local_mod, "DIRECT_READ_CHUNK", 4096)  # many chunks
+    fd, direct = local_store._open_read("obj")
+    os.close(fd)
+    if not direct:
+        pytest.skip("the filesystem under tmp_path refuses O_DIRECT (tmpfs?): reads there are buffered")
+    assert local_store.read_range("obj", start, end) == data[start:end]
+    assert local_store.read_tail("obj", 7) == (data[-7:], len(data))
+    assert local_store.read_all("obj") == data
 
 
 def test_store_root_that_is_a_file_is_usage_error(tmp_path):

@@ -55,3 +55,26 @@ def test_recover_and_upload_read_the_device_around_the_page_cache(tmp_path):
     with open(wal, "rb") as f:  # the check itself can fail: a buffered read does fill it
         f.read()
     assert _resident_bytes(wal) > 0
+
+
+@pytest.mark.skipif(shutil.which("fincore") is None, reason="fincore (util-linux) is not installed")
+def test_inspect_object_deep_reads_a_local_object_around_the_page_cache(tmp_path):
+    wal = tmp_path / "w.img"
+    store = tmp_path / "store"
+    assert walctl("init", wal, "--capacity", "32MiB", "--no-prewrite").returncode == 0
+    records = b"".join(b"%d %s\n" % (i, os.urandom(200).hex().encode()) for i in range(20000))
+    assert walctl("append", wal, "--input", "-", stdin=records).returncode == 0
+    assert walctl("upload", wal, "--store", store).returncode == 0
+    objects = [p for p in store.rglob("*") if p.is_file() and p.stat().st_size > 1 * MiB]
+    assert objects, "upload made no object of more than 1 MiB"
+    obj = objects[0]
+    fd = os.open(obj, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    assert _resident_bytes(obj) == 0
+    res = walctl("inspect-object", obj, "--deep", "--json")
+    assert res.returncode == 0, res.stderr
+    assert _resident_bytes(obj) == 0  # every block checked, nothing of the object cached
+    with open(obj, "rb") as f:  # the check itself can fail
+        f.read()
+    assert _resident_bytes(obj) > 0
