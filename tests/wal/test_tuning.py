@@ -52,6 +52,8 @@ def test_recover_and_upload_read_the_device_around_the_page_cache(tmp_path):
     assert walctl("recover", wal, "--stats").returncode == 0
     assert walctl("upload", wal, "--store", tmp_path / "store", "--no-trim").returncode == 0
     assert _resident_bytes(wal) == 0  # O_DIRECT reads: nothing of the WAL entered the page cache
+    written = [p for p in (tmp_path / "store").rglob("*") if p.is_file()]
+    assert written and sum(_resident_bytes(p) for p in written) == 0  # objects dropped once fsynced
     with open(wal, "rb") as f:  # the check itself can fail: a buffered read does fill it
         f.read()
     assert _resident_bytes(wal) > 0

@@ -6,7 +6,8 @@ create-only put, hard-links it, which fails with EEXIST if the key exists),
 removes the temp name and fsyncs the directory. A crash leaves at most a temp
 file, which ``list`` never shows.
 
-Reads use O_DIRECT where the filesystem allows it (aligned reads into an aligned
+Written objects are dropped from the page cache once fsynced; reads use O_DIRECT
+where the filesystem allows it (aligned reads into an aligned
 buffer, then the asked-for bytes are cut out): inspecting or compacting objects
 on a live machine leaves its page cache alone. tmpfs and the like refuse O_DIRECT;
 there reads are ordinary.
@@ -285,6 +286,9 @@ class LocalStore:
                 # The data must be on disk before the name points at it, or a
                 # crash could leave the key naming an empty or partial file.
                 os.fsync(fd)
+                # Clean now: drop its pages, so uploading a WAL does not fill the page cache
+                # of a live machine with objects nobody reads back soon.
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
             if if_absent:

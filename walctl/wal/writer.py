@@ -95,7 +95,11 @@ class WalWriter:
         self.block_soft_limit = block_soft_limit
         self.on_ack = on_ack
         self.window_cap = min(window_upper_limit, self.ring.size)
-        self._lock = threading.Condition()
+        lock = threading.RLock()
+        self._lock = threading.Condition(lock)
+        # The pacer thread sleeps on its own condition (same lock): completions, which wake
+        # the appender, must not wake it too.
+        self._pace_cond = threading.Condition(lock)
         self._cur: _Block | None = None
         self._ready: deque[_Block] = deque()  # sealed blocks waiting for an I/O slot, in log order
         self._inflight: deque[_Block] = deque()
@@ -203,6 +207,7 @@ class WalWriter:
             with self._lock:
                 self._closed = True
                 self._lock.notify_all()
+                self._pace_cond.notify_all()
             self._stop_pacer()
             self._queue.close()
             self.dev.close()
@@ -216,6 +221,7 @@ class WalWriter:
                 return
             self._closed = True
             self._lock.notify_all()
+            self._pace_cond.notify_all()
         self._stop_pacer()
         self._queue.close()
         self.dev.close()
@@ -409,7 +415,7 @@ class WalWriter:
         due = now + delay
         if self._pacer_due is None or due < self._pacer_due:
             self._pacer_due = due
-            self._lock.notify_all()
+            self._pace_cond.notify()
         return False
 
     def _pace_loop(self) -> None:
@@ -418,11 +424,11 @@ class WalWriter:
             while not self._closed and self._failed is None:
                 due = self._pacer_due
                 if due is None:
-                    self._lock.wait()
+                    self._pace_cond.wait()
                     continue
                 wait_ns = due - self._clock()
                 if wait_ns > 0:
-                    self._lock.wait(wait_ns / 1e9)
+                    self._pace_cond.wait(wait_ns / 1e9)
                     continue
                 self._pacer_due = None
                 try:
