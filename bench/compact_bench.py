@@ -3,7 +3,12 @@
 with the real Spark job, and print throughput, peak memory and request counts.
 
     python bench/compact_bench.py [--ssos 300] [--streams 3000] [--streams-per-sso 100]
-        [--batch-bytes 2048] [--master local[2]] [--memory-limit 64MiB] [--store DIR]
+        [--batch-bytes 2048] [--master local[2]] [--memory-limit 64MiB] [--store DIR] [--read-rate MIB/S]
+
+With --read-rate, the read phase of every output object is paced (the limit is shared by
+the tasks running at once): the bench prints the achieved read rate against the limit,
+per task and for all tasks together (bytes read over the span from the first read to the
+last), the figure for "throttle by bytes" (issue 8).
 
 Peak memory is the largest resident set of the whole process tree (this driver, the
 Spark JVM and its Python workers), sampled every 50 ms from /proc.
@@ -105,6 +110,7 @@ def main() -> None:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--memory-limit", default="64MiB")
     p.add_argument("--store", default=None, help="directory for the store (default: a temporary one, removed)")
+    p.add_argument("--read-rate", type=float, default=None, help="MiB/s read across all tasks (default: unlimited)")
     args = p.parse_args()
     from walctl.spark.compact import compact
     from walctl.spark.job import spark_session
@@ -119,7 +125,8 @@ def main() -> None:
     sampler = PeakSampler()
     sampler.start()
     t1 = time.monotonic()
-    result = compact(store, directory, spark=spark, memory_limit=parse_size(args.memory_limit))
+    rate = args.read_rate * (1 << 20) if args.read_rate else None
+    result = compact(store, directory, spark=spark, memory_limit=parse_size(args.memory_limit), read_rate_bps=rate)
     seconds = time.monotonic() - t1
     sampler.stop.set()
     sampler.join()
@@ -132,6 +139,16 @@ def main() -> None:
           f"{out['bytes_written'] / (1 << 20) / seconds:.1f} MiB/s written")
     print(f"requests: {out['gets']} GETs (index reads {result.index_gets}), {out['puts']} PUTs")
     print(f"peak memory (driver + JVM + workers): {format_size(sampler.peak)}")
+    if rate:
+        made = [m for m in result.made if m.get("read_seconds")]
+        per_task = [m["bytes_read"] / m["read_seconds"] / (1 << 20) for m in made]
+        starts = [m["read_started"] for m in made if "read_started" in m]
+        ends = [m["read_started"] + m["read_seconds"] for m in made if "read_started" in m]
+        span = (max(ends) - min(starts)) if starts else seconds
+        total_read = sum(m["bytes_read"] for m in made)
+        print(f"read rate limit {args.read_rate:g} MiB/s: all tasks together {total_read / (1 << 20) / span:.3f} MiB/s "
+              f"({total_read / (1 << 20) / span / args.read_rate:.3f} of the limit, over {span:.1f} s of reads); "
+              f"per task {[round(x, 3) for x in per_task]} MiB/s")
     if args.store is None:
         shutil.rmtree(directory)
 

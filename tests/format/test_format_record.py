@@ -391,3 +391,14 @@ def test_negative_offset_is_bounds_error():
         with pytest.raises(errors.BoundsError) as info:
             RecordHeader.decode(bytes.fromhex(DATA_HEX), offset)
         assert info.value.offset == offset
+
+
+@settings(max_examples=300, deadline=None)
+@given(offset=st.integers(0, 2**62), body=st.binary(min_size=1, max_size=3000), pos=st.integers(0, 64))
+def test_pack_data_header_into_writes_exactly_the_encoded_header(offset, body, pos):
+    buf = bytearray(b"\xee" * (pos + rec.SIZE + 8))
+    rec.pack_data_header_into(buf, pos, offset, body)
+    assert bytes(buf[pos:pos + rec.SIZE]) == RecordHeader.for_body(offset, body).encode()
+    assert buf[:pos] == b"\xee" * pos and buf[pos + rec.SIZE:] == b"\xee" * 8  # nothing else touched
+    assert RecordHeader.decode(bytes(buf[pos:pos + rec.SIZE]), expected_offset=offset).body_crc == \
+        crc32c_pkg.crc32c(body)

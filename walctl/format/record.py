@@ -28,6 +28,20 @@ _CRC_SPAN = 20
 MAX_BODY_LENGTH = 0xFFFFFFFF
 
 
+_HEAD = struct.Struct(">IIqI")  # the header's first 20 bytes, which headerCrc covers
+_U32 = struct.Struct(">I")
+
+
+def pack_data_header_into(buf, pos: int, offset: int, body) -> None:
+    """Write the header of a data record at logical ``offset`` carrying ``body`` into ``buf[pos:pos + 24]``.
+
+    The same bytes as ``RecordHeader.for_body(offset, body).encode()``, without building the
+    dataclass and the intermediate bytes: the WAL writer calls it once per record.
+    """
+    _HEAD.pack_into(buf, pos, DATA_MAGIC, len(body), offset + SIZE, crc32c(body))
+    _U32.pack_into(buf, pos + _CRC_SPAN, crc32c(buf[pos:pos + _CRC_SPAN]))
+
+
 @dataclass(frozen=True)
 class RecordHeader:
     """A decoded record header; ``end`` is the logical offset right after the body."""
