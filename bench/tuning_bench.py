@@ -91,10 +91,11 @@ def pacing(opts) -> dict:
               f"{res['records_per_s']:>10.0f} {res['mib_per_s']:>14.1f}")
     offered = max(50.0, round(iops_budget / 6))
     under: dict[str, list[dict]] = {}
-    print(f"\nunder the budget: {offered:g} records/s of 4 KiB offered, 3 rounds alternating (medians)")
+    print(f"\nunder the budget: {offered:g} records/s of 4 KiB offered, {opts.rounds} rounds alternating "
+          f"(medians; per round in brackets)")
     print(f"{'':<22} {'p50 µs':>8} {'p99 µs':>8} {'budget stage p99 µs':>20}")
     runs = (("no budget", ()), (f"budget {iops_budget} IOPS", ("--rate", str(iops_budget))))
-    for i in range(3):
+    for i in range(opts.rounds):
         for label, extra in (runs if i % 2 == 0 else runs[::-1]):
             res = bench_wal(path, d, "--record-size", "4KiB", "--offered-rate", str(offered), *extra)
             under.setdefault(label, []).append(res)
@@ -102,7 +103,8 @@ def pacing(opts) -> dict:
         got = under[label]
         print(f"{label:<22} {statistics.median(r['latency_us_p50'] for r in got):>8.0f} "
               f"{statistics.median(r['latency_us_p99'] for r in got):>8.0f} "
-              f"{max(r['stages_us']['budget']['p99'] for r in got):>20.0f}")
+              f"{max(r['stages_us']['budget']['p99'] for r in got):>20.0f}  "
+              f"p50 {[round(r['latency_us_p50']) for r in got]}")
     return {"unlimited": free, "unlimited_64k": free64, "iops_budget": iops_budget, "bandwidth_budget": bw_budget,
             "paced_iops": paced_iops, "paced_bandwidth": paced_bw, "batching": batching, "under_budget": under}
 
@@ -252,7 +254,8 @@ def main() -> int:
     parser.add_argument("--dir", default="/var/tmp", help="where the files go (not tmpfs)")
     parser.add_argument("--duration", type=float, default=5.0, help="pacing: seconds per run")
     parser.add_argument("--capacity", default=None, help="WAL size (prewrite: 512MiB, pagecache: 1GiB)")
-    parser.add_argument("--rounds", type=int, default=3, help="prewrite: rounds (each runs both kinds)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="prewrite, and pacing's under-budget runs: rounds (each runs both kinds)")
     parser.add_argument("--json", help="also write the numbers to this file")
     opts = parser.parse_args()
     out = {}
