@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -20,6 +18,7 @@ from walctl.store.upload import upload
 from walctl.wal.ops import init_wal, open_writer
 
 from storehelpers import append, expect, make_wal, merge, read_back
+from walhelpers import run_walctl as walctl
 
 KiB, MiB = 1 << 10, 1 << 20
 LATER = time.time() + 2 * mf.PREPARE_TTL_S  # when every prepared id has expired
@@ -149,12 +148,6 @@ def test_not_an_object_and_a_damaged_object(tmp_path, local_store):
 
 
 # -- crashes and store failures ---------------------------------------------------------
-
-def walctl(*args, env=None):
-    full = dict(os.environ, **(env or {}))
-    return subprocess.run([sys.executable, "-m", "walctl", *map(str, args)], capture_output=True, env=full,
-                          timeout=120)
-
 
 @pytest.mark.parametrize("point", ["upload-after-prepare", "upload-before-commit", "upload-after-commit"])
 def test_killed_at_each_step_then_rerun(tmp_path, point):

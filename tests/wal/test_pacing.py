@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 
 import pytest
-from walhelpers import new_wal
+from walhelpers import new_wal, run_walctl
 
 from walctl.device.blockio import BufferedDevice
 from walctl.errors import UsageError
@@ -214,14 +212,9 @@ def test_buffered_device_reports_its_fdatasync_as_flush(tmp_path):
 
 # -- the commands ---------------------------------------------------------------------
 
-def _walctl(*args, env=None, stdin=None):
-    return subprocess.run([sys.executable, "-m", "walctl", *map(str, args)], capture_output=True, input=stdin,
-                          timeout=120, env={**os.environ, **(env or {})})
-
-
 def test_append_json_summary_reports_budget_and_stages(tmp_path):
     path = new_wal(tmp_path / "w.img", 16 * MiB)
-    out = _walctl("append", path, "--json", "--input", "-", env={"WALCTL_IOPS": "50", "WALCTL_BANDWIDTH": "2"},
+    out = run_walctl("append", path, "--json", "--input", "-", env={"WALCTL_IOPS": "50", "WALCTL_BANDWIDTH": "2"},
                   stdin=b"".join(b"record %d\n" % i for i in range(300)))
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout.splitlines()[-1])
@@ -234,7 +227,7 @@ def test_append_json_summary_reports_budget_and_stages(tmp_path):
         assert set(stages[stage]) == {"p50", "p99", "mean"}
     assert abs(sum(stages[s]["mean"] for s in ("queued", "write", "flush")) - stages["total"]["mean"]) <= 0.2
     # --iops on the command line wins over the environment
-    out = _walctl("append", path, "--json", "--iops", "1000", "x", env={"WALCTL_IOPS": "50"})
+    out = run_walctl("append", path, "--json", "--iops", "1000", "x", env={"WALCTL_IOPS": "50"})
     assert json.loads(out.stdout.splitlines()[-1])["budget"]["iops"] == 1000.0
 
 
@@ -242,6 +235,6 @@ def test_append_json_summary_reports_budget_and_stages(tmp_path):
                                       ([], {"WALCTL_IOPS": "many"}), ([], {"WALCTL_BANDWIDTH": "0"})])
 def test_append_refuses_a_bad_budget(tmp_path, args, env):
     path = new_wal(tmp_path / "w.img", 16 * MiB)
-    out = _walctl("append", path, *args, "x", env=env)
+    out = run_walctl("append", path, *args, "x", env=env)
     assert out.returncode == 2
     assert b"Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1

@@ -5,16 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
+from walhelpers import run_walctl as walctl
 
 MiB = 1 << 20
-
-
-def walctl(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "walctl", *map(str, args)], capture_output=True, input=stdin,
-                          timeout=120)
 
 
 def allocated_bytes(path) -> int:

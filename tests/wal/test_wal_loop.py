@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from walctl.wal.ops import trim_wal
 
 from walhelpers import append_records, header_of, payload_for, scan_file
+from walhelpers import run_walctl as walctl
 
 pytestmark = pytest.mark.loop
 MiB = 1 << 20
-
-
-def walctl(*args, input_bytes=None):
-    return subprocess.run([sys.executable, "-m", "walctl", *args], input=input_bytes,
-                          capture_output=True, timeout=120)
 
 
 def test_cli_pipeline_on_a_loop_device(loop_device):
@@ -27,7 +21,7 @@ def test_cli_pipeline_on_a_loop_device(loop_device):
     assert r.returncode == 0, r.stderr
     header = json.loads(r.stdout)["header"]
     assert header["capacity_bytes"] == 8 * MiB  # no --capacity: the whole device
-    r = walctl("append", dev, "--json", "--input", "-", input_bytes=b"".join(b"rec%d\n" % i for i in range(200)))
+    r = walctl("append", dev, "--json", "--input", "-", stdin=b"".join(b"rec%d\n" % i for i in range(200)))
     assert r.returncode == 0, r.stderr
     lines = [json.loads(x) for x in r.stdout.splitlines()]
     offsets = [x["offset"] for x in lines if x["type"] == "record"]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 
 from walctl.device import open_device
 from walctl.format.batch import StreamRecordBatch
@@ -10,6 +13,12 @@ from walctl.format.header import HEADERS_SIZE
 from walctl.wal import reader
 from walctl.wal.headers import read_headers
 from walctl.wal.ops import init_wal, open_writer
+
+
+def run_walctl(*args, stdin: bytes | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m walctl ARGS`` as its own process (stdout and stderr captured); ``env`` adds variables."""
+    return subprocess.run([sys.executable, "-m", "walctl", *map(str, args)], capture_output=True, input=stdin,
+                          env={**os.environ, **(env or {})}, timeout=120)
 
 
 def payload_for(stream_id: int, base: int, size: int = 100) -> bytes:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
+from walctl.percentile import nearest_rank
+
 MIB = 1 << 20
 # The percentiles every mode reports (fio's usual set, plus the maximum).
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9))
@@ -29,13 +31,7 @@ class LatencySummary:
         if not data:
             return cls(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         n = len(data)
-
-        def rank(pct: float) -> float:
-            # Nearest rank: the smallest sample with at least pct% of the samples at or below it.
-            index = min(n - 1, max(0, -(-int(pct * n * 10) // 1000) - 1))
-            return data[index] / 1000
-
-        values = {name: rank(pct) for name, pct in PERCENTILES}
+        values = {name: nearest_rank(data, pct) / 1000 for name, pct in PERCENTILES}
         return cls(n, sum(data) / n / 1000, values["p50"], values["p90"], values["p99"], values["p999"],
                    data[-1] / 1000)
 

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from walctl.errors import UsageError
+from walctl.percentile import nearest_rank
 
 MIB = 1 << 20
 BURST_S = 0.05  # a bucket holds this many seconds of its rate (at least one write)
-IOPS_ENV = "WALCTL_IOPS"
-BANDWIDTH_ENV = "WALCTL_BANDWIDTH"
 
 
 class TokenBucket:
@@ -179,8 +178,5 @@ class StageRecorder:
 
 
 def _rank(data, pct: float) -> float:
-    """Nearest-rank percentile of sorted ns samples, in µs."""
-    if not data:
-        return 0.0
-    index = min(len(data) - 1, max(0, -(-int(pct * len(data) * 10) // 1000) - 1))
-    return round(data[index] / 1000, 1)
+    """Nearest-rank percentile of sorted ns samples, in µs (0 without samples)."""
+    return round(nearest_rank(data, pct) / 1000, 1) if data else 0.0

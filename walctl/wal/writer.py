@@ -27,11 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from walctl.device.blockio import open_write_queue
-
-try:  # the C function behind signal.pthread_sigmask, without its conversion of the mask to enums
-    from _signal import pthread_sigmask as _sigmask  # (twice as fast: it runs twice per block)
-except ImportError:  # pragma: no cover - other Pythons
-    from signal import pthread_sigmask as _sigmask
 from walctl.device.buffers import aligned_buffer
 from walctl.errors import FullError, IOFailure, UsageError, WalctlError
 from walctl.format import record as rec
@@ -39,6 +34,11 @@ from walctl.format.header import SHUTDOWN_GRACEFUL
 from walctl.wal.headers import HeaderState, write_header
 from walctl.wal.layout import Ring, align_up
 from walctl.wal.pacing import Budget, Pacer, StageRecorder
+
+try:  # the C function behind signal.pthread_sigmask, without its conversion of the mask to enums
+    from _signal import pthread_sigmask as _sigmask  # (twice as fast: it runs twice per block)
+except ImportError:  # pragma: no cover - other Pythons
+    from signal import pthread_sigmask as _sigmask
 
 BLOCK_SOFT_LIMIT = 256 << 10  # AutoMQ's block size soft limit: big enough to batch, small enough for latency
 WINDOW_INITIAL = 1 << 20  # sliding window: initial 1 MiB,
@@ -257,21 +257,23 @@ class WalWriter:
                 # The record would cross the ring's end: pad the rest of the lap.
                 self._check_room(lap_end)
                 padding = rec.RecordHeader.padding(start, lap_end - start).encode()
-                now = self._clock()
-                self._cur = _Block(start, lap_end, buf=self._take_buffer(len(padding)), length=len(padding),
-                                   opened_ns=now, stall_at_open=self._stalled_ns(now))
+                self._cur = self._open_block(start, lap_end, len(padding))
                 self._cur.buf[:len(padding)] = padding
+                self._cur.length = len(padding)
                 self._seal()
                 self._pump(wait=True, keep=self.run_ahead)
                 start = self.next_block
             self._check_room(align_up(start + size))
-            now = self._clock()
-            self._cur = _Block(start, start, buf=self._take_buffer(size), opened_ns=now,
-                               stall_at_open=self._stalled_ns(now))
+            self._cur = self._open_block(start, start, size)
             return start
         pos = cur.start + cur.length
         self._check_room(align_up(pos + size))
         return pos
+
+    def _open_block(self, start: int, end: int, size: int) -> _Block:
+        """A new, empty block at ``start`` whose first record takes ``size`` bytes; its clock starts now."""
+        now = self._clock()
+        return _Block(start, end, buf=self._take_buffer(size), opened_ns=now, stall_at_open=self._stalled_ns(now))
 
     def _take_buffer(self, size: int):
         """An aligned buffer for a new block whose first record takes ``size`` bytes."""
