@@ -1,4 +1,4 @@
-"""The one error hierarchy of walctl; each class carries its exit code (shared/CLI.md).
+"""The one error hierarchy of walctl; each class carries its exit code (docs/CLI.md).
 
 Lower layers raise these with the position they know (an offset, a byte
 position); the layer that knows the device path or object key adds it with

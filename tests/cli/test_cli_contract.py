@@ -1,4 +1,4 @@
-"""CLI contract of walctl init / append / trim / recover (shared/CLI.md, FORMATS.md 1-2, the issue).
+"""CLI contract of walctl init / append / trim / recover (docs/CLI.md, FORMATS.md 1-2, the issue).
 
 Behaviour and output shapes: JSON field names, offsets, filters, framing, sizes, the
 WALCTL_DEVICE variable, trim then recover, a concurrent writer. Exit codes of every error

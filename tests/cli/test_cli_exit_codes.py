@@ -1,4 +1,4 @@
-"""Exit codes of every error class for every command (shared/CLI.md "Exit codes"), and the error
+"""Exit codes of every error class for every command (docs/CLI.md "Exit codes"), and the error
 output rules: exactly one stderr line ``walctl: error: ...`` (no traceback) on any non-zero exit,
 stdout only data, and with --json the closing object carries ``"error": {"code", "message"}``.
 
