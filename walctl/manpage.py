@@ -449,11 +449,22 @@ def _exit_status() -> list[str]:
     return out
 
 
+# The project's specification, named on every page (paths inside walctl's source tree;
+# tests/install/test_links.py checks that each exists there).
+SPEC_DOCS: tuple[tuple[str, str], ...] = (
+    ("docs/CLI.md", "output, exit codes, safety rules and configuration of every command"),
+    ("docs/FORMATS.md", "byte layouts of the WAL and of objects, and the upload, compaction and gc protocols"),
+)
+
+
 def _see_also(names: Iterable[str]) -> list[str]:
     pages = list(dict.fromkeys(names))
     out = [".SH \"SEE ALSO\""]
     for i, page in enumerate(pages):
         out.append(f".BR {esc(page)} ({SECTION}){',' if i < len(pages) - 1 else ''}")
+    out += [".PP", _line(esc("The specification, in walctl's source tree:"))]
+    for path, what in SPEC_DOCS:
+        out += [".TP", bold(path), _line(esc(what))]
     return out
 
 

@@ -1,4 +1,4 @@
-"""StreamRecordBatch: the body of a WAL record and the unit inside objects (FORMATS.md 2).
+"""StreamRecordBatch: the body of a WAL record and the unit inside objects (docs/FORMATS.md 2).
 
     0     1          9        17           25      29              33
     +-----+----------+--------+------------+-------+---------------+---------

@@ -1,4 +1,4 @@
-"""WALHeader: the 4 KiB header slots at physical offsets 0 and 4096 (FORMATS.md 1.1).
+"""WALHeader: the 4 KiB header slots at physical offsets 0 and 4096 (docs/FORMATS.md 1.1).
 
 Native layout, big-endian, 64 bytes, rest of the slot zero:
 

@@ -1,4 +1,4 @@
-"""Objects (Stream Set Object or Stream Object): data blocks, index, footer (FORMATS.md 3).
+"""Objects (Stream Set Object or Stream Object): data blocks, index, footer (docs/FORMATS.md 3).
 
     0                                              indexStartPosition            object_size
     | DataBlock | DataBlock | ... | DataBlock       | IndexBlock: N x 36 | Footer: 48 |

@@ -1,4 +1,4 @@
-"""RecordHeader: the 24 bytes before every WAL record body (FORMATS.md 1.2).
+"""RecordHeader: the 24 bytes before every WAL record body (docs/FORMATS.md 1.2).
 
     0       4            8            16        20         24
     +-------+------------+------------+---------+----------+------ body (bodyLength bytes)

@@ -1,4 +1,4 @@
-"""gc: delete what no manifest can need any more (FORMATS.md 5).
+"""gc: delete what no manifest can need any more (docs/FORMATS.md 5).
 
 Order matters: first commit a manifest that forgets expired prepared ids and
 replaced objects past their grace period, then delete objects that the newest

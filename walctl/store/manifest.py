@@ -1,4 +1,4 @@
-"""The store's metadata (FORMATS.md 5): immutable, numbered manifest snapshots.
+"""The store's metadata (docs/FORMATS.md 5): immutable, numbered manifest snapshots.
 
 Commit N+1 is created only if absent (S3 If-None-Match: *, or create-exclusive +
 fsync locally), so two writers can never both commit N+1: the loser re-reads the

@@ -1,4 +1,4 @@
-"""Upload: turn the WAL's records into objects, commit them, then trim the WAL (FORMATS.md 3, 5).
+"""Upload: turn the WAL's records into objects, commit them, then trim the WAL (docs/FORMATS.md 3, 5).
 
 Crash safety, step by step:
 1. read the WAL (read-only, no lock) and the newest manifest;

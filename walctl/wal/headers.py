@@ -1,4 +1,4 @@
-"""Reading and writing the two alternating header slots (FORMATS.md 1.1)."""
+"""Reading and writing the two alternating header slots (docs/FORMATS.md 1.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Where a logical offset lives on the device (FORMATS.md 1): pure arithmetic."""
+"""Where a logical offset lives on the device (docs/FORMATS.md 1): pure arithmetic."""
 
 from __future__ import annotations
 

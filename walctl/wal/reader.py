@@ -1,4 +1,4 @@
-"""The recovery scan (FORMATS.md 1.4): records after the trim point, and every skipped range.
+"""The recovery scan (docs/FORMATS.md 1.4): records after the trim point, and every skipped range.
 
 The scan tells apart three things the bytes after a record can be:
 - the end of the log (an invalid header at a 4 KiB boundary with nothing valid after it);

@@ -1,4 +1,4 @@
-"""The WAL writer (FORMATS.md 1.3): records batched into 4 KiB-aligned blocks, several in flight.
+"""The WAL writer (docs/FORMATS.md 1.3): records batched into 4 KiB-aligned blocks, several in flight.
 
 Invariants this module keeps, and recovery relies on:
 - a block starts at a 4 KiB aligned logical offset and is written zero-padded to 4 KiB;
