@@ -7,7 +7,8 @@ Checked in a fresh ``git clone`` (committed files only):
   heading of the target (GitHub's slugs).
 - Paths in code spans (Markdown) and in man page text whose first part is one of the
   repository's top-level folders (``scripts/gen-man``, ``man/*.1``, ``docs/CLI.md``): they
-  must exist (a glob must match), from the repository root.
+  must exist (a glob must match), from the repository root. Placeholders are written
+  ``<like-this>`` and not checked.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from walctl import manpage
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 LINK = re.compile(r"!?\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 REF_DEF = re.compile(r"^\s{0,3}\[[^\]\n]+\]:\s*<?(\S+?)>?(?:\s+\"[^\"]*\")?\s*$", re.M)
@@ -53,6 +56,8 @@ def _repo_paths(text: str, folders: set[str]) -> list[str]:
     found = []
     for word in re.split(r"[\s`'\"(),;]+", text):
         word = word.rstrip(".:")
+        if any(mark in word for mark in ("<", "{", "...")):
+            continue  # a placeholder: man/walctl-<command>.1
         if "/" in word and word.split("/", 1)[0] in folders and not SCHEME.match(word):
             found.append(word)
     return found
@@ -106,16 +111,28 @@ def _documents(root: Path) -> tuple[list[Path], list[Path]]:
     return [root / "README.md", *sorted((root / "docs").rglob("*.md"))], sorted((root / "man").glob("*.1"))
 
 
-def test_every_relative_link_resolves_inside_a_clone(clone):
-    folders = _top_folders(clone)
+def _check_tree(root: Path) -> list[str]:
+    folders = _top_folders(root)
     assert {"docs", "man", "walctl", "scripts"} <= folders
-    markdown, pages = _documents(clone)
-    assert len(markdown) >= 4 and len(pages) >= 14, "README.md, docs/*.md and man/*.1 are in the clone"
+    markdown, pages = _documents(root)
+    assert len(markdown) >= 4 and len(pages) >= 14, f"README.md, docs/*.md and man/*.1 are in {root}"
     problems = []
     for doc in markdown:
-        problems += check_markdown(clone, doc, folders)
+        problems += check_markdown(root, doc, folders)
     for page in pages:
-        problems += check_manpage(clone, page, folders)
+        problems += check_manpage(root, page, folders)
+    return problems
+
+
+def test_every_relative_link_resolves_inside_a_clone(clone):
+    problems = _check_tree(clone)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_relative_link_resolves_in_the_working_tree(clone):
+    # The same on the files as they are now (uncommitted edits included), so a broken
+    # link shows before it is committed; the clone above is what users get.
+    problems = _check_tree(REPO_ROOT)
     assert not problems, "\n".join(problems)
 
 
@@ -132,14 +149,14 @@ def test_the_specification_is_linked_from_readme_and_every_man_page(clone):
 
 @pytest.mark.parametrize("text,problem", [
     ("See [the spec](../shared/FORMATS.md).", "does not resolve inside the repository"),
-    ("See [it](docs/NOPE.md).", "does not resolve inside the repository"),
-    ("See [it](docs/CLI.md#no-such-heading).", "no heading with anchor"),
+    ("See [it](NOPE.md).", "does not resolve inside the repository"),
+    ("See [it](CLI.md#no-such-heading).", "no heading with anchor"),
     ("See [it](#nowhere).", "no heading with anchor"),
     ("Run `scripts/no-such-script`.", "does not exist in the repository"),
     ("Pages: `man/*.9`.", "does not exist in the repository"),
 ])
 def test_the_checker_finds_a_broken_link(clone, tmp_path, text, problem):
-    # The checker itself, on a copy of README.md with one bad line added.
+    # The checker itself, on a document with one bad link.
     doc = clone / "docs" / "zz-checker-probe.md"
     try:
         doc.write_text("# Probe\n\n" + text + "\n", encoding="utf-8")
