@@ -8,7 +8,7 @@ Checked in a fresh ``git clone`` (committed files only):
 - Paths in code spans (Markdown) and in man page text whose first part is one of the
   repository's top-level folders (``scripts/gen-man``, ``man/*.1``, ``docs/CLI.md``): they
   must exist (a glob must match), from the repository root. Placeholders are written
-  ``<like-this>`` and not checked.
+  ``<like-this>`` and not checked. A code span's ``../path`` must stay inside the clone.
 """
 
 from __future__ import annotations
@@ -97,6 +97,9 @@ def check_markdown(root: Path, doc: Path, folders: set[str]) -> list[str]:
         for rel in _repo_paths(span, folders):
             if not _exists(root, rel):
                 problems.append(f"{where}: `{rel}` does not exist in the repository")
+        for word in span.split():
+            if word.startswith("../") and not _inside(root, doc.parent / word.rstrip(".:,;")):
+                problems.append(f"{where}: `{word}` is outside the repository (or missing)")
     return problems
 
 
@@ -154,6 +157,7 @@ def test_the_specification_is_linked_from_readme_and_every_man_page(clone):
     ("See [it](#nowhere).", "no heading with anchor"),
     ("Run `scripts/no-such-script`.", "does not exist in the repository"),
     ("Pages: `man/*.9`.", "does not exist in the repository"),
+    ("Byte layouts: `../../shared/FORMATS.md`.", "outside the repository"),
 ])
 def test_the_checker_finds_a_broken_link(clone, tmp_path, text, problem):
     # The checker itself, on a document with one bad link.
@@ -170,7 +174,7 @@ def test_the_checker_accepts_good_links(clone):
     doc = clone / "docs" / "zz-checker-probe.md"
     try:
         doc.write_text("# Probe\n\n## A `code` heading: too\n\n[a](#a-code-heading-too) [b](CLI.md#exit-codes-the-same-for-every-command-tested)"
-                       " [c](../README.md#loop-devices) [d](https://example.org/x) `man/*.1` `./store` `../shared/x`\n",
+                       " [c](../README.md#loop-devices) [d](https://example.org/x) `man/*.1` `./store` `../README.md` `man/walctl-<command>.1`\n",
                        encoding="utf-8")
         assert check_markdown(clone, doc, _top_folders(clone)) == []
     finally:
