@@ -53,11 +53,15 @@ def run_trial(path: str, trial: int, rng: random.Random) -> list[tuple[int, int,
 
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
-    time.sleep(rng.uniform(0.3, 1.0))
+    # The kill lands at a random moment after the first acknowledgement, not after a fixed
+    # guess at the interpreter's start-up (which cost ~0.3 s of every trial, idle or not):
+    # every kill now hits a writer that is acknowledging records.
+    first = proc.stdout.readline()
+    time.sleep(rng.uniform(0.0, 0.5))
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     stop.set()
-    out = proc.stdout.read().decode(errors="replace")
+    out = (first + proc.stdout.read()).decode(errors="replace")
     err = proc.stderr.read().decode(errors="replace")
     feeder.join(timeout=5)
     acks = []
@@ -112,4 +116,4 @@ def test_sigkill_while_streaming_loses_no_acknowledged_record(tmp_path):
             acked = {o: v for o, v in acked.items() if o > cut}
     print(f"\ncrash test: {trials} kills, {kills_with_acks} with acknowledged records, "
           f"{total_acks} acknowledged records checked, {gaps_seen} crash gaps (holes with later records kept)")
-    assert kills_with_acks >= trials // 2, "most kills must land while records were being acknowledged"
+    assert kills_with_acks == trials, "every kill must land while records are being acknowledged"

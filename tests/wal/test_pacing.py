@@ -71,10 +71,12 @@ def test_a_write_larger_than_the_burst_goes_and_leaves_a_debt():
     assert bucket.delay_ns(10) == 0
 
 
-@pytest.mark.parametrize("cost", [1, 7, 4096, 300_000])
-def test_greedy_writer_gets_the_rate_over_time(cost):
+# The rate scales with the cost so that every case is ~100k writes over its 10 simulated
+# seconds (cost 1 at 1e6/s was 10 million loop turns, ~20-47 s); the burst is still 50 ms of
+# the rate, and 300_000 is still a cost larger than the burst (a write that leaves a debt).
+@pytest.mark.parametrize("cost,rate", [(1, 10_000.0), (7, 70_000.0), (4096, 1_000_000.0), (300_000, 1_000_000.0)])
+def test_greedy_writer_gets_the_rate_over_time(cost, rate):
     clock = FakeClock()
-    rate = 1_000_000.0
     bucket = TokenBucket(rate, rate * BURST_S, clock)
     spent = 0
     while clock.now < 10 * S:
