@@ -25,3 +25,8 @@ walctl ls --store "$store"
 printf 'event %s\n' 4 5 | walctl append "$wal" --stream 2 --input - --store "$store"
 walctl upload "$wal" --store "$store" --json
 walctl gc --store "$store" --dry-run
+set +x
+if [ "${WALCTL_SKIP_INSTALL:-0}" != 1 ]; then
+  echo "walctl is installed in $PWD/.venv: 'source .venv/bin/activate' puts it on PATH" \
+       "(or 'pipx install .' installs it as a tool of its own)" >&2
+fi
