@@ -28,6 +28,9 @@ def clone(tmp_path_factory) -> Path:
     dest = tmp_path_factory.mktemp("clone") / "walctl"
     subprocess.run(["git", "clone", "--quiet", "--no-checkout", str(REPO_ROOT), str(dest)], check=True,
                    capture_output=True, timeout=120)
-    subprocess.run(["git", "-C", str(dest), "checkout", "--quiet", head.stdout.strip()], check=True,
+    # HEAD itself, also when it is detached (CI) or on a branch the clone did not take.
+    subprocess.run(["git", "-C", str(dest), "fetch", "--quiet", str(REPO_ROOT), head.stdout.strip()], check=True,
+                   capture_output=True, timeout=120)
+    subprocess.run(["git", "-C", str(dest), "checkout", "--quiet", "--detach", head.stdout.strip()], check=True,
                    capture_output=True, timeout=120)
     return dest
