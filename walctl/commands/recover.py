@@ -111,7 +111,11 @@ def recover_cmd(
                 counts[1] += len(event.batch.payload) if event.batch else len(event.body)
             else:
                 out.record(event)
+        unexplained = _explain_gaps(out, result)
         summary = result.to_json()
+        summary["sealed_holes"] = len(result.sealed_holes)
+        summary["stream_gaps"] = len(result.stream_gaps)
+        summary["unexplained_stream_gaps"] = unexplained
         summary["records_shown"] = shown
         summary["device"] = device
         summary["flavour"] = header.flavour
@@ -130,6 +134,25 @@ def recover_cmd(
         out.summary(summary)
     finally:
         session.dev.close()
+
+
+def _explain_gaps(out: "_Printer", result) -> int:
+    """Print the sealed crash holes and every stream gap with why it exists and what to do;
+    return how many gaps no crash explains."""
+    from walctl.wal import gaps
+
+    holes = gaps.holes_of(result.findings, result.sealed_holes)
+    for hole in result.sealed_holes:
+        out.explained(hole.to_json(), f"SEALED HOLE at offset {hole.start}..{hole.end} "
+                                      f"({hole.end - hole.start} bytes): {hole.describe()}; it cost " +
+                      (", ".join(f"stream {s} offsets {lo}..{hi}" for s, lo, hi in hole.sealed.streams)
+                       or "no stream offsets (no stream continued after it)"))
+    unexplained = 0
+    for gap in result.stream_gaps:
+        hole = gaps.explain(gap, holes)
+        unexplained += hole is None
+        out.explained(gaps.gap_to_json(gap, hole), "GAP " + gaps.explanation(gap, hole))
+    return unexplained
 
 
 def _refuse_short_file(device: str) -> None:
@@ -210,6 +233,13 @@ class _Printer:
         if finding.hexdump:
             for line in finding.hexdump.splitlines():
                 self._line("    " + line)
+
+    def explained(self, obj: dict, text: str) -> None:
+        """A sealed hole or a stream gap: its JSON line, or one human line."""
+        if self.json_out:
+            emit_json(obj)
+        else:
+            self._line(text)
 
     def stats(self, per_stream: dict[int, list[int]]) -> None:
         if self.json_out:
