@@ -327,3 +327,31 @@ def test_header_timestamp_with_the_top_bit_set_is_a_damaged_slot(cli, tmp_path):
     assert cli("upload", dev, "--store", tmp_path / "store").exit_code == 0
     assert _records(cli, dev) == []
     assert json.dumps(decode_slots(open(dev, "rb").read(HEADERS_SIZE)).header.to_json())
+
+
+def test_init_node_id_out_of_int32_is_a_usage_error_and_creates_nothing(cli, tmp_path):
+    dev = tmp_path / "wal.img"
+    res = cli("init", dev, "--capacity", "1MiB", "--node-id", str(1 << 31))
+    assert res.exit_code == 2, res
+    assert "nodeId (int32)" in res.error_line()
+    assert not dev.exists()
+    assert cli("init", dev, "--capacity", "1MiB", "--node-id", str((1 << 31) - 1)).exit_code == 0
+
+
+def test_bounds_callback_turns_a_bound_into_a_usage_error():
+    """The validator module's typer adapter (for options that declare callback=bounds.callback(...))."""
+    import typer
+    from typer.testing import CliRunner
+
+    from walctl import bounds
+
+    app = typer.Typer()
+
+    @app.command()
+    def main(stream: int = typer.Option(0, "--stream", callback=bounds.callback(bounds.stream_id))):
+        print(stream)
+
+    runner = CliRunner()
+    assert runner.invoke(app, ["--stream", str(INT64_MAX)]).stdout.strip() == str(INT64_MAX)
+    res = runner.invoke(app, ["--stream", str(1 << 63)])
+    assert res.exit_code == 2 and "streamId (int64)" in res.output
