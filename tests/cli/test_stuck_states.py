@@ -270,6 +270,7 @@ def test_a_bad_batch_written_by_hand_does_not_stop_other_streams(cli, wal_dev, t
     assert out["error"]["code"] == 3 and [b["offset"] for b in out["bad_records"]] == [bad_offset]
     assert out["records"] == 2 and out["trimmed_to"] == 0  # trimmed only up to the record before it
     assert f"walctl recover {wal_dev} --from {bad_offset}" in res.stderr
+    assert f"walctl trim {wal_dev} {out['last_offset']}'" in res.stderr
     assert _stored(store) == {1: [(0, b"one"), (1, b"two")]}
     # It stays live for recover, and a rerun uploads nothing twice.
     assert [r["offset"] for r in _records_any(cli, wal_dev)] == [bad_offset, out["last_offset"]]
@@ -355,3 +356,18 @@ def test_bounds_callback_turns_a_bound_into_a_usage_error():
     assert runner.invoke(app, ["--stream", str(INT64_MAX)]).stdout.strip() == str(INT64_MAX)
     res = runner.invoke(app, ["--stream", str(1 << 63)])
     assert res.exit_code == 2 and "streamId (int64)" in res.output
+
+
+def test_a_bad_batch_as_the_last_record_can_be_trimmed_too(cli, tmp_path):
+    dev, store = str(tmp_path / "wal.img"), tmp_path / "store"
+    assert cli("init", dev, "--capacity", "1MiB").exit_code == 0
+    assert cli("append", dev, "--stream", "1", "one").exit_code == 0
+    opened = open_writer(dev)
+    bad_offset = opened.writer.append(b"\x22 not a batch at all")
+    opened.writer.close()
+    res = cli("upload", dev, "--store", store)
+    assert res.exit_code == 3, res
+    assert f"walctl trim {dev} {bad_offset}'" in res.stderr  # the way forward names the bad record itself
+    assert cli("trim", dev, bad_offset).exit_code == 0
+    assert cli("upload", dev, "--store", store).exit_code == 0
+    assert _stored(store) == {1: [(0, b"one")]} and _records(cli, dev) == []

@@ -310,7 +310,7 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
             f"{len(bad)} record(s) are not StreamRecordBatches and were not uploaded (first at WAL offset "
             f"{first.offset}); the WAL is not trimmed past it: save it with 'walctl recover {wal_path} "
             f"--from {first.offset} --to {first.offset + 1} --payload hex', then drop it with "
-            f"'walctl trim {wal_path} {result.last_offset}'")
+            f"'walctl trim {wal_path} {max(e.offset for e in skipped + todo + bad)}'")
     if trim and trim_to is not None and trim_to > header.trim_offset:
         result.trimmed_to = _trim_after(wal_path, trim_to, result.warnings)
     result.seconds = time.monotonic() - started
