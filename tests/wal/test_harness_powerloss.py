@@ -264,7 +264,6 @@ def test_power_loss_harness_on_files(tmp_path, monkeypatch):
     assert total["acked"] > 0 and total["stored"] >= total["acked"]
 
 
-@pytest.mark.slow
 def test_power_loss_harness_on_a_loop_device(tmp_path, monkeypatch, loop_device):
     dev = loop_device(size_bytes=CAPACITY)
     total = _run(tmp_path, monkeypatch, range(1000, 1000 + max(2, SEEDS // 4)), path=dev)
