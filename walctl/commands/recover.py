@@ -58,7 +58,9 @@ def recover_cmd(
     finding names its kind and its cause (zero_fill, stale_lap, checksum_mismatch,
     garbage, truncated, torn_tail, bad_header_slot, beyond_window, end_mismatch,
     bad_batch). AutoMQ's own WALs (header V0 or V1) are read with AutoMQ's checksums and
-    recovery rules, for forensics.
+    recovery rules, for forensics. After the records: each sealed crash hole (when it was
+    sealed, the stream offsets it cost) and each stream gap with its cause (crash, or none)
+    and what to do ("sealed_hole" and "stream_gap" lines with --json).
     """
     from walctl.errors import CorruptionError
     from walctl.wal import reader

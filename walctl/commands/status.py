@@ -15,6 +15,7 @@ def status_cmd(device: DeviceArg, json_out: JsonOpt = False) -> None:
     of the log comes from a scan of the live records (as recover does), so it reads the used part
     of the ring. Used bytes are counted as the writer counts them: end of log minus the trim point.
     Exit 3 when the scan finds damage a crash does not explain (details: walctl recover).
+    Sealed crash holes and stream gaps are listed with their cause and what to do.
     """
     from walctl.errors import CorruptionError
     from walctl.status import wal_status
