@@ -371,3 +371,42 @@ def test_a_bad_batch_as_the_last_record_can_be_trimmed_too(cli, tmp_path):
     assert cli("trim", dev, bad_offset).exit_code == 0
     assert cli("upload", dev, "--store", store).exit_code == 0
     assert _stored(store) == {1: [(0, b"one")]} and _records(cli, dev) == []
+
+
+def test_killed_while_sealing_the_next_writer_finishes_it(cli, tmp_path, monkeypatch):
+    """Sealing patches hole after hole before the header changes: a kill after the first patch
+    leaves one hole sealed (with its evidence) and one not; the next writer seals the rest."""
+    from walctl.wal import ops as wal_ops
+
+    dev, store = str(tmp_path / "wal.img"), tmp_path / "store"
+    assert cli("init", dev, "--capacity", "1MiB").exit_code == 0
+    for data in ("r0", "r1", "r2", "r3", "r4"):  # one block each: offsets 0, 4096, ..., 16384
+        assert cli("append", dev, "--stream", "3", data).exit_code == 0
+    for lost in (4096, 12288):
+        _device_write(dev, HEADERS_SIZE + lost, bytes(4096))
+    _mark_ungraceful(dev)
+
+    real_patch, calls = wal_ops._patch, []
+
+    def killed_after_first(device, ring, offset, data):
+        if calls:
+            raise KeyboardInterrupt  # the process dies here: nothing more is written
+        calls.append(offset)
+        real_patch(device, ring, offset, data)
+
+    monkeypatch.setattr(wal_ops, "_patch", killed_after_first)
+    with pytest.raises(KeyboardInterrupt):
+        open_writer(dev)
+    monkeypatch.setattr(wal_ops, "_patch", real_patch)
+    lines = cli("recover", dev, "--json").json_lines()
+    assert [h["hole_start"] for h in lines if h["type"] == "sealed_hole"] == [4096]
+    assert [(g["from"], g["cause"], g["sealed"]) for g in lines if g["type"] == "stream_gap"] == \
+        [(1, "crash", True), (3, "crash", False)]
+
+    res = cli("append", dev, "--stream", "3", "r5")
+    assert res.exit_code == 0 and "sealed 1 damaged range" in res.stderr, res
+    res = cli("upload", dev, "--store", store, "--json")
+    assert res.exit_code == 0, res
+    assert [(g["from"], g["to"], g["sealed"]) for g in res.json_lines()[-1]["gaps"]] == [(1, 2, True), (3, 4, True)]
+    assert _stored(store) == {3: [(0, b"r0"), (2, b"r2"), (4, b"r4"), (5, b"r5")]}
+    assert _records(cli, dev) == []
