@@ -410,3 +410,18 @@ def test_killed_while_sealing_the_next_writer_finishes_it(cli, tmp_path, monkeyp
     assert [(g["from"], g["to"], g["sealed"]) for g in res.json_lines()[-1]["gaps"]] == [(1, 2, True), (3, 4, True)]
     assert _stored(store) == {3: [(0, b"r0"), (2, b"r2"), (4, b"r4"), (5, b"r5")]}
     assert _records(cli, dev) == []
+
+
+def test_streamed_input_stops_before_the_record_that_would_overflow(cli, tmp_path):
+    """--input: the count is not known up front; each record is checked before it is written, so
+    the ones that fit are acknowledged and the first that would end at 2^63 is refused (exit 2)."""
+    dev, source = str(tmp_path / "wal.img"), tmp_path / "in.txt"
+    assert cli("init", dev, "--capacity", "1MiB").exit_code == 0
+    source.write_text("a\nb\nc\n")
+    res = cli("append", dev, "--stream", "2", "--base-offset", str(INT64_MAX - 2), "--input", source, "--json")
+    assert res.exit_code == 2, res
+    assert "out of bounds" in res.error_line()
+    assert [x["base_offset"] for x in res.json_lines() if x["type"] == "record"] == [INT64_MAX - 2, INT64_MAX - 1]
+    assert [r["payload"] for r in _records(cli, dev)] == ["a", "b"]
+    assert cli("upload", dev, "--store", tmp_path / "store").exit_code == 0
+    assert _records(cli, dev) == []
