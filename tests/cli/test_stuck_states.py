@@ -425,3 +425,22 @@ def test_streamed_input_stops_before_the_record_that_would_overflow(cli, tmp_pat
     assert [r["payload"] for r in _records(cli, dev)] == ["a", "b"]
     assert cli("upload", dev, "--store", tmp_path / "store").exit_code == 0
     assert _records(cli, dev) == []
+
+
+def test_a_wrong_base_offset_after_a_sealed_hole_is_not_taken_for_crash_damage(cli, tmp_path):
+    """The seal descriptor lists what the crash cost; a gap made later across the same hole (a
+    wrong --base-offset) is not on the list, so it stays unexplained (--accept-gap is the way)."""
+    dev, store = str(tmp_path / "wal.img"), tmp_path / "store"
+    assert cli("init", dev, "--capacity", "1MiB").exit_code == 0
+    _crash_hole(cli, dev)
+    assert cli("append", dev, "--stream", "7", "x").exit_code == 0  # seals; stream 7 lost nothing
+    assert cli("append", dev, "--stream", "3", "--base-offset", "10", "late").exit_code == 0
+    lines = cli("recover", dev, "--json").json_lines()
+    assert [(g["from"], g["to"], g["cause"]) for g in lines if g["type"] == "stream_gap"] == \
+        [(1, 2, "crash"), (3, 10, "unexplained")]
+    res = cli("upload", dev, "--store", store)
+    assert res.exit_code == 3 and "--accept-gap 3:3-10" in res.error_line(), res
+    res = cli("upload", dev, "--store", store, "--accept-gap", "3:3-10", "--json")
+    assert res.exit_code == 0, res
+    assert [(g["from"], g["cause"]) for g in res.json_lines()[-1]["gaps"]] == [(1, "crash"), (3, "accepted")]
+    assert _records(cli, dev) == []

@@ -64,9 +64,19 @@ class StreamGap:
 
 def explain(gap: StreamGap, holes: list[CrashHole]) -> CrashHole | None:
     """The first crash hole lying between the two records of ``gap`` (one could have held the
-    lost batches), or None: then no crash explains the gap."""
+    lost batches), or None: then no crash explains the gap.
+
+    A sealed hole is more precise: both records were in the log when it was sealed (the log
+    only loses records from its start), so its descriptor lists exactly this gap, unless
+    the list was truncated. A gap it does not list came later (a wrong --base-offset).
+    """
+    key = (gap.stream_id, gap.from_offset, gap.to_offset)
     for hole in holes:
         if (gap.before_wal_offset is None or gap.before_wal_offset < hole.start) and hole.start < gap.after_wal_offset:
+            d = hole.sealed
+            if d is not None and gap.before_wal_offset is not None and not d.streams_truncated \
+                    and key not in d.streams:
+                continue
             return hole
     return None
 
