@@ -91,10 +91,12 @@ class GapTracker:
     def add(self, wal_offset: int, batch) -> StreamGap | None:
         if batch is None:
             return None
-        previous = self.last.get(batch.stream_id)
-        self.last[batch.stream_id] = (wal_offset, batch.end_offset)
-        if previous is not None and batch.base_offset > previous[1]:
-            gap = StreamGap(batch.stream_id, previous[1], batch.base_offset, previous[0], wal_offset)
+        sid, base = batch.stream_id, batch.base_offset
+        last = self.last
+        previous = last.get(sid)
+        last[sid] = (wal_offset, base + batch.count)  # once per record in every scan: kept lean
+        if previous is not None and base > previous[1]:
+            gap = StreamGap(sid, previous[1], base, previous[0], wal_offset)
             self.gaps.append(gap)
             return gap
         return None
