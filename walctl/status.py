@@ -97,7 +97,18 @@ class StatusResult:
             "lock_holder_pid": self.lock_holder_pid,
             "lock_holder_command": self.lock_holder_command,
             "writer_active": self.lock_holder_pid is not None,
+            **self._gaps_json(),
         }
+
+    def _gaps_json(self) -> dict:
+        """Sealed crash holes and stream gaps, each with why it exists and what to do (walctl.wal.gaps)."""
+        from walctl.wal import gaps
+
+        if self.scan is None:
+            return {"sealed_holes": None, "stream_gaps": None}
+        holes = gaps.holes_of(self.scan.findings, self.scan.sealed_holes)
+        return {"sealed_holes": [h.to_json() for h in self.scan.sealed_holes],
+                "stream_gaps": [gaps.gap_to_json(g, gaps.explain(g, holes)) for g in self.scan.stream_gaps]}
 
 
 def wal_status(path: str) -> StatusResult:

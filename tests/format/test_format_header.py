@@ -103,7 +103,8 @@ def headers(draw, max_capacity=INT64_MAX) -> WalHeader:
     return WalHeader(
         capacity=capacity,
         trim_offset=trim_offset,
-        last_write_timestamp_ns=draw(st.integers(-(1 << 63), INT64_MAX)),
+        # signed int64 with the top bit clear (FORMATS.md 1.1; issue 14): a set top bit is a damaged slot
+        last_write_timestamp_ns=draw(st.integers(0, INT64_MAX)),
         sliding_window_max_length=window,
         shutdown_type=draw(st.sampled_from([0, 1])),
         node_id=draw(st.integers(-1, INT32_MAX)),
@@ -259,7 +260,7 @@ def test_automq_short_buffer_is_truncated():
 @example(WalHeader(capacity=MIN_CAPACITY, sliding_window_max_length=1, trim_offset=0, next_offset=0))
 @example(WalHeader(capacity=(INT64_MAX // ALIGN) * ALIGN, sliding_window_max_length=1 << 20,
                    trim_offset=INT64_MAX - ALIGN, next_offset=(INT64_MAX // ALIGN) * ALIGN,
-                   last_write_timestamp_ns=-(1 << 63), node_id=INT32_MAX, epoch=INT64_MAX))
+                   last_write_timestamp_ns=INT64_MAX, node_id=INT32_MAX, epoch=INT64_MAX))
 def test_round_trip(h):
     raw = h.encode()
     assert len(raw) == 64
@@ -575,3 +576,13 @@ def test_offset_past_the_end_is_truncated():
         WalHeader.decode(SAMPLE_BYTES, 64)
     with pytest.raises(errors.TruncatedError):
         WalHeader.decode(SAMPLE_BYTES, 1000)
+
+
+@FAST
+@given(headers(), st.integers(-(1 << 63), -1))
+def test_a_timestamp_with_the_top_bit_set_is_a_bounds_error(h, ts):
+    """Issue 14: signed and unsigned readers must agree on the current slot, so a native slot whose
+    lastWriteTimestamp has the top bit set is damaged (its crc may be valid)."""
+    raw = h.with_(last_write_timestamp_ns=ts).encode()
+    with pytest.raises(errors.BoundsError, match="lastWriteTimestamp"):
+        WalHeader.decode(raw)

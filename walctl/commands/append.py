@@ -57,7 +57,18 @@ def append_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Append records to the WAL; each offset is printed (and flushed) once it and all before it are durable."""
-    stream_id = stream if stream is not None else 0
+    from walctl import bounds
+
+    # Values that end up in format fields are checked against their bounds before anything
+    # is written (exit 2): an out-of-range batch would be acknowledged, then refused by readers.
+    from walctl.errors import UsageError
+
+    try:
+        stream_id = bounds.stream_id(stream) if stream is not None else 0
+        if base_offset is not None:
+            bounds.base_offset(base_offset, count=len(data) if data else 1)
+    except UsageError as exc:
+        raise exc.at(device)
     previous_sigterm = _terminate_gracefully()
     try:
         _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
@@ -72,6 +83,7 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
             iops=None, bandwidth=None):
     import time
 
+    from walctl import bounds
     from walctl.errors import UsageError, WalctlError
     from walctl.format.batch import StreamRecordBatch
     from walctl.wal.ops import open_writer
@@ -133,9 +145,14 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
         next_base = _first_base_offset(opened, stream_id, base_offset, device, store, endpoint_url)
         epoch = max(writer.header.epoch, 0)
         payloads = (d.encode() for d in data) if data else _records(source, framing)
+        if data:
+            bounds.base_offset(next_base, count=len(data), option="stream offset")
         for payload in payloads:
             if stats["stdout_closed"]:
                 break
+            # --input: the records counted so far are durable; the one that would overflow is not written.
+            bounds.base_offset(next_base, option="stream offset")
+            bounds.record_payload(len(payload))
             batch = StreamRecordBatch(stream_id, epoch, next_base, 1, payload)
             writer.append(batch.encode(), (next_base, 1, len(payload)))
             next_base += 1

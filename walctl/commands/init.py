@@ -29,9 +29,15 @@ def init_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Create a WAL: write both header slots (the record area of a reused device is wiped)."""
+    from walctl import bounds
+    from walctl.errors import UsageError
     from walctl.sizes import parse_size
     from walctl.wal.ops import init_wal
 
+    try:
+        bounds.node_id(node_id)  # the header's nodeId is an int32: refused before anything is written
+    except UsageError as exc:
+        raise exc.at(device)
     size = parse_size(capacity) if capacity is not None else None
     with _Progress(size) as progress:
         result = init_wal(device, size, node_id=node_id, force=force, progress=progress, prewrite=not no_prewrite)

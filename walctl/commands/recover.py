@@ -58,7 +58,9 @@ def recover_cmd(
     finding names its kind and its cause (zero_fill, stale_lap, checksum_mismatch,
     garbage, truncated, torn_tail, bad_header_slot, beyond_window, end_mismatch,
     bad_batch). AutoMQ's own WALs (header V0 or V1) are read with AutoMQ's checksums and
-    recovery rules, for forensics.
+    recovery rules, for forensics. After the records: each sealed crash hole (when it was
+    sealed, the stream offsets it cost) and each stream gap with its cause (crash, or none)
+    and what to do ("sealed_hole" and "stream_gap" lines with --json).
     """
     from walctl.errors import CorruptionError
     from walctl.wal import reader
@@ -111,7 +113,11 @@ def recover_cmd(
                 counts[1] += len(event.batch.payload) if event.batch else len(event.body)
             else:
                 out.record(event)
+        unexplained = _explain_gaps(out, result)
         summary = result.to_json()
+        summary["sealed_holes"] = len(result.sealed_holes)
+        summary["stream_gaps"] = len(result.stream_gaps)
+        summary["unexplained_stream_gaps"] = unexplained
         summary["records_shown"] = shown
         summary["device"] = device
         summary["flavour"] = header.flavour
@@ -130,6 +136,25 @@ def recover_cmd(
         out.summary(summary)
     finally:
         session.dev.close()
+
+
+def _explain_gaps(out: "_Printer", result) -> int:
+    """Print the sealed crash holes and every stream gap with why it exists and what to do;
+    return how many gaps no crash explains."""
+    from walctl.wal import gaps
+
+    holes = gaps.holes_of(result.findings, result.sealed_holes)
+    for hole in result.sealed_holes:
+        out.explained(hole.to_json(), f"SEALED HOLE at offset {hole.start}..{hole.end} "
+                                      f"({hole.end - hole.start} bytes): {hole.describe()}; it cost " +
+                      (", ".join(f"stream {s} offsets {lo}..{hi}" for s, lo, hi in hole.sealed.streams)
+                       or "no stream offsets (no stream continued after it)"))
+    unexplained = 0
+    for gap in result.stream_gaps:
+        hole = gaps.explain(gap, holes)
+        unexplained += hole is None
+        out.explained(gaps.gap_to_json(gap, hole), "GAP " + gaps.explanation(gap, hole))
+    return unexplained
 
 
 def _refuse_short_file(device: str) -> None:
@@ -210,6 +235,13 @@ class _Printer:
         if finding.hexdump:
             for line in finding.hexdump.splitlines():
                 self._line("    " + line)
+
+    def explained(self, obj: dict, text: str) -> None:
+        """A sealed hole or a stream gap: its JSON line, or one human line."""
+        if self.json_out:
+            emit_json(obj)
+        else:
+            self._line(text)
 
     def stats(self, per_stream: dict[int, list[int]]) -> None:
         if self.json_out:

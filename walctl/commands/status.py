@@ -15,6 +15,7 @@ def status_cmd(device: DeviceArg, json_out: JsonOpt = False) -> None:
     of the log comes from a scan of the live records (as recover does), so it reads the used part
     of the ring. Used bytes are counted as the writer counts them: end of log minus the trim point.
     Exit 3 when the scan finds damage a crash does not explain (details: walctl recover).
+    Sealed crash holes and stream gaps are listed with their cause and what to do.
     """
     from walctl.errors import CorruptionError
     from walctl.status import wal_status
@@ -78,6 +79,12 @@ def _render(out: dict) -> None:
         row("live records", f"{out['records']} in {out['streams']} streams, "
                                       f"{format_size(out['payload_bytes'])} payload")
         row("findings", f"{out['findings']} ({out['corrupt_findings']} not explained by a crash)")
+    for hole in out.get("sealed_holes") or []:
+        cost = ", ".join(f"stream {c['stream_id']} offsets {c['from']}..{c['to']}" for c in hole["streams"])
+        row("sealed hole", f"{hole['hole_start']}..{hole['hole_end']}: a crash lost it, sealed at "
+                           f"{hole['sealed_at']}; cost {cost or 'no stream offsets'}")
+    for gap in out.get("stream_gaps") or []:
+        row("stream gap", gap["explanation"])
     row("last shutdown", out["shutdown_type"] +
                   (" (the last writer did not close cleanly, or is still running)"
                    if out["shutdown_type"] == "ungraceful" else ""))

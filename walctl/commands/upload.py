@@ -28,13 +28,25 @@ def upload_cmd(
         "--dry-run", help="Print the objects that would be made; write nothing anywhere.")] = False,
     endpoint_url: EndpointOpt = None,
     metrics_file: MetricsFileOpt = None,
+    accept_gap: Annotated[list[str] | None, typer.Option(
+        "--accept-gap", envvar="WALCTL_ACCEPT_GAP", metavar="STREAM:FROM-TO",
+        help="Accept that stream STREAM's offsets FROM up to TO (exclusive) are gone, where no crash "
+             "explains the gap (the error names it this way): the records after it are uploaded as after a "
+             "crash gap and the acceptance is recorded in the manifest. Repeatable. Only that exact gap "
+             "is accepted; one that matches no gap is an error. Env: WALCTL_ACCEPT_GAP "
+             "(space-separated).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Upload the WAL's records after the trim point as objects; commit; trim the WAL to the last one.
 
     Records this WAL already uploaded (per the store's manifest) are skipped, so a rerun
-    after any crash finishes the job without duplicates.
+    after any crash finishes the job without duplicates. A stream gap a crash made (a hole,
+    sealed or not) is kept as a gap and explained; any other gap stops the upload (exit 3)
+    until --accept-gap names it. A record that holds no StreamRecordBatch is not uploaded
+    and not trimmed (exit 3 after uploading the rest; see its warning).
     """
+    from walctl import bounds
+    from walctl.errors import CorruptionError, UsageError
     from walctl.metrics import MetricsRun
     from walctl.sizes import format_size, parse_size
     from walctl.store import open_store
@@ -42,14 +54,29 @@ def upload_cmd(
 
     with MetricsRun(metrics_file, "upload", enabled=not dry_run, on_warning=warn) as metrics:
         st = open_store(store, endpoint_url=endpoint_url)
+        try:
+            accepted = [bounds.stream_gap(spec) for spec in accept_gap or []]
+        except UsageError as exc:
+            raise exc.at(device)
         result = upload(device, st, namespace=namespace, block_size=parse_size(block_size),
-                        split_size=parse_size(split_size), trim=not no_trim, dry_run=dry_run)
+                        split_size=parse_size(split_size), trim=not no_trim, dry_run=dry_run,
+                        accept_gaps=accepted)
         metrics.summary = out = {"device": device, "store": store, **result.to_json()}
         metrics.record(bytes=sum(o["size_bytes"] or 0 for o in result.objects), payload_bytes=result.payload_bytes,
                        objects=len(result.objects), records=result.records, requests=st.stats.requests)
     for message in result.warnings:
         warn(message)
+    failure = None
+    if result.bad_records:
+        first = result.bad_records[0]
+        failure = CorruptionError(
+            f"{len(result.bad_records)} record(s) hold no StreamRecordBatch (first at WAL offset {first['offset']}: "
+            f"{first['reason']}); the other records were uploaded", where=device, offset=first["offset"],
+            hint="the WAL is not trimmed past it; see the warning above for how to save and drop it")
+        failure.summary = out
     if json_out:
+        if failure is not None:
+            raise failure  # the JSON result object carries the error
         emit_json(out)
         return
     from rich.table import Table
@@ -66,3 +93,10 @@ def upload_cmd(
     console.print(table)
     console.print(f"skipped (already uploaded): {result.skipped_records}; commit: {result.commit_number}; "
                   f"trimmed to: {result.trimmed_to}")
+    for gap in result.gaps:
+        why = ("lost in a crash" + (" (sealed hole)" if gap["sealed"] else "") if gap["cause"] == "crash"
+               else "accepted with --accept-gap")
+        console.print(f"gap kept: stream {gap['stream_id']} offsets {gap['from']}..{gap['to']}: {why}; "
+                      f"{'would be recorded' if dry_run else 'recorded'} in the manifest")
+    if failure is not None:
+        raise failure

@@ -137,7 +137,12 @@ class WalHeader:
         checks.bound(self.node_id >= -1, offset + 40, f"{what} nodeId", self.node_id, ">= -1")
         checks.bound(self.epoch >= -1, offset + 44, f"{what} epoch", self.epoch, ">= -1")
         if self.flavour != "walctl":
-            return  # AutoMQ's header has no nextOffset
+            return  # AutoMQ's header has no nextOffset; its timestamp is JVM nanoTime, a signed long
+        # lastWriteTimestamp is a signed int64 of wall-clock ns: walctl never writes one with the
+        # top bit set, and a reader taking the field as unsigned would order such a slot first.
+        # So a set top bit is damage, and the slot is not a candidate at all (FORMATS.md 1.1).
+        checks.bound(self.last_write_timestamp_ns >= 0, offset + 20, f"{what} lastWriteTimestamp",
+                     self.last_write_timestamp_ns, ">= 0: a signed int64 with the top bit clear")
         checks.bound(self.next_offset >= 0 and self.next_offset % ALIGN == 0, offset + 52,
                      f"{what} nextOffset", self.next_offset, f">= 0 and a multiple of {ALIGN}")
         checks.bound(self.next_offset >= self.trim_offset, offset + 52, f"{what} nextOffset",

@@ -52,6 +52,8 @@ class UploadResult:
     dry_run: bool = False
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    gaps: list[dict] = field(default_factory=list)  # stream gaps uploaded as gaps, and why
+    bad_records: list[dict] = field(default_factory=list)  # records left in the WAL: no StreamRecordBatch
 
     def to_json(self) -> dict:
         return {
@@ -59,6 +61,7 @@ class UploadResult:
             "payload_bytes": self.payload_bytes, "skipped_records": self.skipped_records,
             "last_offset": self.last_offset, "trimmed_to": self.trimmed_to,
             "commit_number": self.commit_number, "dry_run": self.dry_run, "seconds": round(self.seconds, 6),
+            "gaps": self.gaps, "bad_records": self.bad_records,
         }
 
 
@@ -86,57 +89,83 @@ def plan_objects(streams: dict[int, list[StreamRecordBatch]], split_size: int,
     return plan + extra
 
 
-def _check_streams(entries, manifest: dict, crash_gaps: list[tuple[int, int]], where: str,
-                   warnings: list[str]) -> tuple[dict[int, list[StreamRecordBatch]], list]:
-    """Group records by stream; refuse gaps and overlaps (against the manifest and inside the WAL).
+def _check_streams(entries, manifest: dict, holes, accepted: set[tuple[int, int, int]],
+                   before: dict[int, int], where: str, warnings: list[str],
+                   gaps_out: list[dict]) -> tuple[dict[int, list[StreamRecordBatch]], list]:
+    """Group records by stream; refuse overlaps and unexplained gaps (against the store and inside the WAL).
 
-    A gap inside the WAL is accepted only where the scan found crash damage between
-    the two records (a lost, never-acknowledged record): it is kept as a gap, with a
-    warning, and what follows it is returned as a separate segment.
+    A gap is accepted where a crash explains it (walctl.wal.gaps.explain: a crash hole, sealed
+    or not, lies between the stream's two records: the lost batches were never acknowledged)
+    or where the operator accepted exactly that gap (``accepted``: (stream, from, to), from
+    ``upload --accept-gap``). Each accepted gap is kept as a gap, with a warning and an entry
+    in ``gaps_out`` (the manifest records it); what follows a gap inside the WAL is returned as
+    a separate segment (an object holds each stream contiguously).
+
+    Args:
+        before: stream -> WAL offset of its last record already in the store (still in the WAL).
     Returns (first segment of each stream, [(stream, later segment), ...]).
     """
-    streams: dict[int, list[StreamRecordBatch]] = {}
+    from walctl.wal import gaps
+
     segments: dict[int, list[list[StreamRecordBatch]]] = {}
-    last_wal_offset: dict[int, int] = {}
+    last: dict[int, tuple[int, int]] = {}  # stream -> (WAL offset, end offset) of its last batch
+
+    def allow(gap) -> None:
+        hole = gaps.explain(gap, holes)
+        key = (gap.stream_id, gap.from_offset, gap.to_offset)
+        if hole is None and key not in accepted:
+            raise CorruptionError(
+                f"stream {gap.stream_id}: offset gap ({gap.from_offset} to {gap.to_offset}) that no crash "
+                f"explains, before the record at WAL offset {gap.after_wal_offset}; nothing was uploaded",
+                where=where, offset=gap.after_wal_offset,
+                hint=f"a wrong --base-offset, or damage; if these offsets are really gone: rerun with "
+                     f"--accept-gap {gap.spec} (recorded in the manifest; nothing else is skipped)")
+        warnings.append(gaps.explanation(gap, hole, accepted=hole is None))
+        item = gaps.gap_to_json(gap, hole, accepted=hole is None)
+        gaps_out.append({k: item[k] for k in ("stream_id", "from", "to", "cause", "hole_start", "sealed",
+                                               "sealed_at_ns", "before_wal_offset", "after_wal_offset")})
+
     for entry in entries:
         batch = entry.batch
-        if batch is None:
-            raise CorruptionError("a record's body is not a StreamRecordBatch", where=where, offset=entry.offset)
         sid = batch.stream_id
-        known = manifest["streams"].get(str(sid))
-        if sid not in streams:
+        if sid not in segments:
+            known = manifest["streams"].get(str(sid))
             if known is not None and batch.base_offset != known["end"]:
-                kind = "gap" if batch.base_offset > known["end"] else "overlap"
-                raise CorruptionError(
-                    f"stream {sid}: offset {kind} against the store: the store ends at {known['end']}, "
-                    f"the WAL continues at {batch.base_offset}", where=where, offset=entry.offset,
-                    hint="the WAL and the store disagree; nothing was uploaded")
-            streams[sid] = [batch]
-            segments[sid] = [streams[sid]]
+                if batch.base_offset < known["end"]:
+                    raise CorruptionError(
+                        f"stream {sid}: offset overlap against the store: the store ends at {known['end']}, "
+                        f"the WAL continues at {batch.base_offset}", where=where, offset=entry.offset,
+                        hint="the WAL and the store disagree; nothing was uploaded")
+                allow(gaps.StreamGap(sid, known["end"], batch.base_offset, before.get(sid), entry.offset))
+            segments[sid] = [[batch]]
         else:
-            prev = segments[sid][-1][-1]
-            if batch.base_offset < prev.end_offset:
+            prev_offset, prev_end = last[sid]
+            if batch.base_offset < prev_end:
+                prev = segments[sid][-1][-1]
                 raise CorruptionError(f"stream {sid}: offsets overlap in the WAL ({prev.base_offset}..{prev.end_offset} "
                                       f"then {batch.base_offset})", where=where, offset=entry.offset)
-            if batch.base_offset > prev.end_offset:
-                lo, hi = last_wal_offset[sid], entry.offset
-                if not any(lo < start < hi for start, _ in crash_gaps):
-                    raise CorruptionError(f"stream {sid}: offset gap in the WAL ({prev.end_offset} to "
-                                          f"{batch.base_offset}) that no crash explains", where=where,
-                                          offset=entry.offset)
-                warnings.append(f"stream {sid}: offsets {prev.end_offset}..{batch.base_offset} were lost in a "
-                                f"crash (never acknowledged); the gap is kept")
+            if batch.base_offset > prev_end:
+                allow(gaps.StreamGap(sid, prev_end, batch.base_offset, prev_offset, entry.offset))
                 segments[sid].append([])
             segments[sid][-1].append(batch)
-        last_wal_offset[sid] = entry.offset
+        last[sid] = (entry.offset, batch.end_offset)
     later = [(sid, seg) for sid, segs in sorted(segments.items()) for seg in segs[1:]]
     return {sid: segs[0] for sid, segs in segments.items()}, later
 
 
 def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block_size: int = DEFAULT_BLOCK_SIZE,
-           split_size: int = DEFAULT_SPLIT_SIZE, trim: bool = True, dry_run: bool = False) -> UploadResult:
+           split_size: int = DEFAULT_SPLIT_SIZE, trim: bool = True, dry_run: bool = False,
+           accept_gaps: list[tuple[int, int, int]] = ()) -> UploadResult:
+    """Upload the WAL's records after the trim point; commit; trim to the last one uploaded.
+
+    Args:
+        accept_gaps: (stream, from, to): stream offsets [from, to) the operator accepts as gone
+            (``--accept-gap``); such a gap is uploaded as a gap and recorded in the manifest.
+    Returns an UploadResult; ``bad_records`` lists records whose body is no StreamRecordBatch:
+    they are not uploaded and the WAL is not trimmed past the first of them (see 'recover').
+    """
     from walctl.format.object import build_object
-    from walctl.wal import reader
+    from walctl.wal import gaps, reader
     from walctl.wal.ops import read_wal_state
 
     started = time.monotonic()
@@ -152,16 +181,27 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
             (findings if isinstance(event, reader.Finding) else entries).append(event)
     finally:
         dev.close()  # the lock only covered the read: appends may go on during the upload
-    if scan.corrupt:
-        first = scan.corrupt[0]
+    # A bad batch (a valid record whose body is no StreamRecordBatch) stops only itself: the
+    # other records are uploaded, the WAL is not trimmed past it, 'recover' shows it.
+    damage = [f for f in scan.corrupt if f.kind != reader.BAD_BATCH]
+    if damage:
+        first = damage[0]
         raise CorruptionError(f"the WAL is damaged ({first.kind} at offset {first.offset}); nothing uploaded",
                               where=wal_path, offset=first.offset, hint="inspect with 'walctl recover'")
+    bad_findings = {f.offset: f for f in findings if f.kind == reader.BAD_BATCH}
+    findings = [f for f in findings if f.kind != reader.BAD_BATCH]
     if not locked and findings:
         # A live writer's blocks in flight read as holes: upload only the prefix before them.
         cut = min(f.offset for f in findings)
         entries = [e for e in entries if e.offset < cut]
         findings = []
-    crash_gaps = [(f.offset, f.end_offset) for f in findings if f.kind == reader.HOLE]
+    bad = [e for e in entries if e.batch is None]
+    entries = [e for e in entries if e.batch is not None]
+    result.bad_records = [{"offset": e.offset, "body_bytes": len(e.body),
+                           "reason": bad_findings[e.offset].reason if e.offset in bad_findings
+                           else "body is not a StreamRecordBatch"} for e in bad]
+    holes = gaps.holes_of(findings, scan.sealed_holes)
+    accepted = {tuple(a) for a in accept_gaps}
 
     doc = mf.load_latest(store)
     node_key = str(header.node_id)
@@ -172,13 +212,28 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
     skipped = [e for e in entries if e.offset <= uploaded]
     todo = [e for e in entries if e.offset > uploaded]
     for e in skipped:
-        if e.batch is None or not _in_store(doc, e.batch):
+        if not _in_store(doc, e.batch):
             raise CorruptionError(
                 f"the store says this WAL (node {node_key}) is uploaded up to offset {uploaded}, but the record "
                 f"at {e.offset} is not in the store", where=wal_path, offset=e.offset,
                 hint="the WAL was re-initialised, or two WALs share a node id: give each WAL its own --node-id")
     result.skipped_records = len(skipped)
-    streams, after_gaps = _check_streams(todo, doc, crash_gaps, wal_path, result.warnings)
+    before: dict[int, int] = {}
+    if scan.trim_entry is not None and scan.trim_entry.batch is not None:
+        before[scan.trim_entry.batch.stream_id] = scan.trim_entry.offset
+    for e in skipped:
+        before[e.batch.stream_id] = e.offset
+    streams, after_gaps = _check_streams(todo, doc, holes, accepted, before, wal_path, result.warnings,
+                                         result.gaps)
+    used = {(g["stream_id"], g["from"], g["to"]) for g in result.gaps if g["cause"] == "accepted"}
+    recorded = {(g["stream_id"], g["from"], g["to"]) for g in doc.get("stream_gaps", [])}
+    for sid, lo, hi in sorted(accepted - used):
+        if (sid, lo, hi) in recorded:
+            result.warnings.append(f"--accept-gap {sid}:{lo}-{hi}: already recorded in the manifest")
+            continue
+        raise UsageError(f"--accept-gap {sid}:{lo}-{hi} matches no gap in what this upload would upload",
+                         where=wal_path, hint="'walctl recover' and 'walctl status' list the gaps; "
+                                              "give exactly stream:from-to of one")
     plan = plan_objects(streams, split_size, after_gaps)
     result.records = len(todo)
     result.payload_bytes = sum(len(e.batch.payload) for e in todo)
@@ -234,6 +289,10 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
                     s["start"] = min(s["start"], r["start"])
                     s["end"] = max(s["end"], r["end"])
             m["wal_uploads"][node_key] = upload_mark(todo[-1])
+            if result.gaps:  # why these streams have gaps: a crash, or the operator's --accept-gap
+                now = time.time()
+                m.setdefault("stream_gaps", []).extend(
+                    {**g, "node_id": header.node_id, "time": now} for g in result.gaps)
 
         committed = mf.commit(store, make_live, command="upload")
         result.commit_number = committed.number
@@ -241,8 +300,19 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
                            "streams": o["ranges"]} for o in made]
         failpoint("upload-after-commit")
 
-    if trim and result.last_offset is not None and result.last_offset > header.trim_offset:
-        result.trimmed_to = _trim_after(wal_path, result.last_offset, result.warnings)
+    trim_to = result.last_offset
+    if bad:
+        # Leave the first bad record live for 'recover': trim only to the last record before it.
+        kept = [e.offset for e in skipped + todo if e.offset < bad[0].offset]
+        trim_to = kept[-1] if kept else None
+        first = bad[0]
+        result.warnings.append(
+            f"{len(bad)} record(s) are not StreamRecordBatches and were not uploaded (first at WAL offset "
+            f"{first.offset}); the WAL is not trimmed past it: save it with 'walctl recover {wal_path} "
+            f"--from {first.offset} --to {first.offset + 1} --payload hex', then drop it with "
+            f"'walctl trim {wal_path} {max(e.offset for e in skipped + todo + bad)}'")
+    if trim and trim_to is not None and trim_to > header.trim_offset:
+        result.trimmed_to = _trim_after(wal_path, trim_to, result.warnings)
     result.seconds = time.monotonic() - started
     return result
 

@@ -17,9 +17,10 @@ from walctl.device.blockio import zero_fill
 from walctl.errors import (CorruptionError, FormatError, NotFoundError, RefusedError, UsageError,
                            WalctlError)
 from walctl.format import record as rec
+from walctl.format.seal import SealDescriptor
 from walctl.format.header import (HEADERS_SIZE, SLOT_SIZE, MIN_CAPACITY, SHUTDOWN_GRACEFUL, SHUTDOWN_UNGRACEFUL,
                                   WalHeader)
-from walctl.wal import reader
+from walctl.wal import gaps, reader
 from walctl.wal.headers import HeaderState, decode_slots, read_headers, write_header, write_slot
 from walctl.wal.layout import Ring, align_down, align_up
 from walctl.wal.writer import WINDOW_INITIAL, WalWriter
@@ -204,8 +205,11 @@ def _scan_for_writer(dev, header: WalHeader, path: str, keep_offsets: bool):
     result = reader.ScanResult(header, Ring(header.capacity))
     for _ in reader.scan(dev, header, result=result, keep_offsets=keep_offsets):
         pass
-    if result.corrupt:
-        first = result.corrupt[0]
+    # A bad batch is a whole, valid record whose body is not a StreamRecordBatch: the log's
+    # framing is intact, so writing after it overwrites no evidence (recover shows it).
+    damage = [f for f in result.corrupt if f.kind != reader.BAD_BATCH]
+    if damage:
+        first = damage[0]
         raise CorruptionError(f"the log is damaged ({first.kind} at offset {first.offset}: {first.reason})",
                               where=path, offset=first.offset,
                               hint="walctl will not write over it; inspect with 'walctl recover'")
@@ -222,16 +226,25 @@ def seal(dev, header: WalHeader, result: reader.ScanResult) -> int:
     ring = Ring(header.capacity)
     patches: dict[int, bytes] = {}
 
-    def fill(start: int, end: int) -> None:
+    def fill(start: int, end: int, evidence: bytes = b"") -> None:
         """Make [start, end) skippable: zeros up to the 4 KiB boundary, then padding records,
-        one per lap (a record never crosses the end of a lap)."""
+        one per lap (a record never crosses the end of a lap), each starting its body with
+        ``evidence`` (the seal descriptor) where it has room."""
         boundary = min(align_up(start), end)
         if start % 4096:
             patches[start] = bytes(boundary - start)
         while boundary < end:
             stop = min(end, ring.lap_end(boundary))
-            patches[boundary] = rec.RecordHeader.padding(boundary, stop - boundary).encode()
+            data = rec.RecordHeader.padding(boundary, stop - boundary).encode()
+            if len(evidence) <= min(stop - boundary, 4096) - len(data):
+                data += evidence
+            patches[boundary] = data
             boundary = stop
+
+    # The crash evidence outlives the damaged bytes (FORMATS.md 1.5): each sealed hole says
+    # what it covered, when it was sealed, and which stream offsets it cost.
+    holes = gaps.holes_of(result.findings, [])
+    sealed_at = time.time_ns()
 
     def wipe(offset: int) -> None:
         """Past the end of the log: zero from ``offset`` to the next 4 KiB boundary, so neither
@@ -240,7 +253,11 @@ def seal(dev, header: WalHeader, result: reader.ScanResult) -> int:
 
     for finding in result.findings:
         if finding.kind == reader.HOLE and finding.end_offset is not None:
-            fill(finding.offset, finding.end_offset)
+            costs = [(g.stream_id, g.from_offset, g.to_offset) for g in result.stream_gaps
+                     if (h := gaps.explain(g, holes)) is not None and h.start == finding.offset]
+            evidence = SealDescriptor(finding.offset, finding.end_offset, sealed_at,
+                                      header.last_write_timestamp_ns, tuple(costs)).encode()
+            fill(finding.offset, finding.end_offset, evidence)
     for offset in result.torn_offsets + result.unaligned_damage:
         if offset >= result.end_offset:
             wipe(offset)
@@ -249,7 +266,7 @@ def seal(dev, header: WalHeader, result: reader.ScanResult) -> int:
     if patches:
         _, check = reader.run_scan(dev, header.with_(shutdown_type=SHUTDOWN_GRACEFUL,
                                                      next_offset=result.next_block_offset), probe=False)
-        leftover = [f for f in check.findings if f.kind != reader.END_MISMATCH]
+        leftover = [f for f in check.findings if f.kind not in (reader.END_MISMATCH, reader.BAD_BATCH)]
         if leftover or check.end_offset != result.end_offset or check.records != result.records:
             first = leftover[0] if leftover else None
             raise CorruptionError("sealing did not leave a clean log" +

@@ -20,6 +20,8 @@ from walctl.format import record as rec
 from walctl.format.batch import StreamRecordBatch
 from walctl.format.crc import automq_crc, crc32c
 from walctl.format.header import ALIGN, WalHeader
+from walctl.format import seal as seal_format
+from walctl.wal.gaps import CrashHole, GapTracker, StreamGap
 from walctl.wal.layout import Ring, align_down, align_up
 
 CHUNK_BYTES = 1 << 20  # read the device in 1 MiB aligned chunks: few syscalls, bounded memory
@@ -196,6 +198,13 @@ class ScanResult:
     stream_ends: dict[int, int] = field(default_factory=dict)  # stream id -> end offset of its last batch
     record_offsets: list[int] = field(default_factory=list)  # kept only when asked (trim needs them)
     trim_entry: Entry | None = None  # the (deleted) record at trimOffset, as read
+    sealed_holes: list[CrashHole] = field(default_factory=list)  # crash holes a writer sealed (FORMATS.md 1.5)
+    streams: GapTracker = field(default_factory=GapTracker)  # each stream's last batch, and its offset jumps
+
+    @property
+    def stream_gaps(self) -> list[StreamGap]:
+        """Every jump of a stream's offsets between two live (or trim-point) records, in log order."""
+        return self.streams.gaps
     stopped_by: str = "end of log"
     complete: bool = True
     bytes_read: int = 0
@@ -316,6 +325,7 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
                 res.findings.append(finding)
                 yield finding
                 gap = None
+            _note_seal(res, reader, o, head)
             o = res.end_offset = head.end
             continue
         body = reader.read(o + rec.SIZE, head.body_length)
@@ -377,6 +387,20 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
             res.findings.append(finding)
             yield finding
     res.bytes_read = reader.bytes_read
+
+
+def _note_seal(res: ScanResult, reader: LogReader, o: int, head: rec.RecordHeader) -> None:
+    """A padding record whose body starts with a valid seal descriptor is a sealed crash hole:
+    keep its evidence (one per hole: a hole across a lap end has one padding record per lap)."""
+    raw = reader.read(o + rec.SIZE, min(head.body_length, ALIGN - rec.SIZE))
+    if len(raw) < seal_format.FIXED_SIZE or bytes(raw[:4]) != seal_format.MAGIC.to_bytes(4, "big"):
+        return  # a lap-end padding record (zero body), or one sealed by an older walctl
+    try:
+        descriptor = seal_format.SealDescriptor.decode(raw)
+    except FormatError:
+        return  # damaged evidence is no evidence: the gap it explained becomes unexplained
+    if not any(h.start == descriptor.hole_start for h in res.sealed_holes):
+        res.sealed_holes.append(CrashHole(descriptor.hole_start, descriptor.hole_end, descriptor, o))
 
 
 def _probe(reader: LogReader, start: int, limit: int, *, automq: bool = False) -> int | None:
@@ -661,6 +685,7 @@ def _accepted(res: ScanResult, offset: int, body: bytes, batch: StreamRecordBatc
     res.payload_bytes += len(batch.payload) if batch else len(body)
     if batch is not None:
         res.stream_ends[batch.stream_id] = batch.end_offset
+        res.streams.add(offset, batch)
     if keep_offsets:
         res.record_offsets.append(offset)
     return Entry(offset, body, batch)
@@ -670,6 +695,7 @@ def _note_trimmed(res: ScanResult, offset: int, body: bytes, batch: StreamRecord
     """The record at trimOffset is deleted, but its stream's end (and its identity) still count."""
     if batch is not None:
         res.stream_ends[batch.stream_id] = batch.end_offset
+        res.streams.add(offset, batch)
     res.trim_entry = Entry(offset, body, batch)
 
 
