@@ -18,6 +18,12 @@ class Interrupted(WalctlError):
     exit_code = 130
 
 
+def _debug() -> bool:
+    from walctl.cli import _state
+
+    return bool(_state.get("debug"))
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -103,7 +109,8 @@ def compact_cmd(
                                  read_rate_bps=read_rate * (1 << 20) if read_rate else None,
                                  interval_s=interval_s or None,
                                  split_size=parse_size(split_size), max_objects=max_objects, retention=retention,
-                                 dry_run=dry_run, namespace=namespace, on_result=started.append)
+                                 dry_run=dry_run, namespace=namespace, on_result=started.append,
+                                 spark_log_level="WARN" if _debug() else "OFF")
             except KeyboardInterrupt:
                 if started and started[0].commit_number is not None:
                     result = started[0]  # the commit was in flight and landed: the run is complete

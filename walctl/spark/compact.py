@@ -131,11 +131,12 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
             memory_limit: int = 200 << 20, split_size: int = 16 << 20, max_objects: int = 1000,
             retention: dict[int, int] | None = None, dry_run: bool = False, namespace: str = mf.DEFAULT_NAMESPACE,
             spark=None, progress=None, read_rate_bps: float | None = None,
-            interval_s: float | None = None, on_result=None) -> CompactResult:
+            interval_s: float | None = None, on_result=None, spark_log_level: str = "OFF") -> CompactResult:
     """Plan, fence, run and commit one compaction (see the module doc).
 
     ``master``: the Spark master; None takes spark-submit's (or PYSPARK_SUBMIT_ARGS') and
-    else local[*]. ``spark``: a session to use (never stopped here).
+    else local[*]. ``spark``: a session to use (never stopped here). ``spark_log_level``: Spark's
+    own log level (OFF but for --debug).
     Read throttling: ``read_rate_bps`` if given; else, with ``interval_s`` (how often compaction
     runs), the rate that reads the planned bytes in 80% of the interval, as AutoMQ derives its
     own, but at least 32 MiB/s; else unlimited. ``on_result`` gets the result object as soon as
@@ -189,7 +190,7 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
     ours = spark is None and job.owns_new_session()  # never stop a session the caller already had
     session = None
     try:
-        session = spark if spark is not None else job.spark_session(master)
+        session = spark if spark is not None else job.spark_session(master, spark_log_level)
         result.spark_master = session.sparkContext.master
         keys = [p["key"] for p in state["prepared"]]
         rate = read_rate_bps or (max(plan.bytes_read / (0.8 * interval_s), MIN_DERIVED_READ_RATE_BPS)

@@ -74,9 +74,11 @@ def check_java() -> None:
                                        "or set JAVA_HOME")
 
 
-def spark_session(master: str | None = None):
+def spark_session(master: str | None = None, log_level: str = "OFF"):
     """A SparkSession: on ``master`` if given, else on the master spark-submit (or
     PYSPARK_SUBMIT_ARGS) set, else local[*]. Local executors use this very interpreter.
+    ``log_level``: Spark's log from then on (OFF: a failed task's error comes back classified,
+    its traceback is not printed; WARN with --debug).
 
     Raises MissingPrerequisite without pyspark or Java.
     """
@@ -102,7 +104,7 @@ def spark_session(master: str | None = None):
                .config("spark.ui.showConsoleProgress", "false")  # no progress bars in cron logs / --json
                .config("spark.task.maxFailures", "2"))
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    session.sparkContext.setLogLevel(log_level)
     return session
 
 
