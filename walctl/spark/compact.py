@@ -115,16 +115,26 @@ def task_store_url(store, store_url: str) -> str:
 
 
 @contextlib.contextmanager
-def signals_held():
-    """Hold SIGINT/SIGTERM (main thread only) while a commit is in flight: it lands or is refused whole."""
+def signals_deferred():
+    """Let a step that must not be cut (a commit, the JVM's start) finish: SIGINT/SIGTERM arriving
+    meanwhile are noted and raised as KeyboardInterrupt when it is done (main thread only).
+
+    Handlers rather than a signal mask, so a JVM started inside does not inherit blocked signals.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    pending: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: pending.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if pending:
+        raise KeyboardInterrupt
 
 
 def compact(store, store_url: str, *, endpoint_url: str | None = None, master: str | None = None,
@@ -182,7 +192,7 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
         state["epoch"] = m["compactor_epoch"]
         state["prepared"] = mf.prepare_ids(m, len(outputs), namespace)
 
-    with signals_held():
+    with signals_deferred():
         mf.commit(store, start, command="compact (fence + prepare)")
     result.epoch = state["epoch"]
     failpoint("compact-after-prepare")
@@ -190,7 +200,11 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
     ours = spark is None and job.owns_new_session()  # never stop a session the caller already had
     session = None
     try:
-        session = spark if spark is not None else job.spark_session(master, spark_log_level)
+        if spark is None:
+            with signals_deferred():  # a JVM interrupted while starting would be orphaned
+                session = job.spark_session(master, spark_log_level)
+        else:
+            session = spark
         result.spark_master = session.sparkContext.master
         keys = [p["key"] for p in state["prepared"]]
         rate = read_rate_bps or (max(plan.bytes_read / (0.8 * interval_s), MIN_DERIVED_READ_RATE_BPS)
@@ -199,7 +213,7 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
         ran = job.run_iterations(session, plan, keys, store, task_store_url(store, store_url), endpoint_url,
                                  progress, rate)
     finally:
-        if ours and session is not None:
+        if ours:
             job.stop_session(session)
     result.tasks = ran.iterations
     made = ran.made
@@ -239,7 +253,7 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
             if s is not None:
                 s["start"] = max(s["start"], start_offset)
 
-    with signals_held():  # an interrupt waits for the commit, then finds the result complete
+    with signals_deferred():  # an interrupt waits for the commit, then finds the result complete
         committed = mf.commit(store, finish, command="compact")
         result.commit_number = committed.number
         result.made = made

@@ -118,11 +118,15 @@ def owns_new_session() -> bool:
 
 
 def stop_session(session) -> None:
-    """Stop a session we created, and its JVM with it (a JVM left behind holds ~1 GiB for ~10 s)."""
-    from pyspark import SparkContext
-
+    """Stop a session we created (None: its start failed), and the JVM we launched with it (a JVM
+    left behind holds ~1 GiB for ~10 s); never raises."""
     try:
-        session.stop()
+        from pyspark import SparkContext
+    except ImportError:
+        return
+    try:
+        if session is not None:
+            session.stop()
     except Exception:  # noqa: BLE001 - the JVM may be gone (Ctrl-C reached it): stop what is left
         pass
     finally:
@@ -367,10 +371,7 @@ def run_iterations(spark, plan, keys: list[str], store, store_url: str, endpoint
                                        out.data_bytes, index_block(out) if piece.final else None))
             spec = IterationSpec(store_url, endpoint_url, iteration.index, iteration.reads, tuple(specs),
                                  read_rate_bps)
-            try:
-                (result,) = sc.parallelize([spec], 1).map(run_iteration).collect()
-            except Exception as exc:
-                raise classify(exc) from None
+            result = _collect(sc, spec)
             if "error" in result:
                 raise task_error(result["error"])
             for piece in result["pieces"]:
@@ -405,6 +406,37 @@ def run_iterations(spark, plan, keys: list[str], store, store_url: str, endpoint
                      "parts": len(out.pieces), "puts": out.puts,
                      "ranges": [{"stream_id": s, "start": a, "end": b, "bytes": size} for s, a, b, size in out.streams]})
     return JobResult(made, done)
+
+
+def _collect(sc, spec: IterationSpec) -> dict:
+    """Run one iteration's task; the Spark call waits in a thread of its own, so an interrupt
+    reaches this (main) thread, which cancels the job, instead of py4j (which would swallow it)."""
+    import threading
+
+    box: dict = {}
+
+    def work() -> None:
+        try:
+            box["result"] = sc.parallelize([spec], 1).map(run_iteration).collect()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=work, name=f"walctl-iteration-{spec.index}", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.2)
+    except BaseException:
+        try:
+            sc.cancelAllJobs()
+        except Exception:  # noqa: BLE001 - the JVM may be gone
+            pass
+        thread.join(30)
+        raise
+    if "error" in box:
+        raise classify(box["error"]) from None
+    (result,) = box["result"]
+    return result
 
 
 # --- errors from executors --------------------------------------------------------------------
