@@ -144,7 +144,10 @@ def test_sigterm_mid_job_rolls_back_reports_and_leaves_nothing(tmp_path, two_sso
         while mf.load_latest(store)["number"] == before["number"]:  # the fence + prepare commit
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.1)
-        time.sleep(10)  # Spark starts (~5-10 s; a SIGTERM meanwhile waits for it) and the job reads
+        while not any("pyspark.daemon" in p for p in session_processes(proc.pid)):  # the task's worker is up
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        time.sleep(1.5)  # the task reads (paced)
         assert proc.poll() is None, "compact ended before the SIGTERM: slow the read rate down"
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=60)

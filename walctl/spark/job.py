@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 from walctl.errors import IOFailure, NotFoundError, WalctlError
 
-READ_THREADS = 8  # ranged GETs in flight per task
+READ_THREADS = 8  # ranged GETs in flight per task (S3: latency-bound)
+LOCAL_READ_THREADS = 2  # a local store's O_DIRECT reads: each holds an 8 MiB aligned buffer in flight
 DEFAULT_MASTER = "local[*]"  # when neither --master nor spark-submit (or PYSPARK_SUBMIT_ARGS) names one
 SPARK_EXTRA = "pip install 'walctl[spark]'"
 
@@ -280,7 +281,8 @@ def _run_iteration(spec: IterationSpec) -> dict:
         for n in {reader_of[r] for r in p.piece.ranges}:
             uses[n] = uses.get(n, 0) + 1
     # GETs are latency-bound (S3: tens of ms each): a few in flight, GIL released in I/O.
-    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+    threads = READ_THREADS if hasattr(store, "bucket") else LOCAL_READ_THREADS
+    with ThreadPoolExecutor(max_workers=threads) as pool:
         for n, (read, data) in enumerate(pool.map(fetch, spec.reads)):
             buffers[n] = data
             for r in read.ranges:
