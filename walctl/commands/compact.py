@@ -8,14 +8,19 @@ from typing import Annotated
 import typer
 
 from walctl.cli import EndpointOpt, JsonOpt, NamespaceOpt, StoreOpt, app, command, emit_json, stdout_console, warn
-from walctl.errors import WalctlError
 from walctl.metrics import MetricsFileOpt
 
+EXIT_INTERRUPTED = 130  # docs/CLI.md: as a shell reports SIGINT
 
-class Interrupted(WalctlError):
-    """SIGINT or SIGTERM stopped the run: its job was cancelled and rolled back (exit 130)."""
 
-    exit_code = 130
+class Interrupted(Exception):
+    """SIGINT or SIGTERM stopped the run: its job was cancelled and rolled back. Not a WalctlError:
+    130 is a signal's status (docs/CLI.md), not an error class."""
+
+    def __init__(self, line: str, summary: dict):
+        super().__init__(line)
+        self.line = line
+        self.summary = summary
 
 
 def _debug() -> bool:
@@ -29,12 +34,12 @@ def _interrupt(signum, frame):
 
 
 def _interrupted(store: str, result) -> Interrupted:
-    exc = Interrupted("interrupted: the Spark job was cancelled, its uploads aborted, nothing committed",
-                      where=store, hint="rerun compact; gc removes the prepared ids after their expiry")
+    line = (f"walctl: error: interrupted: the Spark job was cancelled, its uploads aborted, nothing committed, "
+            f"{store} (rerun compact; gc removes the prepared ids after their expiry)")
     summary = {"store": store, **result.to_json()} if result is not None else {"store": store}
     summary["interrupted"] = True
-    exc.summary = summary
-    return exc
+    summary["error"] = {"code": EXIT_INTERRUPTED, "message": line.removeprefix("walctl: error: ")}
+    return Interrupted(line, summary)
 
 
 @app.command("compact")
@@ -122,6 +127,11 @@ def compact_cmd(
             metrics.record(bytes=out["bytes_written"], read_bytes=out["bytes_read"], objects=len(result.made),
                            input_objects=0 if result.idle else out["objects_in"],
                            requests=st.stats.requests + sum(t["gets"] + t["puts"] for t in result.tasks))
+    except Interrupted as stop:  # the metrics file has recorded the failure on the way out
+        typer.echo(stop.line, err=True)
+        if json_out:
+            emit_json(stop.summary)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         signal.signal(signal.SIGTERM, previous_sigterm)
     if json_out:
