@@ -64,6 +64,7 @@ def test_a_stream_object_spans_iterations_as_one_multipart_object(tmp_path, spar
     assert kinds(local_store) == [("SO", (1,)), ("SO", (2,))]
     by_kind = {m["key"]: m for m in result.made}
     assert all(m["parts"] >= 3 for m in by_kind.values())  # each SO written in pieces, across iterations
+    assert result.to_json()["puts"] == result.plan.puts
     assert all(t["bytes_read"] <= limit for t in result.tasks)
     for key in by_kind:  # whole, valid objects: index, footer, data CRC across the parts
         assert verify_object(local_store.read_all(key)) == []
@@ -155,3 +156,21 @@ def test_executor_without_walctls_dependencies_exits_4_with_the_pyspark_python_h
     assert "Traceback" not in err
     assert json.loads(proc.stdout)["error"]["code"] == 4
     assert mf.load_latest(local_store)["objects"] == before
+
+
+def test_on_s3_a_stream_object_spans_iterations_in_parts_of_at_least_5_mib(tmp_path, spark, s3_store, s3_server):
+    wal, appended = make_wal(tmp_path, capacity=32 * MiB), {}
+    for _ in range(2):  # stream 1: 2 x ~6 MB (an SO), stream 2 small (so each upload is an SSO)
+        appended = merge(appended, append(wal, {1: (100, 60_000), 2: (4, 500)}, s3_store))
+        upload(wal, s3_store)
+    assert [k for k, _ in kinds(s3_store)] == ["SSO", "SSO"]
+    url = f"s3://{s3_store.bucket}/{s3_store.prefix}"
+    result = compact(s3_store, url, endpoint_url=s3_server, spark=spark, memory_limit=6 * MiB,
+                     split_size=1 * MiB)
+    (so,) = [o for o in result.plan.outputs if o.kind == "SO"]
+    assert len(so.pieces) >= 2 and all(p.data_bytes >= 5 * MiB for p in so.pieces[:-1])
+    assert kinds(s3_store) == [("SO", (1,)), ("SSO", (2,))]
+    key = next(m["key"] for m in result.made if m["kind"] == "SO")
+    assert verify_object(s3_store.read_all(key)) == []
+    assert result.to_json()["puts"] == result.plan.puts  # create + one part per piece + complete, as planned
+    assert read_back(s3_store) == expect(appended)

@@ -127,6 +127,7 @@ def compact_cmd(
             metrics.record(bytes=out["bytes_written"], read_bytes=out["bytes_read"], objects=len(result.made),
                            input_objects=0 if result.idle else out["objects_in"],
                            requests=st.stats.requests + sum(t["gets"] + t["puts"] for t in result.tasks))
+            # (st.stats already counts the driver's multipart creates and completes)
     except Interrupted as stop:  # the metrics file has recorded the failure on the way out
         typer.echo(stop.line, err=True)
         if json_out:

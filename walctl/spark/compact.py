@@ -50,6 +50,7 @@ class CompactResult:
     seconds: float = 0.0
     read_rate_bps: float | None = None
     tasks: list[dict] = field(default_factory=list)  # per iteration: what its task did
+    driver_puts: int = 0  # multipart creates and completes (the driver's)
     spark_master: str | None = None
 
     def to_json(self) -> dict:
@@ -61,7 +62,7 @@ class CompactResult:
             "bytes_read": sum(t["bytes_read"] for t in self.tasks),
             "bytes_written": sum(t["bytes_written"] for t in self.tasks),
             "gets": gets, "data_gets": sum(t["gets"] for t in self.tasks), "index_gets": self.index_gets,
-            "puts": sum(t["puts"] for t in self.tasks),
+            "puts": sum(t["puts"] for t in self.tasks) + self.driver_puts,
             "spark_master": self.spark_master,
             "iterations": len(self.plan.iterations) if self.plan is not None else 0,
             "commit_number": self.commit_number, "compactor_epoch": self.epoch,
@@ -216,6 +217,7 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
         if ours:
             job.stop_session(session)
     result.tasks = ran.iterations
+    result.driver_puts = ran.driver_puts
     made = ran.made
     failpoint("compact-before-commit")
     _check_made(plan, made)

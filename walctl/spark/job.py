@@ -343,6 +343,7 @@ def index_block(output) -> bytes:
 class JobResult:
     made: list[dict]  # per output: key, kind, size, ranges (manifest shape), iteration (its last), puts
     iterations: list[dict]  # per task: iteration, gets, puts, bytes_read, bytes_written, seconds, ...
+    driver_puts: int = 0  # multipart creates and completes, made by the driver
 
 
 def run_iterations(spark, plan, keys: list[str], store, store_url: str, endpoint_url: str | None,
@@ -362,6 +363,7 @@ def run_iterations(spark, plan, keys: list[str], store, store_url: str, endpoint
     records: dict[int, list[dict]] = {n: [] for n in range(len(plan.outputs))}
     finished: dict[int, int] = {}
     done: list[dict] = []
+    driver_puts = 0
     try:
         for iteration in plan.iterations:
             specs = []
@@ -369,6 +371,7 @@ def run_iterations(spark, plan, keys: list[str], store, store_url: str, endpoint
                 out = plan.outputs[piece.output]
                 if out.multipart and piece.output not in uploads:
                     uploads[piece.output] = multipart.create(store, keys[piece.output])
+                    driver_puts += 1
                 specs.append(PieceSpec(keys[piece.output], piece, uploads.get(piece.output), crc[piece.output],
                                        out.data_bytes, index_block(out) if piece.final else None))
             spec = IterationSpec(store_url, endpoint_url, iteration.index, iteration.reads, tuple(specs),
@@ -385,6 +388,7 @@ def run_iterations(spark, plan, keys: list[str], store, store_url: str, endpoint
                     if piece.output in uploads:
                         multipart.complete(store, keys[piece.output], uploads[piece.output], records[piece.output])
                         del uploads[piece.output]
+                        driver_puts += 1
                     finished[piece.output] = iteration.index
             done.append(result)
             if progress is not None:
@@ -407,7 +411,7 @@ def run_iterations(spark, plan, keys: list[str], store, store_url: str, endpoint
         made.append({"key": keys[n], "kind": out.kind, "size": out.size_bytes, "iteration": finished[n],
                      "parts": len(out.pieces), "puts": out.puts,
                      "ranges": [{"stream_id": s, "start": a, "end": b, "bytes": size} for s, a, b, size in out.streams]})
-    return JobResult(made, done)
+    return JobResult(made, done, driver_puts)
 
 
 def _collect(sc, spec: IterationSpec) -> dict:
