@@ -1,4 +1,4 @@
-"""The SSO compaction plan (FORMATS.md 4): which ranges go where, read how, in which iteration.
+"""The SSO compaction plan (docs/FORMATS.md 4): which ranges go where, read how, in which iteration.
 
 Pure: it takes the manifest and the index entries the caller read, and returns a
 frozen plan. No I/O, no clock, no Spark; the Spark job carries the plan out and
@@ -13,12 +13,13 @@ Planning, in order:
 1. inputs: the live SSOs, oldest ``order_id`` first, at most ``max_objects``;
 2. drop the ranges of deleted streams and those wholly below a stream's retention
    or start offset (a range straddling the point is kept: a block cannot be cut);
-3. a stream with >= ``split_size`` kept bytes, or with an offset gap, becomes one
-   SO per contiguous chain; the other streams share SSOs;
-4. walk the ranges by (stream, start offset), filling iterations of at most
-   ``memory_limit`` data bytes; per iteration one SO per chain part and one SSO;
-5. per output, per source object, physically adjacent ranges are one ranged GET
-   of at most ``read_cut`` bytes.
+3. outputs: one Stream Object per contiguous run of a stream holding >= ``split_size``
+   bytes, and at most one Stream Set Object for everything else (so a rerun is idle);
+4. walk the outputs, filling iterations of at most ``memory_limit`` data bytes; an
+   output cut by an iteration boundary continues in the next one as its next piece
+   (a multipart part of >= ``min_part`` bytes unless it is the last);
+5. per iteration, per source object, physically adjacent ranges are one ranged GET
+   of at most ``read_cut`` bytes: the fewest GETs the iterations allow.
 """
 
 from __future__ import annotations
@@ -564,8 +565,10 @@ def check_coverage(plan: CompactionPlan) -> None:
 
     Checks that the kept and dropped source ranges tile, per input and stream, exactly
     the offsets the manifest gives the input; that each kept range is in exactly one
-    output and no range is both kept and dropped; that each output's ranges, streams,
-    sizes and reads agree; and that the outputs' (stream, start, end) cover exactly the
+    output and no range is both kept and dropped; that there is at most one SSO; that
+    each output's ranges, streams, sizes and pieces (parts 1..n, back to back, each in one
+    iteration) agree; that each iteration's reads fetch its pieces' ranges exactly once;
+    and that the outputs' (stream, start, end) cover exactly the
     kept ranges, nothing twice, nothing missing. An idle plan replaces nothing: it passes.
     Raises:
         CorruptionError: the first failed check.
