@@ -88,6 +88,9 @@ def spark_session(master: str | None = None, log_level: str = "OFF"):
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
+    if SparkContext._gateway is None and os.environ.get("TMPDIR") and "SPARK_LOCAL_DIRS" not in os.environ:
+        # The JVM we start keeps its scratch files (deleted as it exits) where TMPDIR says, not in /tmp.
+        os.environ["SPARK_LOCAL_DIRS"] = tempfile.gettempdir()
     if master is None:
         # Start (or, under spark-submit, join) the JVM first: its system properties hold
         # spark-submit's --master and --conf, which a default must never override.
@@ -99,8 +102,6 @@ def spark_session(master: str | None = None, log_level: str = "OFF"):
         # our installed walctl and dependencies) rather than whatever `python3` PATH finds.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        if "SPARK_LOCAL_DIRS" not in os.environ:
-            builder = builder.config("spark.local.dir", tempfile.gettempdir())  # honour TMPDIR
     builder = (builder.config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")  # no progress bars in cron logs / --json
                .config("spark.task.maxFailures", "2"))
