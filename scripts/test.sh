@@ -11,4 +11,10 @@ if ! command -v groff >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-ge
   { apt-get update -qq && apt-get install -y -qq groff-base; } >/dev/null 2>&1 \
     || echo "walctl: warning: could not install groff-base; man page rendering tests will skip" >&2
 fi
+# Java runs Spark for the compaction tests (compact exits 4 without it).
+if [ -z "${JAVA_HOME:-}" ] && ! command -v java >/dev/null 2>&1 && [ "$(id -u)" = 0 ] \
+    && command -v apt-get >/dev/null 2>&1; then
+  { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; } >/dev/null 2>&1 \
+    || echo "walctl: warning: could not install openjdk-17-jre-headless; compaction tests will fail" >&2
+fi
 exec .venv/bin/python -m pytest "$@"

@@ -36,7 +36,8 @@ EXIT_STATUS: tuple[tuple[int, str], ...] = (
     (1, "Internal error: a bug. The only case that may print a traceback, and only with --debug."),
     (2, "Usage: a bad option, a bad size, an unreadable input file."),
     (3, "Corruption: a checksum, magic or bounds check failed where data should be valid."),
-    (4, "Not found, or not ours: no such device or object, no valid WAL header, not a walctl object."),
+    (4, "Not found, or not ours: no such device or object, no valid WAL header, not a walctl object; "
+        "a missing prerequisite (compact without pyspark, pip install 'walctl[spark]', or without Java)."),
     (5, "Refused: busy (another writer holds the device), mounted, has a filesystem, already "
         "initialised, or would destroy data without --force."),
     (6, "I/O or store failure after retries (EIO, network, S3 5xx, access denied)."),

@@ -41,7 +41,8 @@ PASS, FAIL, SKIP = "pass", "fail", "skip"
 # What a failed check means for the exit status (documented in the command's help and README).
 CHECK_FAILED = "check"  # a wrong answer, wrong data or an unexpected exit code: exit 3
 IO_FAILED = "io"  # an I/O or store failure (a command exited 6, or the file/loop device set-up): exit 6
-EXIT_CODES = {CHECK_FAILED: 3, IO_FAILED: 6}
+PREREQ_MISSING = "prerequisite"  # a step's prerequisite is not installed (pyspark, Java): exit 4
+EXIT_CODES = {CHECK_FAILED: 3, IO_FAILED: 6, PREREQ_MISSING: 4}
 
 FILE_CAPACITY = "4MiB"  # a small WAL: the run stays well under a second without compaction
 LOOP_BACKING_BYTES = 16 << 20  # the loop device's size; init takes the whole device
@@ -59,7 +60,7 @@ class Check:
     seconds: float = 0.0
     detail: str = ""
     exit_code: int | None = None  # of the walctl command the step ran, if any
-    failure: str | None = None  # CHECK_FAILED or IO_FAILED when status is FAIL
+    failure: str | None = None  # CHECK_FAILED, IO_FAILED or PREREQ_MISSING when status is FAIL
 
     def to_json(self) -> dict:
         return {"name": self.name, "command": self.command, "status": self.status,
@@ -719,11 +720,21 @@ def _steps(run: _Run) -> None:
     compact_args = ["compact", "--store", store, "--master", COMPACT_MASTER, "--json"]
 
     def compact(check: Check) -> str:
+        from walctl.spark.job import MissingPrerequisite, check_java, check_pyspark
+
+        try:  # a machine without Spark's prerequisites is not a wrong answer
+            check_pyspark()
+            check_java()
+        except MissingPrerequisite as exc:
+            check.exit_code = exc.exit_code
+            raise StepFailed(f"missing prerequisite: {exc.line().removeprefix('walctl: error: ')}; "
+                             "--no-compact skips this step", PREREQ_MISSING) from None
         run.spark_log = os.path.join(r.work_dir, "spark.log")
         answer = run.process(*compact_args, log=run.spark_log)
         check.exit_code = answer.exit_code
         if answer.exit_code != 0:
-            kind = IO_FAILED if answer.exit_code == 6 else CHECK_FAILED
+            kind = (IO_FAILED if answer.exit_code == 6 else PREREQ_MISSING
+                    if answer.exit_code == 4 and "executors cannot import" in answer.error_line() else CHECK_FAILED)
             raise StepFailed(f"exit {answer.exit_code}: {answer.error_line()} (Spark log: {_tail(run.spark_log)}; "
                              f"Spark needs Java 17; --no-compact skips this step)", kind)
         out = answer.one()

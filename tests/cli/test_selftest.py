@@ -178,7 +178,10 @@ def test_passes_on_a_loop_device_and_detaches_it(cli, tmp_path):
 @pytest.mark.slow
 def test_full_selftest_with_compaction_in_a_process(tmp_path):
     """The real thing, as a CI job runs it: its own process (Spark's JVM included), compaction on."""
+    tmpdir = tmp_path.parent / f"{tmp_path.name}-tmpdir"  # TMPDIR: Spark's and walctl's temporary files
+    tmpdir.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("WALCTL_")}
+    env["TMPDIR"] = str(tmpdir)
     proc = subprocess.run([sys.executable, "-m", "walctl", "selftest", "--json", "--dir", str(tmp_path)],
                           capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -190,3 +193,4 @@ def test_full_selftest_with_compaction_in_a_process(tmp_path):
     assert gc["detail"].startswith("2 replaced objects deleted")
     assert "Stage 0" not in proc.stderr  # Spark's console noise went to the run's log, not to stderr
     assert list(tmp_path.iterdir()) == []
+    assert list(tmpdir.iterdir()) == []  # compact's Spark files and shipped zip included (issue 18.4)

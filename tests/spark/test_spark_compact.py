@@ -81,10 +81,10 @@ def test_memory_limit_makes_iterations_each_under_the_limit(tmp_path, spark, loc
     assert len(iterations) >= 3
     for it in iterations:
         assert it.data_bytes <= limit
-    held: dict[int, int] = {}
-    for made in result.made:  # what the tasks really read per iteration
-        held[made["iteration"]] = held.get(made["iteration"], 0) + made["bytes_read"]
-    assert max(held.values()) <= limit
+    held = [task["bytes_read"] for task in result.tasks]  # what each iteration's task really read
+    assert len(held) == len(iterations) and max(held) <= limit
+    # one SSO however many iterations: its pieces were the parts of one object
+    assert [m["kind"] for m in result.made] == ["SSO"] and result.made[0]["parts"] == len(iterations)
     assert read_back(local_store) == expect(appended)
 
 
@@ -191,8 +191,8 @@ def test_read_rate_is_respected_within_ten_percent(tmp_path, spark, local_store)
     _, appended = fill(tmp_path, local_store, rounds=4, count=8, size=3000)  # ~400 KB to read
     rate = 0.1 * MiB  # bytes per second, across all tasks
     result = compact(local_store, local_store.url, spark=spark, split_size=1 * MiB, read_rate_bps=rate)
-    assert len(result.made) == 1  # one task: its rate is the whole budget
-    made = result.made[0]
+    assert len(result.tasks) == 1  # one task: its rate is the whole budget
+    made = result.tasks[0]
     achieved = made["bytes_read"] / made["read_seconds"]
     assert made["read_seconds"] > 2.0, "the run must be long enough to measure the pace"
     assert 0.9 * rate <= achieved <= 1.1 * rate, f"achieved {achieved / MiB:.3f} MiB/s for a limit of 0.1"

@@ -194,49 +194,82 @@ def test_split_size_makes_stream_objects():
     check_coverage(plan)
 
 
-def test_gap_makes_one_stream_object_per_chain():
-    # stream 1 [10, 20) lives in an SO outside the inputs: the inputs hold two chains
-    a = fake_sso(1, {1: blocks(0, 1, 100), 2: blocks(0, 1, 100)})
-    b = fake_sso(2, {1: blocks(20, 2, 100), 2: blocks(10, 1, 100)})
+def test_gap_makes_one_stream_object_per_big_chain_small_chains_stay_in_the_sso():
+    # stream 1 [10, 20) lives in an SO outside the inputs: the inputs hold two chains of it
+    a = fake_sso(1, {1: blocks(0, 1, 100), 2: blocks(0, 1, 100), 3: blocks(0, 3, 100)})
+    b = fake_sso(2, {1: blocks(20, 2, 100), 2: blocks(10, 1, 100), 3: blocks(40, 1, 100)})
     manifest, indexes = store(a, b)
-    plan = plan_compaction(manifest, indexes)
+    plan = plan_compaction(manifest, indexes, split_size=300)
+    # stream 3 [0, 30) is a 300-byte chain (an SO); its chain [40, 50) and all of streams 1
+    # and 2 are below the split size: they share the one SSO, gaps and all
     assert [(o.kind, o.streams) for o in plan.outputs] == [
-        ("SO", ((1, 0, 10, 100),)), ("SO", ((1, 20, 40, 200),)), ("SSO", ((2, 0, 20, 200),))]
+        ("SO", ((3, 0, 30, 300),)),
+        ("SSO", ((1, 0, 10, 100), (1, 20, 40, 200), (2, 0, 20, 200), (3, 40, 50, 100)))]
     check_coverage(plan)
 
 
-# --- iterations -------------------------------------------------------------------------------
+def test_a_stream_below_the_split_size_never_yields_a_stream_object():
+    a = fake_sso(1, {1: blocks(0, 4, 100), 2: blocks(0, 9, 100)})
+    b = fake_sso(2, {1: blocks(50, 1, 100), 2: blocks(90, 1, 100)})
+    manifest, indexes = store(a, b)
+    plan = plan_compaction(manifest, indexes, split_size=1000, memory_limit=300)
+    assert [(o.kind, [s[0] for s in o.streams]) for o in plan.outputs] == [("SO", [2]), ("SSO", [1, 1])]
+    check_coverage(plan)
+
+
+# --- iterations and pieces --------------------------------------------------------------------
 
 def test_iterations_for_a_known_layout():
-    # 3 streams x 10 blocks of 1 MiB over two SSOs; split 8 MiB: every stream is an SO chain.
+    # 3 streams x 10 blocks of 1 MiB over two SSOs; split 8 MiB: every stream is one SO.
     a = fake_sso(1, {s: blocks(0, 5, MIB) for s in (1, 2, 3)})
     b = fake_sso(2, {s: blocks(50, 5, MIB) for s in (1, 2, 3)})
     manifest, indexes = store(a, b)
     plan = plan_compaction(manifest, indexes, memory_limit=4 * MIB, split_size=8 * MIB)
     assert len(plan.iterations) == 8  # 30 MiB in 4 MiB iterations, ranges never split
     assert [it.data_bytes for it in plan.iterations] == [4 * MIB] * 7 + [2 * MIB]
-    assert all(it.data_bytes <= 4 * MIB for it in plan.iterations)
-    # iteration 2 holds stream 1 [80, 100) and stream 2 [0, 20): two SOs
-    assert [o.streams for o in plan.iterations[2].outputs] == [((1, 80, 100, 2 * MIB),), ((2, 0, 20, 2 * MIB),)]
-    # the chain of stream 1 cut at block boundaries: contiguous SOs in consecutive iterations
-    s1 = [(it.index, o.streams[0][1:3]) for it in plan.iterations for o in it.outputs if o.streams[0][0] == 1]
-    assert s1 == [(0, (0, 40)), (1, (40, 80)), (2, (80, 100))]
-    assert all(o.kind == "SO" for o in plan.outputs)
+    # one SO per stream, however many iterations it spans: its pieces are its parts
+    assert [(o.kind, o.streams) for o in plan.outputs] == [("SO", ((s, 0, 100, 10 * MIB),)) for s in (1, 2, 3)]
+    assert [[(p.part, p.position, p.data_bytes) for p in o.pieces] for o in plan.outputs] == [
+        [(1, 0, 4 * MIB), (2, 4 * MIB, 4 * MIB), (3, 8 * MIB, 2 * MIB)],
+        [(1, 0, 2 * MIB), (2, 2 * MIB, 4 * MIB), (3, 6 * MIB, 4 * MIB)],
+        [(1, 0, 4 * MIB), (2, 4 * MIB, 4 * MIB), (3, 8 * MIB, 2 * MIB)]]
+    # iteration 2 ends stream 1's SO and starts stream 2's
+    assert [(p.output, p.part, p.final) for p in plan.iterations[2].pieces] == [(0, 3, True), (1, 1, False)]
+    assert all(o.multipart and o.puts == 2 + 3 for o in plan.outputs)
     check_coverage(plan)
 
 
-def test_sso_content_cut_by_the_limit_gives_one_sso_per_iteration():
+def test_sso_cut_by_the_limit_is_one_sso_in_parts():
     a = fake_sso(1, {s: blocks(0, 2, 100) for s in range(1, 6)})
     b = fake_sso(2, {s: blocks(20, 1, 100) for s in range(1, 6)})
     manifest, indexes = store(a, b)
     plan = plan_compaction(manifest, indexes, memory_limit=700)
-    assert [len(it.outputs) for it in plan.iterations] == [1, 1, 1]
-    assert [it.outputs[0].kind for it in plan.iterations] == ["SSO"] * 3
-    assert [it.outputs[0].streams for it in plan.iterations] == [
-        ((1, 0, 30, 300), (2, 0, 30, 300), (3, 0, 10, 100)),
-        ((3, 10, 30, 200), (4, 0, 30, 300), (5, 0, 20, 200)),
-        ((5, 20, 30, 100),)]
+    (sso,) = plan.outputs
+    assert sso.kind == "SSO" and sso.streams == tuple((s, 0, 30, 300) for s in range(1, 6))
+    assert [(p.part, p.position, p.data_bytes, p.final) for p in sso.pieces] == [
+        (1, 0, 700, False), (2, 700, 700, False), (3, 1400, 100, True)]
+    assert [len(it.pieces) for it in plan.iterations] == [1, 1, 1]
+    assert plan.to_json()["sso_count"] == 1
     check_coverage(plan)
+
+
+def test_a_piece_that_does_not_end_its_object_holds_at_least_min_part():
+    # SO of stream 1 (1000 bytes), then the SSO (1000 bytes); 1500 per iteration, parts >= 600
+    a = fake_sso(1, {1: blocks(0, 5, 100), 2: blocks(0, 5, 100)})
+    b = fake_sso(2, {1: blocks(50, 5, 100), 2: blocks(50, 5, 100)})
+    manifest, indexes = store(a, b, streams={1: (0, 100), 2: (0, 100)})
+    plan = plan_compaction(manifest, indexes, memory_limit=1500, split_size=1000, min_part=600)
+    # the 500 bytes left in iteration 0 would make a part below 600: the SSO waits, whole
+    assert [[(p.output, p.part, p.data_bytes) for p in it.pieces] for it in plan.iterations] == [
+        [(0, 1, 1000)], [(1, 1, 1000)]]
+    small = plan_compaction(manifest, indexes, memory_limit=1500, split_size=1000, min_part=400)
+    assert [[(p.output, p.part, p.data_bytes) for p in it.pieces] for it in small.iterations] == [
+        [(0, 1, 1000), (1, 1, 500)], [(1, 2, 500)]]
+    # min_part above the limit: each part still reaches it (the iteration exceeds the limit)
+    big = plan_compaction(manifest, indexes, memory_limit=300, split_size=1000, min_part=600)
+    assert [p.data_bytes for o in big.outputs for p in o.pieces] == [600, 400, 600, 400]
+    for p in (plan, small, big):
+        check_coverage(p)
 
 
 def test_oversized_range_goes_alone_and_is_reported():
@@ -247,9 +280,7 @@ def test_oversized_range_goes_alone_and_is_reported():
     assert [it.data_bytes for it in plan.iterations] == [100, 5000, 300]
     assert [r.start_offset for r in plan.oversized] == [10]
     assert plan.to_json()["oversized"][0]["size_bytes"] == 5000
-    for it in plan.iterations:
-        lone = len(it.outputs) == 1 and len(it.outputs[0].ranges) == 1
-        assert it.data_bytes <= 1000 or lone
+    assert len(plan.outputs) == 1 and len(plan.outputs[0].pieces) == 3
     check_coverage(plan)
 
 
@@ -260,10 +291,22 @@ def test_reads_merge_adjacent_blocks_and_cut_at_read_cut():
     b = fake_sso(2, {1: blocks(100, 2, MIB)})
     manifest, indexes = store(a, b)
     plan = plan_compaction(manifest, indexes, read_cut=4 * MIB, split_size=64 * MIB)
-    (out,) = plan.outputs
-    assert [(r.object_id, r.start, r.end, len(r.ranges)) for r in out.reads] == [
+    (it,) = plan.iterations
+    assert [(r.object_id, r.start, r.end, len(r.ranges)) for r in it.reads] == [
         (1, 0, 4 * MIB, 4), (1, 4 * MIB, 8 * MIB, 4), (1, 8 * MIB, 10 * MIB, 2), (2, 0, 2 * MIB, 2)]
     assert plan.gets == 4 and plan.bytes_read == 12 * MIB
+
+
+def test_reads_are_per_iteration_and_source_across_outputs():
+    # object 1 holds stream 1 (an SO) and stream 2 (the SSO) back to back: one GET feeds both
+    a = fake_sso(1, {1: blocks(0, 3, 100), 2: blocks(0, 1, 50)})
+    b = fake_sso(2, {1: blocks(30, 3, 100), 2: blocks(10, 1, 50)})
+    manifest, indexes = store(a, b)
+    plan = plan_compaction(manifest, indexes, split_size=500)
+    assert [o.kind for o in plan.outputs] == ["SO", "SSO"]
+    (it,) = plan.iterations
+    assert [(r.object_id, r.start, r.end) for r in it.reads] == [(1, 0, 350), (2, 0, 350)]
+    assert plan.gets == 2
 
 
 def test_reads_do_not_join_blocks_that_are_not_adjacent():
@@ -273,8 +316,8 @@ def test_reads_do_not_join_blocks_that_are_not_adjacent():
     manifest, indexes = store(a, b)
     del manifest["streams"]["2"]
     plan = plan_compaction(manifest, indexes)
-    (out,) = plan.outputs
-    assert [(r.object_id, r.start, r.end) for r in out.reads] == [(1, 0, 200), (1, 300, 500), (2, 0, 200)]
+    (it,) = plan.iterations
+    assert [(r.object_id, r.start, r.end) for r in it.reads] == [(1, 0, 200), (1, 300, 500), (2, 0, 200)]
 
 
 def test_gets_puts_and_bytes():
@@ -285,18 +328,18 @@ def test_gets_puts_and_bytes():
     so, sso = plan.outputs
     assert so.kind == "SO" and so.data_bytes == 80 * MIB
     assert so.size_bytes == 80 * MIB + 40 * INDEX_ENTRY_SIZE + FOOTER_SIZE
-    assert so.puts == 2 + 11  # multipart: create + ceil(size / 8 MiB) parts + complete
+    assert so.puts == 2 + 11  # one piece, put_large's multipart: create + ceil(size / 8 MiB) parts + complete
     assert sso.size_bytes == 2000 + 2 * INDEX_ENTRY_SIZE + FOOTER_SIZE and sso.puts == 1
     assert plan.puts == 14
-    # SO: object 1 [0, 40 MiB) in 16 MiB GETs -> 3, same for object 2; SSO: one per object
-    assert len(so.reads) == 6 and len(sso.reads) == 2 and plan.gets == 8
+    # per source object: stream 1's 40 MiB and stream 2's adjacent block, in 16 MiB GETs -> 3 each
+    assert plan.gets == 6
     assert plan.bytes_read == 80 * MIB + 2000
     assert plan.bytes_written == so.size_bytes + sso.size_bytes
     doc = plan.to_json()
-    assert (doc["gets"], doc["puts"], doc["bytes_written"], doc["output_count"]) == (8, 14, plan.bytes_written, 2)
+    assert (doc["gets"], doc["puts"], doc["bytes_written"], doc["output_count"]) == (6, 14, plan.bytes_written, 2)
     assert doc["memory_limit_bytes"] == 1 << 30 and doc["split_size_bytes"] == 16 * MIB
-    assert doc["iterations"][0]["outputs"][1]["streams"][0] == {
-        "stream_id": 2, "start": 0, "end": 20, "bytes": 2000}
+    assert doc["outputs"][1]["streams"][0] == {"stream_id": 2, "start": 0, "end": 20, "bytes": 2000}
+    assert doc["iterations"][0]["outputs"][1]["streams"][0] == doc["outputs"][1]["streams"][0]
     json.dumps(doc)
 
 
@@ -311,44 +354,34 @@ def _plan_for_doctoring():
     a = fake_sso(1, {1: blocks(0, 3, 100), 2: blocks(0, 2, 100)})
     b = fake_sso(2, {1: blocks(30, 2, 100), 2: blocks(20, 1, 100)})
     manifest, indexes = store(a, b)
-    plan = plan_compaction(manifest, indexes, memory_limit=300)
+    plan = plan_compaction(manifest, indexes)
     check_coverage(plan)
     return plan
 
 
-def _replace_output(plan, it_index, out_index, **changes):
-    it = plan.iterations[it_index]
-    outs = list(it.outputs)
-    outs[out_index] = dataclasses.replace(outs[out_index], **changes)
-    its = list(plan.iterations)
-    its[it_index] = Iteration(it.index, tuple(outs), it.data_bytes)
-    return dataclasses.replace(plan, iterations=tuple(its))
-
-
-def _consistent(out, ranges):
-    """An output rebuilt around ``ranges`` so that only coverage is wrong."""
-    return planmod._output(out.kind, ranges, {}, 16 * MIB)
+def _with_ranges(plan, ranges):
+    """``plan`` (one output, one piece) rebuilt around ``ranges``, consistent but for coverage."""
+    (out,) = plan.outputs
+    data = sum(r.size for r in ranges)
+    piece = dataclasses.replace(out.pieces[0], ranges=tuple(ranges), data_bytes=data)
+    out = dataclasses.replace(out, ranges=tuple(ranges), data_bytes=data,
+                              size_bytes=planmod.object_size(data, len(ranges)),
+                              streams=planmod._stream_spans(ranges), pieces=(piece,))
+    it = Iteration(0, (piece,), planmod._reads(ranges, {}, 16 * MIB), data)
+    return dataclasses.replace(plan, outputs=(out,), iterations=(it,))
 
 
 def test_check_coverage_fails_on_a_removed_range():
     plan = _plan_for_doctoring()
-    out = plan.iterations[0].outputs[0]
-    doctored = _consistent(out, out.ranges[1:])
-    bad = _replace_output(plan, 0, 0, **{f.name: getattr(doctored, f.name) for f in dataclasses.fields(doctored)})
     with pytest.raises(CorruptionError, match="not its data"):
-        check_coverage(bad)
+        check_coverage(_with_ranges(plan, plan.outputs[0].ranges[1:]))
 
 
 def test_check_coverage_fails_on_a_duplicated_range():
     plan = _plan_for_doctoring()
-    first = plan.iterations[0].outputs[0].ranges[0]
-    last_it = len(plan.iterations) - 1
-    out = plan.iterations[last_it].outputs[-1]
-    doctored = _consistent(out, out.ranges + (first,))
-    bad = _replace_output(plan, last_it, len(plan.iterations[last_it].outputs) - 1,
-                          **{f.name: getattr(doctored, f.name) for f in dataclasses.fields(doctored)})
-    with pytest.raises(CorruptionError, match="appear in"):
-        check_coverage(bad)
+    ranges = plan.outputs[0].ranges
+    with pytest.raises(CorruptionError, match="overlap|twice|appear in|not fetch"):
+        check_coverage(_with_ranges(plan, tuple(sorted(ranges + ranges[:1], key=planmod._key))))
 
 
 def test_check_coverage_fails_on_a_dropped_range_also_written():
@@ -359,14 +392,22 @@ def test_check_coverage_fails_on_a_dropped_range_also_written():
         check_coverage(bad)
 
 
-def test_check_coverage_fails_on_inconsistent_streams_or_reads():
+def test_check_coverage_fails_on_inconsistent_streams_reads_or_parts():
     plan = _plan_for_doctoring()
-    out = plan.iterations[0].outputs[0]
+    (out,) = plan.outputs
     sid, start, end, size = out.streams[0]
+    bad = dataclasses.replace(out, streams=((sid, start, end + 10, size),) + out.streams[1:])
     with pytest.raises(CorruptionError, match="streams"):
-        check_coverage(_replace_output(plan, 0, 0, streams=((sid, start, end + 10, size),) + out.streams[1:]))
+        check_coverage(dataclasses.replace(plan, outputs=(bad,)))
+    it = plan.iterations[0]
     with pytest.raises(CorruptionError, match="reads"):
-        check_coverage(_replace_output(plan, 0, 0, reads=out.reads[1:]))
+        check_coverage(dataclasses.replace(plan, iterations=(dataclasses.replace(it, reads=it.reads[1:]),)))
+    moved = dataclasses.replace(out.pieces[0], position=10)
+    with pytest.raises(CorruptionError, match="part|pieces"):
+        check_coverage(dataclasses.replace(plan, outputs=(dataclasses.replace(out, pieces=(moved,)),)))
+    two = dataclasses.replace(out, kind="SSO")
+    with pytest.raises(CorruptionError, match="more than one Stream Set Object"):
+        check_coverage(dataclasses.replace(plan, outputs=(two, two)))
 
 
 # --- property: random layouts -----------------------------------------------------------------
@@ -441,18 +482,22 @@ def test_random_layouts_are_covered_exactly(case):
     assert _join(stream_offsets(plan)) == _join(kept)
     oversized = set(plan.oversized)
     for it in plan.iterations:
-        lone = len(it.outputs) == 1 and len(it.outputs[0].ranges) == 1 and it.outputs[0].ranges[0] in oversized
+        lone = len(it.pieces) == 1 and len(it.pieces[0].ranges) == 1 and it.pieces[0].ranges[0] in oversized
         assert it.data_bytes <= memory_limit or lone
+        assert all(r.size <= read_cut or len(r.ranges) == 1 for r in it.reads)
+        # the minimum GETs: per source object, ranges adjacent in it are one GET unless read_cut splits them
+        for a, b in zip(it.reads, it.reads[1:]):
+            if a.object_id == b.object_id and a.end == b.start:
+                assert b.end - a.start > read_cut
+    assert sum(o.kind == "SSO" for o in plan.outputs) <= 1
     for o in plan.outputs:
         for prev, cur in zip(o.ranges, o.ranges[1:]):
             assert (prev.stream_id, prev.end_offset) <= (cur.stream_id, cur.start_offset)
-            if prev.stream_id == cur.stream_id:
-                assert cur.start_offset == prev.end_offset
-        assert all(r.size <= read_cut or len(r.ranges) == 1 for r in o.reads)
+            if prev.stream_id == cur.stream_id and o.kind == "SO":
+                assert cur.start_offset == prev.end_offset  # an SO is one contiguous run
         assert o.kind == "SSO" or len(o.streams) == 1
-    # a stream is in SSOs only when it is one chain below the split size
-    for sid, intervals in _join(kept).items():
-        kinds = {o.kind for o in plan.outputs if any(s[0] == sid for s in o.streams)}
-        size = sum(r.size for r in plan.kept if r.stream_id == sid)
-        assert kinds == ({"SO"} if len(intervals) > 1 or size >= split_size else {"SSO"})
+    # a contiguous run is an SO exactly when it holds at least the split size
+    for o in plan.outputs:
+        for sid, start, end, size in o.streams:
+            assert (o.kind == "SO") == (size >= split_size)
     assert plan.bytes_read == sum(o.data_bytes for o in plan.outputs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Annotated
 
 import typer
@@ -9,15 +10,46 @@ import typer
 from walctl.cli import EndpointOpt, JsonOpt, NamespaceOpt, StoreOpt, app, command, emit_json, stdout_console, warn
 from walctl.metrics import MetricsFileOpt
 
+EXIT_INTERRUPTED = 130  # docs/CLI.md: as a shell reports SIGINT
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM stopped the run: its job was cancelled and rolled back. Not a WalctlError:
+    130 is a signal's status (docs/CLI.md), not an error class."""
+
+    def __init__(self, line: str, summary: dict):
+        super().__init__(line)
+        self.line = line
+        self.summary = summary
+
+
+def _debug() -> bool:
+    from walctl.cli import _state
+
+    return bool(_state.get("debug"))
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _interrupted(store: str, result) -> Interrupted:
+    line = (f"walctl: error: interrupted: the Spark job was cancelled, its uploads aborted, nothing committed, "
+            f"{store} (rerun compact; gc removes the prepared ids after their expiry)")
+    summary = {"store": store, **result.to_json()} if result is not None else {"store": store}
+    summary["interrupted"] = True
+    summary["error"] = {"code": EXIT_INTERRUPTED, "message": line.removeprefix("walctl: error: ")}
+    return Interrupted(line, summary)
+
 
 @app.command("compact")
 @command()
 def compact_cmd(
     store: StoreOpt,
-    master: Annotated[str, typer.Option(
+    master: Annotated[str | None, typer.Option(
         "--master", envvar="WALCTL_SPARK_MASTER",
-        help="Spark master: local[*] (this machine, the default), local[N], spark://host:7077, yarn, "
-             "k8s://https://host:443.")] = "local[*]",
+        help="Spark master: local[N], spark://host:7077, yarn, k8s://https://host:443. Default: the one "
+             "spark-submit (or PYSPARK_SUBMIT_ARGS) sets, else local[*] (this machine).")] = None,
     memory_limit: Annotated[str, typer.Option(
         "--memory-limit", metavar="SIZE",
         help="Most object data one iteration holds in memory (bytes or 200MiB ...); larger plans run "
@@ -30,7 +62,8 @@ def compact_cmd(
         "--max-objects", min=1, help="Compact at most this many Stream Set Objects (oldest first).")] = 1000,
     retention_start: Annotated[list[str] | None, typer.Option(
         "--retention-start", metavar="STREAM=OFFSET",
-        help="Drop the blocks of STREAM that end at or below OFFSET (stream offsets); repeatable.")] = None,
+        help="Drop the blocks of STREAM that end at or below OFFSET (stream offsets); repeatable. An OFFSET "
+             "past the stream's end is refused (exit 2), an unknown STREAM too (exit 4).")] = None,
     read_rate: Annotated[float | None, typer.Option(
         "--read-rate", metavar="MIB/S", min=0.001, envvar="WALCTL_COMPACT_READ_RATE",
         help="Most MiB read per second across all Spark tasks, so compaction beside live traffic does not "
@@ -48,8 +81,14 @@ def compact_cmd(
 ) -> None:
     """Compact Stream Set Objects (AutoMQ's design) and commit the result atomically.
 
-    A store with nothing to compact exits 0 at once, without starting Spark. A second
+    Writes at most one Stream Set Object per run (plus one Stream Object per stream run of
+    at least --split-size), so a second run over a compacted store has nothing to do: a
+    store with nothing to compact exits 0 at once, without starting Spark. A second
     compact that starts while one runs fences the first (its commit is refused).
+    Needs pyspark (pip install 'walctl[spark]') and Java: without them it exits 4 and
+    writes nothing (--dry-run works without either). SIGTERM or SIGINT cancels the Spark
+    job, aborts its uploads, stops the JVM and exits 130 (with --json, the result carries
+    "error"); a commit in flight is finished first.
     """
     from walctl.errors import UsageError
     from walctl.metrics import MetricsRun
@@ -57,25 +96,45 @@ def compact_cmd(
     from walctl.spark.compact import compact
     from walctl.store import open_store
 
-    with MetricsRun(metrics_file, "compact", enabled=not dry_run, on_warning=warn) as metrics:
-        retention: dict[int, int] = {}
-        for item in retention_start or []:
-            stream, _, offset = item.partition("=")
-            if not (stream.isdigit() and offset.isdigit()):
-                raise UsageError(f"bad --retention-start {item!r}", hint="use STREAM=OFFSET, e.g. 7=1000")
-            retention[int(stream)] = int(offset)
-        st = open_store(store, endpoint_url=endpoint_url)
-        interval_s = parse_duration(interval)
-        result = compact(st, store, endpoint_url=endpoint_url, master=master, memory_limit=parse_size(memory_limit),
-                         read_rate_bps=read_rate * (1 << 20) if read_rate else None,
-                         interval_s=interval_s or None,
-                         split_size=parse_size(split_size), max_objects=max_objects, retention=retention,
-                         dry_run=dry_run, namespace=namespace)
-        metrics.summary = out = {"store": store, **result.to_json()}
-        # The tasks' requests happen in executors, with store clients of their own.
-        metrics.record(bytes=out["bytes_written"], read_bytes=out["bytes_read"], objects=len(result.made),
-                       input_objects=0 if result.idle else out["objects_in"],
-                       requests=st.stats.requests + sum(m["gets"] + m["puts"] for m in result.made))
+    previous_sigterm = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM unwinds like Ctrl-C
+    started: list = []
+    try:
+        with MetricsRun(metrics_file, "compact", enabled=not dry_run, on_warning=warn) as metrics:
+            retention: dict[int, int] = {}
+            for item in retention_start or []:
+                stream, _, offset = item.partition("=")
+                if not (stream.isdigit() and offset.isdigit()):
+                    raise UsageError(f"bad --retention-start {item!r}", hint="use STREAM=OFFSET, e.g. 7=1000")
+                retention[int(stream)] = int(offset)
+            st = open_store(store, endpoint_url=endpoint_url)
+            interval_s = parse_duration(interval)
+            try:
+                result = compact(st, store, endpoint_url=endpoint_url, master=master,
+                                 memory_limit=parse_size(memory_limit),
+                                 read_rate_bps=read_rate * (1 << 20) if read_rate else None,
+                                 interval_s=interval_s or None,
+                                 split_size=parse_size(split_size), max_objects=max_objects, retention=retention,
+                                 dry_run=dry_run, namespace=namespace, on_result=started.append,
+                                 spark_log_level="WARN" if _debug() else "OFF")
+            except KeyboardInterrupt:
+                if started and started[0].commit_number is not None:
+                    result = started[0]  # the commit was in flight and landed: the run is complete
+                    warn("interrupted after the commit: the compaction is committed")
+                else:
+                    raise _interrupted(store, started[0] if started else None) from None
+            metrics.summary = out = {"store": store, **result.to_json()}
+            # The tasks' requests happen in executors, with store clients of their own.
+            metrics.record(bytes=out["bytes_written"], read_bytes=out["bytes_read"], objects=len(result.made),
+                           input_objects=0 if result.idle else out["objects_in"],
+                           requests=st.stats.requests + sum(t["gets"] + t["puts"] for t in result.tasks))
+            # (st.stats already counts the driver's multipart creates and completes)
+    except Interrupted as stop:  # the metrics file has recorded the failure on the way out
+        typer.echo(stop.line, err=True)
+        if json_out:
+            emit_json(stop.summary)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous_sigterm)
     if json_out:
         emit_json(out)
         return
@@ -102,12 +161,12 @@ def _render(out: dict) -> None:
         inputs.add_row(str(o["id"]), o["key"], format_size(o["size"]))
     console.print(inputs)
     outs = Table(title="outputs", title_justify="left")
-    for col in ("iteration", "kind", "size", "streams"):
+    for col in ("key" if not out["dry_run"] else "output", "kind", "size", "parts", "streams"):
         outs.add_column(col)
-    for it in plan["iterations"]:
-        for o in it["outputs"]:
-            outs.add_row(str(it["index"]), o["kind"], format_size(o["size_bytes"]),
-                         ", ".join(f"{s['stream_id']}:[{s['start']},{s['end']})" for s in o["streams"]))
+    keys = [o["key"] for o in out["objects"]]
+    for n, o in enumerate(plan["outputs"]):
+        outs.add_row(keys[n] if n < len(keys) else str(n), o["kind"], format_size(o["size_bytes"]), str(o["parts"]),
+                     ", ".join(f"{s['stream_id']}:[{s['start']},{s['end']})" for s in o["streams"]))
     console.print(outs)
     if not out["dry_run"]:
         console.print(f"commit {out['commit_number']} (compactor epoch {out['compactor_epoch']}); read "

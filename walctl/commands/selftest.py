@@ -39,8 +39,8 @@ def selftest_cmd(
     import sys
 
     from walctl.cli import _state
-    from walctl.errors import CorruptionError, IOFailure
-    from walctl.selftest import FAIL, IO_FAILED, selftest
+    from walctl.errors import CorruptionError, IOFailure, NotFoundError
+    from walctl.selftest import FAIL, IO_FAILED, PREREQ_MISSING, selftest
 
     if directory is not None and not os.path.isdir(directory):
         from walctl.errors import UsageError
@@ -64,11 +64,12 @@ def selftest_cmd(
             emit_json(out)
         return
     first = result.failed[0]
-    cls = IOFailure if first.failure == IO_FAILED else CorruptionError
+    cls = {IO_FAILED: IOFailure, PREREQ_MISSING: NotFoundError}.get(first.failure, CorruptionError)
     count = sum(1 for c in result.checks if c.status == FAIL)
     exc = cls(f"selftest failed: {count} check(s) failed; first: {first.name}: {first.detail}",
               where=result.device or result.work_dir,
-              hint="rerun with --keep to look at the files" if not keep else f"files kept in {result.work_dir}")
+              hint=("install it, or skip the step with --no-compact" if first.failure == PREREQ_MISSING
+                    else "rerun with --keep to look at the files" if not keep else f"files kept in {result.work_dir}"))
     exc.summary = out
     raise exc
 

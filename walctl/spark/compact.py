@@ -5,11 +5,17 @@
    streams, the rest into SSOs, iterations under the memory limit.
 3. One commit bumps ``compactor_epoch`` (fencing any older compactor) and prepares the
    output ids.
-4. The Spark job writes the outputs.
+4. The Spark job writes the outputs: one task per iteration, an output that spans
+   iterations written as one multipart object (walctl.spark.job).
 5. One commit replaces the inputs with the outputs, refused unless the epoch is still
    ours, every input is still live, and the outputs cover every kept input range
    exactly once. Replaced inputs go to ``deleting``; gc removes them after the grace.
-A kill anywhere before 5 commits nothing: only prepared ids remain, for gc.
+A kill anywhere before 5 commits nothing: only prepared ids remain, for gc. SIGTERM or
+SIGINT during 4 cancels the job, aborts open multipart uploads, deletes finished outputs
+and stops the JVM; during 5 it is held until the commit is done or refused.
+
+Prerequisites (pyspark, Java) are checked before anything is written: without them
+compact exits 4 (MissingPrerequisite) and ``dry_run`` still plans (the planner is pure).
 """
 
 from __future__ import annotations
@@ -17,7 +23,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from walctl.errors import CorruptionError, RefusedError
+import contextlib
+import signal
+import threading
+
+from walctl.errors import CorruptionError, NotFoundError, RefusedError, UsageError
 from walctl.failpoints import failpoint
 from walctl.store import manifest as mf
 
@@ -39,22 +49,27 @@ class CompactResult:
     index_gets: int = 0
     seconds: float = 0.0
     read_rate_bps: float | None = None
+    tasks: list[dict] = field(default_factory=list)  # per iteration: what its task did
+    driver_puts: int = 0  # multipart creates and completes (the driver's)
+    spark_master: str | None = None
 
     def to_json(self) -> dict:
         plan = self.plan.to_json() if self.plan is not None else None
-        gets = sum(m["gets"] for m in self.made) + self.index_gets
+        gets = sum(t["gets"] for t in self.tasks) + self.index_gets
         return {
             "idle": self.idle, "dry_run": self.dry_run, "objects_in": self.objects_in,
             "objects_out": self.objects_out,
-            "bytes_read": sum(m["bytes_read"] for m in self.made) if self.made else 0,
-            "bytes_written": sum(m["bytes_written"] for m in self.made) if self.made else 0,
-            "gets": gets, "puts": sum(m["puts"] for m in self.made),
+            "bytes_read": sum(t["bytes_read"] for t in self.tasks),
+            "bytes_written": sum(t["bytes_written"] for t in self.tasks),
+            "gets": gets, "data_gets": sum(t["gets"] for t in self.tasks), "index_gets": self.index_gets,
+            "puts": sum(t["puts"] for t in self.tasks) + self.driver_puts,
+            "spark_master": self.spark_master,
             "iterations": len(self.plan.iterations) if self.plan is not None else 0,
             "commit_number": self.commit_number, "compactor_epoch": self.epoch,
             "read_rate_limit_mib_per_s": round(self.read_rate_bps / (1 << 20), 3) if self.read_rate_bps else None,
             "seconds": round(self.seconds, 3),
-            "objects": [{"key": m["key"], "size_bytes": m["size"], "iteration": m["iteration"],
-                         "streams": m["ranges"]} for m in self.made],
+            "objects": [{"key": m["key"], "kind": m["kind"], "size_bytes": m["size"], "iteration": m["iteration"],
+                         "parts": m["parts"], "streams": m["ranges"]} for m in self.made],
             "plan": plan,
         }
 
@@ -71,32 +86,104 @@ def read_indexes(store, objects: list[dict]) -> tuple[dict, int]:
     return indexes, gets
 
 
-def compact(store, store_url: str, *, endpoint_url: str | None = None, master: str = "local[*]",
+def check_retention(doc: dict, retention: dict[int, int]) -> None:
+    """--retention-start must name a known stream and an offset within it (never past its end).
+
+    Raises:
+        NotFoundError: no such stream in the store.
+        UsageError: the offset is past the stream's end offset.
+    """
+    for sid, offset in sorted(retention.items()):
+        known = doc["streams"].get(str(sid))
+        if known is None:
+            raise NotFoundError(f"--retention-start {sid}={offset}: no stream {sid} in the store",
+                                hint="see the streams with walctl ls")
+        if offset > known["end"]:
+            raise UsageError(f"--retention-start {sid}={offset} is past the end of stream {sid} ({known['end']})",
+                             hint=f"give an offset <= {known['end']}; {known['end']} drops all its data")
+
+
+def min_part_for(store) -> int:
+    """Smallest part of a multipart object the store takes (S3: 5 MiB but the last part)."""
+    from walctl.store.base import MIN_PART_BYTES
+
+    return MIN_PART_BYTES if hasattr(store, "bucket") else 1
+
+
+def task_store_url(store, store_url: str) -> str:
+    """What executors open: a local store by its absolute path (they do not share our cwd)."""
+    return store.root if hasattr(store, "root") and not hasattr(store, "bucket") else store_url
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """Let a step that must not be cut (a commit, the JVM's start) finish: SIGINT/SIGTERM arriving
+    meanwhile are noted and raised as KeyboardInterrupt when it is done (main thread only).
+
+    Handlers rather than a signal mask, so a JVM started inside does not inherit blocked signals.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if pending:
+        raise KeyboardInterrupt
+
+
+def compact(store, store_url: str, *, endpoint_url: str | None = None, master: str | None = None,
             memory_limit: int = 200 << 20, split_size: int = 16 << 20, max_objects: int = 1000,
             retention: dict[int, int] | None = None, dry_run: bool = False, namespace: str = mf.DEFAULT_NAMESPACE,
             spark=None, progress=None, read_rate_bps: float | None = None,
-            interval_s: float | None = None) -> CompactResult:
+            interval_s: float | None = None, on_result=None, spark_log_level: str = "OFF") -> CompactResult:
     """Plan, fence, run and commit one compaction (see the module doc).
 
+    ``master``: the Spark master; None takes spark-submit's (or PYSPARK_SUBMIT_ARGS') and
+    else local[*]. ``spark``: a session to use (never stopped here). ``spark_log_level``: Spark's
+    own log level (OFF but for --debug).
     Read throttling: ``read_rate_bps`` if given; else, with ``interval_s`` (how often compaction
     runs), the rate that reads the planned bytes in 80% of the interval, as AutoMQ derives its
-    own, but at least 32 MiB/s; else unlimited.
+    own, but at least 32 MiB/s; else unlimited. ``on_result`` gets the result object as soon as
+    it exists, so an interrupted run can still report what it had done.
+
+    Raises:
+        MissingPrerequisite: no pyspark or no Java (before anything is written).
+        NotFoundError, UsageError: a bad --retention-start.
+        RefusedError: fenced by a newer compactor, or an input went away meanwhile.
+        CorruptionError, IOFailure, NotFoundError: from the store or the executors (classified).
     """
     from walctl.spark.plan import check_coverage, plan_compaction
 
     started = time.monotonic()
     doc = mf.load_latest(store)
+    retention = dict(retention or {})
+    check_retention(doc, retention)
     candidates = sorted((o for o in doc["objects"] if o["kind"] == "SSO"), key=lambda o: (o["order_id"], o["id"]))
     candidates = candidates[:max_objects]
     indexes, index_gets = read_indexes(store, candidates)
     plan = plan_compaction(doc, indexes, memory_limit=memory_limit, split_size=split_size,
-                           max_objects=max_objects, retention=retention)
+                           max_objects=max_objects, retention=retention, min_part=min_part_for(store))
     result = CompactResult(plan, plan.idle, dry_run, objects_in=len(plan.inputs),
                            objects_out=len(plan.outputs), index_gets=index_gets)
+    if on_result is not None:
+        on_result(result)
     if plan.idle or dry_run:
         result.seconds = time.monotonic() - started
         return result
     check_coverage(plan)
+
+    from walctl.spark import job
+
+    if spark is None:
+        job.check_pyspark()  # before the first write: a missing prerequisite changes nothing
+        job.check_java()
 
     outputs = plan.outputs
     state: dict = {}
@@ -106,23 +193,32 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
         state["epoch"] = m["compactor_epoch"]
         state["prepared"] = mf.prepare_ids(m, len(outputs), namespace)
 
-    mf.commit(store, start, command="compact (fence + prepare)")
+    with signals_deferred():
+        mf.commit(store, start, command="compact (fence + prepare)")
     result.epoch = state["epoch"]
     failpoint("compact-after-prepare")
 
-    from walctl.spark.job import owns_new_session, run_iterations, spark_session
-
-    ours = spark is None and owns_new_session()  # never stop a session the caller already had
-    session = spark if spark is not None else spark_session(master)
+    ours = spark is None and job.owns_new_session()  # never stop a session the caller already had
+    session = None
     try:
+        if spark is None:
+            with signals_deferred():  # a JVM interrupted while starting would be orphaned
+                session = job.spark_session(master, spark_log_level)
+        else:
+            session = spark
+        result.spark_master = session.sparkContext.master
         keys = [p["key"] for p in state["prepared"]]
         rate = read_rate_bps or (max(plan.bytes_read / (0.8 * interval_s), MIN_DERIVED_READ_RATE_BPS)
                                  if interval_s else None)
         result.read_rate_bps = rate
-        made = run_iterations(session, plan, keys, store_url, endpoint_url, progress, rate)
+        ran = job.run_iterations(session, plan, keys, store, task_store_url(store, store_url), endpoint_url,
+                                 progress, rate)
     finally:
         if ours:
-            session.stop()
+            job.stop_session(session)
+    result.tasks = ran.iterations
+    result.driver_puts = ran.driver_puts
+    made = ran.made
     failpoint("compact-before-commit")
     _check_made(plan, made)
     input_ids = {o["id"] for o in plan.inputs}
@@ -154,15 +250,16 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
             m["objects"].append({"id": oid, "key": out["key"], "kind": out["kind"], "size": out["size"],
                                  "order_id": first_order if out["kind"] == "SSO" else oid,
                                  "data_time": data_time, "ranges": out["ranges"]})
-        for sid, start_offset in (retention or {}).items():
+        for sid, start_offset in retention.items():
             s = m["streams"].get(str(sid))
             if s is not None:
                 s["start"] = max(s["start"], start_offset)
 
-    committed = mf.commit(store, finish, command="compact")
-    result.commit_number = committed.number
-    result.made = made
-    result.seconds = time.monotonic() - started
+    with signals_deferred():  # an interrupt waits for the commit, then finds the result complete
+        committed = mf.commit(store, finish, command="compact")
+        result.commit_number = committed.number
+        result.made = made
+        result.seconds = time.monotonic() - started
     return result
 
 

@@ -1,4 +1,4 @@
-"""The SSO compaction plan (FORMATS.md 4): which ranges go where, read how, in which iteration.
+"""The SSO compaction plan (docs/FORMATS.md 4): which ranges go where, read how, in which iteration.
 
 Pure: it takes the manifest and the index entries the caller read, and returns a
 frozen plan. No I/O, no clock, no Spark; the Spark job carries the plan out and
@@ -13,12 +13,13 @@ Planning, in order:
 1. inputs: the live SSOs, oldest ``order_id`` first, at most ``max_objects``;
 2. drop the ranges of deleted streams and those wholly below a stream's retention
    or start offset (a range straddling the point is kept: a block cannot be cut);
-3. a stream with >= ``split_size`` kept bytes, or with an offset gap, becomes one
-   SO per contiguous chain; the other streams share SSOs;
-4. walk the ranges by (stream, start offset), filling iterations of at most
-   ``memory_limit`` data bytes; per iteration one SO per chain part and one SSO;
-5. per output, per source object, physically adjacent ranges are one ranged GET
-   of at most ``read_cut`` bytes.
+3. outputs: one Stream Object per contiguous run of a stream holding >= ``split_size``
+   bytes, and at most one Stream Set Object for everything else (so a rerun is idle);
+4. walk the outputs, filling iterations of at most ``memory_limit`` data bytes; an
+   output cut by an iteration boundary continues in the next one as its next piece
+   (a multipart part of >= ``min_part`` bytes unless it is the last);
+5. per iteration, per source object, physically adjacent ranges are one ranged GET
+   of at most ``read_cut`` bytes: the fewest GETs the iterations allow.
 """
 
 from __future__ import annotations
@@ -93,41 +94,79 @@ class Read:
 
 
 @dataclass(frozen=True)
-class OutputObject:
-    """One object to write: its source ranges in output order and the GETs that fetch them.
+class Piece:
+    """The bytes of one output written in one iteration: output data [position, position + data_bytes).
 
-    ``streams`` holds (stream_id, start_offset, end_offset, bytes) per stream, bytes
-    being the ranges' sizes (DataBlock headers included, as copied).
+    An output written in one piece is one PUT; an output of several pieces is one multipart
+    upload and piece ``part`` is its part ``part`` (FORMATS.md 4). The ``final`` piece also
+    carries the output's IndexBlock and Footer.
+    """
+
+    output: int  # index into CompactionPlan.outputs
+    part: int  # 1-based
+    ranges: tuple[SourceRange, ...]
+    position: int
+    data_bytes: int
+    final: bool
+
+    def to_json(self) -> dict:
+        return {"output": self.output, "part": self.part, "position": self.position,
+                "data_bytes": self.data_bytes, "final": self.final, "range_count": len(self.ranges)}
+
+
+@dataclass(frozen=True)
+class OutputObject:
+    """One object to write: its source ranges in output order, written in ``pieces``.
+
+    ``streams`` holds (stream_id, start_offset, end_offset, bytes) per contiguous run of a
+    stream, bytes being the ranges' sizes (DataBlock headers included, as copied). A Stream
+    Object holds one run; the Stream Set Object may hold several runs of a stream with an
+    offset gap between them.
     """
 
     kind: str
     ranges: tuple[SourceRange, ...]
-    reads: tuple[Read, ...]
     data_bytes: int
     size_bytes: int
     streams: tuple[tuple[int, int, int, int], ...]
-    puts: int
+    pieces: tuple[Piece, ...] = ()
+
+    @property
+    def multipart(self) -> bool:
+        return len(self.pieces) > 1
+
+    @property
+    def puts(self) -> int:
+        """One PUT (or put_large's own multipart above 32 MiB); several pieces: create + parts + complete."""
+        if len(self.pieces) > 1:
+            return 2 + len(self.pieces)
+        return put_count(self.size_bytes)
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "data_bytes": self.data_bytes, "size_bytes": self.size_bytes,
-                "puts": self.puts, "gets": len(self.reads),
+                "puts": self.puts, "parts": len(self.pieces),
                 # the manifest's range shape, so the commit can record it as the object's "ranges"
                 "streams": [{"stream_id": s, "start": a, "end": b, "bytes": n} for s, a, b, n in self.streams],
-                "ranges": [r.to_json() for r in self.ranges],
-                "reads": [r.to_json() for r in self.reads]}
+                "ranges": [r.to_json() for r in self.ranges]}
 
 
 @dataclass(frozen=True)
 class Iteration:
-    """The outputs built from one memory-limited batch of reads."""
+    """One memory-limited batch: the pieces it writes and the GETs (per source object) that feed them."""
 
     index: int
-    outputs: tuple[OutputObject, ...]
+    pieces: tuple[Piece, ...]
+    reads: tuple[Read, ...]
     data_bytes: int
 
-    def to_json(self) -> dict:
-        return {"index": self.index, "data_bytes": self.data_bytes,
-                "outputs": [o.to_json() for o in self.outputs]}
+    def to_json(self, outputs: Sequence[OutputObject] = ()) -> dict:
+        out = {"index": self.index, "data_bytes": self.data_bytes, "gets": len(self.reads),
+               "pieces": [p.to_json() for p in self.pieces],
+               "reads": [r.to_json() for r in self.reads]}
+        if outputs:
+            out["outputs"] = [{**outputs[p.output].to_json(), "output": p.output, "part": p.part}
+                              for p in self.pieces]
+        return out
 
 
 @dataclass(frozen=True)
@@ -145,6 +184,8 @@ class Dropped:
 class CompactionPlan:
     """What a compaction run reads, drops and writes; ``idle`` when there is nothing worth doing.
 
+    ``outputs`` are at most one Stream Set Object plus one Stream Object per contiguous run
+    of a stream of at least ``split_size`` bytes; ``iterations`` write them piece by piece.
     ``oversized`` lists the ranges larger than ``memory_limit`` (each alone in its
     iteration, which therefore exceeds the limit).
     """
@@ -158,10 +199,8 @@ class CompactionPlan:
     split_size: int
     oversized: tuple[SourceRange, ...] = ()
     read_cut: int = DEFAULT_READ_CUT
-
-    @property
-    def outputs(self) -> tuple[OutputObject, ...]:
-        return tuple(o for it in self.iterations for o in it.outputs)
+    outputs: tuple[OutputObject, ...] = ()
+    min_part: int = 1
 
     @property
     def kept(self) -> tuple[SourceRange, ...]:
@@ -170,7 +209,8 @@ class CompactionPlan:
 
     @property
     def gets(self) -> int:
-        return sum(len(o.reads) for o in self.outputs)
+        """Ranged GETs of object data: per iteration and source object, adjacent blocks joined."""
+        return sum(len(it.reads) for it in self.iterations)
 
     @property
     def puts(self) -> int:
@@ -178,7 +218,7 @@ class CompactionPlan:
 
     @property
     def bytes_read(self) -> int:
-        return sum(r.size for o in self.outputs for r in o.reads)
+        return sum(r.size for it in self.iterations for r in it.reads)
 
     @property
     def bytes_written(self) -> int:
@@ -192,7 +232,7 @@ class CompactionPlan:
         return {
             "idle": self.idle, "reason": self.reason,
             "memory_limit_bytes": self.memory_limit, "split_size_bytes": self.split_size,
-            "read_cut_bytes": self.read_cut,
+            "read_cut_bytes": self.read_cut, "min_part_bytes": self.min_part,
             "input_count": len(self.inputs), "input_ids": [o["id"] for o in self.inputs],
             "input_bytes": sum(o.get("size", 0) for o in self.inputs),
             "inputs": copy.deepcopy(list(self.inputs)),
@@ -204,7 +244,8 @@ class CompactionPlan:
             "sso_count": sum(o.kind == SSO for o in self.outputs),
             "gets": self.gets, "puts": self.puts,
             "bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
-            "iterations": [it.to_json() for it in self.iterations],
+            "outputs": [o.to_json() for o in self.outputs],
+            "iterations": [it.to_json(self.outputs) for it in self.iterations],
         }
 
 
@@ -314,13 +355,10 @@ def _chains(ranges: Sequence[SourceRange]) -> list[list[SourceRange]]:
 
 
 def _stream_spans(ranges: Sequence[SourceRange]) -> tuple[tuple[int, int, int, int], ...]:
-    """(stream, start, end, bytes) per stream of ``ranges`` (sorted); each stream must be contiguous."""
+    """(stream, start, end, bytes) per contiguous run of a stream in ``ranges`` (sorted by (stream, start))."""
     spans: list[list[int]] = []
     for r in ranges:
-        if spans and spans[-1][0] == r.stream_id:
-            if r.start_offset != spans[-1][2]:
-                raise CorruptionError(f"stream {r.stream_id}: offsets not contiguous in one output object "
-                                      f"({spans[-1][2]} then {r.start_offset})", where=r.key)
+        if spans and spans[-1][0] == r.stream_id and r.start_offset == spans[-1][2]:
             spans[-1][2] = r.end_offset
             spans[-1][3] += r.size
         else:
@@ -361,19 +399,52 @@ def put_count(size_bytes: int) -> int:
     return 2 + -(-size_bytes // MULTIPART_PART_SIZE)
 
 
-def _output(kind: str, ranges: Sequence[SourceRange], object_order: Mapping[int, int],
-            read_cut: int) -> OutputObject:
-    ranges = tuple(sorted(ranges, key=_key))
-    data = sum(r.size for r in ranges)
-    size = object_size(data, len(ranges))
-    return OutputObject(kind, ranges, _reads(ranges, object_order, read_cut), data, size,
-                        _stream_spans(ranges), put_count(size))
+def _cut_pieces(outputs: Sequence[tuple[str, list[SourceRange]]], memory_limit: int,
+                min_part: int) -> tuple[list[list[tuple[int, list[SourceRange], bool]]], list[SourceRange]]:
+    """Cut the outputs (in order) into pieces filling iterations of at most ``memory_limit`` bytes.
+
+    An output continues in the next iteration where the limit cuts it (its next part); a
+    piece that does not finish its output holds at least ``min_part`` bytes (S3's part
+    minimum), so a small remainder waits for the next iteration instead. A range larger
+    than the limit goes with what it must (its iteration exceeds the limit: ``oversized``).
+    Returns per iteration [(output index, ranges, final)], and the oversized ranges.
+    """
+    iterations: list[list[tuple[int, list[SourceRange], bool]]] = [[]]
+    oversized: list[SourceRange] = []
+    fill = 0
+    for index, (_, ranges) in enumerate(outputs):
+        rest = list(ranges)
+        while rest:
+            room = memory_limit - fill
+            take, size = 0, 0
+            while take < len(rest) and size + rest[take].size <= room:
+                size += rest[take].size
+                take += 1
+            if take < len(rest) and size < min_part:
+                if fill:  # not enough room for a valid part here: start the next iteration
+                    iterations.append([])
+                    fill = 0
+                    continue
+                # a fresh iteration and still too little: take what a part needs, over the limit
+                while take < len(rest) and (size < min_part or take == 0):
+                    size += rest[take].size
+                    take += 1
+            oversized.extend(r for r in rest[:take] if r.size > memory_limit)
+            iterations[-1].append((index, rest[:take], take == len(rest)))
+            fill += size
+            rest = rest[take:]
+            if rest:
+                iterations.append([])
+                fill = 0
+    if not iterations[-1]:
+        iterations.pop()
+    return iterations, oversized
 
 
 def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]], *,
                     memory_limit: int = DEFAULT_MEMORY_LIMIT, split_size: int = DEFAULT_SPLIT_SIZE,
                     max_objects: int = DEFAULT_MAX_OBJECTS, retention: Mapping[int, int] | None = None,
-                    read_cut: int = DEFAULT_READ_CUT) -> CompactionPlan:
+                    read_cut: int = DEFAULT_READ_CUT, min_part: int = 1) -> CompactionPlan:
     """Plan the compaction of the oldest live SSOs of ``manifest``.
 
     Args:
@@ -384,6 +455,8 @@ def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]],
         max_objects: at most this many SSOs, oldest order_id first.
         retention: stream id -> first offset to keep; ranges wholly below it are dropped.
         read_cut: at most this many bytes per ranged GET (unless one range is larger).
+        min_part: smallest piece of an output cut by an iteration boundary (a multipart
+            upload's part minimum: S3's 5 MiB, 1 for a local store).
     Raises:
         UsageError: a limit below 1.
         ValueError: an input SSO without its index in ``indexes``.
@@ -394,6 +467,7 @@ def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]],
     _positive("split size", split_size)
     _positive("max objects", max_objects)
     _positive("read cut", read_cut)
+    _positive("min part", min_part)
     retention = dict(retention or {})
     streams = manifest.get("streams", {})
 
@@ -402,9 +476,9 @@ def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]],
     inputs = tuple(copy.deepcopy(o) for o in candidates[:max_objects])
     object_order = {o["id"]: i for i, o in enumerate(inputs)}
 
-    def make(idle: bool, reason: str, dropped=(), iterations=(), oversized=()) -> CompactionPlan:
+    def make(idle: bool, reason: str, dropped=(), iterations=(), oversized=(), outputs=()) -> CompactionPlan:
         return CompactionPlan(inputs, tuple(dropped), tuple(iterations), idle, reason, memory_limit, split_size,
-                              tuple(oversized), read_cut)
+                              tuple(oversized), read_cut, tuple(outputs), min_part)
 
     if not inputs:
         return make(True, "no stream set object to compact")
@@ -437,55 +511,47 @@ def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]],
     if len(inputs) < 2 and not dropped:
         return make(True, f"only one stream set object (id {inputs[0]['id']}) and nothing to drop")
 
-    # Which ranges become Stream Objects: chain id per range, or None for SSO content.
-    chain_of: dict[SourceRange, int] = {}
+    # A contiguous run of a stream of at least split_size bytes becomes a Stream Object (one,
+    # however many iterations it takes); everything else goes into the one Stream Set Object.
     by_stream: dict[int, list[SourceRange]] = defaultdict(list)
     for r in kept:
         by_stream[r.stream_id].append(r)
-    chain_count = 0
+    groups: list[tuple[str, list[SourceRange]]] = []
+    shared: list[SourceRange] = []
     for sid in sorted(by_stream):
-        chains = _chains(by_stream[sid])
-        if len(chains) > 1 or sum(r.size for r in by_stream[sid]) >= split_size:
-            for chain in chains:
-                for r in chain:
-                    chain_of[r] = chain_count
-                chain_count += 1
-
-    batches: list[list[SourceRange]] = []
-    oversized: list[SourceRange] = []
-    fill = 0
-    for r in kept:
-        if not batches or fill + r.size > memory_limit:
-            batches.append([])
-            fill = 0
-        batches[-1].append(r)
-        fill += r.size
-        if r.size > memory_limit:
-            oversized.append(r)
-
-    iterations: list[Iteration] = []
-    for index, batch in enumerate(batches):
-        parts: dict[int, list[SourceRange]] = {}
-        shared: list[SourceRange] = []
-        for r in batch:
-            chain = chain_of.get(r)
-            if chain is None:
-                shared.append(r)
+        for chain in _chains(by_stream[sid]):
+            if sum(r.size for r in chain) >= split_size:
+                groups.append((SO, chain))
             else:
-                parts.setdefault(chain, []).append(r)
-        outputs = [_output(SO, part, object_order, read_cut) for part in parts.values()]
-        if shared:
-            outputs.append(_output(SSO, shared, object_order, read_cut))
-        outputs.sort(key=lambda o: _key(o.ranges[0]))
-        iterations.append(Iteration(index, tuple(outputs), sum(o.data_bytes for o in outputs)))
+                shared.extend(chain)
+    if shared:
+        groups.append((SSO, sorted(shared, key=_key)))
+
+    cut, oversized = _cut_pieces(groups, memory_limit, min_part)
+    pieces_of: dict[int, list[Piece]] = defaultdict(list)
+    iterations: list[Iteration] = []
+    for index, batch in enumerate(cut):
+        pieces = []
+        for out, ranges, final in batch:
+            done = pieces_of[out]
+            position = done[-1].position + done[-1].data_bytes if done else 0
+            piece = Piece(out, len(done) + 1, tuple(ranges), position, sum(r.size for r in ranges), final)
+            done.append(piece)
+            pieces.append(piece)
+        reads = _reads([r for p in pieces for r in p.ranges], object_order, read_cut)
+        iterations.append(Iteration(index, tuple(pieces), reads, sum(p.data_bytes for p in pieces)))
+    outputs = []
+    for index, (kind, ranges) in enumerate(groups):
+        data = sum(r.size for r in ranges)
+        outputs.append(OutputObject(kind, tuple(ranges), data, object_size(data, len(ranges)),
+                                    _stream_spans(ranges), tuple(pieces_of[index])))
 
     if not kept:
         reason = f"all data of the {len(inputs)} input(s) is dropped: they are removed, nothing is written"
     else:
-        count = sum(len(it.outputs) for it in iterations)
-        reason = (f"compact {len(inputs)} stream set object(s) into {count} object(s) "
+        reason = (f"compact {len(inputs)} stream set object(s) into {len(outputs)} object(s) "
                   f"in {len(iterations)} iteration(s), {len(dropped)} range(s) dropped")
-    return make(False, reason, dropped, iterations, oversized)
+    return make(False, reason, dropped, iterations, oversized, outputs)
 
 
 # --- the commit's safety check ----------------------------------------------------------------
@@ -499,8 +565,10 @@ def check_coverage(plan: CompactionPlan) -> None:
 
     Checks that the kept and dropped source ranges tile, per input and stream, exactly
     the offsets the manifest gives the input; that each kept range is in exactly one
-    output and no range is both kept and dropped; that each output's ranges, streams,
-    sizes and reads agree; and that the outputs' (stream, start, end) cover exactly the
+    output and no range is both kept and dropped; that there is at most one SSO; that
+    each output's ranges, streams, sizes and pieces (parts 1..n, back to back, each in one
+    iteration) agree; that each iteration's reads fetch its pieces' ranges exactly once;
+    and that the outputs' (stream, start, end) cover exactly the
     kept ranges, nothing twice, nothing missing. An idle plan replaces nothing: it passes.
     Raises:
         CorruptionError: the first failed check.
@@ -524,32 +592,54 @@ def check_coverage(plan: CompactionPlan) -> None:
         claim(d.range, "the dropped ranges")
     kept_by_stream: dict[int, list[tuple[int, int]]] = defaultdict(list)
     out_by_stream: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    if sum(o.kind == SSO for o in plan.outputs) > 1:
+        _fail("more than one Stream Set Object planned")
+    placed: dict[tuple[int, int], Piece] = {}
     for it in plan.iterations:
-        for n, out in enumerate(it.outputs):
-            where = f"output {n} of iteration {it.index}"
-            for r in out.ranges:
-                claim(r, where)
-                kept_by_stream[r.stream_id].append((r.start_offset, r.end_offset))
-            if list(out.ranges) != sorted(out.ranges, key=_key):
-                _fail(f"{where}: ranges not in (stream, start offset) order")
-            if out.kind == SO and len({r.stream_id for r in out.ranges}) != 1:
-                _fail(f"{where}: a Stream Object holds several streams")
-            if out.streams != _stream_spans(out.ranges):
-                _fail(f"{where}: its streams {out.streams} do not match its ranges")
-            data = sum(r.size for r in out.ranges)
-            if out.data_bytes != data or out.size_bytes != object_size(data, len(out.ranges)):
-                _fail(f"{where}: sizes {out.data_bytes}/{out.size_bytes} do not match its ranges")
-            read_ranges = [r for rd in out.reads for r in rd.ranges]
-            if sorted(read_ranges, key=_key) != list(out.ranges):
-                _fail(f"{where}: its reads do not fetch each of its ranges exactly once")
-            for rd in out.reads:
-                if (any(r.object_id != rd.object_id for r in rd.ranges) or rd.start != rd.ranges[0].position
-                        or rd.end != rd.ranges[-1].end_position
-                        or any(a.end_position != b.position for a, b in zip(rd.ranges, rd.ranges[1:]))):
-                    _fail(f"{where}: read [{rd.start}, {rd.end}) of object {rd.object_id} does not hold "
-                          "its ranges back to back", where=rd.key)
-            for sid, start, end, _ in out.streams:
-                out_by_stream[sid].append((start, end))
+        fetched = [r for rd in it.reads for r in rd.ranges]
+        wanted = [r for p in it.pieces for r in p.ranges]
+        if sorted(fetched, key=_key) != sorted(wanted, key=_key) or len(set(fetched)) != len(fetched):
+            _fail(f"iteration {it.index}: its reads do not fetch each range of its pieces exactly once")
+        for rd in it.reads:
+            if (any(r.object_id != rd.object_id for r in rd.ranges) or rd.start != rd.ranges[0].position
+                    or rd.end != rd.ranges[-1].end_position
+                    or any(a.end_position != b.position for a, b in zip(rd.ranges, rd.ranges[1:]))):
+                _fail(f"iteration {it.index}: read [{rd.start}, {rd.end}) of object {rd.object_id} does not hold "
+                      "its ranges back to back", where=rd.key)
+        if it.data_bytes != sum(p.data_bytes for p in it.pieces):
+            _fail(f"iteration {it.index}: data bytes do not match its pieces")
+        for p in it.pieces:
+            if (p.output, p.part) in placed:
+                _fail(f"part {p.part} of output {p.output} planned twice")
+            placed[(p.output, p.part)] = p
+    for n, out in enumerate(plan.outputs):
+        where = f"output {n}"
+        for r in out.ranges:
+            claim(r, where)
+            kept_by_stream[r.stream_id].append((r.start_offset, r.end_offset))
+        if list(out.ranges) != sorted(out.ranges, key=_key):
+            _fail(f"{where}: ranges not in (stream, start offset) order")
+        if out.kind == SO and len(out.streams) != 1:
+            _fail(f"{where}: a Stream Object holds more than one contiguous run of one stream")
+        if out.streams != _stream_spans(out.ranges):
+            _fail(f"{where}: its streams {out.streams} do not match its ranges")
+        data = sum(r.size for r in out.ranges)
+        if out.data_bytes != data or out.size_bytes != object_size(data, len(out.ranges)):
+            _fail(f"{where}: sizes {out.data_bytes}/{out.size_bytes} do not match its ranges")
+        pieces = [placed.get((n, k)) for k in range(1, len(out.pieces) + 1)]
+        if not out.pieces or any(p is None for p in pieces) or list(out.pieces) != pieces:
+            _fail(f"{where}: its pieces are not parts 1..{len(out.pieces)}, each in one iteration")
+        position = 0
+        for p in pieces:
+            if p.position != position or p.data_bytes != sum(r.size for r in p.ranges) or p.final != (p is pieces[-1]):
+                _fail(f"{where}: part {p.part} is not placed right after part {p.part - 1}")
+            position += p.data_bytes
+        if [r for p in pieces for r in p.ranges] != list(out.ranges):
+            _fail(f"{where}: its pieces do not hold its ranges in order")
+        for sid, start, end, _ in out.streams:
+            out_by_stream[sid].append((start, end))
+    if len(placed) != sum(len(o.pieces) for o in plan.outputs):
+        _fail("a planned piece belongs to no output")
 
     # Kept + dropped must be exactly each input's data, as the manifest records it.
     per_object: dict[int, list[SourceRange]] = defaultdict(list)
