@@ -164,6 +164,8 @@ def test_dry_run_writes_no_metrics(cli, tmp_path, wal_with_records):
     res = cli("upload", wal_with_records, "--store", tmp_path / "store", "--dry-run", "--metrics-file", prom)
     assert res.exit_code == 0, res
     assert not prom.exists()
+    assert not (tmp_path / "store").exists()  # a dry run creates nothing, not even the store
+    assert cli("upload", wal_with_records, "--store", tmp_path / "store").exit_code == 0
     assert cli("gc", "--store", tmp_path / "store", "--dry-run", "--metrics-file", prom).exit_code == 0
     assert not prom.exists()
 
@@ -237,9 +239,10 @@ def test_help_names_the_option(cli, cmd):
     assert "--metrics-file" in res.stdout and "textfile" in res.stdout
 
 
-def test_no_temporary_files_after_many_runs(cli, tmp_path):
+def test_no_temporary_files_after_many_runs(cli, tmp_path, wal_with_records):
     prom = tmp_path / "m" / "gc.prom"
     prom.parent.mkdir()
+    assert cli("upload", wal_with_records, "--store", tmp_path / "store").exit_code == 0
     for _ in range(3):
         assert cli("gc", "--store", tmp_path / "store", "--metrics-file", prom).exit_code == 0
     assert os.listdir(prom.parent) == ["gc.prom"]

@@ -8,6 +8,7 @@ import typer
 
 from walctl.cli import EndpointOpt, JsonOpt, NamespaceOpt, StoreOpt, app, command, emit_json, stdout_console, warn
 from walctl.metrics import MetricsFileOpt
+from walctl.options import spark_master
 
 
 @app.command("compact")
@@ -15,7 +16,7 @@ from walctl.metrics import MetricsFileOpt
 def compact_cmd(
     store: StoreOpt,
     master: Annotated[str, typer.Option(
-        "--master", envvar="WALCTL_SPARK_MASTER",
+        "--master", envvar="WALCTL_SPARK_MASTER", parser=spark_master,
         help="Spark master: local[*] (this machine, the default), local[N], spark://host:7077, yarn, "
              "k8s://https://host:443.")] = "local[*]",
     memory_limit: Annotated[str, typer.Option(

@@ -8,14 +8,15 @@ import typer
 
 from walctl.cli import EndpointOpt, JsonOpt, StoreOpt, app, command, emit_json, stdout_console, warn
 from walctl.metrics import MetricsFileOpt
+from walctl.options import Duration
 
 
 @app.command("gc")
 @command()
 def gc_cmd(
     store: StoreOpt,
-    grace: Annotated[str, typer.Option(
-        "--grace", metavar="DURATION",
+    grace: Annotated[float, typer.Option(
+        "--grace", metavar="DURATION", parser=Duration(min=0),
         help="How long objects replaced by compaction are kept for readers that may still hold them: "
              "90s, 30m, 1h, 2d. Prepared ids (an upload or compaction may still be writing them) expire "
              "by their own TTL, 1 hour after they were reserved.")] = "1h",
@@ -26,13 +27,12 @@ def gc_cmd(
 ) -> None:
     """Garbage-collect the store: orphaned and replaced objects, and manifests beyond the kept history."""
     from walctl.metrics import MetricsRun
-    from walctl.sizes import parse_duration
     from walctl.store import open_store
     from walctl.store.gc import gc
 
     with MetricsRun(metrics_file, "gc", enabled=not dry_run, on_warning=warn) as metrics:
-        st = open_store(store, endpoint_url=endpoint_url)
-        result = gc(st, grace_s=parse_duration(grace), dry_run=dry_run)
+        st = open_store(store, endpoint_url=endpoint_url, create=False)
+        result = gc(st, grace_s=grace, dry_run=dry_run)
         metrics.summary = out = {"store": store, **result.to_json()}
         metrics.record(objects=len(result.deleted_objects), manifests=len(result.deleted_manifests),
                        requests=st.stats.requests)

@@ -7,14 +7,15 @@ from typing import Annotated
 import typer
 
 from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, stdout_console, warn
+from walctl.options import Size
 
 
 @app.command("init")
 @command()
 def init_cmd(
     device: DeviceArg,
-    capacity: Annotated[str | None, typer.Option(
-        "--capacity", envvar="WALCTL_CAPACITY", metavar="SIZE",
+    capacity: Annotated[int | None, typer.Option(
+        "--capacity", envvar="WALCTL_CAPACITY", metavar="SIZE", parser=Size(min=1),
         help="Bytes of the device the WAL uses, headers included (4096, 64MiB, 2GiB, 1GB; aligned down "
              "to 4 KiB). Required when DEVICE does not exist (it is created as a file of this size); "
              "default: the whole device.")] = None,

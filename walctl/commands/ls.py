@@ -10,8 +10,8 @@ def ls_cmd(store: StoreOpt, endpoint_url: EndpointOpt = None, json_out: JsonOpt 
     from walctl.store import manifest as mf
     from walctl.store import open_store
 
-    st = open_store(store, endpoint_url=endpoint_url)
-    doc = mf.load_latest(st)
+    st = open_store(store, endpoint_url=endpoint_url, create=False)
+    doc = mf.load_latest(st, required=True)
     numbers = mf.manifest_numbers(st)
     commits = []
     for number in numbers[-5:]:

@@ -61,7 +61,10 @@ def recover_cmd(
     recovery rules, for forensics.
     """
     from walctl.errors import CorruptionError
+    from walctl.options import check_order
     from walctl.wal import reader
+
+    check_order(from_offset, to_offset, "--from", "--to")
     from walctl.wal.ops import header_slot_findings, open_reader
 
     _refuse_short_file(device)

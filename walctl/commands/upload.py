@@ -9,6 +9,7 @@ import typer
 from walctl.cli import (DeviceArg, EndpointOpt, JsonOpt, NamespaceOpt, StoreOpt, app, command, emit_json,
                         stdout_console, warn)
 from walctl.metrics import MetricsFileOpt
+from walctl.options import Size
 
 
 @app.command("upload")
@@ -17,12 +18,13 @@ def upload_cmd(
     device: DeviceArg,
     store: StoreOpt,
     namespace: NamespaceOpt = "default",
-    block_size: Annotated[str, typer.Option(
-        "--block-size", metavar="SIZE", help="Payload per DataBlock before a new block starts (bytes or 1MiB ...).")] = "1MiB",
-    split_size: Annotated[str, typer.Option(
-        "--split-size", metavar="SIZE",
+    block_size: Annotated[int, typer.Option(
+        "--block-size", metavar="SIZE", parser=Size(min=1, max=1 << 30),
+        help="Payload per DataBlock before a new block starts (bytes or 1MiB ...; 1 B to 1 GiB).")] = "1MiB",
+    split_size: Annotated[int, typer.Option(
+        "--split-size", metavar="SIZE", parser=Size(min=1, max=5 << 40),
         help="A stream with at least this much data gets its own Stream Object; smaller streams share one "
-             "Stream Set Object (bytes or 16MiB ...).")] = "16MiB",
+             "Stream Set Object (bytes or 16MiB ...; 1 B to 5 TiB).")] = "16MiB",
     no_trim: Annotated[bool, typer.Option("--no-trim", help="Do not trim the WAL after the commit.")] = False,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the objects that would be made; write nothing anywhere.")] = False,
@@ -37,11 +39,14 @@ def upload_cmd(
     """
     from walctl.metrics import MetricsRun
     from walctl.sizes import format_size, parse_size
-    from walctl.store import open_store
+    from walctl.store import open_store, store_exists
     from walctl.store.upload import upload
 
     with MetricsRun(metrics_file, "upload", enabled=not dry_run, on_warning=warn) as metrics:
-        st = open_store(store, endpoint_url=endpoint_url)
+        # A dry run creates nothing: a store not made yet is planned against as empty.
+        st = open_store(store, endpoint_url=endpoint_url, create=not dry_run, missing_ok=dry_run)
+        if not store_exists(st):
+            warn(f"{store}: the store does not exist yet; a real upload creates it")
         result = upload(device, st, namespace=namespace, block_size=parse_size(block_size),
                         split_size=parse_size(split_size), trim=not no_trim, dry_run=dry_run)
         metrics.summary = out = {"device": device, "store": store, **result.to_json()}

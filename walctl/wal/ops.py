@@ -57,6 +57,7 @@ def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool 
     if not os.path.lexists(path):
         if capacity is None:
             raise UsageError("--capacity is required to create a new WAL file", where=path)
+        warnings += safety.check_safe_to_create(path, force=force)
         create_file(path, capacity)
         created = True
     else:
