@@ -61,6 +61,7 @@ def recover_cmd(
     recovery rules, for forensics.
     """
     from walctl.errors import CorruptionError
+    from walctl.failpoints import failpoint
     from walctl.options import check_order
     from walctl.wal import reader
 
@@ -93,27 +94,34 @@ def recover_cmd(
         # A live writer may add blocks while we read: then the probe beyond the window would
         # mistake them for mid-log damage, so it only runs when no writer holds the device.
         events = reader.scan(session.dev, header, result=result, probe=session.writer_pid is None)
-        for event in events:
-            if isinstance(event, reader.Finding):
-                show(event)
-                continue
-            if from_offset is not None and event.offset < from_offset:
-                continue
-            if to_offset is not None and event.offset >= to_offset:
-                continue
-            if stream is not None and (event.batch is None or event.batch.stream_id != stream):
-                continue
-            if limit is not None and shown >= limit:
-                result.complete = False
-                break
-            shown += 1
-            if stats:
-                key = event.batch.stream_id if event.batch else -1
-                counts = per_stream.setdefault(key, [0, 0])
-                counts[0] += 1
-                counts[1] += len(event.batch.payload) if event.batch else len(event.body)
-            else:
-                out.record(event)
+        try:
+            for event in events:
+                failpoint("recover-scan")
+                if isinstance(event, reader.Finding):
+                    show(event)
+                    continue
+                if from_offset is not None and event.offset < from_offset:
+                    continue
+                if to_offset is not None and event.offset >= to_offset:
+                    continue
+                if stream is not None and (event.batch is None or event.batch.stream_id != stream):
+                    continue
+                if limit is not None and shown >= limit:
+                    result.complete = False
+                    break
+                shown += 1
+                if stats:
+                    key = event.batch.stream_id if event.batch else -1
+                    counts = per_stream.setdefault(key, [0, 0])
+                    counts[0] += 1
+                    counts[1] += len(event.batch.payload) if event.batch else len(event.body)
+                else:
+                    out.record(event)
+        except KeyboardInterrupt as exc:  # SIGTERM/SIGINT: the NDJSON still ends with its summary
+            result.complete = False
+            exc.summary = {**result.to_json(), "type": "summary", "records_shown": shown, "device": device,
+                           "flavour": header.flavour}
+            raise
         summary = result.to_json()
         summary["records_shown"] = shown
         summary["device"] = device

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from walctl.failpoints import failpoint
 from walctl.store import manifest as mf
 
 DEFAULT_GRACE_S = 3600.0
@@ -76,6 +77,7 @@ def gc(store, *, grace_s: float = DEFAULT_GRACE_S, dry_run: bool = False, now: f
             committed = mf.commit(store, forget, command="gc")
             result.commit_number = committed.number
             doc = committed.manifest
+    failpoint("gc-before-delete")
     referenced = mf.referenced_ids(doc)
     if dry_run:
         referenced -= set(result.forgotten_prepared) | set(result.forgotten_deleting)

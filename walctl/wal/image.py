@@ -13,6 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from walctl.failpoints import failpoint
 from walctl.device.blockio import open_device
 from walctl.device.buffers import aligned_buffer
 from walctl.errors import FormatError, IOFailure, NotFoundError, RefusedError, UsageError
@@ -127,6 +128,7 @@ def _copy(dev, source: str, target: str, size: int) -> str:
             for start in range(0, aligned, len(buf)):
                 view = memoryview(buf)[:min(len(buf), aligned - start)]
                 dev.pread_into(start, view)
+                failpoint("image-copy")
                 digest.update(view)
                 out.write(view)
             if size > aligned:
