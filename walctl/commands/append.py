@@ -99,7 +99,8 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
         try:
             if json_out:
                 emit_json({"type": "record", "offset": offset, "stream_id": stream_id, "base_offset": base,
-                           "count": count, "payload_bytes": length})
+                           "count": count, "payload_bytes": length,
+                           "wal_offset": offset, "stream_offset": base})  # the two offsets, named apart
             else:
                 sys.stdout.write(f"{offset}\n")
                 sys.stdout.flush()

@@ -180,18 +180,20 @@ class _Printer:
                    "stream_id": batch.stream_id if batch else None,
                    "base_offset": batch.base_offset if batch else None,
                    "count": batch.count if batch else None,
-                   "payload_bytes": len(data)}
+                   "payload_bytes": len(data),
+                   # the same two offsets, named apart: bytes in the WAL vs the stream's record number
+                   "wal_offset": entry.offset, "stream_offset": batch.base_offset if batch else None}
             text = encode_payload(data, self.payload)
             if text is not None:
                 obj["payload"] = text
             emit_json(obj)
             return
         if not self._header_done:
-            self._line(f"{'OFFSET':>14} {'STREAM':>8} {'BASE':>12} {'COUNT':>6} {'BYTES':>8}"
+            self._line(f"{'WAL OFFSET':>14} {'STREAM':>8} {'STREAM OFFSET':>13} {'COUNT':>6} {'BYTES':>8}"
                        + ("  PAYLOAD" if self.payload is not Payload.none else ""))
             self._header_done = True
         line = (f"{entry.offset:>14} {batch.stream_id if batch else '-':>8} "
-                f"{batch.base_offset if batch else '-':>12} {batch.count if batch else '-':>6} {len(data):>8}")
+                f"{batch.base_offset if batch else '-':>13} {batch.count if batch else '-':>6} {len(data):>8}")
         text = encode_payload(data, self.payload)
         if text is not None:
             line += "  " + text
