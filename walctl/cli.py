@@ -238,10 +238,18 @@ def stderr_console():
     return Console(stderr=True, highlight=False)
 
 
+# Width of stdout when it is not a terminal: wide enough that no table or line ever wraps, so
+# `grep` and `awk` see one line per row.
+PIPE_WIDTH = 10_000
+
+
 def stdout_console():
+    """Human output on stdout: rich tables fitted to a terminal; never wrapped when piped."""
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    if sys.stdout.isatty():
+        return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, width=PIPE_WIDTH)
 
 
 def silence_stdout() -> None:

@@ -160,8 +160,10 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
         emit_json(summary())
     else:
         s = summary()
-        warn_line = (f"appended {s['records']} records ({s['payload_bytes']} payload bytes) to stream "
-                     f"{stream_id} in {s['seconds']:.3f} s")
+        from walctl import human
+
+        warn_line = (f"appended {human.plural(s['records'], 'record')} ({human.size(s['payload_bytes'])} payload) "
+                     f"to stream {stream_id} in {human.duration(s['seconds'])}")
         print(warn_line, file=sys.stderr)
 
 

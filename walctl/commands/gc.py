@@ -41,8 +41,11 @@ def gc_cmd(
         return
     verb = "would delete" if dry_run else "deleted"
     console = stdout_console()
-    console.print(f"{verb} {len(result.deleted_objects)} objects, {len(result.deleted_manifests)} old manifests; "
-                  f"forgot {len(result.forgotten_prepared)} prepared and {len(result.forgotten_deleting)} "
-                  f"replaced object ids")
+    from walctl.human import plural
+
+    console.print(f"{verb} {plural(len(result.deleted_objects), 'object')}, "
+                  f"{plural(len(result.deleted_manifests), 'old manifest')}; forgot "
+                  f"{plural(len(result.forgotten_prepared), 'prepared object id')} and "
+                  f"{plural(len(result.forgotten_deleting), 'replaced object id')}", markup=False)
     for key in result.deleted_objects:
         console.print(f"  {key}", markup=False)

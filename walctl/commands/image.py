@@ -37,12 +37,10 @@ def image_cmd(
     if json_out:
         emit_json(result.to_json())
         return
-    from rich.table import Table
+    from walctl import human
 
-    table = Table(title=f"image of {device}", show_header=False, title_justify="left")
-    for key, value in result.to_json().items():
-        if key != "sha256":  # printed whole below, in sha256sum's format
-            table.add_row(key, "-" if value is None else str(value))
+    # sha256 is printed whole below, in sha256sum's format
+    table = human.kv_table(human.json_rows(result.to_json(), skip=("sha256",)), f"image of {device}")
     console = stdout_console()
     console.print(table)
     console.print(f"{result.sha256}  {file}", markup=False)

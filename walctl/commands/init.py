@@ -48,16 +48,16 @@ def init_cmd(
 
 
 def render_header(header, title: str) -> None:
-    from rich.table import Table
+    from walctl import human
 
-    from walctl.sizes import format_size
-
-    table = Table(title=title, show_header=False, title_justify="left")
-    for key, value in header.to_json().items():
-        if key.endswith("_bytes") and isinstance(value, int):
-            value = f"{value} ({format_size(value)})"
-        table.add_row(key, str(value))
-    stdout_console().print(table)
+    fields = header.to_json()
+    rows = human.json_rows(fields, skip=("trim_offset", "next_offset", "node_id", "epoch"))
+    rows.insert(3, ("trim point", "- (never trimmed)" if fields["trim_offset"] < 0
+                    else f"WAL offset {fields['trim_offset']}"))
+    rows.append(("next WAL offset", human.value("next_offset", fields.get("next_offset"))))
+    rows.append(("node id", human.NONE if fields["node_id"] == -1 else str(fields["node_id"])))
+    rows.append(("epoch", human.NONE if fields["epoch"] == -1 else str(fields["epoch"])))
+    stdout_console().print(human.kv_table(rows, title))
 
 
 class _Progress:

@@ -41,10 +41,10 @@ def _render(out: dict) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from walctl.sizes import format_size
+    from walctl import human
 
     def size(value) -> str:
-        return "unknown" if value is None else f"{value} ({format_size(value)})"
+        return "unknown" if value is None else human.size(value, exact=True)
 
     def pct(value) -> str:
         return "" if value is None else f", {value:.2f}%"
@@ -63,26 +63,26 @@ def _render(out: dict) -> None:
         if slot["valid"]:
             h = slot["header"]
             following = "" if h["next_offset"] is None else f", next {h['next_offset']}"  # AutoMQ: no nextOffset
-            text = (f"valid{mark}: written {slot['last_write_timestamp_ns']} ns, trim {h['trim_offset']}"
-                    f"{following}, {h['shutdown_type']}")
+            text = (f"valid{mark}: written {human.iso_ns(slot['last_write_timestamp_ns'])}, trim "
+                    f"{h['trim_offset'] if h['trim_offset'] >= 0 else human.NONE}{following}, {h['shutdown_type']}")
         else:
             text = f"INVALID: {slot.get('error', '')}"
         row(f"header slot {slot['slot']}", text)
     row("capacity", size(out["capacity_bytes"]))
     row("ring", size(out["ring_bytes"]))
-    row("trim point", str(out["trim_offset"]) + (" (never trimmed)" if out["trim_offset"] < 0 else ""))
-    row("end of log", "unknown" if out["end_offset"] is None else str(out["end_offset"]))
+    row("trim point", "- (never trimmed)" if out["trim_offset"] < 0 else f"WAL offset {out['trim_offset']}")
+    row("end of log", "unknown" if out["end_offset"] is None else f"WAL offset {out['end_offset']}")
     row("used", size(out["used_bytes"]) + pct(out["used_percent"]))
     row("free", size(out["free_bytes"]) + pct(out["free_percent"]))
     if out["records"] is not None:
-        row("live records", f"{out['records']} in {out['streams']} streams, "
-                                      f"{format_size(out['payload_bytes'])} payload")
+        row("live records", f"{human.plural(out['records'], 'record')} in {human.plural(out['streams'], 'stream')}, "
+                            f"{human.size(out['payload_bytes'])} payload")
         row("findings", f"{out['findings']} ({out['corrupt_findings']} not explained by a crash)")
     row("last shutdown", out["shutdown_type"] +
                   (" (the last writer did not close cleanly, or is still running)"
                    if out["shutdown_type"] == "ungraceful" else ""))
     row("sliding window", size(out["sliding_window_max_length_bytes"]))
-    row("node id", str(out["node_id"]))
+    row("node id", human.NONE if out["node_id"] in (None, -1) else str(out["node_id"]))
     holder = out["lock_holder_pid"]
     row("lock holder", "none" if holder is None else
                   f"pid {holder}" + (f" ({out['lock_holder_command']})" if out["lock_holder_command"] else ""))

@@ -58,16 +58,21 @@ def upload_cmd(
         emit_json(out)
         return
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=("would upload" if dry_run else "uploaded") + f" {result.records} records "
-                  f"({format_size(result.payload_bytes)} payload) from {device}", title_justify="left")
-    for col in ("id", "key", "kind", "size", "streams"):
+    from walctl import human
+
+    table = Table(title=Text(("would upload" if dry_run else "uploaded") + f" {human.plural(result.records, 'record')} "
+                  f"({format_size(result.payload_bytes)} payload) from {device}"), title_justify="left")
+    for col in ("id", "key", "kind", "size", "stream offsets [start, end)"):
         table.add_column(col)
     for obj in result.objects:
-        streams = ", ".join(f"{r['stream_id']}:[{r['start']},{r['end']})" for r in obj["streams"])
-        table.add_row(str(obj["id"] or "-"), obj["key"] or "-", obj["kind"],
-                      format_size(obj["size_bytes"]) if obj["size_bytes"] else format_size(obj["data_bytes"]), streams)
+        streams = ", ".join(f"stream {r['stream_id']} [{r['start']}, {r['end']})" for r in obj["streams"])
+        table.add_row(str(obj["id"]) if obj["id"] is not None else human.NONE, obj["key"] or human.NONE, obj["kind"],
+                      format_size(obj["size_bytes"]) if obj["size_bytes"] else format_size(obj["data_bytes"]),
+                      Text(streams))
     console = stdout_console()
     console.print(table)
-    console.print(f"skipped (already uploaded): {result.skipped_records}; commit: {result.commit_number}; "
-                  f"trimmed to: {result.trimmed_to}")
+    console.print(f"skipped (already uploaded): {human.plural(result.skipped_records, 'record')}; commit: "
+                  f"{human.value('commit', result.commit_number)}; WAL trimmed to: "
+                  f"{human.value('trimmed_to', result.trimmed_to)}", markup=False)
