@@ -30,7 +30,8 @@ def gc_cmd(
     from walctl.store import open_store
     from walctl.store.gc import gc
 
-    with MetricsRun(metrics_file, "gc", enabled=not dry_run, on_warning=warn) as metrics:
+    with MetricsRun(metrics_file, "gc", enabled=not dry_run, on_warning=warn,
+                    labels={"store": store} if metrics_file else None) as metrics:
         st = open_store(store, endpoint_url=endpoint_url, create=False)
         result = gc(st, grace_s=grace, dry_run=dry_run)
         metrics.summary = out = {"store": store, **result.to_json()}

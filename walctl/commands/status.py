@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import typer
+
 from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, stdout_console, warn
 
 
 @app.command("status")
 @command()
-def status_cmd(device: DeviceArg, json_out: JsonOpt = False) -> None:
+def status_cmd(
+    device: DeviceArg,
+    metrics_file: Annotated[str | None, typer.Option(
+        "--metrics-file", metavar="PATH",
+        help="Also write the WAL's state as Prometheus gauges for node_exporter's textfile collector "
+             "(name it *.prom), labelled device and node_id: used_percent, free_bytes, trim_lag_bytes "
+             "(bytes not yet uploaded and trimmed), last_shutdown_graceful, corrupt_findings, up. Other "
+             "WALs' and jobs' samples in the file are kept; replaced atomically. Run it from cron to "
+             "alert before the WAL is full (exit 7).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
     """Show a WAL's state: both header slots (and which is current), capacity, trim point, end of log,
     used and free bytes, the last writer's shutdown type, the sliding window and the lock holder.
 
@@ -19,10 +33,24 @@ def status_cmd(device: DeviceArg, json_out: JsonOpt = False) -> None:
     from walctl.errors import CorruptionError
     from walctl.status import wal_status
 
-    result = wal_status(device)
+    from walctl import metrics
+    from walctl.errors import WalctlError
+
+    if metrics_file is not None:
+        metrics.check_path(metrics_file)
+    try:
+        result = wal_status(device)
+    except WalctlError:
+        if metrics_file is not None:  # the WAL is unreadable: say so to the alerting too
+            metrics.write_wal_status(metrics_file, None, device=device, node_id="")
+        raise
     for message in result.warnings:
         warn(message)
     out = result.to_json()
+    if metrics_file is not None:
+        node = out["node_id"]
+        metrics.write_wal_status(metrics_file, out, device=device,
+                                 node_id="" if node is None or node < 0 else str(node))
     if not json_out:
         _render(out)
     corrupt = result.corrupt

@@ -42,7 +42,8 @@ def upload_cmd(
     from walctl.store import open_store, store_exists
     from walctl.store.upload import upload
 
-    with MetricsRun(metrics_file, "upload", enabled=not dry_run, on_warning=warn) as metrics:
+    labels = {"device": device, "store": store, "node_id": _node_id(device)} if metrics_file else None
+    with MetricsRun(metrics_file, "upload", enabled=not dry_run, on_warning=warn, labels=labels) as metrics:
         # A dry run creates nothing: a store not made yet is planned against as empty.
         st = open_store(store, endpoint_url=endpoint_url, create=not dry_run, missing_ok=dry_run)
         if not store_exists(st):
@@ -76,3 +77,23 @@ def upload_cmd(
     console.print(f"skipped (already uploaded): {human.plural(result.skipped_records, 'record')}; commit: "
                   f"{human.value('commit', result.commit_number)}; WAL trimmed to: "
                   f"{human.value('trimmed_to', result.trimmed_to)}", markup=False)
+
+
+def _node_id(device: str) -> str:
+    """The WAL's node id for the metrics labels ('' when the header cannot be read: the run then
+    fails with its own error, and its failure is still recorded under this device)."""
+    from walctl.device.blockio import open_device
+    from walctl.errors import WalctlError
+    from walctl.wal.headers import read_headers
+
+    try:
+        dev = open_device(device, writable=False)
+    except WalctlError:
+        return ""
+    try:
+        node = read_headers(dev).header.node_id
+        return "" if node is None or node < 0 else str(node)
+    except WalctlError:
+        return ""
+    finally:
+        dev.close()
