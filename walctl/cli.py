@@ -252,6 +252,41 @@ def stdout_console():
     return Console(highlight=False, soft_wrap=True, width=PIPE_WIDTH)
 
 
+class progress_bar:
+    """A rich progress bar on stderr for long work: shown only when stderr is a terminal, never with
+    --json. ``with progress_bar(total, "copying", json_out=...) as update:`` gives a callable
+    ``update(done)`` (bytes done so far), or None when no bar is shown, so engines take it as
+    their optional ``progress`` callback. ``total`` None: the bar pulses (size unknown)."""
+
+    def __init__(self, total: int | None, description: str, *, json_out: bool = False, streaming: bool = False):
+        """``streaming``: the command prints its data to stdout as it goes; the bar is then shown
+        only when stdout is not the same terminal (data never passes through the bar's console)."""
+        self.bar = None
+        if not json_out and sys.stderr.isatty() and not (streaming and sys.stdout.isatty()):
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+            self.bar = Progress(TextColumn(description), BarColumn(), DownloadColumn(binary_units=True),
+                                TransferSpeedColumn(), console=stderr_console(), transient=True,
+                                redirect_stdout=False, redirect_stderr=False)
+            self.task = self.bar.add_task(description, total=total)
+
+    def __enter__(self):
+        if self.bar is None:
+            return None
+        self.bar.start()
+        return self.update
+
+    def update(self, done: int, total: int | None = None) -> None:
+        if total is not None:
+            self.bar.update(self.task, completed=done, total=total)
+        else:
+            self.bar.update(self.task, completed=done)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
 def silence_stdout() -> None:
     """Point stdout at /dev/null once its reader is gone, so nothing else fails writing to it."""
     import os

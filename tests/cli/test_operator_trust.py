@@ -350,3 +350,76 @@ def test_documented_examples_of_ignored_variables_now_work(cli, new_wal, append_
     assert prom.exists()
     res = cli("gc", "--store", tmp_path / "s", env={"WALCTL_GRACE": "whenever"})
     assert "--grace" in error_with_hint(res, 2)
+
+
+# -- 7. human output -------------------------------------------------------------------------------
+
+def test_human_output_is_not_wrapped_when_piped(run, new_wal, append_json, tmp_path):
+    long_dir = tmp_path / ("a-rather-long-directory-name-" * 3)
+    long_dir.mkdir()
+    dev = new_wal("1MiB", str(long_dir / "wal.img"))
+    append_json(dev, "x", "y")
+    res = run("status", dev)  # stdout is a pipe
+    assert res.exit_code == 0, res
+    lines = res.stdout.splitlines()
+    assert any(dev in line for line in lines), "the title must hold the whole path on one line"
+    slot = [line for line in lines if "header slot 1" in line]
+    assert len(slot) == 1 and "graceful" in slot[0], "a row was wrapped onto two lines"
+    assert max(len(line) for line in lines) > 80
+    text = res.stdout
+    for raw in ("None", "False", "True", "_bytes", "_ns", " ns,"):
+        assert raw not in text, f"{raw!r} in human output"
+    assert re.search(r"written 20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", text), text
+    assert "2 records in 1 stream," in text and "1,048,576 B (1.0 MiB)" in text
+
+
+def test_ls_shows_commit_times_and_no_python_values(cli, tmp_path, wal):
+    store = tmp_path / "store"
+    assert cli("upload", wal, "--store", store).exit_code == 0
+    text = cli("ls", "--store", store).stdout
+    assert re.search(r"20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", text), text
+    assert "[]" not in text and "None" not in text and "prepared object ids: -" in text
+
+
+# -- 9. progress on stderr when it is a terminal, never with --json -----------------------------------
+
+def _with_tty_stderr(args) -> tuple[int, str, str]:
+    import pty
+    import subprocess
+    import sys
+
+    from tests.cli.conftest import REPO_ROOT, _env
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "walctl", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=slave, env=_env(None), cwd=str(REPO_ROOT))
+    os.close(slave)
+    out = proc.stdout.read()
+    err = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        err += chunk
+    os.close(master)
+    proc.wait(timeout=60)
+    return proc.returncode, out.decode(), err.decode(errors="replace")
+
+
+@pytest.mark.parametrize("command,label", [("image", "imaging"), ("recover", "scanning the WAL"),
+                                           ("upload", "uploading")])
+def test_progress_bar_on_a_terminal_only(tmp_path, wal, command, label, run):
+    args = {"image": [wal, tmp_path / "copy.img", "--force"], "recover": [wal],
+            "upload": [wal, "--store", tmp_path / "store", "--no-trim"]}[command]
+    code, out, err = _with_tty_stderr([command, *args])
+    assert code == 0, err
+    assert label in err, "no progress bar on a terminal"
+    if command == "recover":
+        assert "WAL OFFSET" in out and "WAL OFFSET" not in err  # data stays on stdout
+    code, out, err = _with_tty_stderr([command, *args, "--json"])
+    assert code == 0 and label not in err, "a progress bar with --json"
+    piped = run(command, *args)
+    assert piped.exit_code == 0 and label not in piped.stderr, "a progress bar on a pipe"

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, stdout_console, warn
+from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, progress_bar, stdout_console, warn
 
 
 @app.command("image")
@@ -31,7 +31,8 @@ def image_cmd(
     """
     from walctl.wal.image import image_device
 
-    result = image_device(device, file, whole_device=whole_device, force=force)
+    with progress_bar(None, f"imaging {device}", json_out=json_out) as progress:
+        result = image_device(device, file, whole_device=whole_device, force=force, progress=progress)
     for message in result.warnings:
         warn(message)
     if json_out:

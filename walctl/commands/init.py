@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, stdout_console, warn
+from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, progress_bar, stdout_console, warn
 from walctl.options import Size
 
 
@@ -34,7 +34,7 @@ def init_cmd(
     from walctl.wal.ops import init_wal
 
     size = parse_size(capacity) if capacity is not None else None
-    with _Progress(size) as progress:
+    with progress_bar(size, "writing the record area", json_out=json_out) as progress:
         result = init_wal(device, size, node_id=node_id, force=force, progress=progress, prewrite=not no_prewrite)
     for message in result.warnings:
         warn(message)
@@ -58,32 +58,3 @@ def render_header(header, title: str) -> None:
     rows.append(("node id", human.NONE if fields["node_id"] == -1 else str(fields["node_id"])))
     rows.append(("epoch", human.NONE if fields["epoch"] == -1 else str(fields["epoch"])))
     stdout_console().print(human.kv_table(rows, title))
-
-
-class _Progress:
-    """A rich progress bar on stderr while the record area is written, only on a terminal."""
-
-    def __init__(self, total: int | None):
-        import sys
-
-        self.bar = None
-        if total and sys.stderr.isatty():
-            from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-
-            from walctl.cli import stderr_console
-
-            self.bar = Progress("writing the record area", BarColumn(), DownloadColumn(binary_units=True),
-                                TransferSpeedColumn(), console=stderr_console(), transient=True)
-            self.task = self.bar.add_task("init", total=total)
-
-    def __enter__(self):
-        if self.bar is not None:
-            self.bar.start()
-        return self.update if self.bar is not None else None
-
-    def update(self, done: int) -> None:
-        self.bar.update(self.task, completed=done)
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.stop()

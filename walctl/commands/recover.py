@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import DeviceArg, JsonOpt, StreamOpt, app, command, emit_json, warn
+from walctl.cli import DeviceArg, JsonOpt, StreamOpt, app, command, emit_json, progress_bar, warn
 
 
 class Payload(str, enum.Enum):
@@ -94,9 +94,16 @@ def recover_cmd(
         # A live writer may add blocks while we read: then the probe beyond the window would
         # mistake them for mid-log damage, so it only runs when no writer holds the device.
         events = reader.scan(session.dev, header, result=result, probe=session.writer_pid is None)
+        start = max(header.trim_offset, 0)
+        end = getattr(header, "next_offset", None)
+        bar = progress_bar(end - start if end and end > start else None, "scanning the WAL", json_out=json_out,
+                           streaming=True)
+        progress = bar.__enter__()
         try:
             for event in events:
                 failpoint("recover-scan")
+                if progress is not None:
+                    progress(max(event.offset - start, 0))
                 if isinstance(event, reader.Finding):
                     show(event)
                     continue
@@ -122,6 +129,8 @@ def recover_cmd(
             exc.summary = {**result.to_json(), "type": "summary", "records_shown": shown, "device": device,
                            "flavour": header.flavour}
             raise
+        finally:
+            bar.__exit__(None, None, None)
         summary = result.to_json()
         summary["records_shown"] = shown
         summary["device"] = device

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from walctl.cli import (DeviceArg, EndpointOpt, JsonOpt, NamespaceOpt, StoreOpt, app, command, emit_json,
-                        stdout_console, warn)
+                        progress_bar, stdout_console, warn)
 from walctl.metrics import MetricsFileOpt
 from walctl.options import Size
 
@@ -48,8 +48,9 @@ def upload_cmd(
         st = open_store(store, endpoint_url=endpoint_url, create=not dry_run, missing_ok=dry_run)
         if not store_exists(st):
             warn(f"{store}: the store does not exist yet; a real upload creates it")
-        result = upload(device, st, namespace=namespace, block_size=parse_size(block_size),
-                        split_size=parse_size(split_size), trim=not no_trim, dry_run=dry_run)
+        with progress_bar(None, "uploading", json_out=json_out or dry_run) as progress:
+            result = upload(device, st, namespace=namespace, block_size=parse_size(block_size),
+                            split_size=parse_size(split_size), trim=not no_trim, dry_run=dry_run, progress=progress)
         metrics.summary = out = {"device": device, "store": store, **result.to_json()}
         metrics.record(bytes=sum(o["size_bytes"] or 0 for o in result.objects), payload_bytes=result.payload_bytes,
                        objects=len(result.objects), records=result.records, requests=st.stats.requests)

@@ -134,7 +134,9 @@ def _check_streams(entries, manifest: dict, crash_gaps: list[tuple[int, int]], w
 
 
 def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block_size: int = DEFAULT_BLOCK_SIZE,
-           split_size: int = DEFAULT_SPLIT_SIZE, trim: bool = True, dry_run: bool = False) -> UploadResult:
+           split_size: int = DEFAULT_SPLIT_SIZE, trim: bool = True, dry_run: bool = False,
+           progress=None) -> UploadResult:
+    """``progress(done, total)``, if given, is called with the payload bytes uploaded so far."""
     from walctl.format.object import build_object
     from walctl.wal import reader
     from walctl.wal.ops import read_wal_state
@@ -210,6 +212,8 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
                 made.append({"id": reservation["id"], "key": reservation["key"], "kind": planned.kind,
                              "size": len(built.data), "order_id": reservation["id"],
                              "data_time": time.time(), "ranges": ranges})
+                if progress is not None:
+                    progress(sum(p.data_bytes for p in plan[:len(made)]), sum(p.data_bytes for p in plan))
             failpoint("upload-before-commit")
         except BaseException:  # SIGTERM/SIGINT or a failure before the commit: roll the step back
             _release(store, prepared, result.warnings)
