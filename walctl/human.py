@@ -13,16 +13,21 @@ from typing import Any, Iterable
 NONE = "-"
 
 # Words a plain capitalisation of the key would get wrong.
-_WORDS = {"id": "id", "ids": "ids", "wal": "WAL", "crc": "CRC", "sha256": "SHA-256", "mib": "MiB", "iops": "IOPS",
-          "ns": "", "bytes": "", "s": "", "us": "µs", "json": "JSON", "url": "URL"}
+_WORDS = {"wal": "WAL", "crc": "CRC", "sha256": "SHA-256", "mib": "MiB", "iops": "IOPS", "us": "µs",
+          "json": "JSON", "url": "URL"}
+_UNIT_SUFFIXES = ("bytes", "ns", "s")  # dropped from the end of a label: the value shows its unit
 
 
 def label(key: str) -> str:
     """``capacity_bytes`` -> ``capacity``; ``last_write_timestamp_ns`` -> ``last write``; ``node_id`` -> ``node id``."""
+    if key.endswith("_per_s"):  # a rate: mib_per_s -> MiB/s
+        return label(key[:-len("_per_s")]) + "/s"
     words = key.split("_")
     if key.endswith("_timestamp_ns") or key.endswith("_timestamp_seconds"):
         words = words[:-2]
     elif key.endswith("_seconds"):
+        words = words[:-1]
+    if len(words) > 1 and words[-1] in _UNIT_SUFFIXES:
         words = words[:-1]
     out = [_WORDS.get(w, w) for w in words]
     text = " ".join(w for w in out if w)
@@ -83,8 +88,10 @@ def value(key: str, v: Any) -> str:
     if (key.endswith("_timestamp_seconds") or key in ("time", "marked_at", "prepared_at", "expires_at")) \
             and isinstance(v, (int, float)):
         return iso_s(v)
-    if key.endswith("_bytes") and isinstance(v, int):
+    if (key.endswith("_bytes") or key.startswith("bytes_")) and isinstance(v, int):
         return size(v, exact=True)
+    if key.endswith("_per_s") and isinstance(v, (int, float)):
+        return f"{v:,.1f}"
     if key.endswith("_seconds") or key == "seconds" or key.endswith("_s"):
         return duration(v) if isinstance(v, (int, float)) else str(v)
     if isinstance(v, (list, tuple)):

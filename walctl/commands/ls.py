@@ -56,11 +56,14 @@ def ls_cmd(store: StoreOpt, endpoint_url: EndpointOpt = None, json_out: JsonOpt 
     gone = ", ".join(str(d["id"]) for d in doc["deleting"]) or human.NONE
     console.print(f"prepared object ids: {ids}; replaced, awaiting gc: {gone}", markup=False)
     history = Table(title="last commits", title_justify="left")
-    for col in ("manifest", "time (UTC)", "command", "host", "commit id"):
+    history.add_column("manifest", justify="right")
+    history.add_column("time (UTC)", no_wrap=True, min_width=24)  # never cut a time short
+    for col in ("command", "host"):
         history.add_column(col)
-    for c in commits:
+    history.add_column("commit id", no_wrap=True)
+    for c in commits:  # the commit id's first 8 characters, as git shows a commit (--json: all of it)
         history.add_row(str(c["number"]), human.iso_s(c["time"]), Text(c["command"] or human.NONE),
-                        Text(c["host"] or human.NONE), Text(c["commit_id"] or human.NONE))
+                        Text(c["host"] or human.NONE), Text((c["commit_id"] or human.NONE)[:8]))
     console.print(history)
 
 

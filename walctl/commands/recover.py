@@ -219,7 +219,7 @@ class _Printer:
             emit_json(finding.to_json())
             return
         j = finding.to_json()
-        where = (f"offset {j['offset']} (physical {j['physical_offset']}, lap {j['lap']}, "
+        where = (f"WAL offset {j['offset']} (physical {j['physical_offset']}, lap {j['lap']}, "
                  f"mod 4096 = {j['offset_mod_4096']})" if j["offset"] is not None
                  else f"physical {j['physical_offset']}")
         extra = ""
@@ -242,20 +242,29 @@ class _Printer:
         from rich.table import Table
 
         table = Table(title="streams", title_justify="left")
-        for col in ("stream", "records", "payload bytes"):
+        from walctl.human import size as human_size
+
+        for col in ("stream", "records", "payload"):
             table.add_column(col, justify="right")
         for sid, (count, size) in sorted(per_stream.items()):
-            table.add_row(str(sid) if sid >= 0 else "-", str(count), str(size))
+            table.add_row(str(sid) if sid >= 0 else "-", f"{count:,}", human_size(size))
         self.console.print(table)
 
     def summary(self, summary: dict) -> None:
         if self.json_out:
             emit_json(summary)
             return
-        from rich.table import Table
+        from walctl import human
 
-        table = Table(title="summary", show_header=False, title_justify="left")
+        rows = []
         for key, value in summary.items():
-            if key != "type":
-                table.add_row(key, str(value))
-        self.console.print(table)
+            if key == "type":
+                continue
+            name = human.label(key)
+            if key in ("trim_offset", "start_offset", "end_offset"):
+                name = name.replace(" offset", "") + " (WAL offset)"
+                value = human.NONE if value is None or value < 0 else str(value)
+            else:
+                value = human.value(key, value)
+            rows.append((name, value))
+        self.console.print(human.kv_table(rows, "summary"))
