@@ -197,7 +197,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", envvar="WALCTL_DEBUG",
-                                        help="On an internal error (exit 1), print the traceback.")] = False,
+                                        help="On an internal error (exit 1), print the traceback. Also after the command name.")] = False,
     version: Annotated[bool, typer.Option("--version", "-V", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
 ) -> None:
@@ -207,20 +207,22 @@ def _root(
 # -- shared options (declared once, reused by every command) ---------------------------
 DeviceArg = Annotated[str, typer.Argument(
     metavar="DEVICE", envvar="WALCTL_DEVICE",
-    help="WAL device: a block device (/dev/...) or a regular file. Env: WALCTL_DEVICE.")]
+    help="WAL device: a block device (/dev/...) or a regular file.")]
 JsonOpt = Annotated[bool, typer.Option(
     "--json", envvar="WALCTL_JSON",
-    help="Machine output on stdout (NDJSON for record streams, ending with one summary line).")]
+    help="Machine output on stdout (NDJSON for record streams, ending with one summary line); "
+         "also before the command name.")]
 StreamOpt = Annotated[int | None, typer.Option(
     "--stream", envvar="WALCTL_STREAM", min=0, help="Stream id (a non-negative integer).")]
+# Every option also gets WALCTL_<OPTION> (shown in --help) and -j/-n/-s from apply_conventions:
+# declare an option's envvar only to keep an older name working.
 StoreOpt = Annotated[str, typer.Option(
     "--store", envvar="WALCTL_STORE", metavar="URL",
     help="Object store: a local directory (the embedded default: a path or file:///path) or "
-         "s3://bucket[/prefix]. Env: WALCTL_STORE.")]
+         "s3://bucket[/prefix].")]
 EndpointOpt = Annotated[str | None, typer.Option(
     "--endpoint-url", envvar="AWS_ENDPOINT_URL", metavar="URL",
-    help="S3 endpoint (MinIO, Ceph, R2, moto); credentials come from boto3's usual chain. "
-         "Env: AWS_ENDPOINT_URL.")]
+    help="S3 endpoint (MinIO, Ceph, R2, moto); credentials come from boto3's usual chain.")]
 NamespaceOpt = Annotated[str, typer.Option(
     "--namespace", envvar="WALCTL_NAMESPACE", help="Namespace part of object keys (<rev-hex>/<namespace>/<id>).")]
 

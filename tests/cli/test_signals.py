@@ -186,3 +186,12 @@ def test_sigterm_bench_removes_the_file_it_created(tmp_path):
     _check_interrupted(code, err)
     assert json.loads(out)["error"]["signal"] == "SIGTERM"
     assert not target.exists()
+
+
+def test_sigterm_init_leaves_no_half_made_wal(tmp_path):
+    target = tmp_path / "new.img"
+    code, out, err = signalled(tmp_path, ["init", target, "--capacity", "8MiB", "--json"],
+                               failpoint="init-after-create")
+    _check_interrupted(code, err)
+    assert json.loads(out)["error"]["code"] == 143
+    assert not target.exists()

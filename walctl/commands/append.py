@@ -41,7 +41,7 @@ def append_cmd(
     store: Annotated[str | None, typer.Option(
         "--store", envvar="WALCTL_STORE", metavar="URL",
         help="Object store the WAL uploads to: when the stream has no record left in the WAL (uploaded "
-             "and trimmed), its offsets continue from the store's manifest. Env: WALCTL_STORE.")] = None,
+             "and trimmed), its offsets continue from the store's manifest.")] = None,
     endpoint_url: EndpointOpt = None,
     iodepth: Annotated[int, typer.Option(
         "--iodepth", envvar="WALCTL_IODEPTH", min=1, max=256,
@@ -50,11 +50,11 @@ def append_cmd(
         "--iops", envvar="WALCTL_IOPS", metavar="N", min=0.001,
         help="IOPS budget: start at most N block writes per second (a token bucket holding 50 ms of it). "
              "While the budget holds a write, records keep batching into a larger block (up to 256 KiB). "
-             "No effect while the rate stays under it. Env: WALCTL_IOPS. Default: unlimited.")] = None,
+             "No effect while the rate stays under it. Default: unlimited.")] = None,
     bandwidth: Annotated[float | None, typer.Option(
         "--bandwidth", envvar="WALCTL_BANDWIDTH", metavar="MIB/S", min=0.001,
         help="Bandwidth budget: write at most this many MiB (2^20 bytes) per second to the device, "
-             "counting whole 4 KiB-padded blocks. Env: WALCTL_BANDWIDTH. Default: unlimited.")] = None,
+             "counting whole 4 KiB-padded blocks. Default: unlimited.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Append records to the WAL; each offset is printed (and flushed) once it and all before it are durable."""

@@ -68,8 +68,8 @@ def bench_cmd(
     engine: Annotated[Engine, typer.Option(
         "--engine", envvar="WALCTL_IO_ENGINE",
         help="I/O engine of every mode: 'aio' (Linux native AIO on the O_DIRECT+O_DSYNC device), 'threads' "
-             "(a pool of threads, each in a durable pwrite) or 'auto' (aio where it works). "
-             "Env: WALCTL_IO_ENGINE.")] = Engine.auto,
+             "(a pool of threads, each in a durable pwrite) or 'auto' (aio where it works); WALCTL_IO_ENGINE "
+             "sets it for every command.")] = Engine.auto,
     keep: Annotated[bool, typer.Option(
         "--keep", help="Keep the file bench created for DEVICE (it is removed by default).")] = False,
     force: Annotated[bool, typer.Option(

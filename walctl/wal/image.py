@@ -13,10 +13,10 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from walctl.failpoints import failpoint
 from walctl.device.blockio import open_device
 from walctl.device.buffers import aligned_buffer
 from walctl.errors import FormatError, IOFailure, NotFoundError, RefusedError, UsageError
+from walctl.failpoints import failpoint
 from walctl.wal.headers import read_headers
 from walctl.wal.layout import align_down
 
