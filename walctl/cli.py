@@ -70,7 +70,6 @@ def apply_conventions(command) -> None:
 def normalise_args(args: list[str], group) -> list[str]:
     """Move --debug before the command name and --json after it, wherever the operator typed them."""
     names = set(group.commands)
-    root_values = set()  # root options that take a value: none today
     out_root, out_cmd, rest = [], [], list(args)
     i = 0
     while i < len(rest):  # the root part: until the command name
@@ -80,11 +79,7 @@ def normalise_args(args: list[str], group) -> list[str]:
         if token in COMMAND_ANYWHERE:
             out_cmd.append(token)
         else:
-            out_root.append(token)
-            if token in root_values:
-                i += 1
-                if i < len(rest):
-                    out_root.append(rest[i])
+            out_root.append(token)  # root options take no value today
         i += 1
     if i >= len(rest):
         return out_root + out_cmd

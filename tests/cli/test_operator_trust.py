@@ -423,3 +423,14 @@ def test_progress_bar_on_a_terminal_only(tmp_path, wal, command, label, run):
     assert code == 0 and label not in err, "a progress bar with --json"
     piped = run(command, *args)
     assert piped.exit_code == 0 and label not in piped.stderr, "a progress bar on a pipe"
+
+
+def test_no_such_bucket_has_a_hint(cli, s3_server):
+    res = cli("ls", "--store", "s3://no-such-bucket-walctl/wal", "--endpoint-url", s3_server)
+    line = error_with_hint(res, 4)
+    assert "no such bucket" in line and "check the bucket name" in line
+
+
+def test_an_empty_bucket_is_not_a_store(cli, s3_server, s3_bucket):
+    res = cli("ls", "--store", f"s3://{s3_bucket}/wal", "--endpoint-url", s3_server)
+    assert "no manifest" in error_with_hint(res, 4)
