@@ -144,8 +144,6 @@ class _NoCommand(Exception):
 
 def _json_requested(args: list[str]) -> bool:
     """--json on the command line (or WALCTL_JSON): a usage error still ends with a JSON object."""
-    import os
-
     cut = args.index("--") if "--" in args else len(args)
     if any(a in COMMAND_ANYWHERE for a in args[:cut]):
         return True
