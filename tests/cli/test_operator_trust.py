@@ -434,3 +434,10 @@ def test_no_such_bucket_has_a_hint(cli, s3_server):
 def test_an_empty_bucket_is_not_a_store(cli, s3_server, s3_bucket):
     res = cli("ls", "--store", f"s3://{s3_bucket}/wal", "--endpoint-url", s3_server)
     assert "no manifest" in error_with_hint(res, 4)
+
+
+def test_inspect_object_never_creates_a_store(cli, tmp_path):
+    store = tmp_path / "typo-store"
+    res = cli("inspect-object", "1", "--store", store)
+    assert "typo-store" in error_with_hint(res, 4)
+    assert not store.exists()
