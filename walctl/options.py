@@ -96,11 +96,12 @@ class Duration:
         return seconds
 
 
-_SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|(spark|k8s|mesos)://\S+|yarn)$")
+_SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|(spark|k8s|mesos)://\S+|yarn)$")
 
 
 def spark_master(value: str) -> str:
-    """A Spark master URL: local, local[N], local[*], spark://host:port, k8s://..., yarn."""
+    """A Spark master URL: local, local[N], local[*], local[N,F], local-cluster[N,C,M], spark://host:port,
+    k8s://..., mesos://..., yarn."""
     if not isinstance(value, str) or not _SPARK_MASTER.match(value):
         raise OptionError(f"{value!r} is not a Spark master URL",
                           "local, local[4], local[*], spark://host:7077, k8s://https://host, yarn")
