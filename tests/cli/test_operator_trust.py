@@ -441,3 +441,9 @@ def test_inspect_object_never_creates_a_store(cli, tmp_path):
     res = cli("inspect-object", "1", "--store", store)
     assert "typo-store" in error_with_hint(res, 4)
     assert not store.exists()
+
+
+def test_upload_names_its_wal_offsets(cli, tmp_path, wal):
+    out = json.loads(cli("upload", wal, "--store", tmp_path / "s", "--json").stdout)
+    assert out["last_wal_offset"] == out["last_offset"] is not None
+    assert out["trimmed_to_wal_offset"] == out["trimmed_to"] == out["last_offset"]

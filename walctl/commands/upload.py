@@ -51,7 +51,9 @@ def upload_cmd(
         with progress_bar(None, "uploading", json_out=json_out or dry_run) as progress:
             result = upload(device, st, namespace=namespace, block_size=parse_size(block_size),
                             split_size=parse_size(split_size), trim=not no_trim, dry_run=dry_run, progress=progress)
-        metrics.summary = out = {"device": device, "store": store, **result.to_json()}
+        metrics.summary = out = {"device": device, "store": store, **result.to_json(),
+                                 # the same offsets, named apart from the objects' stream offsets
+                                 "last_wal_offset": result.last_offset, "trimmed_to_wal_offset": result.trimmed_to}
         metrics.record(bytes=sum(o["size_bytes"] or 0 for o in result.objects), payload_bytes=result.payload_bytes,
                        objects=len(result.objects), records=result.records, requests=st.stats.requests)
     for message in result.warnings:
