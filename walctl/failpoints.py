@@ -1,13 +1,27 @@
 """Named crash points for fault tests (like etcd's gofail): ``WALCTL_FAILPOINT=name`` SIGKILLs the
-process when execution reaches ``failpoint(name)``. Unset in production: a dictionary lookup.
+process when execution reaches ``failpoint(name)``; ``WALCTL_FAILPOINT=name:pause`` stops there
+(touching the file ``WALCTL_FAILPOINT_READY`` names, if set) until a signal ends the process, so a
+test can SIGTERM a command in the middle of its work. Unset in production: a dictionary lookup.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
+
+PAUSE_LIMIT_S = 120.0  # a paused process nobody signals goes on after this
 
 
 def failpoint(name: str) -> None:
-    if os.environ.get("WALCTL_FAILPOINT") == name:
+    wanted = os.environ.get("WALCTL_FAILPOINT")
+    if wanted == name:
         os.kill(os.getpid(), signal.SIGKILL)
+    elif wanted == f"{name}:pause":
+        ready = os.environ.get("WALCTL_FAILPOINT_READY")
+        if ready:
+            with open(ready, "w") as f:
+                f.write(str(os.getpid()))
+        deadline = time.monotonic() + PAUSE_LIMIT_S
+        while time.monotonic() < deadline:
+            time.sleep(0.01)

@@ -47,8 +47,9 @@ EXIT_STATUS_NOTES: tuple[str, ...] = (
     "Every non-zero exit prints one line on standard error: "
     "walctl: error: <what>, <where> (<hint>), naming the device and offset or the object key. "
     'With --json the result or summary object also carries "error": {"code": ..., "message": ...}.',
-    "Interrupted by SIGINT, a command exits 130; when the reader of its standard output goes away, "
-    "141 (as a shell reports SIGPIPE).",
+    "Interrupted by SIGINT, a command exits 130, by SIGTERM 143, after finishing or rolling back the step "
+    "in progress (one error line; with --json the summary carries the error); when the reader of its "
+    "standard output goes away, 141 (as a shell reports SIGPIPE).",
 )
 
 # Per-command examples: (what it does, the command line). Each one is parsed against the

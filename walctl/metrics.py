@@ -69,21 +69,43 @@ MetricsFileOpt = Annotated[str | None, typer.Option(
          "objects, requests and seconds of the run and summed over runs. Replaced atomically; a failed "
          "run keeps the last success timestamp. Not written by --dry-run.")]
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(\s+\S+)?\s*$")
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[^}\"]|\"(?:[^\"\\]|\\.)*\")*\})?\s+(\S+)(\s+\S+)?\s*$")
+
+
+def labels_text(labels: dict[str, object] | None) -> str:
+    """``{device="/dev/x",node_id="3"}``: sorted names, escaped values ('' for no labels).
+
+    Labels tell two WALs (or stores) on one host apart: their samples share a file and a
+    family, each with its own label set, and each run updates only its own samples.
+    """
+    if not labels:
+        return ""
+    parts = []
+    for key in sorted(labels):
+        text = str(labels[key]).replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n")
+        parts.append(f'{key}="{text}"')
+    return "{" + ",".join(parts) + "}"
 
 
 @dataclass(frozen=True)
 class Family:
-    """One metric family: a single unlabelled sample with its HELP and TYPE lines."""
+    """One metric family of one run: its HELP and TYPE, and the run's sample (with its labels)."""
 
     name: str
     kind: str  # "counter" or "gauge"
     help: str
     value: float
+    labels: str = ""
 
     def render(self) -> str:
-        help_text = self.help.replace("\\", "\\\\").replace("\n", "\\n")
-        return f"# HELP {self.name} {help_text}\n# TYPE {self.name} {self.kind}\n{self.name} {_number(self.value)}\n"
+        return f"# HELP {self.name} {_help(self.help)}\n# TYPE {self.name} {self.kind}\n{self.sample()}"
+
+    def sample(self) -> str:
+        return f"{self.name}{self.labels} {_number(self.value)}\n"
+
+
+def _help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
 def _number(value: float) -> str:
@@ -96,45 +118,80 @@ def _number(value: float) -> str:
     return repr(float(value))
 
 
-def parse_values(text: str) -> dict[str, float]:
-    """Unlabelled sample values by metric name (HELP/TYPE/comments and unparsable lines skipped)."""
-    out: dict[str, float] = {}
+@dataclass
+class _Parsed:
+    """A previous file: families in order, their HELP/TYPE, and samples by label set."""
+
+    order: list[str] = field(default_factory=list)
+    meta: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (help line, type line)
+    samples: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> labels -> value text
+
+    def add_name(self, name: str) -> None:
+        if name not in self.samples:
+            self.order.append(name)
+            self.samples[name] = {}
+
+
+def _parse(text: str) -> _Parsed:
+    """Every HELP, TYPE and sample line that parses; comments and garbage are dropped."""
+    parsed = _Parsed()
     for line in text.splitlines():
+        if line.startswith("# HELP ") or line.startswith("# TYPE "):
+            parts = line.split(None, 3)
+            if len(parts) < 3:
+                continue
+            parsed.add_name(parts[2])
+            help_line, type_line = parsed.meta.get(parts[2], ("", ""))
+            parsed.meta[parts[2]] = (line, type_line) if parts[1] == "HELP" else (help_line, line)
+            continue
         if not line.strip() or line.startswith("#"):
             continue
         match = _SAMPLE.match(line)
-        if match is None or match.group(2):
+        if match is None:
             continue
-        try:
-            out[match.group(1)] = float(match.group(3))
-        except ValueError:
-            continue
+        parsed.add_name(match.group(1))
+        parsed.samples[match.group(1)][match.group(2) or ""] = match.group(3)
+    return parsed
+
+
+def parse_samples(text: str) -> dict[tuple[str, str], float]:
+    """Sample values by (metric name, label text) (HELP/TYPE/comments and unparsable lines skipped)."""
+    out: dict[tuple[str, str], float] = {}
+    parsed = _parse(text)
+    for name, by_labels in parsed.samples.items():
+        for labels, raw in by_labels.items():
+            try:
+                out[(name, labels)] = float(raw)
+            except ValueError:
+                continue
     return out
 
 
-def _metric_name_of(line: str) -> str | None:
-    if line.startswith("# HELP ") or line.startswith("# TYPE "):
-        parts = line.split(None, 3)
-        return parts[2] if len(parts) > 2 else None
-    if line.startswith("#") or not line.strip():
-        return None
-    match = _SAMPLE.match(line)
-    return match.group(1) if match else None
+def parse_values(text: str, labels: dict[str, object] | None = None) -> dict[str, float]:
+    """Sample values by metric name: of the samples with exactly ``labels`` ({} for unlabelled), or
+    with ``labels`` None of every sample (the last label set wins: for a file of one WAL or store)."""
+    if labels is None:
+        return {name: v for (name, _), v in parse_samples(text).items()}
+    wanted = labels_text(labels)
+    return {name: v for (name, lab), v in parse_samples(text).items() if lab == wanted}
 
 
 def foreign_lines(text: str, job: str) -> list[str]:
     """The previous file's HELP, TYPE and sample lines of metrics that are not this job's."""
     own = f"{PREFIX}_{job}_"
+    parsed = _parse(text)
     kept = []
-    for line in text.splitlines():
-        name = _metric_name_of(line)
-        if name is not None and not name.startswith(own):
-            kept.append(line)
+    for name in parsed.order:
+        if name.startswith(own):
+            continue
+        help_line, type_line = parsed.meta.get(name, ("", ""))
+        kept += [x for x in (help_line, type_line) if x]
+        kept += [f"{name}{lab} {raw}" for lab, raw in parsed.samples[name].items()]
     return kept
 
 
 def job_families(job: str, previous: dict[str, float], *, success: bool, now: float, duration_s: float,
-                 amounts: dict[str, float]) -> list[Family]:
+                 amounts: dict[str, float], labels: str = "") -> list[Family]:
     """The families of one run of ``job``, counters continued from ``previous`` values."""
     if job not in AMOUNTS:
         raise ValueError(f"unknown metrics job {job!r}")
@@ -168,17 +225,74 @@ def job_families(job: str, previous: dict[str, float], *, success: bool, now: fl
         families.append(Family(f"{base}_last_run_{name}", "gauge", f"{help_text} by the last run", value))
         families.append(Family(f"{base}_{name}_total", "counter", f"{help_text}, summed over every run",
                                prev(f"{base}_{name}_total") + value))
-    return families
+    return [Family(f.name, f.kind, f.help, f.value, labels) for f in families]
+
+
+def merge(previous_text: str, families: list[Family]) -> str:
+    """The previous file with ``families``' samples put in (each replacing the sample of the same
+    name and labels; samples of other label sets and other families kept), one HELP and TYPE per family."""
+    parsed = _parse(previous_text)
+    for f in families:
+        parsed.add_name(f.name)
+        parsed.meta[f.name] = (f"# HELP {f.name} {_help(f.help)}", f"# TYPE {f.name} {f.kind}")
+        parsed.samples[f.name][f.labels] = _number(f.value)
+    out = []
+    for name in parsed.order:
+        if not parsed.samples[name]:
+            continue  # HELP/TYPE of a family with no sample left
+        help_line, type_line = parsed.meta.get(name, ("", ""))
+        out += [x for x in (help_line, type_line) if x]
+        out += [f"{name}{lab} {raw}" for lab, raw in parsed.samples[name].items()]
+    return "\n".join(out) + ("\n" if out else "")
 
 
 def render(job: str, previous_text: str, *, success: bool, now: float, duration_s: float,
-           amounts: dict[str, float]) -> str:
-    """The new file's text: other jobs' lines kept as they were, then this job's families."""
-    kept = foreign_lines(previous_text, job)
-    families = job_families(job, parse_values(previous_text), success=success, now=now, duration_s=duration_s,
-                            amounts=amounts)
-    text = "\n".join(kept) + ("\n" if kept else "")
-    return text + "".join(f.render() for f in families)
+           amounts: dict[str, float], labels: dict[str, object] | None = None) -> str:
+    """The new file's text: every other sample kept as it was, then this run's samples put in."""
+    lab = labels_text(labels)
+    previous = parse_values(previous_text, labels or {})
+    families = job_families(job, previous, success=success, now=now, duration_s=duration_s, amounts=amounts,
+                            labels=lab)
+    return merge(previous_text, families)
+
+
+# ``walctl status --metrics-file``: the WAL's state as gauges, labelled by device and node id.
+WAL_GAUGES: dict[str, str] = {
+    "up": "1 if walctl status could read the WAL's header, else 0",
+    "status_timestamp_seconds": "When walctl status last looked at the WAL (seconds since the epoch)",
+    "ring_bytes": "Bytes of the WAL's record area (capacity minus the two header slots)",
+    "used_bytes": "Ring bytes in use: end of log minus the trim point",
+    "free_bytes": "Ring bytes free for appends (exit 7 when a record does not fit)",
+    "used_percent": "Ring bytes in use, in percent of the ring: alert before 100 (exit 7, full)",
+    "trim_lag_bytes": "Bytes written and not yet trimmed (uploaded records are trimmed): what upload has to catch up",
+    "records": "Live records after the trim point",
+    "last_shutdown_graceful": "1 if the last writer closed the WAL cleanly, 0 if it crashed or is still running",
+    "corrupt_findings": "Findings a crash does not explain (see walctl recover): 0 on a healthy WAL",
+}
+
+
+def wal_families(out: dict | None, *, now: float, labels: dict[str, object]) -> list[Family]:
+    """Gauges of one ``walctl status`` result (``out`` None: the WAL could not be read: up 0)."""
+    lab = labels_text(labels)
+    base = f"{PREFIX}_wal"
+    if out is None:
+        values: dict[str, float] = {"up": 0, "status_timestamp_seconds": now}
+    else:
+        values = {
+            "up": 1, "status_timestamp_seconds": now, "ring_bytes": out["ring_bytes"],
+            "used_bytes": out["used_bytes"], "free_bytes": out["free_bytes"], "used_percent": out["used_percent"],
+            "trim_lag_bytes": out["used_bytes"], "records": out["records"],
+            "last_shutdown_graceful": 1 if out["shutdown_type"] == "graceful" else 0,
+            "corrupt_findings": out["corrupt_findings"],
+        }
+    return [Family(f"{base}_{name}", "gauge", WAL_GAUGES[name], float("nan") if v is None else v, lab)
+            for name, v in values.items()]
+
+
+def write_wal_status(path: str, out: dict | None, *, device: str, node_id: object, clock=time.time) -> None:
+    """Put one WAL's gauges into the metrics file (other WALs' and jobs' samples kept); atomic."""
+    families = wal_families(out, now=clock(), labels={"device": device, "node_id": node_id})
+    write_atomic(path, merge(read_previous(path), families))
 
 
 def check_path(path: str) -> None:
@@ -257,6 +371,7 @@ class MetricsRun:
     enabled: bool = True
     on_warning: Callable[[str], None] | None = None
     amounts: dict[str, float] = field(default_factory=dict)
+    labels: dict[str, object] | None = None  # device, store, node_id: which WAL or store the run was about
     summary: dict | None = None  # the command's result object, carried by a write error (--json)
     clock: Callable[[], float] = time.time
     _started: float = 0.0
@@ -286,7 +401,7 @@ class MetricsRun:
             return False
         success = exc_type is None
         text = render(self.job, read_previous(self.path), success=success, now=self.clock(),
-                      duration_s=time.monotonic() - self._started, amounts=self.amounts)
+                      duration_s=time.monotonic() - self._started, amounts=self.amounts, labels=self.labels)
         if success:
             try:
                 write_atomic(self.path, text)

@@ -202,7 +202,7 @@ class _Run:
             stderr += f"\nwalctl: error: {type(res.exception).__name__}: {res.exception}"
         if self.debug and stderr.strip():
             sys.__stderr__.write(stderr if stderr.endswith("\n") else stderr + "\n")
-        if res.exit_code == 130:
+        if res.exit_code in (130, 143):  # SIGINT, SIGTERM (walctl.cli.command)
             # The command caught Ctrl-C or SIGTERM (and turned it into its exit status): the
             # whole selftest stops, cleaning up, rather than failing one check and going on.
             raise KeyboardInterrupt
@@ -233,7 +233,7 @@ class _Run:
                     raise StepFailed(f"no answer after {timeout_s:.0f} s (stopped)") from exc
                 raise
         _reap_group(proc.pid)
-        if proc.returncode in (130, -signal.SIGINT, -signal.SIGTERM):
+        if proc.returncode in (130, 143, -signal.SIGINT, -signal.SIGTERM):
             raise KeyboardInterrupt
         return Answer(argv, proc.returncode, stdout.decode("utf-8", "replace"), _tail(log, 1))
 

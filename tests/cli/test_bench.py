@@ -192,7 +192,7 @@ def test_refuses_while_another_writer_holds_the_device(cli, new_wal, held_writer
     (["--size", "4MiB", "--mode", "iops", "--rate", "10"], "--rate"),
     (["--size", "4MiB", "--block-size", "1000"], "multiple of 4096"),
     (["--size", "512KiB", "--mode", "bandwidth"], "larger than the region"),
-    (["--size", "4MiB", "--record-size", "lots"], "bad size"),
+    (["--size", "4MiB", "--record-size", "lots"], "is not a size"),
 ])
 def test_usage_errors_exit_2(cli, tmp_path, args, needle):
     dev = tmp_path / "u.img"

@@ -72,9 +72,10 @@ class TestInit:
     def test_human_output_is_the_header_on_stdout(self, cli, tmp_path):
         res = cli("init", tmp_path / "h.img", "--capacity", "64KiB")
         assert res.exit_code == 0, res
-        assert "65536" in res.stdout
-        for word in ("capacity", "trim_offset", "next_offset"):
+        assert "65,536 B (64.0 KiB)" in res.stdout
+        for word in ("capacity", "trim point", "next WAL offset", "last write"):
             assert word in res.stdout, res
+        assert "_" not in res.stdout.split("\n", 1)[1], "labels, not snake_case keys (issue 16)"
         assert "walctl: error" not in res.stderr
 
     def test_node_id_is_recorded(self, cli, tmp_path):

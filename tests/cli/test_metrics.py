@@ -3,6 +3,7 @@ collector, replaced atomically, a failed run keeping the last success timestamp.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -14,17 +15,20 @@ from walctl import metrics
 NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 
 
-def parse_strict(text: str) -> dict[str, tuple[str, str, float]]:
-    """Check the exposition format as the textfile collector needs it; return name -> (type, help, value).
+def parse_strict(text: str, labels: str = "") -> dict[str, tuple[str, str, float]]:
+    """Check the exposition format as the textfile collector needs it; return name -> (type, help, value)
+    of the samples carrying exactly ``labels`` (``{device="...",...}``; "" for none).
 
-    Every family: HELP, then TYPE, then its one sample; counters end in _total; no duplicates.
+    Every family: HELP, then TYPE, then its samples, each label set once; counters end in _total;
+    no family twice.
     """
     assert text.endswith("\n")
     lines = text.splitlines()
     out: dict[str, tuple[str, str, float]] = {}
+    seen: set[str] = set()
     i = 0
     while i < len(lines):
-        help_line, type_line, sample = lines[i:i + 3]
+        help_line, type_line = lines[i:i + 2]
         assert help_line.startswith("# HELP "), help_line
         _, _, name, help_text = help_line.split(" ", 3)
         assert NAME.match(name) and help_text.strip()
@@ -32,16 +36,32 @@ def parse_strict(text: str) -> dict[str, tuple[str, str, float]]:
         kind = type_line.rsplit(" ", 1)[1]
         if kind == "counter":
             assert name.endswith("_total"), name
-        sample_name, value = sample.split(" ")
-        assert sample_name == name
-        assert name not in out, f"duplicate {name}"
-        out[name] = (kind, help_text, float(value))
-        i += 3
+        assert name not in seen, f"duplicate {name}"
+        seen.add(name)
+        i += 2
+        label_sets = set()
+        while i < len(lines) and not lines[i].startswith("#"):
+            sample, value = lines[i].rsplit(" ", 1)
+            sample_name, _, rest = sample.partition("{")
+            assert sample_name == name, lines[i]
+            sample_labels = "{" + rest if rest else ""
+            assert sample_labels not in label_sets, f"duplicate sample {lines[i]}"
+            label_sets.add(sample_labels)
+            if sample_labels == labels:
+                out[name] = (kind, help_text, float(value))
+            i += 1
+        assert label_sets, f"{name} has no sample"
     return out
 
 
-def values(path) -> dict[str, float]:
-    return {k: v[2] for k, v in parse_strict(open(path, encoding="utf-8").read()).items()}
+def values(path, labels: str | None = None) -> dict[str, float]:
+    """The samples of one label set: ``labels``, or the only one the file's first family has."""
+    text = open(path, encoding="utf-8").read()
+    if labels is None:
+        first = next(line for line in text.splitlines() if not line.startswith("#"))
+        sample = first.rsplit(" ", 1)[0]
+        labels = sample[sample.index("{"):] if "{" in sample else ""
+    return {k: v[2] for k, v in parse_strict(text, labels).items()}
 
 
 # -- the module ------------------------------------------------------------------------------
@@ -147,15 +167,30 @@ def test_upload_success_then_failure(cli, tmp_path, wal_with_records):
     success_ts = v["walctl_upload_last_success_timestamp_seconds"]
     assert success_ts > 1.6e9
 
-    res = cli("upload", tmp_path / "missing.img", "--store", store, "--json", "--metrics-file", prom)
-    assert res.exit_code == 4
+    # a failure of the same WAL and store (its manifest damaged): the last success is kept
+    mine = metrics.labels_text({"device": wal_with_records, "store": store, "node_id": ""})
+    assert values(prom, mine) == v
+    newest = sorted((store / "manifest").iterdir())[-1]
+    good = newest.read_bytes()
+    newest.write_bytes(b"{not json")
+    res = cli("upload", wal_with_records, "--store", store, "--json", "--metrics-file", prom)
+    newest.write_bytes(good)
+    assert res.exit_code == 3
     res.error_line()
-    v = values(prom)
+    v = values(prom, mine)
     assert v["walctl_upload_success"] == 0
     assert v["walctl_upload_last_success_timestamp_seconds"] == success_ts
     assert v["walctl_upload_last_failure_timestamp_seconds"] >= success_ts
     assert (v["walctl_upload_runs_total"], v["walctl_upload_failures_total"]) == (2, 1)
     assert v["walctl_upload_objects_total"] == 1
+
+    # another WAL failing writes its own series and leaves this one alone (issue 16, item 10)
+    missing = tmp_path / "missing.img"
+    res = cli("upload", missing, "--store", store, "--json", "--metrics-file", prom)
+    assert res.exit_code == 4
+    other = values(prom, metrics.labels_text({"device": missing, "store": store, "node_id": ""}))
+    assert other["walctl_upload_success"] == 0 and other["walctl_upload_last_success_timestamp_seconds"] == 0
+    assert values(prom, mine) == v
     assert sorted(p.name for p in prom.parent.iterdir()) == ["walctl-upload.prom"]
 
 
@@ -164,6 +199,8 @@ def test_dry_run_writes_no_metrics(cli, tmp_path, wal_with_records):
     res = cli("upload", wal_with_records, "--store", tmp_path / "store", "--dry-run", "--metrics-file", prom)
     assert res.exit_code == 0, res
     assert not prom.exists()
+    assert not (tmp_path / "store").exists()  # a dry run creates nothing, not even the store
+    assert cli("upload", wal_with_records, "--store", tmp_path / "store").exit_code == 0
     assert cli("gc", "--store", tmp_path / "store", "--dry-run", "--metrics-file", prom).exit_code == 0
     assert not prom.exists()
 
@@ -227,8 +264,42 @@ def test_one_file_shared_by_two_jobs(cli, tmp_path, wal_with_records):
     store = tmp_path / "store"
     assert cli("upload", wal_with_records, "--store", store, "--metrics-file", prom).exit_code == 0
     assert cli("gc", "--store", store, "--metrics-file", prom).exit_code == 0
-    v = values(prom)
-    assert v["walctl_upload_success"] == 1 and v["walctl_gc_success"] == 1
+    up = values(prom, metrics.labels_text({"device": wal_with_records, "store": store, "node_id": ""}))
+    gc = values(prom, metrics.labels_text({"store": store}))
+    assert up["walctl_upload_success"] == 1 and gc["walctl_gc_success"] == 1
+
+
+def test_two_wals_share_one_file_without_colliding(cli, tmp_path, new_wal, append_json):
+    prom = tmp_path / "walctl.prom"
+    first, second = new_wal("1MiB"), new_wal("1MiB", None, "--node-id", "7")
+    append_json(first, "a", "b", stream=1)
+    append_json(second, "c", stream=2)
+    store = tmp_path / "store"
+    for dev in (first, second, first):
+        assert cli("upload", dev, "--store", store, "--metrics-file", prom).exit_code == 0
+    a = values(prom, metrics.labels_text({"device": first, "store": store, "node_id": ""}))
+    b = values(prom, metrics.labels_text({"device": second, "store": store, "node_id": "7"}))
+    assert (a["walctl_upload_runs_total"], a["walctl_upload_records_total"]) == (2, 2)
+    assert (b["walctl_upload_runs_total"], b["walctl_upload_records_total"]) == (1, 1)
+
+
+def test_status_exports_fill_trim_lag_and_shutdown(cli, tmp_path, new_wal, append_json):
+    prom = tmp_path / "wal.prom"
+    dev = new_wal("1MiB", None, "--node-id", "3")
+    append_json(dev, "x" * 1000, "y" * 1000)
+    res = cli("status", dev, "--json", "--metrics-file", prom)
+    assert res.exit_code == 0, res
+    out = json.loads(res.stdout)
+    v = values(prom, metrics.labels_text({"device": dev, "node_id": "3"}))
+    assert v["walctl_wal_up"] == 1 and v["walctl_wal_last_shutdown_graceful"] == 1
+    assert v["walctl_wal_used_percent"] == out["used_percent"] > 0
+    assert v["walctl_wal_trim_lag_bytes"] == out["used_bytes"] > 2000
+    assert v["walctl_wal_free_bytes"] == out["free_bytes"] and v["walctl_wal_corrupt_findings"] == 0
+    # a WAL that cannot be read: up 0 under its own labels, the first one kept
+    missing = tmp_path / "gone.img"
+    assert cli("status", missing, "--metrics-file", prom).exit_code == 4
+    assert values(prom, metrics.labels_text({"device": missing, "node_id": ""}))["walctl_wal_up"] == 0
+    assert values(prom, metrics.labels_text({"device": dev, "node_id": "3"})) == v
 
 
 @pytest.mark.parametrize("cmd", ["upload", "compact", "gc"])
@@ -237,9 +308,10 @@ def test_help_names_the_option(cli, cmd):
     assert "--metrics-file" in res.stdout and "textfile" in res.stdout
 
 
-def test_no_temporary_files_after_many_runs(cli, tmp_path):
+def test_no_temporary_files_after_many_runs(cli, tmp_path, wal_with_records):
     prom = tmp_path / "m" / "gc.prom"
     prom.parent.mkdir()
+    assert cli("upload", wal_with_records, "--store", tmp_path / "store").exit_code == 0
     for _ in range(3):
         assert cli("gc", "--store", tmp_path / "store", "--metrics-file", prom).exit_code == 0
     assert os.listdir(prom.parent) == ["gc.prom"]

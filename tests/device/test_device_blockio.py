@@ -269,7 +269,8 @@ def test_open_missing_is_not_found(tmp_path):
     with pytest.raises(NotFoundError) as info:
         open_device(missing, writable=False)
     assert info.value.where == missing
-    assert info.value.line() == f"walctl: error: no such device or file, {missing}"
+    assert info.value.line() == (f"walctl: error: no such device or file, {missing} "
+                                 f"(check the path; DEVICE is the first argument)")
 
 
 def test_open_directory_or_fifo_is_usage_error(tmp_path):

@@ -154,11 +154,11 @@ def test_sigterm_mid_job_rolls_back_reports_and_leaves_nothing(tmp_path, two_sso
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, stderr[-3000:]
+    assert proc.returncode == 143, stderr[-3000:]  # 128 + SIGTERM, like every command (docs/CLI.md)
     (line,) = error_lines(stderr)
     assert line.startswith("walctl: error: interrupted")
     out = json.loads(stdout)
-    assert out["error"]["code"] == 130 and out["interrupted"] is True and out["commit_number"] is None
+    assert out["error"]["code"] == 143 and out["error"]["signal"] == "SIGTERM" and out["interrupted"] is True and out["commit_number"] is None
     assert "walctl_compact_success 0" in metrics.read_text()
     assert wait_empty(lambda: session_processes(proc.pid)) == []  # its JVM and Python workers too
     assert wait_empty(lambda: sorted(p.name for p in tmpdir.iterdir())) == []

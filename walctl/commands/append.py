@@ -23,7 +23,8 @@ class Framing(str, enum.Enum):
 def append_cmd(
     device: DeviceArg,
     data: Annotated[list[str] | None, typer.Argument(
-        metavar="[DATA]...", help="Each argument is appended as one record (UTF-8 payload).")] = None,
+        metavar="[DATA]...", help="Each argument is appended as one record (UTF-8 payload). A lone '-' reads standard "
+                                       "input instead, framed per --framing (as --input -).")] = None,
     stream: StreamOpt = None,
     input_path: Annotated[str | None, typer.Option(
         "--input", "-i", metavar="FILE|-",
@@ -40,7 +41,7 @@ def append_cmd(
     store: Annotated[str | None, typer.Option(
         "--store", envvar="WALCTL_STORE", metavar="URL",
         help="Object store the WAL uploads to: when the stream has no record left in the WAL (uploaded "
-             "and trimmed), its offsets continue from the store's manifest. Env: WALCTL_STORE.")] = None,
+             "and trimmed), its offsets continue from the store's manifest.")] = None,
     endpoint_url: EndpointOpt = None,
     iodepth: Annotated[int, typer.Option(
         "--iodepth", envvar="WALCTL_IODEPTH", min=1, max=256,
@@ -49,11 +50,11 @@ def append_cmd(
         "--iops", envvar="WALCTL_IOPS", metavar="N", min=0.001,
         help="IOPS budget: start at most N block writes per second (a token bucket holding 50 ms of it). "
              "While the budget holds a write, records keep batching into a larger block (up to 256 KiB). "
-             "No effect while the rate stays under it. Env: WALCTL_IOPS. Default: unlimited.")] = None,
+             "No effect while the rate stays under it. Default: unlimited.")] = None,
     bandwidth: Annotated[float | None, typer.Option(
         "--bandwidth", envvar="WALCTL_BANDWIDTH", metavar="MIB/S", min=0.001,
         help="Bandwidth budget: write at most this many MiB (2^20 bytes) per second to the device, "
-             "counting whole 4 KiB-padded blocks. Env: WALCTL_BANDWIDTH. Default: unlimited.")] = None,
+             "counting whole 4 KiB-padded blocks. Default: unlimited.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Append records to the WAL; each offset is printed (and flushed) once it and all before it are durable."""
@@ -69,14 +70,9 @@ def append_cmd(
             bounds.base_offset(base_offset, count=len(data) if data else 1)
     except UsageError as exc:
         raise exc.at(device)
-    previous_sigterm = _terminate_gracefully()
-    try:
-        _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
-                iops, bandwidth)
-    finally:
-        import signal
-
-        signal.signal(signal.SIGTERM, previous_sigterm)
+    # SIGTERM and SIGINT (walctl.cli.command) drain and close: queued records still become durable.
+    _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
+            iops, bandwidth)
 
 
 def _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
@@ -89,6 +85,12 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
     from walctl.wal.ops import open_writer
     from walctl.wal.pacing import Budget
 
+    if data == ["-"] and input_path is None:
+        data, input_path = None, "-"  # `-` is standard input, as everywhere in Unix
+    elif data and "-" in data:
+        raise UsageError("'-' (standard input) must be the only DATA argument",
+                         hint="walctl append DEVICE - < records.txt; a literal dash: --input with a file")
+    _device_comes_first(device, data)
     if data and input_path is not None:
         raise UsageError("give DATA arguments or --input, not both")
     if not data and input_path is None:
@@ -109,7 +111,8 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
         try:
             if json_out:
                 emit_json({"type": "record", "offset": offset, "stream_id": stream_id, "base_offset": base,
-                           "count": count, "payload_bytes": length})
+                           "count": count, "payload_bytes": length,
+                           "wal_offset": offset, "stream_offset": base})  # the two offsets, named apart
             else:
                 sys.stdout.write(f"{offset}\n")
                 sys.stdout.flush()
@@ -161,8 +164,9 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
         _close_after(writer)
         exc.summary = summary()
         raise exc.at(device) if exc.where is None else exc
-    except BaseException:
+    except BaseException as exc:  # SIGTERM/SIGINT: every record taken is made durable first
         _close_after(writer)
+        exc.summary = summary()
         raise
     finally:
         if source is not None and source is not sys.stdin.buffer:
@@ -173,22 +177,25 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
         emit_json(summary())
     else:
         s = summary()
-        warn_line = (f"appended {s['records']} records ({s['payload_bytes']} payload bytes) to stream "
-                     f"{stream_id} in {s['seconds']:.3f} s")
+        from walctl import human
+
+        warn_line = (f"appended {human.plural(s['records'], 'record')} ({human.size(s['payload_bytes'])} payload) "
+                     f"to stream {stream_id} in {human.duration(s['seconds'])}")
         print(warn_line, file=sys.stderr)
 
 
-def _terminate_gracefully():
-    """SIGTERM (systemd, kill) drains and closes like Ctrl-C: queued records still become durable.
+def _device_comes_first(device: str, data) -> None:
+    """``walctl append hello wal.img``: DEVICE is missing and a DATA argument names a WAL: say so."""
+    import os
 
-    Returns the previous handler, which the command puts back when it is done.
-    """
-    import signal
+    from walctl.errors import UsageError
 
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, handler)
+    if os.path.lexists(device) or not data:
+        return
+    for item in data:
+        if os.path.exists(item) and not os.path.isdir(item):
+            raise UsageError(f"DEVICE {device!r} does not exist but DATA {item!r} does",
+                             hint=f"DEVICE comes first: walctl append {item} {device}")
 
 
 def _close_after(writer) -> None:
@@ -210,9 +217,14 @@ def _first_base_offset(opened, stream_id: int, base_offset: int | None, device: 
         return ends[stream_id]
     if store_url is not None:
         # Not in the WAL (uploaded and trimmed, or the WAL is new): the store knows the stream.
-        from walctl.store import manifest, open_store
+        from walctl.store import manifest, open_store, store_exists
 
-        known = manifest.load_latest(open_store(store_url, endpoint_url=endpoint_url))["streams"].get(str(stream_id))
+        # append only reads the store: it never creates it
+        st = open_store(store_url, endpoint_url=endpoint_url, create=False, missing_ok=True)
+        if not store_exists(st):
+            warn(f"{store_url}: the store does not exist yet, so stream {stream_id} starts at offset 0")
+            return 0
+        known = manifest.load_latest(st)["streams"].get(str(stream_id))
         return known["end"] if known else 0
     if opened.header.trim_offset < 0:
         return 0  # nothing was ever trimmed (and no store named): the stream is new

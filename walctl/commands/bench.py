@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, stdout_console, warn
+from walctl.options import Duration, Size
 
 
 class Mode(str, enum.Enum):
@@ -33,20 +34,21 @@ def bench_cmd(
                        "256 KiB, then 1 MiB), 'wal' (records appended through the WAL engine, each "
                        "acknowledged once durable; its IOPS counts blocks written and its MiB/s is "
                        "payload) or 'all' (the three, in that order).")] = Mode.all,
-    block_size: Annotated[str | None, typer.Option(
-        "--block-size", metavar="SIZE",
+    block_size: Annotated[int | None, typer.Option(
+        "--block-size", metavar="SIZE", parser=Size(min=4096, max=64 << 20, multiple_of=4096),
         help="Bytes per write of the iops and bandwidth modes, a multiple of 4096 (default: 4KiB for iops; "
              "256KiB, the WAL's block limit, then 1MiB for bandwidth).")] = None,
     iodepth: Annotated[int, typer.Option(
         "--iodepth", envvar="WALCTL_IODEPTH", min=1, max=256,
         help="Writes in flight at once (queue depth), in every mode; the WAL mode's blocks in flight.")] = 4,
-    record_size: Annotated[str, typer.Option(
-        "--record-size", metavar="SIZE", help="Payload bytes per record in the wal mode.")] = "64KiB",
+    record_size: Annotated[int, typer.Option(
+        "--record-size", metavar="SIZE", parser=Size(min=1, max=64 << 20),
+        help="Payload bytes per record in the wal mode (1 B to 64 MiB).")] = "64KiB",
     rate: Annotated[float | None, typer.Option(
-        "--rate", metavar="IOPS", min=0.001,
+        "--iops", "--rate", metavar="IOPS", min=0.001,
         help="wal mode: the WAL writer's IOPS budget, block writes per second, as 'append --iops' sets it "
              "(AutoMQ's IOPS limit). Records batch into larger blocks while it holds writes. "
-             "Default: unlimited.")] = None,
+             "--rate is the old name. Default: unlimited.")] = None,
     bandwidth: Annotated[float | None, typer.Option(
         "--bandwidth", metavar="MIB/S", min=0.001,
         help="wal mode: the WAL writer's bandwidth budget, MiB (2^20 bytes) per second written to the "
@@ -56,17 +58,18 @@ def bench_cmd(
         help="wal mode: append at most this many records per second (the offered load; default: as fast "
              "as the WAL takes them).")] = None,
     duration: Annotated[float, typer.Option(
-        "--duration", metavar="SECONDS", min=0.001, help="Seconds each mode runs (one block size of bandwidth "
-                                                         "counts as one mode).")] = 10.0,
-    size: Annotated[str | None, typer.Option(
-        "--size", metavar="SIZE",
+        "--duration", metavar="DURATION", parser=Duration(min=0.001, max=7 * 86400),
+        help="How long each mode runs (500ms, 10s, 2m; a bare number is seconds; one block size of "
+             "bandwidth counts as one mode).")] = "10s",
+    size: Annotated[int | None, typer.Option(
+        "--size", metavar="SIZE", parser=Size(min=4096),
         help="Bytes of DEVICE to use, from its start (default: all of it). A DEVICE that does not exist is "
              "created as a file of this size (then removed, unless --keep).")] = None,
     engine: Annotated[Engine, typer.Option(
         "--engine", envvar="WALCTL_IO_ENGINE",
         help="I/O engine of every mode: 'aio' (Linux native AIO on the O_DIRECT+O_DSYNC device), 'threads' "
-             "(a pool of threads, each in a durable pwrite) or 'auto' (aio where it works). "
-             "Env: WALCTL_IO_ENGINE.")] = Engine.auto,
+             "(a pool of threads, each in a durable pwrite) or 'auto' (aio where it works); WALCTL_IO_ENGINE "
+             "sets it for every command.")] = Engine.auto,
     keep: Annotated[bool, typer.Option(
         "--keep", help="Keep the file bench created for DEVICE (it is removed by default).")] = False,
     force: Annotated[bool, typer.Option(

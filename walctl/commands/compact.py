@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import signal
 from typing import Annotated
 
 import typer
 
 from walctl.cli import EndpointOpt, JsonOpt, NamespaceOpt, StoreOpt, app, command, emit_json, stdout_console, warn
 from walctl.metrics import MetricsFileOpt
-
-EXIT_INTERRUPTED = 130  # docs/CLI.md: as a shell reports SIGINT
-
-
-class Interrupted(Exception):
-    """SIGINT or SIGTERM stopped the run: its job was cancelled and rolled back. Not a WalctlError:
-    130 is a signal's status (docs/CLI.md), not an error class."""
-
-    def __init__(self, line: str, summary: dict):
-        super().__init__(line)
-        self.line = line
-        self.summary = summary
-
+from walctl.options import spark_master
 
 def _debug() -> bool:
     from walctl.cli import _state
@@ -29,17 +16,12 @@ def _debug() -> bool:
     return bool(_state.get("debug"))
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-def _interrupted(store: str, result) -> Interrupted:
-    line = (f"walctl: error: interrupted: the Spark job was cancelled, its uploads aborted, nothing committed, "
-            f"{store} (rerun compact; gc removes the prepared ids after their expiry)")
+def _interrupted_summary(store: str, result) -> dict:
+    """The JSON summary of a run that SIGTERM/SIGINT stopped (walctl.cli.command adds the error)."""
     summary = {"store": store, **result.to_json()} if result is not None else {"store": store}
     summary["interrupted"] = True
-    summary["error"] = {"code": EXIT_INTERRUPTED, "message": line.removeprefix("walctl: error: ")}
-    return Interrupted(line, summary)
+    summary["rolled_back"] = "the Spark job was cancelled, its uploads aborted, nothing committed"
+    return summary
 
 
 @app.command("compact")
@@ -47,7 +29,7 @@ def _interrupted(store: str, result) -> Interrupted:
 def compact_cmd(
     store: StoreOpt,
     master: Annotated[str | None, typer.Option(
-        "--master", envvar="WALCTL_SPARK_MASTER",
+        "--master", envvar="WALCTL_SPARK_MASTER", parser=spark_master,
         help="Spark master: local[N], spark://host:7077, yarn, k8s://https://host:443. Default: the one "
              "spark-submit (or PYSPARK_SUBMIT_ARGS) sets, else local[*] (this machine).")] = None,
     memory_limit: Annotated[str, typer.Option(
@@ -96,45 +78,40 @@ def compact_cmd(
     from walctl.spark.compact import compact
     from walctl.store import open_store
 
-    previous_sigterm = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM unwinds like Ctrl-C
+    # SIGTERM and SIGINT raise walctl.cli.Interrupted (a KeyboardInterrupt) here, through
+    # walctl.cli.command: the job is cancelled and rolled back on the way out, then one line, exit 143/130.
     started: list = []
-    try:
-        with MetricsRun(metrics_file, "compact", enabled=not dry_run, on_warning=warn) as metrics:
-            retention: dict[int, int] = {}
-            for item in retention_start or []:
-                stream, _, offset = item.partition("=")
-                if not (stream.isdigit() and offset.isdigit()):
-                    raise UsageError(f"bad --retention-start {item!r}", hint="use STREAM=OFFSET, e.g. 7=1000")
-                retention[int(stream)] = int(offset)
-            st = open_store(store, endpoint_url=endpoint_url)
-            interval_s = parse_duration(interval)
-            try:
-                result = compact(st, store, endpoint_url=endpoint_url, master=master,
-                                 memory_limit=parse_size(memory_limit),
-                                 read_rate_bps=read_rate * (1 << 20) if read_rate else None,
-                                 interval_s=interval_s or None,
-                                 split_size=parse_size(split_size), max_objects=max_objects, retention=retention,
-                                 dry_run=dry_run, namespace=namespace, on_result=started.append,
-                                 spark_log_level="WARN" if _debug() else "OFF")
-            except KeyboardInterrupt:
-                if started and started[0].commit_number is not None:
-                    result = started[0]  # the commit was in flight and landed: the run is complete
-                    warn("interrupted after the commit: the compaction is committed")
-                else:
-                    raise _interrupted(store, started[0] if started else None) from None
-            metrics.summary = out = {"store": store, **result.to_json()}
-            # The tasks' requests happen in executors, with store clients of their own.
-            metrics.record(bytes=out["bytes_written"], read_bytes=out["bytes_read"], objects=len(result.made),
-                           input_objects=0 if result.idle else out["objects_in"],
-                           requests=st.stats.requests + sum(t["gets"] + t["puts"] for t in result.tasks))
-            # (st.stats already counts the driver's multipart creates and completes)
-    except Interrupted as stop:  # the metrics file has recorded the failure on the way out
-        typer.echo(stop.line, err=True)
-        if json_out:
-            emit_json(stop.summary)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous_sigterm)
+    with MetricsRun(metrics_file, "compact", enabled=not dry_run, on_warning=warn,
+                    labels={"store": store} if metrics_file else None) as metrics:
+        retention: dict[int, int] = {}
+        for item in retention_start or []:
+            stream, _, offset = item.partition("=")
+            if not (stream.isdigit() and offset.isdigit()):
+                raise UsageError(f"bad --retention-start {item!r}", hint="use STREAM=OFFSET, e.g. 7=1000")
+            retention[int(stream)] = int(offset)
+        st = open_store(store, endpoint_url=endpoint_url)
+        interval_s = parse_duration(interval)
+        try:
+            result = compact(st, store, endpoint_url=endpoint_url, master=master,
+                             memory_limit=parse_size(memory_limit),
+                             read_rate_bps=read_rate * (1 << 20) if read_rate else None,
+                             interval_s=interval_s or None,
+                             split_size=parse_size(split_size), max_objects=max_objects, retention=retention,
+                             dry_run=dry_run, namespace=namespace, on_result=started.append,
+                             spark_log_level="WARN" if _debug() else "OFF")
+        except KeyboardInterrupt as exc:
+            if started and started[0].commit_number is not None:
+                result = started[0]  # the commit was in flight and landed: the run is complete
+                warn("interrupted after the commit: the compaction is committed")
+            else:
+                exc.summary = _interrupted_summary(store, started[0] if started else None)
+                raise
+        metrics.summary = out = {"store": store, **result.to_json()}
+        # The tasks' requests happen in executors, with store clients of their own.
+        metrics.record(bytes=out["bytes_written"], read_bytes=out["bytes_read"], objects=len(result.made),
+                       input_objects=0 if result.idle else out["objects_in"],
+                       requests=st.stats.requests + sum(t["gets"] + t["puts"] for t in result.tasks))
+        # (st.stats already counts the driver's multipart creates and completes)
     if json_out:
         emit_json(out)
         return

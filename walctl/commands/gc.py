@@ -8,14 +8,15 @@ import typer
 
 from walctl.cli import EndpointOpt, JsonOpt, StoreOpt, app, command, emit_json, stdout_console, warn
 from walctl.metrics import MetricsFileOpt
+from walctl.options import Duration
 
 
 @app.command("gc")
 @command()
 def gc_cmd(
     store: StoreOpt,
-    grace: Annotated[str, typer.Option(
-        "--grace", metavar="DURATION",
+    grace: Annotated[float, typer.Option(
+        "--grace", metavar="DURATION", parser=Duration(min=0),
         help="How long objects replaced by compaction are kept for readers that may still hold them: "
              "90s, 30m, 1h, 2d. Prepared ids (an upload or compaction may still be writing them) expire "
              "by their own TTL, 1 hour after they were reserved.")] = "1h",
@@ -26,13 +27,13 @@ def gc_cmd(
 ) -> None:
     """Garbage-collect the store: orphaned and replaced objects, and manifests beyond the kept history."""
     from walctl.metrics import MetricsRun
-    from walctl.sizes import parse_duration
     from walctl.store import open_store
     from walctl.store.gc import gc
 
-    with MetricsRun(metrics_file, "gc", enabled=not dry_run, on_warning=warn) as metrics:
-        st = open_store(store, endpoint_url=endpoint_url)
-        result = gc(st, grace_s=parse_duration(grace), dry_run=dry_run)
+    with MetricsRun(metrics_file, "gc", enabled=not dry_run, on_warning=warn,
+                    labels={"store": store} if metrics_file else None) as metrics:
+        st = open_store(store, endpoint_url=endpoint_url, create=False)
+        result = gc(st, grace_s=grace, dry_run=dry_run)
         metrics.summary = out = {"store": store, **result.to_json()}
         metrics.record(objects=len(result.deleted_objects), manifests=len(result.deleted_manifests),
                        requests=st.stats.requests)
@@ -41,8 +42,11 @@ def gc_cmd(
         return
     verb = "would delete" if dry_run else "deleted"
     console = stdout_console()
-    console.print(f"{verb} {len(result.deleted_objects)} objects, {len(result.deleted_manifests)} old manifests; "
-                  f"forgot {len(result.forgotten_prepared)} prepared and {len(result.forgotten_deleting)} "
-                  f"replaced object ids")
+    from walctl.human import plural
+
+    console.print(f"{verb} {plural(len(result.deleted_objects), 'object')}, "
+                  f"{plural(len(result.deleted_manifests), 'old manifest')}; forgot "
+                  f"{plural(len(result.forgotten_prepared), 'prepared object id')} and "
+                  f"{plural(len(result.forgotten_deleting), 'replaced object id')}", markup=False)
     for key in result.deleted_objects:
         console.print(f"  {key}", markup=False)

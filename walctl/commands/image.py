@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, stdout_console, warn
+from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, progress_bar, stdout_console, warn
 
 
 @app.command("image")
@@ -31,18 +31,17 @@ def image_cmd(
     """
     from walctl.wal.image import image_device
 
-    result = image_device(device, file, whole_device=whole_device, force=force)
+    with progress_bar(None, f"imaging {device}", json_out=json_out) as progress:
+        result = image_device(device, file, whole_device=whole_device, force=force, progress=progress)
     for message in result.warnings:
         warn(message)
     if json_out:
         emit_json(result.to_json())
         return
-    from rich.table import Table
+    from walctl import human
 
-    table = Table(title=f"image of {device}", show_header=False, title_justify="left")
-    for key, value in result.to_json().items():
-        if key != "sha256":  # printed whole below, in sha256sum's format
-            table.add_row(key, "-" if value is None else str(value))
+    # sha256 is printed whole below, in sha256sum's format
+    table = human.kv_table(human.json_rows(result.to_json(), skip=("sha256",)), f"image of {device}")
     console = stdout_console()
     console.print(table)
     console.print(f"{result.sha256}  {file}", markup=False)

@@ -6,15 +6,16 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, stdout_console, warn
+from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, progress_bar, stdout_console, warn
+from walctl.options import Size
 
 
 @app.command("init")
 @command()
 def init_cmd(
     device: DeviceArg,
-    capacity: Annotated[str | None, typer.Option(
-        "--capacity", envvar="WALCTL_CAPACITY", metavar="SIZE",
+    capacity: Annotated[int | None, typer.Option(
+        "--capacity", envvar="WALCTL_CAPACITY", metavar="SIZE", parser=Size(min=1),
         help="Bytes of the device the WAL uses, headers included (4096, 64MiB, 2GiB, 1GB; aligned down "
              "to 4 KiB). Required when DEVICE does not exist (it is created as a file of this size); "
              "default: the whole device.")] = None,
@@ -39,7 +40,7 @@ def init_cmd(
     except UsageError as exc:
         raise exc.at(device)
     size = parse_size(capacity) if capacity is not None else None
-    with _Progress(size) as progress:
+    with progress_bar(size, "writing the record area", json_out=json_out) as progress:
         result = init_wal(device, size, node_id=node_id, force=force, progress=progress, prewrite=not no_prewrite)
     for message in result.warnings:
         warn(message)
@@ -53,42 +54,13 @@ def init_cmd(
 
 
 def render_header(header, title: str) -> None:
-    from rich.table import Table
+    from walctl import human
 
-    from walctl.sizes import format_size
-
-    table = Table(title=title, show_header=False, title_justify="left")
-    for key, value in header.to_json().items():
-        if key.endswith("_bytes") and isinstance(value, int):
-            value = f"{value} ({format_size(value)})"
-        table.add_row(key, str(value))
-    stdout_console().print(table)
-
-
-class _Progress:
-    """A rich progress bar on stderr while the record area is written, only on a terminal."""
-
-    def __init__(self, total: int | None):
-        import sys
-
-        self.bar = None
-        if total and sys.stderr.isatty():
-            from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-
-            from walctl.cli import stderr_console
-
-            self.bar = Progress("writing the record area", BarColumn(), DownloadColumn(binary_units=True),
-                                TransferSpeedColumn(), console=stderr_console(), transient=True)
-            self.task = self.bar.add_task("init", total=total)
-
-    def __enter__(self):
-        if self.bar is not None:
-            self.bar.start()
-        return self.update if self.bar is not None else None
-
-    def update(self, done: int) -> None:
-        self.bar.update(self.task, completed=done)
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+    fields = header.to_json()
+    rows = human.json_rows(fields, skip=("trim_offset", "next_offset", "node_id", "epoch"))
+    rows.insert(3, ("trim point", "- (never trimmed)" if fields["trim_offset"] < 0
+                    else f"WAL offset {fields['trim_offset']}"))
+    rows.append(("next WAL offset", human.value("next_offset", fields.get("next_offset"))))
+    rows.append(("node id", human.NONE if fields["node_id"] == -1 else str(fields["node_id"])))
+    rows.append(("epoch", human.NONE if fields["epoch"] == -1 else str(fields["epoch"])))
+    stdout_console().print(human.kv_table(rows, title))

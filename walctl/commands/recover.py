@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import DeviceArg, JsonOpt, StreamOpt, app, command, emit_json, warn
+from walctl.cli import DeviceArg, JsonOpt, StreamOpt, app, command, emit_json, progress_bar, warn
 
 
 class Payload(str, enum.Enum):
@@ -63,7 +63,11 @@ def recover_cmd(
     and what to do ("sealed_hole" and "stream_gap" lines with --json).
     """
     from walctl.errors import CorruptionError
+    from walctl.failpoints import failpoint
+    from walctl.options import check_order
     from walctl.wal import reader
+
+    check_order(from_offset, to_offset, "--from", "--to")
     from walctl.wal.ops import header_slot_findings, open_reader
 
     _refuse_short_file(device)
@@ -92,27 +96,43 @@ def recover_cmd(
         # A live writer may add blocks while we read: then the probe beyond the window would
         # mistake them for mid-log damage, so it only runs when no writer holds the device.
         events = reader.scan(session.dev, header, result=result, probe=session.writer_pid is None)
-        for event in events:
-            if isinstance(event, reader.Finding):
-                show(event)
-                continue
-            if from_offset is not None and event.offset < from_offset:
-                continue
-            if to_offset is not None and event.offset >= to_offset:
-                continue
-            if stream is not None and (event.batch is None or event.batch.stream_id != stream):
-                continue
-            if limit is not None and shown >= limit:
-                result.complete = False
-                break
-            shown += 1
-            if stats:
-                key = event.batch.stream_id if event.batch else -1
-                counts = per_stream.setdefault(key, [0, 0])
-                counts[0] += 1
-                counts[1] += len(event.batch.payload) if event.batch else len(event.body)
-            else:
-                out.record(event)
+        start = max(header.trim_offset, 0)
+        end = getattr(header, "next_offset", None)
+        bar = progress_bar(end - start if end and end > start else None, "scanning the WAL", json_out=json_out,
+                           streaming=True)
+        progress = bar.__enter__()
+        try:
+            for event in events:
+                failpoint("recover-scan")
+                if progress is not None:
+                    progress(max(event.offset - start, 0))
+                if isinstance(event, reader.Finding):
+                    show(event)
+                    continue
+                if from_offset is not None and event.offset < from_offset:
+                    continue
+                if to_offset is not None and event.offset >= to_offset:
+                    continue
+                if stream is not None and (event.batch is None or event.batch.stream_id != stream):
+                    continue
+                if limit is not None and shown >= limit:
+                    result.complete = False
+                    break
+                shown += 1
+                if stats:
+                    key = event.batch.stream_id if event.batch else -1
+                    counts = per_stream.setdefault(key, [0, 0])
+                    counts[0] += 1
+                    counts[1] += len(event.batch.payload) if event.batch else len(event.body)
+                else:
+                    out.record(event)
+        except KeyboardInterrupt as exc:  # SIGTERM/SIGINT: the NDJSON still ends with its summary
+            result.complete = False
+            exc.summary = {**result.to_json(), "type": "summary", "records_shown": shown, "device": device,
+                           "flavour": header.flavour}
+            raise
+        finally:
+            bar.__exit__(None, None, None)
         unexplained = _explain_gaps(out, result)
         summary = result.to_json()
         summary["sealed_holes"] = len(result.sealed_holes)
@@ -194,18 +214,20 @@ class _Printer:
                    "stream_id": batch.stream_id if batch else None,
                    "base_offset": batch.base_offset if batch else None,
                    "count": batch.count if batch else None,
-                   "payload_bytes": len(data)}
+                   "payload_bytes": len(data),
+                   # the same two offsets, named apart: bytes in the WAL vs the stream's record number
+                   "wal_offset": entry.offset, "stream_offset": batch.base_offset if batch else None}
             text = encode_payload(data, self.payload)
             if text is not None:
                 obj["payload"] = text
             emit_json(obj)
             return
         if not self._header_done:
-            self._line(f"{'OFFSET':>14} {'STREAM':>8} {'BASE':>12} {'COUNT':>6} {'BYTES':>8}"
+            self._line(f"{'WAL OFFSET':>14} {'STREAM':>8} {'STREAM OFFSET':>13} {'COUNT':>6} {'BYTES':>8}"
                        + ("  PAYLOAD" if self.payload is not Payload.none else ""))
             self._header_done = True
         line = (f"{entry.offset:>14} {batch.stream_id if batch else '-':>8} "
-                f"{batch.base_offset if batch else '-':>12} {batch.count if batch else '-':>6} {len(data):>8}")
+                f"{batch.base_offset if batch else '-':>13} {batch.count if batch else '-':>6} {len(data):>8}")
         text = encode_payload(data, self.payload)
         if text is not None:
             line += "  " + text
@@ -222,7 +244,7 @@ class _Printer:
             emit_json(finding.to_json())
             return
         j = finding.to_json()
-        where = (f"offset {j['offset']} (physical {j['physical_offset']}, lap {j['lap']}, "
+        where = (f"WAL offset {j['offset']} (physical {j['physical_offset']}, lap {j['lap']}, "
                  f"mod 4096 = {j['offset_mod_4096']})" if j["offset"] is not None
                  else f"physical {j['physical_offset']}")
         extra = ""
@@ -252,20 +274,29 @@ class _Printer:
         from rich.table import Table
 
         table = Table(title="streams", title_justify="left")
-        for col in ("stream", "records", "payload bytes"):
+        from walctl.human import size as human_size
+
+        for col in ("stream", "records", "payload"):
             table.add_column(col, justify="right")
         for sid, (count, size) in sorted(per_stream.items()):
-            table.add_row(str(sid) if sid >= 0 else "-", str(count), str(size))
+            table.add_row(str(sid) if sid >= 0 else "-", f"{count:,}", human_size(size))
         self.console.print(table)
 
     def summary(self, summary: dict) -> None:
         if self.json_out:
             emit_json(summary)
             return
-        from rich.table import Table
+        from walctl import human
 
-        table = Table(title="summary", show_header=False, title_justify="left")
+        rows = []
         for key, value in summary.items():
-            if key != "type":
-                table.add_row(key, str(value))
-        self.console.print(table)
+            if key == "type":
+                continue
+            name = human.label(key)
+            if key in ("trim_offset", "start_offset", "end_offset"):
+                name = name.replace(" offset", "") + " (WAL offset)"
+                value = human.NONE if value is None or value < 0 else str(value)
+            else:
+                value = human.value(key, value)
+            rows.append((name, value))
+        self.console.print(human.kv_table(rows, "summary"))

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import typer
+
 from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, stdout_console, warn
 
 
 @app.command("status")
 @command()
-def status_cmd(device: DeviceArg, json_out: JsonOpt = False) -> None:
+def status_cmd(
+    device: DeviceArg,
+    metrics_file: Annotated[str | None, typer.Option(
+        "--metrics-file", metavar="PATH",
+        help="Also write the WAL's state as Prometheus gauges for node_exporter's textfile collector "
+             "(name it *.prom), labelled device and node_id: used_percent, free_bytes, trim_lag_bytes "
+             "(bytes not yet uploaded and trimmed), last_shutdown_graceful, corrupt_findings, up. Other "
+             "WALs' and jobs' samples in the file are kept; replaced atomically. Run it from cron to "
+             "alert before the WAL is full (exit 7).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
     """Show a WAL's state: both header slots (and which is current), capacity, trim point, end of log,
     used and free bytes, the last writer's shutdown type, the sliding window and the lock holder.
 
@@ -20,10 +34,24 @@ def status_cmd(device: DeviceArg, json_out: JsonOpt = False) -> None:
     from walctl.errors import CorruptionError
     from walctl.status import wal_status
 
-    result = wal_status(device)
+    from walctl import metrics
+    from walctl.errors import WalctlError
+
+    if metrics_file is not None:
+        metrics.check_path(metrics_file)
+    try:
+        result = wal_status(device)
+    except WalctlError:
+        if metrics_file is not None:  # the WAL is unreadable: say so to the alerting too
+            metrics.write_wal_status(metrics_file, None, device=device, node_id="")
+        raise
     for message in result.warnings:
         warn(message)
     out = result.to_json()
+    if metrics_file is not None:
+        node = out["node_id"]
+        metrics.write_wal_status(metrics_file, out, device=device,
+                                 node_id="" if node is None or node < 0 else str(node))
     if not json_out:
         _render(out)
     corrupt = result.corrupt
@@ -42,10 +70,10 @@ def _render(out: dict) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from walctl.sizes import format_size
+    from walctl import human
 
     def size(value) -> str:
-        return "unknown" if value is None else f"{value} ({format_size(value)})"
+        return "unknown" if value is None else human.size(value, exact=True)
 
     def pct(value) -> str:
         return "" if value is None else f", {value:.2f}%"
@@ -64,20 +92,20 @@ def _render(out: dict) -> None:
         if slot["valid"]:
             h = slot["header"]
             following = "" if h["next_offset"] is None else f", next {h['next_offset']}"  # AutoMQ: no nextOffset
-            text = (f"valid{mark}: written {slot['last_write_timestamp_ns']} ns, trim {h['trim_offset']}"
-                    f"{following}, {h['shutdown_type']}")
+            text = (f"valid{mark}: written {human.iso_ns(slot['last_write_timestamp_ns'])}, trim "
+                    f"{h['trim_offset'] if h['trim_offset'] >= 0 else human.NONE}{following}, {h['shutdown_type']}")
         else:
             text = f"INVALID: {slot.get('error', '')}"
         row(f"header slot {slot['slot']}", text)
     row("capacity", size(out["capacity_bytes"]))
     row("ring", size(out["ring_bytes"]))
-    row("trim point", str(out["trim_offset"]) + (" (never trimmed)" if out["trim_offset"] < 0 else ""))
-    row("end of log", "unknown" if out["end_offset"] is None else str(out["end_offset"]))
+    row("trim point", "- (never trimmed)" if out["trim_offset"] < 0 else f"WAL offset {out['trim_offset']}")
+    row("end of log", "unknown" if out["end_offset"] is None else f"WAL offset {out['end_offset']}")
     row("used", size(out["used_bytes"]) + pct(out["used_percent"]))
     row("free", size(out["free_bytes"]) + pct(out["free_percent"]))
     if out["records"] is not None:
-        row("live records", f"{out['records']} in {out['streams']} streams, "
-                                      f"{format_size(out['payload_bytes'])} payload")
+        row("live records", f"{human.plural(out['records'], 'record')} in {human.plural(out['streams'], 'stream')}, "
+                            f"{human.size(out['payload_bytes'])} payload")
         row("findings", f"{out['findings']} ({out['corrupt_findings']} not explained by a crash)")
     for hole in out.get("sealed_holes") or []:
         cost = ", ".join(f"stream {c['stream_id']} offsets {c['from']}..{c['to']}" for c in hole["streams"])
@@ -89,7 +117,7 @@ def _render(out: dict) -> None:
                   (" (the last writer did not close cleanly, or is still running)"
                    if out["shutdown_type"] == "ungraceful" else ""))
     row("sliding window", size(out["sliding_window_max_length_bytes"]))
-    row("node id", str(out["node_id"]))
+    row("node id", human.NONE if out["node_id"] in (None, -1) else str(out["node_id"]))
     holder = out["lock_holder_pid"]
     row("lock holder", "none" if holder is None else
                   f"pid {holder}" + (f" ({out['lock_holder_command']})" if out["lock_holder_command"] else ""))

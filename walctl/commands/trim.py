@@ -39,5 +39,8 @@ def trim_cmd(
     if json_out:
         emit_json(out)
     else:
-        stdout_console().print(f"trimmed {device} to offset {result.trim_offset}: "
-                               f"{result.records_deleted} records deleted, {result.records_left} left")
+        from walctl.human import plural
+
+        stdout_console().print(f"trimmed {device} to WAL offset {result.trim_offset}: "
+                               f"{plural(result.records_deleted, 'record')} deleted, {result.records_left} left",
+                               markup=False)

@@ -7,8 +7,9 @@ from typing import Annotated
 import typer
 
 from walctl.cli import (DeviceArg, EndpointOpt, JsonOpt, NamespaceOpt, StoreOpt, app, command, emit_json,
-                        stdout_console, warn)
+                        progress_bar, stdout_console, warn)
 from walctl.metrics import MetricsFileOpt
+from walctl.options import Size
 
 
 @app.command("upload")
@@ -17,12 +18,13 @@ def upload_cmd(
     device: DeviceArg,
     store: StoreOpt,
     namespace: NamespaceOpt = "default",
-    block_size: Annotated[str, typer.Option(
-        "--block-size", metavar="SIZE", help="Payload per DataBlock before a new block starts (bytes or 1MiB ...).")] = "1MiB",
-    split_size: Annotated[str, typer.Option(
-        "--split-size", metavar="SIZE",
+    block_size: Annotated[int, typer.Option(
+        "--block-size", metavar="SIZE", parser=Size(min=1, max=1 << 30),
+        help="Payload per DataBlock before a new block starts (bytes or 1MiB ...; 1 B to 1 GiB).")] = "1MiB",
+    split_size: Annotated[int, typer.Option(
+        "--split-size", metavar="SIZE", parser=Size(min=1, max=5 << 40),
         help="A stream with at least this much data gets its own Stream Object; smaller streams share one "
-             "Stream Set Object (bytes or 16MiB ...).")] = "16MiB",
+             "Stream Set Object (bytes or 16MiB ...; 1 B to 5 TiB).")] = "16MiB",
     no_trim: Annotated[bool, typer.Option("--no-trim", help="Do not trim the WAL after the commit.")] = False,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the objects that would be made; write nothing anywhere.")] = False,
@@ -49,19 +51,26 @@ def upload_cmd(
     from walctl.errors import CorruptionError, UsageError
     from walctl.metrics import MetricsRun
     from walctl.sizes import format_size, parse_size
-    from walctl.store import open_store
+    from walctl.store import open_store, store_exists
     from walctl.store.upload import upload
 
-    with MetricsRun(metrics_file, "upload", enabled=not dry_run, on_warning=warn) as metrics:
-        st = open_store(store, endpoint_url=endpoint_url)
+    labels = {"device": device, "store": store, "node_id": _node_id(device)} if metrics_file else None
+    with MetricsRun(metrics_file, "upload", enabled=not dry_run, on_warning=warn, labels=labels) as metrics:
         try:
             accepted = [bounds.stream_gap(spec) for spec in accept_gap or []]
         except UsageError as exc:
             raise exc.at(device)
-        result = upload(device, st, namespace=namespace, block_size=parse_size(block_size),
-                        split_size=parse_size(split_size), trim=not no_trim, dry_run=dry_run,
-                        accept_gaps=accepted)
-        metrics.summary = out = {"device": device, "store": store, **result.to_json()}
+        # A dry run creates nothing: a store not made yet is planned against as empty.
+        st = open_store(store, endpoint_url=endpoint_url, create=not dry_run, missing_ok=dry_run)
+        if not store_exists(st):
+            warn(f"{store}: the store does not exist yet; a real upload creates it")
+        with progress_bar(None, "uploading", json_out=json_out or dry_run) as progress:
+            result = upload(device, st, namespace=namespace, block_size=parse_size(block_size),
+                            split_size=parse_size(split_size), trim=not no_trim, dry_run=dry_run,
+                            accept_gaps=accepted, progress=progress)
+        metrics.summary = out = {"device": device, "store": store, **result.to_json(),
+                                 # the same offsets, named apart from the objects' stream offsets
+                                 "last_wal_offset": result.last_offset, "trimmed_to_wal_offset": result.trimmed_to}
         metrics.record(bytes=sum(o["size_bytes"] or 0 for o in result.objects), payload_bytes=result.payload_bytes,
                        objects=len(result.objects), records=result.records, requests=st.stats.requests)
     for message in result.warnings:
@@ -80,23 +89,28 @@ def upload_cmd(
         emit_json(out)
         return
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=("would upload" if dry_run else "uploaded") + f" {result.records} records "
-                  f"({format_size(result.payload_bytes)} payload) from {device}", title_justify="left")
-    for col in ("id", "key", "kind", "size", "streams"):
+    from walctl import human
+
+    table = Table(title=Text(("would upload" if dry_run else "uploaded") + f" {human.plural(result.records, 'record')} "
+                  f"({format_size(result.payload_bytes)} payload) from {device}"), title_justify="left")
+    for col in ("id", "key", "kind", "size", "stream offsets [start, end)"):
         table.add_column(col)
     for obj in result.objects:
-        streams = ", ".join(f"{r['stream_id']}:[{r['start']},{r['end']})" for r in obj["streams"])
-        table.add_row(str(obj["id"] or "-"), obj["key"] or "-", obj["kind"],
-                      format_size(obj["size_bytes"]) if obj["size_bytes"] else format_size(obj["data_bytes"]), streams)
+        streams = ", ".join(f"stream {r['stream_id']} [{r['start']}, {r['end']})" for r in obj["streams"])
+        table.add_row(str(obj["id"]) if obj["id"] is not None else human.NONE, obj["key"] or human.NONE, obj["kind"],
+                      format_size(obj["size_bytes"]) if obj["size_bytes"] else format_size(obj["data_bytes"]),
+                      Text(streams))
     console = stdout_console()
     console.print(table)
-    console.print(f"skipped (already uploaded): {result.skipped_records}; commit: {result.commit_number}; "
-                  f"trimmed to: {result.trimmed_to}")
+    console.print(f"skipped (already uploaded): {human.plural(result.skipped_records, 'record')}; commit: "
+                  f"{human.value('commit', result.commit_number)}; WAL trimmed to: "
+                  f"{human.value('trimmed_to', result.trimmed_to)}", markup=False)
     for gap in result.gaps:
         why = ("lost in a crash" + (" (sealed hole)" if gap["sealed"] else "") if gap["cause"] == "crash"
                else "accepted with --accept-gap")
         console.print(f"gap kept: stream {gap['stream_id']} offsets {gap['from']}..{gap['to']}: {why}; "
-                      f"{'would be recorded' if dry_run else 'recorded'} in the manifest")
+                      f"{'would be recorded' if dry_run else 'recorded'} in the manifest", markup=False)
     if failure is not None:
         raise failure

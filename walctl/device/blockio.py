@@ -852,7 +852,8 @@ def open_write_queue(dev: Device, depth: int, engine: str | None = None, *, reap
 def _open_error(exc: OSError, path: str) -> Exception:
     """Translate an OSError from stat/open into walctl's hierarchy."""
     if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ENXIO, errno.ENODEV):
-        return NotFoundError("no such device or file", where=path)
+        return NotFoundError("no such device or file", where=path,
+                             hint="check the path; DEVICE is the first argument")
     if exc.errno in (errno.EACCES, errno.EPERM):
         return _io_failure("cannot open", where=path, exc=exc, hint="permission denied")
     if exc.errno == errno.EROFS:
@@ -893,7 +894,8 @@ def open_device(path: str, *, writable: bool, allow_buffered: bool = True) -> De
         raise _open_error(exc, path) from exc
     is_block = stat.S_ISBLK(st.st_mode)
     if stat.S_ISDIR(st.st_mode):
-        raise UsageError("is a directory, not a device or file", where=path)
+        raise UsageError("is a directory, not a device or file", where=path,
+                         hint="name a block device or a WAL file")
     if not is_block and not stat.S_ISREG(st.st_mode):
         raise UsageError("not a block device or regular file", where=path)
 

@@ -200,6 +200,62 @@ def _read_head(path: str) -> bytes:
     return b"".join(chunks)
 
 
+# Filesystems that live in memory: a WAL file there is lost on reboot or power loss.
+MEMORY_FILESYSTEMS = ("tmpfs", "ramfs", "devtmpfs")
+
+
+def _unescape_mount(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def filesystem_of(path: str, mounts_text: str) -> str | None:
+    """The type of the filesystem ``path`` (an existing directory) is on: the longest mount point
+    of the mount table that contains it."""
+    real = os.path.realpath(path)
+    best, best_type = "", None
+    for line in mounts_text.splitlines():
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        mount_point = _unescape_mount(parts[1])
+        inside = real == mount_point or real.startswith(mount_point.rstrip("/") + "/")
+        if inside and len(mount_point) >= len(best):
+            best, best_type = mount_point, parts[2]
+    return best_type
+
+
+def check_safe_to_create(path: str, *, force: bool, mounts_path: str = "/proc/self/mounts") -> list[str]:
+    """Decide whether a new WAL file may be created at ``path`` (which does not exist).
+
+    A path under /dev names a device that is not there (a typo, or a disk this machine lacks):
+    a file created there lives in RAM (devtmpfs), so it is always refused. Any other memory
+    filesystem (tmpfs, ramfs) is refused unless ``force``: appends there are not durable.
+
+    Returns:
+        Warnings for the CLI to print (a memory filesystem accepted with force).
+    Raises:
+        NotFoundError: the path is under /dev.
+        RefusedError: on tmpfs/ramfs without ``force``.
+    """
+    real = os.path.realpath(path)
+    parent = os.path.dirname(real) or "."
+    try:
+        with open(mounts_path, encoding="utf-8", errors="surrogateescape") as f:
+            fstype = filesystem_of(parent, f.read())
+    except OSError:
+        fstype = None  # no mount table (not Linux): only the /dev rule applies
+    if (real == "/dev" or real.startswith("/dev/")) and fstype in (None, "devtmpfs"):
+        raise NotFoundError("no such device", where=path,
+                            hint="walctl never creates a file under /dev, which lives in RAM; check the "
+                                 "device name with lsblk, or give a path on a disk")
+    if fstype in MEMORY_FILESYSTEMS:
+        if not force:
+            raise RefusedError(f"{fstype} is memory, not a disk: a WAL there loses every record on reboot",
+                               where=path, hint="give a path on a disk, or --force for a throwaway WAL")
+        return [f"{path}: creating a WAL on {fstype} (--force): its records do not survive a reboot"]
+    return []
+
+
 def check_safe_to_overwrite(path: str, *, force: bool, mounts_path: str = "/proc/self/mounts",
                             sys_root: str = "/sys", read_head: bytes | None = None) -> list[str]:
     """Decide whether ``path`` may be overwritten; return warnings or raise.
@@ -222,7 +278,8 @@ def check_safe_to_overwrite(path: str, *, force: bool, mounts_path: str = "/proc
     try:
         st = os.stat(path)
     except FileNotFoundError as exc:
-        raise NotFoundError("no such device or file", where=path) from exc
+        raise NotFoundError("no such device or file", where=path,
+                            hint="check the path; DEVICE is the first argument") from exc
     except OSError as exc:
         err = IOFailure(f"cannot stat: {exc.strerror}", where=path)
         err.errno = exc.errno
@@ -245,8 +302,12 @@ def check_safe_to_overwrite(path: str, *, force: bool, mounts_path: str = "/proc
         if held_by:
             raise RefusedError(f"device is in use by {', '.join(held_by)}", where=path,
                                hint="it has partitions or dm/md/bcache devices on top; remove them first")
+    elif stat.S_ISDIR(st.st_mode):
+        raise UsageError("is a directory, not a device or file", where=path,
+                         hint="name a block device or a WAL file")
     elif not stat.S_ISREG(st.st_mode):
-        raise UsageError("not a block device or regular file", where=path)
+        raise UsageError("not a block device or regular file", where=path,
+                         hint="name a block device or a WAL file")
 
     head = read_head if read_head is not None else _read_head(path)
     signature = detect_signature(head)

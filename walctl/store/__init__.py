@@ -10,7 +10,7 @@ import os
 import re
 from urllib.parse import unquote, urlsplit
 
-from walctl.errors import UsageError
+from walctl.errors import NotFoundError, UsageError
 from walctl.store.base import (
     MIN_PART_BYTES,
     MULTIPART_THRESHOLD_BYTES,
@@ -25,23 +25,52 @@ from walctl.store.local import LocalStore
 from walctl.store.s3 import S3Store
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+# Something that looks like the start of a URL but is not a well-formed one: "s3:/bucket",
+# "s3:bucket", "S3//bucket", "file:/dir", "gs:bucket". Taken as a directory, it would silently
+# become a local store named "s3:" (issue 16); a directory really named so is "./s3:bucket".
+_SCHEME_LIKE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):|^(s3|file)/+", re.IGNORECASE)
+KNOWN_SCHEMES = ("s3", "file")
+URL_HINT = "use s3://bucket/prefix, file:///absolute/dir or a directory path"
 
 
-def open_store(url: str, *, endpoint_url: str | None = None) -> Store:
+def check_url(url: str) -> None:
+    """Refuse (exit 2) an empty store URL or one with a mistyped or unknown scheme."""
+    if not isinstance(url, str) or not url.strip():
+        raise UsageError("empty store URL", hint=URL_HINT)
+    match = _SCHEME.match(url)
+    if match is not None:
+        if match.group(1).lower() not in KNOWN_SCHEMES:
+            raise UsageError(f"unsupported store URL scheme {match.group(1).lower()!r}", where=url, hint=URL_HINT)
+        return
+    typo = _SCHEME_LIKE.match(url)
+    if typo is not None:
+        scheme = (typo.group(1) or typo.group(2)).lower()
+        known = scheme in KNOWN_SCHEMES
+        what = (f"malformed store URL: {scheme!r} needs '{scheme}://'" if known
+                else f"unsupported store URL scheme {scheme!r}")
+        fix = f"use {scheme}://..." if known else URL_HINT
+        raise UsageError(what, where=url, hint=f"{fix}; a local directory with ':' in its name: ./{url}")
+
+
+def open_store(url: str, *, endpoint_url: str | None = None, create: bool = True,
+               missing_ok: bool = False) -> Store:
     """Open the store a URL names.
 
     ``s3://bucket[/prefix]`` is an S3Store (``endpoint_url`` for MinIO, Ceph,
     moto...); ``file:///abs/dir`` or a plain path is a LocalStore, created if
-    missing. ``endpoint_url`` is ignored for a local store.
+    missing when ``create`` (commands that only read pass False: they never create
+    anything); with ``missing_ok`` too, a missing directory is an empty store, not
+    created (``store_exists`` tells). ``endpoint_url`` is ignored for a local store.
 
     Raises:
-        UsageError: an empty URL, another scheme, or a malformed bucket/prefix/path.
+        UsageError: an empty URL, an unknown or mistyped scheme (``s3:/b``), or a
+            malformed bucket/prefix/path.
+        NotFoundError: a local store directory is missing and ``create`` is False.
     """
-    if not isinstance(url, str) or not url.strip():
-        raise UsageError("empty store URL", hint="use s3://bucket/prefix or a directory")
+    check_url(url)
     match = _SCHEME.match(url)
     if match is None:
-        return LocalStore(url)
+        return _local(url, create, missing_ok)
     scheme = match.group(1).lower()
     if scheme == "s3":
         rest = url[match.end():]
@@ -59,9 +88,21 @@ def open_store(url: str, *, endpoint_url: str | None = None) -> Store:
         if not path.startswith("/"):
             raise UsageError("file URL needs an absolute path", where=url,
                              hint="use file:///absolute/dir")
-        return LocalStore(os.path.normpath(path))
-    raise UsageError(f"unsupported store URL scheme {scheme!r}", where=url,
-                     hint="use s3://bucket/prefix, file:///dir or a directory path")
+        return _local(os.path.normpath(path), create, missing_ok)
+    raise UsageError(f"unsupported store URL scheme {scheme!r}", where=url, hint=URL_HINT)
+
+
+def store_exists(store: Store) -> bool:
+    """False only for a local store whose directory is missing (opened with ``missing_ok``)."""
+    return not isinstance(store, LocalStore) or os.path.isdir(store.root)
+
+
+def _local(path: str, create: bool, missing_ok: bool = False) -> LocalStore:
+    try:
+        return LocalStore(path, create=create, missing_ok=missing_ok)
+    except NotFoundError as exc:
+        exc.hint = exc.hint or "check --store; a store is created by the first 'walctl upload'"
+        raise
 
 
 __all__ = [
@@ -75,5 +116,7 @@ __all__ = [
     "Store",
     "check_key",
     "check_prefix",
+    "check_url",
     "open_store",
+    "store_exists",
 ]

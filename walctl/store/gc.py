@@ -61,7 +61,7 @@ def gc(store, *, grace_s: float = DEFAULT_GRACE_S, dry_run: bool = False, now: f
     def expired_deleting(m: dict) -> list[dict]:
         return [d for d in m["deleting"] if now - d["marked_at"] >= grace_s]
 
-    doc = mf.load_latest(store)
+    doc = mf.load_latest(store, required=True)  # no manifest: not a walctl store, delete nothing
     if expired_prepared(doc) or expired_deleting(doc):
         if dry_run:
             result.forgotten_prepared = [p["id"] for p in expired_prepared(doc)]
@@ -78,6 +78,7 @@ def gc(store, *, grace_s: float = DEFAULT_GRACE_S, dry_run: bool = False, now: f
             result.commit_number = committed.number
             doc = committed.manifest
             failpoint("gc-after-commit")  # a rerun deletes what this run would have
+    failpoint("gc-before-delete")
     referenced = mf.referenced_ids(doc)
     if dry_run:
         referenced -= set(result.forgotten_prepared) | set(result.forgotten_deleting)

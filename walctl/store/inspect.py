@@ -46,7 +46,7 @@ def _resolve(target: str, store_url: str | None, endpoint_url: str | None):
                 "no such file" if not target.isdigit() else "an object id needs --store", where=target)
         path = os.path.abspath(target)
         return open_store(os.path.dirname(path)), os.path.basename(path)
-    store = open_store(store_url, endpoint_url=endpoint_url)
+    store = open_store(store_url, endpoint_url=endpoint_url, create=False)  # a reader never creates a store
     if target.isdigit():
         doc = mf.load_latest(store)
         object_id = int(target)

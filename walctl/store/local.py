@@ -60,8 +60,11 @@ def _write_all(fd: int, data: bytes) -> None:
 class LocalStore:
     """A store rooted at a directory; keys map to files below it."""
 
-    def __init__(self, root: str | os.PathLike, *, create: bool = True):
+    def __init__(self, root: str | os.PathLike, *, create: bool = True, missing_ok: bool = False):
         """Open (and with ``create``, make) the store at ``root``.
+
+        ``missing_ok`` (with ``create`` False): a missing ``root`` is an empty store that
+        lists nothing and is not created (a dry run's view of a store not made yet).
 
         Raises:
             UsageError: ``root`` exists and is not a directory.
@@ -76,6 +79,8 @@ class LocalStore:
         if os.path.exists(self.root):
             raise UsageError("store path is not a directory", where=self.root)
         if not create:
+            if missing_ok:
+                return
             raise NotFoundError("no such store directory", where=self.root)
         try:
             self._make_dirs(self.root)

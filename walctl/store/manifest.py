@@ -79,10 +79,20 @@ def manifest_numbers(store) -> list[int]:
     return sorted(numbers)
 
 
-def load_latest(store) -> dict:
-    """The newest manifest, or the empty state when the store has none yet."""
+def load_latest(store, *, required: bool = False) -> dict:
+    """The newest manifest, or the empty state when the store has none yet.
+
+    Raises:
+        NotFoundError: ``required`` (a command that only reads) and the store has no manifest.
+    """
     numbers = manifest_numbers(store)
     if not numbers:
+        if required:
+            from walctl.errors import NotFoundError
+
+            raise NotFoundError("no manifest: not a walctl store, or nothing uploaded yet",
+                                where=f"{getattr(store, 'url', store)}/{MANIFEST_DIR}/",
+                                hint="check --store; the first 'walctl upload' creates the store")
         return empty_manifest()
     key = manifest_key(numbers[-1])
     doc = parse_manifest(store.read_all(key), key)

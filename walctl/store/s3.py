@@ -235,7 +235,8 @@ class S3Store:
                 return PreconditionFailed("object already exists", where=where,
                                           hint=f"S3 {op}: {label}")
             if code == "NoSuchBucket":
-                return NotFoundError("no such bucket", where=where)
+                return NotFoundError("no such bucket", where=where,
+                                     hint="check the bucket name in --store, and --endpoint-url")
             if code in _NOT_FOUND_CODES or (status == 404 and code != "NoSuchUpload"):
                 return NotFoundError("no such object", where=where)
             if code == "InvalidRange" or status == 416:

@@ -155,12 +155,13 @@ def _check_streams(entries, manifest: dict, holes, accepted: set[tuple[int, int,
 
 def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block_size: int = DEFAULT_BLOCK_SIZE,
            split_size: int = DEFAULT_SPLIT_SIZE, trim: bool = True, dry_run: bool = False,
-           accept_gaps: list[tuple[int, int, int]] = ()) -> UploadResult:
+           accept_gaps: list[tuple[int, int, int]] = (), progress=None) -> UploadResult:
     """Upload the WAL's records after the trim point; commit; trim to the last one uploaded.
 
     Args:
         accept_gaps: (stream, from, to): stream offsets [from, to) the operator accepts as gone
             (``--accept-gap``); such a gap is uploaded as a gap and recorded in the manifest.
+        progress: if given, ``progress(done, total)`` is called with the payload bytes uploaded so far.
     Returns an UploadResult; ``bad_records`` lists records whose body is no StreamRecordBatch:
     they are not uploaded and the WAL is not trimmed past the first of them (see 'recover').
     """
@@ -253,18 +254,24 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
             prepared[:] = mf.prepare_ids(m, len(plan), namespace)
 
         mf.commit(store, prepare, command="upload (prepare)")
-        failpoint("upload-after-prepare")
         made = []
-        for planned, reservation in zip(plan, prepared):
-            built = build_object(planned.streams, block_size=block_size)
-            store.put_large(reservation["key"], built.data)
-            # bytes: the stream's span in the object (its DataBlocks, headers included)
-            ranges = [{"stream_id": sid, "start": rg.start_offset, "end": rg.end_offset, "bytes": rg.size_bytes}
-                      for sid, rg in sorted(built.ranges.items())]
-            made.append({"id": reservation["id"], "key": reservation["key"], "kind": planned.kind,
-                         "size": len(built.data), "order_id": reservation["id"],
-                         "data_time": time.time(), "ranges": ranges})
-        failpoint("upload-before-commit")
+        try:
+            failpoint("upload-after-prepare")
+            for planned, reservation in zip(plan, prepared):
+                built = build_object(planned.streams, block_size=block_size)
+                store.put_large(reservation["key"], built.data)
+                # bytes: the stream's span in the object (its DataBlocks, headers included)
+                ranges = [{"stream_id": sid, "start": rg.start_offset, "end": rg.end_offset,
+                           "bytes": rg.size_bytes} for sid, rg in sorted(built.ranges.items())]
+                made.append({"id": reservation["id"], "key": reservation["key"], "kind": planned.kind,
+                             "size": len(built.data), "order_id": reservation["id"],
+                             "data_time": time.time(), "ranges": ranges})
+                if progress is not None:
+                    progress(sum(p.data_bytes for p in plan[:len(made)]), sum(p.data_bytes for p in plan))
+            failpoint("upload-before-commit")
+        except BaseException:  # SIGTERM/SIGINT or a failure before the commit: roll the step back
+            _release(store, prepared, result.warnings)
+            raise
         last_offset = todo[-1].offset
 
         def make_live(m: dict) -> None:
@@ -315,6 +322,23 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
         result.trimmed_to = _trim_after(wal_path, trim_to, result.warnings)
     result.seconds = time.monotonic() - started
     return result
+
+
+def _release(store, prepared: list[dict], warnings: list[str]) -> None:
+    """Undo an upload that will not commit: delete the objects written for its prepared ids and
+    release the ids. Best effort: what is left expires with the ids' TTL and gc deletes it."""
+    ids = {p["id"] for p in prepared}
+    try:
+        for p in prepared:
+            store.delete(p["key"])
+
+        def release(m: dict) -> None:
+            m["prepared"] = [p for p in m["prepared"] if p["id"] not in ids]
+
+        mf.commit(store, release, command="upload (roll back)")
+    except Exception as exc:  # the original error is the one to report
+        warnings.append(f"could not roll back the prepared objects {sorted(ids)} ({exc}); "
+                        f"they expire within an hour and gc deletes them")
 
 
 def upload_mark(entry) -> dict:

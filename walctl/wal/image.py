@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from walctl.device.blockio import open_device
 from walctl.device.buffers import aligned_buffer
 from walctl.errors import FormatError, IOFailure, NotFoundError, RefusedError, UsageError
+from walctl.failpoints import failpoint
 from walctl.wal.headers import read_headers
 from walctl.wal.layout import align_down
 
@@ -63,10 +64,12 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
-def image_device(source: str, target: str, *, whole_device: bool = False, force: bool = False) -> ImageResult:
+def image_device(source: str, target: str, *, whole_device: bool = False, force: bool = False,
+                 progress=None) -> ImageResult:
     """Copy ``source`` (its WAL capacity, or the whole device) into ``target`` and hash it.
 
     Writes ``target`` and ``target.sha256`` (``sha256sum -c`` format). Never writes the source.
+    ``progress(done, total)``, if given, is called with the bytes copied so far.
 
     Raises:
         NotFoundError: no such source. UsageError: source is not a device or file.
@@ -103,7 +106,7 @@ def image_device(source: str, target: str, *, whole_device: bool = False, force:
                 warnings.append(f"{source}: header capacity {capacity} bytes exceeds the device "
                                 f"({device_size} bytes): copying the whole device")
         started = time.monotonic()
-        digest = _copy(dev, source, target, size)
+        digest = _copy(dev, source, target, size, progress)
         elapsed = time.monotonic() - started
     finally:
         dev.close()
@@ -112,7 +115,7 @@ def image_device(source: str, target: str, *, whole_device: bool = False, force:
                        elapsed, warnings)
 
 
-def _copy(dev, source: str, target: str, size: int) -> str:
+def _copy(dev, source: str, target: str, size: int, progress=None) -> str:
     """Copy ``size`` bytes into ``target`` through ``target.partial``; returns the sha256 hex."""
     partial = target + ".partial"
     digest = hashlib.sha256()
@@ -127,8 +130,11 @@ def _copy(dev, source: str, target: str, size: int) -> str:
             for start in range(0, aligned, len(buf)):
                 view = memoryview(buf)[:min(len(buf), aligned - start)]
                 dev.pread_into(start, view)
+                failpoint("image-copy")
                 digest.update(view)
                 out.write(view)
+                if progress is not None:
+                    progress(start + len(view), size)
             if size > aligned:
                 # A regular file whose size is not a multiple of 4096: O_DIRECT cannot read its
                 # last partial block, so that tail is read through the page cache (read-only).

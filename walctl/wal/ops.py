@@ -16,6 +16,7 @@ from walctl.device import safety
 from walctl.device.blockio import zero_fill
 from walctl.errors import (CorruptionError, FormatError, NotFoundError, RefusedError, UsageError,
                            WalctlError)
+from walctl.failpoints import failpoint
 from walctl.format import record as rec
 from walctl.format.seal import SealDescriptor
 from walctl.format.header import (HEADERS_SIZE, SLOT_SIZE, MIN_CAPACITY, SHUTDOWN_GRACEFUL, SHUTDOWN_UNGRACEFUL,
@@ -58,12 +59,18 @@ def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool 
     if not os.path.lexists(path):
         if capacity is None:
             raise UsageError("--capacity is required to create a new WAL file", where=path)
+        warnings += safety.check_safe_to_create(path, force=force)
         create_file(path, capacity)
         created = True
     else:
         warnings += safety.check_safe_to_overwrite(path, force=force)
-    dev = open_device(path, writable=True)
     try:
+        dev = open_device(path, writable=True)
+    except BaseException:
+        _remove_if_created(path, created)
+        raise
+    try:
+        failpoint("init-after-create")
         warnings += dev.warnings
         size = dev.size_bytes
         if capacity is None:
@@ -103,8 +110,19 @@ def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool 
         header = header.with_(last_write_timestamp_ns=ts + 1)
         write_slot(dev, 1, header)
         return InitResult(path, header, created, size, wiped, warnings, dev.is_block_device)
+    except BaseException:  # failed or interrupted (SIGTERM): no half-made WAL file is left behind
+        _remove_if_created(path, created)
+        raise
     finally:
         dev.close()
+
+
+def _remove_if_created(path: str, created: bool) -> None:
+    if created:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def _first_nonzero(dev, capacity: int, chunk: int = 8 << 20) -> int | None:

@@ -1,0 +1,449 @@
+"""Issue 16: no silent wrong turns, one consistent CLI.
+
+Each item's contract: the exit code, exactly one stderr line ``walctl: error: ... (hint)``, and
+nothing created or written. The environment-variable test walks every option of every command
+by introspecting the app, so an option added later is covered without touching this file.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import re
+
+import pytest
+import typer
+
+from tests.cli.conftest import assert_one_error_line
+
+
+def error_with_hint(res, code: int) -> str:
+    assert res.exit_code == code, res
+    line = assert_one_error_line(res.stderr)
+    assert re.search(r"\([^()]*(\([^()]*\)[^()]*)*\)$", line), f"no (hint) at the end: {line}"
+    return line
+
+
+def tree(path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+@pytest.fixture
+def wal(new_wal, append_json):
+    dev = new_wal("1MiB")
+    append_json(dev, "one", "two", stream=1)
+    return dev
+
+
+# -- 1. store URL typos; readers never create; no manifest = not found ----------------------------
+
+@pytest.mark.parametrize("url", ["s3:/my-bucket/wal", "s3:my-bucket", "S3//my-bucket", "s3//bucket/x",
+                                 "file:/tmp/store", "gs://bucket/wal", "http://host/bucket"])
+def test_store_url_typo_is_a_usage_error_and_nothing_moves(cli, tmp_path, monkeypatch, wal, url):
+    monkeypatch.chdir(tmp_path)
+    before = tree(tmp_path)
+    wal_bytes = open(wal, "rb").read()
+    res = cli("upload", wal, "--store", url)
+    line = error_with_hint(res, 2)
+    assert url in line
+    assert tree(tmp_path) == before, "a mistyped store URL created something"
+    assert open(wal, "rb").read() == wal_bytes, "the WAL was written (trimmed) after a mistyped store URL"
+
+
+def test_a_directory_with_a_colon_is_still_reachable(cli, tmp_path, monkeypatch, wal):
+    monkeypatch.chdir(tmp_path)
+    res = cli("upload", wal, "--store", "./s3:odd", "--json")
+    assert res.exit_code == 0, res
+    assert (tmp_path / "s3:odd").is_dir()
+
+
+@pytest.mark.parametrize("args", [["ls"], ["objects"], ["gc"], ["gc", "--dry-run"]])
+def test_readers_never_create_a_missing_store(cli, tmp_path, args):
+    store = tmp_path / "nonexistent-store"
+    res = cli(*args, "--store", store)
+    line = error_with_hint(res, 4)
+    assert str(store) in line
+    assert not store.exists()
+
+
+def test_upload_dry_run_creates_no_store(cli, tmp_path, wal):
+    store = tmp_path / "store"
+    res = cli("upload", wal, "--store", store, "--dry-run", "--json")
+    assert res.exit_code == 0, res
+    assert json.loads(res.stdout)["records"] == 2
+    assert "does not exist yet" in res.stderr
+    assert not store.exists()
+
+
+@pytest.mark.parametrize("args", [["ls"], ["gc"]])
+def test_a_store_without_manifest_is_not_found(cli, tmp_path, args):
+    store = tmp_path / "empty"
+    store.mkdir()
+    (store / "stray.txt").write_text("not ours")
+    res = cli(*args, "--store", store, "--json")
+    line = error_with_hint(res, 4)
+    assert "no manifest" in line
+    assert json.loads(res.stdout)["error"]["code"] == 4
+    assert tree(store) == ["stray.txt"]  # gc deleted nothing of a directory that is not a store
+
+
+def test_first_upload_creates_the_store(cli, tmp_path, wal):
+    store = tmp_path / "store"
+    assert cli("upload", wal, "--store", store).exit_code == 0
+    assert cli("ls", "--store", store).exit_code == 0
+
+
+# -- 2. init refuses /dev and memory filesystems ---------------------------------------------------
+
+def test_init_never_creates_a_file_under_dev(cli):
+    path = "/dev/walctl-test-no-such-disk"
+    res = cli("init", path, "--capacity", "1MiB")
+    line = error_with_hint(res, 4)
+    assert "/dev" in line and "RAM" in line
+    assert not os.path.lexists(path)
+
+
+def test_init_refuses_tmpfs_without_force(tmp_path):
+    from walctl.device.safety import check_safe_to_create
+    from walctl.errors import RefusedError
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"/dev/vda / ext4 rw 0 0\ntmpfs {tmp_path} tmpfs rw 0 0\n")
+    with pytest.raises(RefusedError) as refused:
+        check_safe_to_create(str(tmp_path / "wal.img"), force=False, mounts_path=str(mounts))
+    assert "tmpfs" in refused.value.line() and "--force" in refused.value.line()
+    warnings = check_safe_to_create(str(tmp_path / "wal.img"), force=True, mounts_path=str(mounts))
+    assert warnings and "tmpfs" in warnings[0]
+    mounts.write_text(f"tmpfs {tmp_path} tmpfs rw 0 0\n/dev/vdb {tmp_path}/disk ext4 rw 0 0\n")
+    assert check_safe_to_create(str(tmp_path / "disk" / "wal.img"), force=False, mounts_path=str(mounts)) == []
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm (a tmpfs)")
+def test_init_on_dev_shm_is_refused_then_forced(cli):
+    path = f"/dev/shm/walctl-test-{os.getpid()}.img"
+    try:
+        res = cli("init", path, "--capacity", "64KiB")
+        line = error_with_hint(res, 5)
+        assert "tmpfs" in line and not os.path.lexists(path)
+        forced = cli("init", path, "--capacity", "64KiB", "--force")
+        assert forced.exit_code == 0 and "warning" in forced.stderr
+    finally:
+        if os.path.lexists(path):
+            os.unlink(path)
+
+
+# -- 5. '-' is standard input ---------------------------------------------------------------------
+
+def test_append_dash_reads_stdin(cli, new_wal):
+    dev = new_wal("1MiB")
+    res = cli("append", dev, "-", "--stream", "3", input=b"alpha\nbeta\n")
+    assert res.exit_code == 0, res
+    got = cli("recover", dev, "--payload", "text", "--json").json_lines()
+    assert [r["payload"] for r in got if r["type"] == "record"] == ["alpha", "beta"]
+
+
+def test_append_dash_among_data_is_refused(cli, new_wal):
+    dev = new_wal("1MiB")
+    res = cli("append", dev, "x", "-", input=b"y\n")
+    error_with_hint(res, 2)
+    assert cli("recover", dev, "--json").json_lines()[-1]["records"] == 0
+
+
+# -- 8. errors with the hint; options validated while parsing -------------------------------------
+
+def test_device_comes_first(cli, new_wal, tmp_path, monkeypatch):
+    dev = new_wal("1MiB")
+    monkeypatch.chdir(tmp_path)
+    res = cli("append", "hello", dev)
+    line = error_with_hint(res, 2)
+    assert "DEVICE comes first" in line and f"walctl append {dev} hello" in line
+    assert not (tmp_path / "hello").exists()
+
+
+def test_bare_walctl_prints_usage_and_one_error_line(run):
+    res = run()
+    assert res.exit_code == 2
+    assert res.stdout.startswith("Usage: walctl")
+    line = error_with_hint(res, 2)
+    assert "no command" in line
+
+
+def test_missing_device_has_a_hint(cli, tmp_path):
+    line = error_with_hint(cli("status", tmp_path / "missing.img"), 4)
+    assert "missing.img" in line
+
+
+def test_a_directory_gets_the_same_message_from_init_and_append(cli, tmp_path):
+    first = error_with_hint(cli("init", tmp_path, "--capacity", "1MiB", "--force"), 2)
+    second = error_with_hint(cli("append", tmp_path, "x"), 2)
+    assert first == second
+
+
+@pytest.mark.parametrize("args,option", [
+    (["upload", "{wal}", "--store", "{tmp}/s", "--block-size", "0"], "--block-size"),
+    (["upload", "{wal}", "--store", "{tmp}/s", "--block-size", "0", "--dry-run"], "--block-size"),
+    (["upload", "{wal}", "--store", "{tmp}/s", "--block-size", "100GiB"], "--block-size"),
+    (["upload", "{wal}", "--store", "{tmp}/s", "--split-size", "lots"], "--split-size"),
+    (["gc", "--store", "{tmp}/s", "--grace", "soon"], "--grace"),
+    (["bench", "{tmp}/b.img", "--size", "1MiB", "--duration", "3x"], "--duration"),
+    (["bench", "{tmp}/b.img", "--size", "1MiB", "--block-size", "1000"], "--block-size"),
+    (["init", "{tmp}/new.img", "--capacity", "12XB"], "--capacity"),
+    (["compact", "--store", "{tmp}/s", "--master", "bogus", "--dry-run"], "--master"),
+])
+def test_bad_option_values_are_refused_before_anything_happens(cli, tmp_path, wal, args, option):
+    args = [a.format(wal=wal, tmp=tmp_path) for a in args]
+    before = tree(tmp_path)
+    wal_bytes = open(wal, "rb").read()
+    res = cli(*args, "--json")
+    line = error_with_hint(res, 2)
+    assert f"invalid value for {option}" in line and "--help" in line
+    assert json.loads(res.stdout)["error"]["code"] == 2  # --json still gets the error object
+    assert tree(tmp_path) == before
+    assert open(wal, "rb").read() == wal_bytes
+
+
+def test_bad_value_from_an_environment_variable_is_refused_too(cli, tmp_path, wal):
+    res = cli("upload", wal, "--store", tmp_path / "s", env={"WALCTL_BLOCK_SIZE": "0"})
+    assert "--block-size" in error_with_hint(res, 2)
+
+
+def test_empty_range_is_a_usage_error(cli, wal):
+    res = cli("recover", wal, "--from", "100", "--to", "50", "--json")
+    line = error_with_hint(res, 2)
+    assert "--from 100" in line
+    assert res.json_lines()[-1]["type"] == "summary"
+
+
+def test_interrupted_has_a_hint():
+    import signal
+
+    from walctl.cli import Interrupted, interrupted_error
+
+    line, error, code = interrupted_error(Interrupted(signal.SIGTERM))
+    assert code == 143 and error["signal"] == "SIGTERM"
+    assert line.startswith("walctl: error: interrupted by SIGTERM (") and line.endswith(")")
+
+
+# -- 6. one vocabulary -----------------------------------------------------------------------------
+
+def test_durations_take_units_everywhere(cli, tmp_path, wal):
+    assert cli("upload", wal, "--store", tmp_path / "s").exit_code == 0
+    assert cli("gc", "--store", tmp_path / "s", "--grace", "90s", "--dry-run").exit_code == 0
+    res = cli("bench", tmp_path / "b.img", "--size", "1MiB", "--duration", "200ms", "--mode", "iops", "--json")
+    assert res.exit_code == 0, res
+    assert json.loads(res.stdout)["duration_s"] == pytest.approx(0.2)
+
+
+def test_bench_iops_is_the_name_append_uses(cli):
+    text = cli("bench", "--help").stdout
+    assert "--iops" in text and "--rate" in text
+
+
+@pytest.mark.parametrize("args", [
+    ["--json", "status", "{wal}"], ["status", "{wal}", "--json"], ["-j", "status", "{wal}"],
+    ["status", "{wal}", "--debug", "-j"], ["--debug", "status", "{wal}", "--json"],
+])
+def test_json_and_debug_on_both_sides(cli, wal, args):
+    res = cli(*[a.format(wal=wal) for a in args])
+    assert res.exit_code == 0, res
+    assert json.loads(res.stdout)["device"] == wal
+
+
+def test_version_short_and_long(cli):
+    for flag in ("-V", "--version"):
+        res = cli(flag)
+        assert res.exit_code == 0 and res.stdout.startswith("walctl ")
+
+
+def test_short_options(cli, new_wal, append_json):
+    dev = new_wal("1MiB")
+    append_json(dev, "a", "b", stream=1)
+    append_json(dev, "c", stream=2)
+    res = cli("recover", dev, "-j", "-n", "1", "-s", "1")
+    assert res.exit_code == 0, res
+    records = [r for r in res.json_lines() if r["type"] == "record"]
+    assert len(records) == 1 and records[0]["stream_id"] == 1
+
+
+def test_wal_offsets_and_stream_offsets_are_named_apart(cli, new_wal):
+    dev = new_wal("1MiB")
+    res = cli("append", dev, "x", "y", "--json", "--stream", "4")
+    records = [r for r in res.json_lines() if r["type"] == "record"]
+    for r in records:  # the old fields stay; the new ones say which offset is which
+        assert r["wal_offset"] == r["offset"] and r["stream_offset"] == r["base_offset"]
+    got = [r for r in cli("recover", dev, "--json").json_lines() if r["type"] == "record"]
+    assert [(r["wal_offset"], r["stream_offset"]) for r in got] == [(r["offset"], r["base_offset"]) for r in records]
+
+
+# -- every option has WALCTL_<OPTION>, shown in --help and honoured --------------------------------
+
+def _app():
+    from walctl.cli import app
+
+    return typer.main.get_command(app)
+
+
+def _every_option():
+    group = _app()
+    yield "", group, [p for p in group.params if p.param_type_name == "option"]
+    for name, command in sorted(group.commands.items()):
+        yield name, command, [p for p in command.params if p.param_type_name == "option"]
+
+
+SKIP = {"help", "install_completion", "show_completion", "version"}  # act at once, take no value
+
+
+def _candidates(param) -> list[str]:
+    if getattr(param, "is_flag", False):
+        return ["1"]
+    annotation = param.type_descriptor.annotation if hasattr(param, "type_descriptor") else None
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return [list(annotation)[-1].value]
+    return ["3", "90s", "1MiB", "local[2]", "7=1000", "some-value"]
+
+
+CASES = [(name, p) for name, command, params in _every_option() for p in params if p.name not in SKIP]
+
+
+@pytest.mark.parametrize("command_name,param", CASES, ids=[f"{n or 'walctl'}:{p.opts[0]}" for n, p in CASES])
+def test_every_option_reads_its_environment_variable(command_name, param, monkeypatch):
+    """WALCTL_<OPTION> exists, --help shows it, and click takes the value from it."""
+    from walctl.cli import env_name
+
+    for key in [k for k in os.environ if k.startswith("WALCTL_") or k == "AWS_ENDPOINT_URL"]:
+        monkeypatch.delenv(key)
+    expected = env_name(param)
+    envvars = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or [])
+    assert envvars and envvars[0] == expected, f"{param.opts}: env vars {envvars}"
+    assert param.show_envvar
+    group = _app()
+    command = group.commands[command_name] if command_name else group
+    with command.make_context(command_name or "walctl", ["--help"], resilient_parsing=True) as ctx:
+        assert expected in command.get_help(ctx)
+    # required arguments and options come from their variables too
+    monkeypatch.setenv("WALCTL_DEVICE", "/nonexistent/dev")
+    monkeypatch.setenv("WALCTL_STORE", "/nonexistent/store")
+    # positional arguments: DEVICE from its variable does not fill a later one, so give all
+    positional = [p for p in command.params if p.param_type_name == "argument"]
+    args = ["1"] * len(positional) if any(p.required and p.envvar is None for p in positional) else []
+    for value in _candidates(param):
+        monkeypatch.setenv(expected, value)
+        try:
+            ctx = command.make_context(command_name or "walctl", list(args) + (["status"] if not command_name else []))
+        except Exception:
+            continue
+        assert ctx.get_parameter_source(param.name).name == "ENVIRONMENT", (param.opts, value)
+        return
+    pytest.fail(f"no value of {expected} was accepted for {param.opts}")
+
+
+def test_documented_examples_of_ignored_variables_now_work(cli, new_wal, append_json, tmp_path):
+    dev = new_wal("1MiB")
+    append_json(dev, "a", "b", "c")
+    res = cli("recover", dev, "--json", env={"WALCTL_LIMIT": "1", "WALCTL_PAYLOAD": "text"})
+    records = [r for r in res.json_lines() if r["type"] == "record"]
+    assert [r["payload"] for r in records] == ["a"]
+    prom = tmp_path / "u.prom"
+    res = cli("upload", dev, "--store", tmp_path / "s", env={"WALCTL_METRICS_FILE": str(prom)})
+    assert res.exit_code == 0, res
+    assert prom.exists()
+    res = cli("gc", "--store", tmp_path / "s", env={"WALCTL_GRACE": "whenever"})
+    assert "--grace" in error_with_hint(res, 2)
+
+
+# -- 7. human output -------------------------------------------------------------------------------
+
+def test_human_output_is_not_wrapped_when_piped(run, new_wal, append_json, tmp_path):
+    long_dir = tmp_path / ("a-rather-long-directory-name-" * 3)
+    long_dir.mkdir()
+    dev = new_wal("1MiB", str(long_dir / "wal.img"))
+    append_json(dev, "x", "y")
+    res = run("status", dev)  # stdout is a pipe
+    assert res.exit_code == 0, res
+    lines = res.stdout.splitlines()
+    assert any(dev in line for line in lines), "the title must hold the whole path on one line"
+    slot = [line for line in lines if "header slot 1" in line]
+    assert len(slot) == 1 and "graceful" in slot[0], "a row was wrapped onto two lines"
+    assert max(len(line) for line in lines) > 80
+    text = res.stdout
+    for raw in ("None", "False", "True", "_bytes", "_ns", " ns,"):
+        assert raw not in text, f"{raw!r} in human output"
+    assert re.search(r"written 20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", text), text
+    assert "2 records in 1 stream," in text and "1,048,576 B (1.0 MiB)" in text
+
+
+def test_ls_shows_commit_times_and_no_python_values(cli, tmp_path, wal):
+    store = tmp_path / "store"
+    assert cli("upload", wal, "--store", store).exit_code == 0
+    text = cli("ls", "--store", store).stdout
+    assert re.search(r"20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", text), text
+    assert "[]" not in text and "None" not in text and "prepared object ids: -" in text
+
+
+# -- 9. progress on stderr when it is a terminal, never with --json -----------------------------------
+
+def _with_tty_stderr(args) -> tuple[int, str, str]:
+    import pty
+    import subprocess
+    import sys
+
+    from tests.cli.conftest import REPO_ROOT, _env
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "walctl", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=slave, env=_env(None), cwd=str(REPO_ROOT))
+    os.close(slave)
+    out = proc.stdout.read()
+    err = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        err += chunk
+    os.close(master)
+    proc.wait(timeout=60)
+    return proc.returncode, out.decode(), err.decode(errors="replace")
+
+
+@pytest.mark.parametrize("command,label", [("image", "imaging"), ("recover", "scanning the WAL"),
+                                           ("upload", "uploading")])
+def test_progress_bar_on_a_terminal_only(tmp_path, wal, command, label, run):
+    args = {"image": [wal, tmp_path / "copy.img", "--force"], "recover": [wal],
+            "upload": [wal, "--store", tmp_path / "store", "--no-trim"]}[command]
+    code, out, err = _with_tty_stderr([command, *args])
+    assert code == 0, err
+    assert label in err, "no progress bar on a terminal"
+    if command == "recover":
+        assert "WAL OFFSET" in out and "WAL OFFSET" not in err  # data stays on stdout
+    code, out, err = _with_tty_stderr([command, *args, "--json"])
+    assert code == 0 and label not in err, "a progress bar with --json"
+    piped = run(command, *args)
+    assert piped.exit_code == 0 and label not in piped.stderr, "a progress bar on a pipe"
+
+
+def test_no_such_bucket_has_a_hint(cli, s3_server):
+    res = cli("ls", "--store", "s3://no-such-bucket-walctl/wal", "--endpoint-url", s3_server)
+    line = error_with_hint(res, 4)
+    assert "no such bucket" in line and "check the bucket name" in line
+
+
+def test_an_empty_bucket_is_not_a_store(cli, s3_server, s3_bucket):
+    res = cli("ls", "--store", f"s3://{s3_bucket}/wal", "--endpoint-url", s3_server)
+    assert "no manifest" in error_with_hint(res, 4)
+
+
+def test_inspect_object_never_creates_a_store(cli, tmp_path):
+    store = tmp_path / "typo-store"
+    res = cli("inspect-object", "1", "--store", store)
+    assert "typo-store" in error_with_hint(res, 4)
+    assert not store.exists()
+
+
+def test_upload_names_its_wal_offsets(cli, tmp_path, wal):
+    out = json.loads(cli("upload", wal, "--store", tmp_path / "s", "--json").stdout)
+    assert out["last_wal_offset"] == out["last_offset"] is not None
+    assert out["trimmed_to_wal_offset"] == out["trimmed_to"] == out["last_offset"]

@@ -1,0 +1,197 @@
+"""SIGTERM (timeout, systemd, Kubernetes) and SIGINT in the middle of each long command (issue 16, item 4).
+
+Each command is stopped at a named pause point (``WALCTL_FAILPOINT=name:pause``) so the signal
+lands mid-work, deterministically. Then: exit 143, one stderr line naming the signal with a hint,
+the JSON summary carrying the error, the metrics file with success 0, nothing half-written, and
+no process of the run left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from tests.cli.conftest import REPO_ROOT, _env, assert_one_error_line, ndjson
+
+
+def _survivors(mark: str) -> list[int]:
+    """Pids of processes whose environment carries ``mark`` (the run's children included)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def signalled(tmp_path, args, *, failpoint: str | None = None, ready_path=None, sig=signal.SIGTERM,
+              stdin: bytes | None = None, timeout: float = 60):
+    """Start ``walctl ARGS``, wait until it is mid-work, send ``sig``; returns (code, stdout, stderr)."""
+    mark = f"WALCTL_TEST_RUN={uuid.uuid4().hex}"
+    ready = tmp_path / f"ready-{uuid.uuid4().hex}"
+    env = _env({"WALCTL_TEST_RUN": mark.split("=", 1)[1]})
+    if failpoint is not None:
+        env.update(WALCTL_FAILPOINT=f"{failpoint}:pause", WALCTL_FAILPOINT_READY=str(ready))
+    proc = subprocess.Popen([sys.executable, "-m", "walctl", *map(str, args)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=str(REPO_ROOT))
+    try:
+        if stdin is not None:
+            proc.stdin.write(stdin)
+            proc.stdin.flush()
+        wait_for = ready if failpoint is not None else ready_path
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(wait_for):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the command never reached its pause point"
+            time.sleep(0.02)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _survivors(mark) == [], "a process of the interrupted run survived it"
+    return proc.returncode, out.decode(), err.decode()
+
+
+def _check_interrupted(code: int, err: str, sig=signal.SIGTERM) -> str:
+    assert code == 128 + sig, err
+    line = assert_one_error_line(err)
+    assert f"interrupted by {signal.Signals(sig).name}" in line and line.endswith(")"), line
+    return line
+
+
+def _metrics(path) -> dict[str, float]:
+    from walctl.metrics import parse_values
+
+    return parse_values(path.read_text())
+
+
+@pytest.fixture
+def wal_with_records(new_wal, append_json):
+    dev = new_wal("1MiB")
+    append_json(dev, "one", "two", stream=1)
+    append_json(dev, "three", stream=2)
+    return dev
+
+
+def test_sigterm_upload_rolls_back_and_reports(tmp_path, wal_with_records, cli):
+    store, prom = tmp_path / "store", tmp_path / "upload.prom"
+    code, out, err = signalled(tmp_path, ["upload", wal_with_records, "--store", store, "--json",
+                                          "--metrics-file", prom], failpoint="upload-after-prepare")
+    _check_interrupted(code, err)
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["error"]["code"] == 143 and summary["error"]["signal"] == "SIGTERM"
+    assert _metrics(prom)["walctl_upload_success"] == 0
+    # rolled back: no prepared id left waiting for its TTL, no object, the WAL not trimmed
+    listing = cli("ls", "--store", store, "--json")
+    doc = json.loads(listing.stdout)
+    assert doc["prepared"] == [] and doc["objects"] == [], doc
+    assert cli("recover", wal_with_records, "--stats", "--json").json_lines()[-1]["records"] == 3
+    # and a rerun finishes the job
+    again = cli("upload", wal_with_records, "--store", store, "--json", "--metrics-file", prom)
+    assert again.exit_code == 0, again
+    assert json.loads(again.stdout)["records"] == 3
+    assert _metrics(prom)["walctl_upload_success"] == 1
+
+
+def test_sigint_upload_before_commit_is_130(tmp_path, wal_with_records, cli):
+    store = tmp_path / "store"
+    code, out, err = signalled(tmp_path, ["upload", wal_with_records, "--store", store, "--json"],
+                               failpoint="upload-before-commit", sig=signal.SIGINT)
+    _check_interrupted(code, err, signal.SIGINT)
+    assert json.loads(out.strip().splitlines()[-1])["error"]["signal"] == "SIGINT"
+    doc = json.loads(cli("ls", "--store", store, "--json").stdout)
+    assert doc["prepared"] == [] and doc["objects"] == [], doc  # the objects it wrote are deleted again
+    assert [p.name for p in (store).rglob("*") if p.is_file() and "manifest" not in str(p)] == []
+
+
+def test_sigterm_gc(tmp_path, wal_with_records, cli):
+    store, prom = tmp_path / "store", tmp_path / "gc.prom"
+    assert cli("upload", wal_with_records, "--store", store).exit_code == 0
+    code, out, err = signalled(tmp_path, ["gc", "--store", store, "--json", "--metrics-file", prom],
+                               failpoint="gc-before-delete")
+    _check_interrupted(code, err)
+    assert json.loads(out)["error"]["code"] == 143
+    values = _metrics(prom)
+    assert values["walctl_gc_success"] == 0 and values["walctl_gc_failures_total"] == 1
+    assert cli("ls", "--store", store).exit_code == 0  # the store is intact
+
+
+def test_sigterm_recover_ends_ndjson_with_summary(tmp_path, wal_with_records):
+    code, out, err = signalled(tmp_path, ["recover", wal_with_records, "--json"], failpoint="recover-scan")
+    _check_interrupted(code, err)
+    lines = ndjson(out)
+    assert lines[-1]["type"] == "summary" and lines[-1]["error"]["signal"] == "SIGTERM"
+    assert lines[-1]["complete"] is False
+    assert sum(1 for line in lines if line["type"] == "summary") == 1
+
+
+def test_sigterm_image_leaves_no_partial_file(tmp_path, wal_with_records):
+    target = tmp_path / "copy.img"
+    code, out, err = signalled(tmp_path, ["image", wal_with_records, target, "--json"], failpoint="image-copy")
+    _check_interrupted(code, err)
+    assert json.loads(out)["error"]["code"] == 143
+    assert not target.exists() and not (tmp_path / "copy.img.partial").exists()
+    assert not (tmp_path / "copy.img.sha256").exists()
+
+
+def test_sigterm_append_makes_taken_records_durable(new_wal, cli):
+    dev = new_wal("1MiB")
+    code, out, err = _append_then_term(dev)
+    _check_interrupted(code, err)
+    lines = ndjson(out)
+    assert lines[-1]["type"] == "summary" and lines[-1]["records"] == 1 and lines[-1]["error"]["code"] == 143
+    shown = cli("recover", dev, "--payload", "text", "--json").json_lines()
+    assert [r["payload"] for r in shown if r["type"] == "record"] == ["first"]
+
+
+def _append_then_term(dev):
+    """SIGTERM once the first record is acknowledged (durable), with stdin still open."""
+    mark = uuid.uuid4().hex
+    proc = subprocess.Popen([sys.executable, "-m", "walctl", "append", dev, "-", "--json"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env({"WALCTL_TEST_RUN": mark}),
+                            cwd=str(REPO_ROOT))
+    try:
+        proc.stdin.write(b"first\n")
+        proc.stdin.flush()
+        first = proc.stdout.readline()  # acknowledged: durable
+        assert json.loads(first)["type"] == "record"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _survivors(mark) == []
+    return proc.returncode, first.decode() + out.decode(), err.decode()
+
+
+def test_sigterm_bench_removes_the_file_it_created(tmp_path):
+    target = tmp_path / "bench.img"
+    code, out, err = signalled(tmp_path, ["bench", target, "--size", "8MiB", "--duration", "30s", "--mode", "iops",
+                                          "--json"], ready_path=target)
+    _check_interrupted(code, err)
+    assert json.loads(out)["error"]["signal"] == "SIGTERM"
+    assert not target.exists()
+
+
+def test_sigterm_init_leaves_no_half_made_wal(tmp_path):
+    target = tmp_path / "new.img"
+    code, out, err = signalled(tmp_path, ["init", target, "--capacity", "8MiB", "--json"],
+                               failpoint="init-after-create")
+    _check_interrupted(code, err)
+    assert json.loads(out)["error"]["code"] == 143
+    assert not target.exists()
