@@ -114,3 +114,23 @@ def upload_cmd(
                       f"{'would be recorded' if dry_run else 'recorded'} in the manifest", markup=False)
     if failure is not None:
         raise failure
+
+
+def _node_id(device: str) -> str:
+    """The WAL's node id for the metrics labels ('' when the header cannot be read: the run then
+    fails with its own error, and its failure is still recorded under this device)."""
+    from walctl.device.blockio import open_device
+    from walctl.errors import WalctlError
+    from walctl.wal.headers import read_headers
+
+    try:
+        dev = open_device(device, writable=False)
+    except WalctlError:
+        return ""
+    try:
+        node = read_headers(dev).header.node_id
+        return "" if node is None or node < 0 else str(node)
+    except WalctlError:
+        return ""
+    finally:
+        dev.close()
