@@ -571,6 +571,26 @@ def iter_blocks(buf, entry: IndexEntry, *, base_position: int = 0) -> Iterator[S
             yield from block
 
 
+class PlacedBatch(NamedTuple):
+    """A batch and where it sits: the object positions of its DataBlock and of the batch itself."""
+
+    block_position: int
+    batch_position: int
+    batch: StreamRecordBatch
+
+
+def iter_placed(buf, entry: IndexEntry, *, base_position: int = 0) -> Iterator[PlacedBatch]:
+    """Like iter_blocks, with each batch's DataBlock position and own position (object positions)."""
+    with _relocated(base_position):
+        pos = entry.block_position
+        for block in _decode_entry_blocks(buf, entry, base_position):
+            bpos = pos + DATA_BLOCK_HEADER_SIZE
+            for b in block:
+                yield PlacedBatch(pos, bpos, b)
+                bpos += b.size
+            pos = bpos
+
+
 @dataclass(frozen=True)
 class Problem:
     """One finding of verify_object: where in the object, what, and the error class name."""
