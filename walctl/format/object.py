@@ -593,30 +593,110 @@ def iter_placed(buf, entry: IndexEntry, *, base_position: int = 0) -> Iterator[P
 
 @dataclass(frozen=True)
 class Problem:
-    """One finding of verify_object: where in the object, what, and the error class name."""
+    """One finding of verify_object: where in the object, what, and the error class name.
+
+    Problems inside the data region are located: the DataBlock holding the position
+    (``block_position``, ``block_end``) and the stream offsets of its index entry. These and
+    ``explanation`` do not take part in equality (a problem is its position, message and kind).
+    """
 
     position: int
     message: str
     kind: str = ""
+    block_position: int | None = field(default=None, compare=False)
+    block_end: int | None = field(default=None, compare=False)
+    stream_id: int | None = field(default=None, compare=False)
+    start_offset: int | None = field(default=None, compare=False)
+    end_offset: int | None = field(default=None, compare=False)
+    explanation: str | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, exc: FormatError) -> "Problem":
         return cls(exc.offset if exc.offset is not None else 0, exc.what, type(exc).__name__)
 
 
+@dataclass(frozen=True)
+class VerifyReport:
+    """verify_report's answer: every problem, and how much was checked (for a verdict)."""
+
+    problems: list[Problem]
+    entries: int = 0
+    blocks: int = 0
+    batches: int = 0
+    checksummed: bool = False
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+
+def _block_at(data, entry: IndexEntry, position: int) -> tuple[int, int]:
+    """The DataBlock of ``entry`` holding ``position``: walk the block headers from the entry's start;
+    where a header cannot be read, the rest of the entry's range is the block."""
+    pos = entry.block_position
+    while pos < entry.block_end:
+        try:
+            header = DataBlockHeader.decode(data, pos)
+        except FormatError:
+            return pos, entry.block_end
+        end = min(pos + header.block_size, entry.block_end)
+        if position < end:
+            return pos, end
+        pos = end
+    return entry.block_position, entry.block_end
+
+
+def _locate(data, entries: list[IndexEntry], problems: list[Problem], index_start: int) -> list[Problem]:
+    """Name the DataBlock (and stream offsets) of every problem inside the data region, and say what
+    a data crc mismatch comes from: the damaged blocks found, or a payload no check can place."""
+    import dataclasses
+
+    by_position = sorted(entries, key=lambda e: e.block_position)
+    starts = [e.block_position for e in by_position]
+    out: list[Problem] = []
+    for p in problems:
+        if p.kind not in ("ChecksumError", "uncovered") and p.position < index_start:
+            i = bisect.bisect_right(starts, p.position) - 1
+            if i >= 0 and p.position < by_position[i].block_end:
+                e = by_position[i]
+                start, end = _block_at(data, e, p.position)
+                p = dataclasses.replace(p, block_position=start, block_end=end, stream_id=e.stream_id,
+                                        start_offset=e.start_offset, end_offset=e.end_offset)
+        out.append(p)
+    damaged = sorted({(p.block_position, p.block_end) for p in out if p.block_position is not None})
+    located: list[Problem] = []
+    for p in out:
+        if p.kind == "ChecksumError" and p.position == 0 and p.message.startswith("object data"):
+            if damaged:
+                blocks = ", ".join(f"[{a}, {b})" for a, b in damaged)
+                why = f"explained by the damaged block(s) at {blocks}"
+            else:
+                why = ("every block checks out against its index entry and its batches, so the changed "
+                       "byte(s) lie inside a batch payload, which carries no checksum of its own: no check "
+                       "can name the block")
+            p = dataclasses.replace(p, explanation=why)
+        located.append(p)
+    return located
+
+
 def verify_object(data) -> list[Problem]:
-    """Check a whole object and report every problem found, sorted by position (empty: healthy).
+    """Check a whole object and report every problem found, sorted by position (empty: healthy)."""
+    return verify_report(data).problems
+
+
+def verify_report(data) -> VerifyReport:
+    """Check a whole object: every problem (sorted by position) and what was checked.
 
     Footer, index (crc in version 1), data crc (version 1), every entry's blocks, offset gaps
     between a stream's entries, bytes before the index no entry covers, and a version 0 footer
     with bytes where AutoMQ writes zeros. A damaged footer stops the check there: without it
-    nothing else can be located.
+    nothing else can be located. Problems in the data region name their DataBlock.
     """
     problems: list[Problem] = []
     try:
         footer = Footer.decode(data, max(len(data) - FOOTER_SIZE, 0), object_size=len(data))
     except FormatError as exc:
-        return [Problem.of(exc)]
+        return VerifyReport([Problem.of(exc)])
     footer_position = len(data) - FOOTER_SIZE
     if not footer.checksummed and any(memoryview(data)[footer_position + 16:footer_position + 40]):
         # Legal for AutoMQ (it ignores these bytes) but it never writes anything there: most
@@ -632,10 +712,12 @@ def verify_object(data) -> list[Problem]:
         check_data_crc(data, footer)
     except FormatError as exc:
         problems.append(Problem.of(exc))
+    blocks = batches = 0
     for entry in entries:
         try:
-            for _ in _decode_entry_blocks(data, entry, 0):
-                pass
+            for block in _decode_entry_blocks(data, entry, 0):
+                blocks += 1
+                batches += len(block)
         except FormatError as exc:
             problems.append(Problem.of(exc))
     for prev, entry in zip(entries, entries[1:]):
@@ -653,4 +735,4 @@ def verify_object(data) -> list[Problem]:
         problems.append(Problem(covered, f"bytes [{covered}, {start}) are not covered by any index entry",
                                 "uncovered"))
     problems.sort(key=lambda p: p.position)
-    return problems
+    return VerifyReport(_locate(data, entries, problems, start), len(entries), blocks, batches, footer.checksummed)
