@@ -30,6 +30,11 @@ def inspect_object_cmd(
         "--payload", envvar="WALCTL_PAYLOAD",
         help="With --records: show each batch's payload as text (UTF-8, invalid bytes escaped), hex, base64, "
              "or not at all.")] = Payload.none,
+    namespace: Annotated[str | None, typer.Option(
+        "--namespace", envvar="WALCTL_NAMESPACE",
+        help="Namespace part of object keys (<rev-hex>/<namespace>/<id>) when TARGET is an object id the "
+             "manifest does not name (an AutoMQ bucket). Default: walctl's 'default', then AutoMQ's "
+             "'DEFAULT'.")] = None,
     stream: StreamOpt = None,
     endpoint_url: EndpointOpt = None,
     json_out: JsonOpt = False,
@@ -42,15 +47,23 @@ def inspect_object_cmd(
     from walctl.errors import CorruptionError, FormatError
     from walctl.store.inspect import index_rows, inspect, iter_records, primary_problem, problem_json, resolve
 
-    st, key, known = resolve(target, store, endpoint_url)
+    st, key, known = resolve(target, store, endpoint_url, namespace)
     result = inspect(st, key, deep=deep, known=known)
     footer = result.footer
     rows = [r for r in index_rows(result.entries) if stream is None or r["stream_id"] == stream]
+    key = result.key
     footer_json = {"type": "footer", "key": key, "size_bytes": result.size_bytes,
+                   "kind": "composite" if result.composite is not None else "object",
                    "index_start_position": footer.index_start_position,
                    "index_block_length_bytes": footer.index_block_length, "version": footer.version,
                    "index_crc": footer.index_crc if footer.version else None,
                    "data_crc": footer.data_crc if footer.version else None, "entries": len(result.entries)}
+    if result.composite is not None:
+        from walctl.store.inspect import member_key
+
+        footer_json["members"] = [{"object_id": m.object_id, "key": member_key(key, m.object_id),
+                                   "block_start_index": m.block_start_index, "block_end_index": m.block_end_index,
+                                   "bucket_id": m.bucket_id} for m in result.composite.members]
     summary = {"type": "summary", "key": key, "entries": len(result.entries), "entries_shown": len(rows),
                "streams": len({e.stream_id for e in result.entries}), "deep": deep,
                "problems": len(result.problems), "reads": result.reads}
@@ -72,7 +85,7 @@ def inspect_object_cmd(
         shown = 0
         before = st.stats.get
         try:
-            for entry, placed in iter_records(st, key, result.entries, stream=stream):
+            for entry, placed in iter_records(st, key, result.entries, stream=stream, composite=result.composite):
                 shown += 1
                 _record(json_out, payload, entry, placed)
         except FormatError as exc:
@@ -125,9 +138,17 @@ def _render(footer: dict, rows: list[dict], problems) -> None:
     console = stdout_console()
     head = Table(title=f"object {footer['key']}", show_header=False, title_justify="left")
     for k, v in footer.items():
-        if k not in ("type", "key"):
+        if k not in ("type", "key", "members"):
             head.add_row(k, str(v))
     console.print(head)
+    if footer.get("members"):
+        members = Table(title="members (AutoMQ composite object: the index points into these)", title_justify="left")
+        for col in ("object id", "key", "entries", "bucket"):
+            members.add_column(col)
+        for m in footer["members"]:
+            members.add_row(str(m["object_id"]), m["key"], f"[{m['block_start_index']}, {m['block_end_index']})",
+                            str(m["bucket_id"]))
+        console.print(members)
     table = Table(title="index", title_justify="left")
     for col in ("stream", "start", "end", "records", "position", "size"):
         table.add_column(col, justify="right")

@@ -28,6 +28,7 @@ from walctl.format import object as obj
 from walctl.format.batch import StreamRecordBatch
 from walctl.format.crc import crc32c
 from walctl.store import manifest as mf
+from walctl.store.inspect import member_key
 
 RUN_BYTES = 16 << 20  # one ranged GET reads at most this much (unless one index entry is larger)
 ENTRIES_GUESS = obj.DEFAULT_ENTRIES_GUESS  # the first tail GET catches an index of this many entries
@@ -293,6 +294,9 @@ class StreamReader:
             yield self._finding(f)
             return
         self.summary.objects += 1
+        if obj.is_composite(tail):
+            yield from self._read_composite(o, tail, size, range_end)
+            return
         try:
             footer, entries = obj.parse_tail(tail, size)
             if entries is None:
@@ -335,6 +339,48 @@ class StreamReader:
                 yield from self._serve_entry(data, run_start, entry, oid, key)
                 if self._done():
                     return
+
+    def _read_composite(self, o: dict, tail: bytes, size: int, range_end: int) -> Iterator[ReadRecord | ReadFinding]:
+        """An AutoMQ composite object: its index points into member objects; read their blocks there."""
+        key, oid = o["key"], o["id"]
+        try:
+            whole = tail if len(tail) == size else self.store.read_range(key, 0, size)
+            comp = obj.decode_composite(whole, size)
+        except FormatError as exc:
+            f = ReadFinding(DAMAGE, f"composite object: {exc.what}; offsets up to {range_end} unreadable",
+                            self.next, range_end, oid, key, exc.offset)
+            self.next = max(self.next, range_end)
+            yield self._finding(f)
+            return
+        for member in comp.members:
+            entries = [e for e in comp.entries[member.block_start_index:member.block_end_index]
+                       if e.stream_id == self.stream_id and e.end_offset > self.next
+                       and (self.to_offset is None or e.start_offset < self.to_offset)]
+            mkey = member_key(key, member.object_id)
+            i = 0
+            while i < len(entries) and not self._done():
+                run = self._next_run(entries, i)
+                i += len(run)
+                try:
+                    data = self.store.read_range(mkey, run[0].block_position, run[-1].block_end)
+                except NotFoundError:
+                    f = ReadFinding(MISSING, f"member object {member.object_id} of composite object {oid} is "
+                                    "missing from the store", self.next, run[-1].end_offset, member.object_id, mkey)
+                    self.next = max(self.next, run[-1].end_offset)
+                    yield self._finding(f)
+                    continue
+                self.summary.block_gets += 1
+                if len(data) != run[-1].block_end - run[0].block_position:
+                    f = ReadFinding(DAMAGE, f"member object ends inside blocks [{run[0].block_position}, "
+                                    f"{run[-1].block_end})", self.next, run[-1].end_offset, member.object_id, mkey,
+                                    run[0].block_position + len(data))
+                    self.next = max(self.next, run[-1].end_offset)
+                    yield self._finding(f)
+                    continue
+                for entry in run:
+                    yield from self._serve_entry(data, run[0].block_position, entry, member.object_id, mkey)
+                    if self._done():
+                        return
 
     def _next_run(self, wanted: list, i: int) -> list:
         """Entries from ``wanted[i]`` that one GET reads: physically adjacent, within run_bytes, and
