@@ -10,12 +10,12 @@ manifest commit naming them). Each backend is then read twice, alternately, in t
 - raw: the same object bytes read sequentially, whole objects, with nothing decoded
   (local: `dd iflag=direct bs=16M` per object, the way the local store reads, O_DIRECT;
   S3: one boto3 GET of each whole object, bodies drained);
-- walctl: `python -m walctl read --store URL --stream 1 --json --payload none` as a child
-  process (so its startup counts), its summary giving GETs and bytes read.
+- walctl: `walctl read --store URL --stream 1 --json --payload none` as a child process (so its
+  startup counts), its summary giving GETs and bytes read; it reports its own peak RSS (VmHWM).
 Printed per backend: MiB/s of each (the payload bytes over wall time for walctl, the object
 bytes for raw), the ratio walctl / raw (target >= 0.8), walctl's GETs against the minimum
 for its design (1 manifest + per object 1 tail + 1 run of adjacent blocks) and against the
-floor of one GET per object, and the reader's peak RSS (the child's ru_maxrss; target < 256 MiB).
+floor of one GET per object, and the reader's peak RSS (target < 256 MiB).
 """
 
 from __future__ import annotations
@@ -76,24 +76,33 @@ def child_env(extra: dict | None = None) -> dict:
     return env
 
 
+# The reader reports its own peak RSS (VmHWM) at exit: a forked child's ru_maxrss also counts the
+# parent's pages it shared before exec (here: moto's store), so it cannot be used.
+WRAPPER = ("import atexit, sys\n"
+           "def hwm():\n"
+           "    for line in open('/proc/self/status'):\n"
+           "        if line.startswith('VmHWM:'):\n"
+           "            sys.stderr.write('walctl-bench-hwm-kib ' + line.split()[1] + '\\n')\n"
+           "atexit.register(hwm)\n"
+           "from walctl.cli import main\n"
+           "sys.argv = ['walctl'] + sys.argv[1:]\n"
+           "main()\n")
+
+
 def run_child(argv: list[str], env: dict) -> tuple[float, bytes, int]:
-    """(seconds, stdout, peak RSS bytes of this very child, from wait4's rusage)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        started = time.monotonic()
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.monotonic() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        if proc.returncode != 0:
-            raise SystemExit(f"{argv[:4]}... exited {proc.returncode}: {err.read().decode()[-500:]}")
-        return seconds, out.read(), usage.ru_maxrss * 1024
+    """(seconds, stdout, peak RSS bytes of the reader) of ``walctl ARGV``."""
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, *argv], capture_output=True, env=env)
+    seconds = time.monotonic() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"walctl {' '.join(argv[:4])}... exited {proc.returncode}: {proc.stderr.decode()[-500:]}")
+    hwm = [int(line.split()[1]) for line in proc.stderr.decode().splitlines()
+           if line.startswith("walctl-bench-hwm-kib ")]
+    return seconds, proc.stdout, hwm[-1] * 1024
 
 
 def walctl_read(url: str, env: dict) -> dict:
-    argv = [sys.executable, "-m", "walctl", "read", "--store", url, "--stream", str(STREAM), "--json",
-            "--payload", "none"]
+    argv = ["read", "--store", url, "--stream", str(STREAM), "--json", "--payload", "none"]
     seconds, out, rss = run_child(argv, env)
     lines = out.splitlines()
     summary = json.loads(lines[-1])

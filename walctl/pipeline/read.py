@@ -125,11 +125,13 @@ class StreamReader:
         limit: stop after this many batches.
         wal: a WAL device or file whose tail (after the last uploaded record) follows the store.
         run_bytes: the largest ranged GET of blocks (one index entry larger than it is one GET).
+        read_ahead: without a limit, read the next run and the next object's tail in a thread
+            while the current run is decoded (memory: two runs at most).
     """
 
     def __init__(self, store, stream_id: int, *, from_offset: int | None = None, to_offset: int | None = None,
                  limit: int | None = None, wal: str | None = None, run_bytes: int = RUN_BYTES,
-                 entries_guess: int = ENTRIES_GUESS):
+                 entries_guess: int = ENTRIES_GUESS, read_ahead: bool = True):
         self.store = store
         self.stream_id = stream_id
         self.from_offset = from_offset
@@ -142,7 +144,9 @@ class StreamReader:
         self.next: int | None = from_offset
         self._stats0 = store.stats.snapshot()
         self._manifest_number: int | None = None
-        self._stream_known = False
+        self.read_ahead = read_ahead
+        self._pool = None
+        self._tails: dict = {}  # object key -> future of its tail, read ahead
 
     # -- public -------------------------------------------------------------------------------
 
@@ -174,6 +178,7 @@ class StreamReader:
                     continue
                 sleep(delay)
         finally:
+            self.close()
             self._update_stats()
 
     # -- one pass -----------------------------------------------------------------------------
@@ -231,12 +236,11 @@ class StreamReader:
             return
         if self.next is None:
             self.next = stream["start"]
-        elif self.next < stream["start"] and not self._stream_known:
+        elif self.next < stream["start"]:
             yield self._finding(ReadFinding(TRIMMED, f"offsets [{self.next}, {stream['start']}) are below the "
                                             f"stream's start (deleted by retention or compaction)",
                                             self.next, stream["start"]))
             self.next = stream["start"]
-        self._stream_known = True
         ranges = sorted(((r["start"], r["end"], o) for o in doc["objects"] for r in o["ranges"]
                          if r["stream_id"] == sid), key=lambda t: (t[0], t[2].get("order_id", t[2]["id"])))
         pass_end = None  # end of the previous range of this manifest: ranges must not overlap
@@ -263,7 +267,8 @@ class StreamReader:
                 yield self._finding(ReadFinding(OVERLAP, f"stream {sid}: object {o['id']} holds [{start}, {end}), "
                                                 f"overlapping offsets another live object holds", start,
                                                 min(end, self.next), o["id"], o["key"]))
-            yield from self._read_object(o, end)
+            later = next((other for s2, e2, other in ranges if e2 > end and other is not o), None)
+            yield from self._read_object(o, end, later)
         if self._done():
             return
         end = stream["end"]
@@ -275,8 +280,32 @@ class StreamReader:
 
     # -- one object ---------------------------------------------------------------------------
 
-    def _read_object(self, o: dict, range_end: int) -> Iterator[ReadRecord | ReadFinding]:
-        """Serve the stream's batches of object ``o`` from ``self.next`` on."""
+    def _prefetching(self) -> bool:
+        """Read ahead (the next run, the next object's tail) only when every read ahead is needed:
+        without a limit, which could end the read before them."""
+        return self.limit is None and self.read_ahead
+
+    def _submit(self, fn, *args):
+        """Run a store read in the read-ahead thread: I/O (and boto3's HTTP) overlaps decoding."""
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="walctl-read-ahead")
+        return self._pool.submit(fn, *args)
+
+    def _tail_of(self, o: dict):
+        return self.store.read_tail(o["key"], obj.tail_length_hint(self.entries_guess, o.get("size")))
+
+    def close(self) -> None:
+        """Stop the read-ahead thread (reads in flight finish; their results are dropped)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self._tails.clear()
+
+    def _read_object(self, o: dict, range_end: int, later: dict | None = None) -> Iterator[ReadRecord | ReadFinding]:
+        """Serve the stream's batches of object ``o`` from ``self.next`` on; ``later``: the object
+        probably read next, whose tail is read ahead meanwhile."""
         key, oid = o["key"], o["id"]
         store = self.store
 
@@ -286,7 +315,8 @@ class StreamReader:
             return self._finding(f)
 
         try:
-            tail, size = store.read_tail(key, obj.tail_length_hint(self.entries_guess, o.get("size")))
+            ahead = self._tails.pop(key, None)
+            tail, size = ahead.result() if ahead is not None else self._tail_of(o)
         except NotFoundError:
             f = ReadFinding(MISSING, f"object {oid} is live in the manifest but missing from the store",
                             self.next, range_end, oid, key)
@@ -312,13 +342,25 @@ class StreamReader:
         wanted = obj.find_entries(entries, self.stream_id, self.next)
         if self.to_offset is not None:
             wanted = [e for e in wanted if e.start_offset < self.to_offset]
+        if later is not None and self._prefetching() and later["key"] not in self._tails:
+            self._tails[later["key"]] = self._submit(self._tail_of, later)
         i = 0
         crc, covered, checked = 0, 0, False  # running data crc over runs that cover [0, covered) without a hole
+        pending = None  # (run, future) read ahead
         while i < len(wanted) and not self._done():
-            run = self._next_run(wanted, i)
+            if pending is not None:
+                run, ahead = pending
+                data = ahead.result()
+            else:
+                run = self._next_run(wanted, i)
+                data = store.read_range(key, run[0].block_position, run[-1].block_end)
             i += len(run)
+            pending = None
+            if i < len(wanted) and self._prefetching():
+                follow_run = self._next_run(wanted, i)
+                pending = (follow_run, self._submit(store.read_range, key, follow_run[0].block_position,
+                                                    follow_run[-1].block_end))
             run_start, run_end = run[0].block_position, run[-1].block_end
-            data = store.read_range(key, run_start, run_end)
             self.summary.block_gets += 1
             if len(data) != run_end - run_start:
                 yield damage(f"object ends at {run_start + len(data)}, inside blocks [{run_start}, {run_end})",
