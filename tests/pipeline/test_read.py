@@ -306,3 +306,18 @@ def test_cli_damage_exits_3_with_findings_and_summary(tmp_path, local_store):
     assert [x["base_offset"] for x in lines if x["type"] == "record"] == [3, 4, 5]
     assert lines[-1]["type"] == "summary" and lines[-1]["error"]["code"] == 3
     assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith("walctl: error: ")
+
+
+def test_cli_follow_bounded_and_wal(tmp_path, local_store):
+    wal, appended = many_uploads(tmp_path, local_store, rounds=1, plan={4: (3, 20)})
+    tail = append(wal, {4: (2, 30)}, store=local_store)[4]
+    r = run_read("--store", local_store.root, "--stream", 4, "--json", "--follow", "--idle-timeout", "0.3",
+                 "--wal", wal, "--payload", "hex")
+    assert r.exit_code == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    recs = [x for x in lines if x["type"] == "record"]
+    assert [bytes.fromhex(x["payload"]) for x in recs] == appended[4] + tail
+    assert [x["source"] for x in recs] == ["store"] * 3 + ["wal"] * 2
+    assert lines[-1]["type"] == "summary" and lines[-1]["interrupted"] is False and lines[-1]["polls"] >= 2
+    r = run_read("--store", local_store.root, "--stream", 4, "--idle-timeout", "1")
+    assert r.exit_code == 2  # --idle-timeout without --follow: a usage error, not ignored
