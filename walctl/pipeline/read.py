@@ -125,8 +125,8 @@ class StreamReader:
         limit: stop after this many batches.
         wal: a WAL device or file whose tail (after the last uploaded record) follows the store.
         run_bytes: the largest ranged GET of blocks (one index entry larger than it is one GET).
-        read_ahead: without a limit, read the next run and the next object's tail in a thread
-            while the current run is decoded (memory: two runs at most).
+        read_ahead: without a limit, read the next run, and the next object's tail and first run,
+            in a thread while the current run is decoded (memory: three runs at most).
     """
 
     def __init__(self, store, stream_id: int, *, from_offset: int | None = None, to_offset: int | None = None,
@@ -267,7 +267,7 @@ class StreamReader:
                 yield self._finding(ReadFinding(OVERLAP, f"stream {sid}: object {o['id']} holds [{start}, {end}), "
                                                 f"overlapping offsets another live object holds", start,
                                                 min(end, self.next), o["id"], o["key"]))
-            later = next((other for s2, e2, other in ranges if e2 > end and other is not o), None)
+            later = next(((other, s2) for s2, e2, other in ranges if e2 > end and other is not o), None)
             yield from self._read_object(o, end, later)
         if self._done():
             return
@@ -296,6 +296,26 @@ class StreamReader:
     def _tail_of(self, o: dict):
         return self.store.read_tail(o["key"], obj.tail_length_hint(self.entries_guess, o.get("size")))
 
+    def _prefetch(self, o: dict, start_offset: int):
+        """Read ahead for an object not yet reached: its tail and, when the tail holds the whole index,
+        the first run of blocks from ``start_offset``. Returns (tail, size, (start, end) | None, data)."""
+        tail, size = self._tail_of(o)
+        if obj.is_composite(tail):
+            return tail, size, None, None
+        _, entries = obj.parse_tail(tail, size)
+        wanted = self._wanted(entries, start_offset) if entries is not None else []
+        if not wanted:
+            return tail, size, None, None
+        run = self._next_run(wanted, 0)
+        start, end = run[0].block_position, run[-1].block_end
+        return tail, size, (start, end), self.store.read_range(o["key"], start, end)
+
+    def _wanted(self, entries, start_offset: int) -> list:
+        wanted = obj.find_entries(entries, self.stream_id, start_offset)
+        if self.to_offset is not None:
+            wanted = [e for e in wanted if e.start_offset < self.to_offset]
+        return wanted
+
     def close(self) -> None:
         """Stop the read-ahead thread (reads in flight finish; their results are dropped)."""
         if self._pool is not None:
@@ -303,9 +323,10 @@ class StreamReader:
             self._pool = None
         self._tails.clear()
 
-    def _read_object(self, o: dict, range_end: int, later: dict | None = None) -> Iterator[ReadRecord | ReadFinding]:
+    def _read_object(self, o: dict, range_end: int,
+                     later: tuple[dict, int] | None = None) -> Iterator[ReadRecord | ReadFinding]:
         """Serve the stream's batches of object ``o`` from ``self.next`` on; ``later``: the object
-        probably read next, whose tail is read ahead meanwhile."""
+        probably read next and the offset it starts at, read ahead (tail, first run) meanwhile."""
         key, oid = o["key"], o["id"]
         store = self.store
 
@@ -314,9 +335,17 @@ class StreamReader:
             self.next = max(self.next, upto)
             return self._finding(f)
 
+        ahead = self._tails.pop(key, None)
+        prepared = None
         try:
-            ahead = self._tails.pop(key, None)
-            tail, size = ahead.result() if ahead is not None else self._tail_of(o)
+            if ahead is not None:
+                try:
+                    prepared = ahead.result()
+                except NotFoundError:
+                    raise
+                except Exception:  # noqa: BLE001 - read again below, where the error becomes a finding
+                    prepared = None
+            tail, size = prepared[:2] if prepared is not None else self._tail_of(o)
         except NotFoundError:
             f = ReadFinding(MISSING, f"object {oid} is live in the manifest but missing from the store",
                             self.next, range_end, oid, key)
@@ -339,21 +368,23 @@ class StreamReader:
         if o.get("size") is not None and size != o["size"]:
             yield damage(f"object is {size} bytes, the manifest says {o['size']}", None, range_end)
             return
-        wanted = obj.find_entries(entries, self.stream_id, self.next)
-        if self.to_offset is not None:
-            wanted = [e for e in wanted if e.start_offset < self.to_offset]
-        if later is not None and self._prefetching() and later["key"] not in self._tails:
-            self._tails[later["key"]] = self._submit(self._tail_of, later)
+        wanted = self._wanted(entries, self.next)
+        if later is not None and self._prefetching() and later[0]["key"] not in self._tails:
+            self._tails[later[0]["key"]] = self._submit(self._prefetch, *later)
         i = 0
         crc, covered, checked = 0, 0, False  # running data crc over runs that cover [0, covered) without a hole
         pending = None  # (run, future) read ahead
         while i < len(wanted) and not self._done():
             if pending is not None:
-                run, ahead = pending
-                data = ahead.result()
+                run, future = pending
+                data = future.result()
             else:
                 run = self._next_run(wanted, i)
-                data = store.read_range(key, run[0].block_position, run[-1].block_end)
+                span = (run[0].block_position, run[-1].block_end)
+                if i == 0 and prepared is not None and prepared[2] == span:
+                    data = prepared[3]  # read ahead while the previous object was served
+                else:
+                    data = store.read_range(key, *span)
             i += len(run)
             pending = None
             if i < len(wanted) and self._prefetching():
