@@ -435,6 +435,10 @@ def test_block_sizes_recover_exactly(tmp_path, version, block_size):
     assert code == 0 and findings == [], findings
     expect(records, img.records[first + 1:])
     assert any(r[0] >= img.ring for r in img.records[first + 1:])  # the log really wrapped
+    status = json.loads(CliRunner().invoke(app, ["status", path, "--json"]).stdout)
+    assert (status["headers_bytes"], status["ring_bytes"], status["header"]["block_size_bytes"]) == (
+        2 * block_size, img.ring, block_size)
+    assert status["records"] == len(img.records) - first - 1 and status["findings"] == 0
     assert sha(path) == before
 
 
