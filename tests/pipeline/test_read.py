@@ -321,3 +321,24 @@ def test_cli_follow_bounded_and_wal(tmp_path, local_store):
     assert lines[-1]["type"] == "summary" and lines[-1]["interrupted"] is False and lines[-1]["polls"] >= 2
     r = run_read("--store", local_store.root, "--stream", 4, "--idle-timeout", "1")
     assert r.exit_code == 2  # --idle-timeout without --follow: a usage error, not ignored
+
+
+def test_follow_ends_on_ctrl_c_with_a_summary(tmp_path, local_store):
+    import signal
+    import subprocess
+    import sys
+
+    many_uploads(tmp_path, local_store, rounds=1, plan={4: (3, 20)})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WALCTL_")}
+    proc = subprocess.Popen([sys.executable, "-m", "walctl", "read", "--store", local_store.root, "--stream", "4",
+                             "--json", "--follow"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        first = [proc.stdout.readline() for _ in range(3)]  # the three batches: it is following now
+        assert all(json.loads(x)["type"] == "record" for x in first)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["type"] == "summary" and summary["interrupted"] is True and summary["records"] == 3

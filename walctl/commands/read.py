@@ -71,13 +71,16 @@ def read_cmd(
         for event in reader.events(follow=follow, idle_timeout_s=idle_timeout):
             out.event(event)
     except KeyboardInterrupt:
-        if not follow:
-            raise
-        interrupted = True  # Ctrl-C is how a follow ends
+        interrupted = True  # Ctrl-C is how a follow ends; otherwise exit 130, after the summary
     summary = reader.summary.to_json()
     summary["store"] = st.url
-    if follow:
-        summary["interrupted"] = interrupted
+    summary["interrupted"] = interrupted
+    if interrupted and not follow:
+        summary["complete"] = False
+        if json_out:
+            summary["error"] = {"code": 130, "message": "interrupted"}
+        out.summary(summary)
+        raise KeyboardInterrupt
     corrupt = [f for f in reader.summary.findings_list if f.corrupt]
     if corrupt:
         first = corrupt[0]
