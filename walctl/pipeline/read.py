@@ -267,7 +267,8 @@ class StreamReader:
                 yield self._finding(ReadFinding(OVERLAP, f"stream {sid}: object {o['id']} holds [{start}, {end}), "
                                                 f"overlapping offsets another live object holds", start,
                                                 min(end, self.next), o["id"], o["key"]))
-            later = next(((other, s2) for s2, e2, other in ranges if e2 > end and other is not o), None)
+            later = next(((other, s2) for s2, e2, other in ranges if e2 > end and other is not o
+                          and (self.to_offset is None or s2 < self.to_offset)), None)
             yield from self._read_object(o, end, later)
         if self._done():
             return

@@ -86,17 +86,21 @@ def read_headers(dev, block_size: int | None = None) -> HeaderState:
     (JVM option ``automq.ebswal.blocksize``): detected from where its second header slot is, else
     from where its first record is, else AutoMQ's default 4096 (``block_size_source`` says which).
     """
-    length = max(HEADERS_SIZE, min(DETECT_BYTES, dev.size_bytes // ALIGN * ALIGN))
-    buf = aligned_buffer(length)
+    buf = aligned_buffer(HEADERS_SIZE)
     dev.pread_into(0, buf)
+    if block_size is None:
+        try:
+            state = decode_slots(buf)
+        except NotFoundError as exc:
+            state, missing = None, exc
+        if state is not None and state.header.flavour == "walctl":
+            return state  # walctl's own: 4 KiB slots, nothing more to read
+    length = max(HEADERS_SIZE, min(DETECT_BYTES, dev.size_bytes // ALIGN * ALIGN))
+    if length > HEADERS_SIZE:
+        buf = aligned_buffer(length)
+        dev.pread_into(0, buf)
     if block_size is not None:
         return decode_slots(buf, block_size, source="option")
-    try:
-        state = decode_slots(buf)
-    except NotFoundError as exc:
-        state, missing = None, exc
-    if state is not None and state.header.flavour == "walctl":
-        return state
     detected = detect_automq_block_size(dev, buf)
     if detected is None:
         if state is None:
