@@ -348,3 +348,20 @@ def test_follow_ends_on_ctrl_c_with_a_summary(tmp_path, local_store):
     assert proc.returncode == 0, err
     summary = json.loads(out.splitlines()[-1])
     assert summary["type"] == "summary" and summary["interrupted"] is True and summary["records"] == 3
+
+
+def test_overlapping_objects_are_a_finding_and_served_once(tmp_path, local_store):
+    _, appended = many_uploads(tmp_path, local_store, rounds=2, plan={1: (4, 100)})
+    doc = mf.load_latest(local_store)
+    first = min(doc["objects"], key=lambda o: o["id"])
+    copy_key = mf.object_key(99)
+    local_store.put(copy_key, local_store.read_all(first["key"]))
+
+    def add_copy(m):
+        m["objects"].append(dict(first, id=99, key=copy_key, order_id=99))
+
+    mf.commit(local_store, add_copy, command="test: two objects with the same range")
+    events, s = read_stream(local_store, 1)
+    assert [(f.kind, f.object_id) for f in findings(events)] == [("overlap", 99)]
+    assert [r.batch.payload for r in records(events)] == appended[1]  # each offset once
+    assert s.objects == 2  # the duplicate's bytes were never needed
