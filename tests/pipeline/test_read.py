@@ -89,7 +89,7 @@ def test_big_index_costs_a_second_tail_get_and_runs_are_cut(tmp_path, local_stor
 
 def test_sso_stream_in_the_middle_is_one_run(tmp_path, local_store):
     wal = make_wal(tmp_path)
-    appended = append(wal, {1: (10, 200), 2: (10, 200), 3: (10, 200)})
+    appended = append(wal, {1: (10, 1000), 2: (10, 1000), 3: (10, 1000)})  # ~30 KiB: stream 2 is not in the tail
     upload(wal, local_store, block_size=1 * KiB, split_size=1 * MiB)
     doc = mf.load_latest(local_store)
     assert [o["kind"] for o in doc["objects"]] == ["SSO"]
@@ -117,10 +117,27 @@ def test_ranges_and_limits(tmp_path, local_store, kwargs, want):
     assert findings(events) == []
     got = records(events)
     assert [r.batch.base_offset for r in got] == list(want)
-    # no read ahead is wasted: exactly the objects holding the wanted offsets are read (12 per object)
+    # no read ahead is wasted: exactly the objects holding the wanted offsets are read (12 per object);
+    # each is smaller than the first tail read, so that one GET brings its blocks too
     touched = {r.object_id for r in got}
-    assert s.objects == len(touched) and s.gets == 1 + 2 * len(touched)
+    assert s.objects == len(touched) and s.block_gets == 0 and s.gets == 1 + len(touched)
     assert [r.batch.payload for r in got] == [appended[1][i] for i in want]
+
+
+def test_a_whole_stream_object_is_one_get(tmp_path, local_store):
+    """Wanted whole, a Stream Object is read in one GET (blocks, index and footer together)."""
+    _, appended = many_uploads(tmp_path, local_store, rounds=3, plan={6: (30, 2000)}, block_size=8 * KiB)
+    doc = mf.load_latest(local_store)
+    assert all(o["size"] > obj.tail_length_hint() for o in doc["objects"])  # the tail alone would not do
+    events, s = read_stream(local_store, 6)
+    assert [r.batch.payload for r in records(events)] == appended[6]
+    assert s.gets == 1 + 3 and s.block_gets == 0
+    assert s.bytes_read == len(local_store.read_all(mf.manifest_key(doc["number"]))) + sum(
+        o["size"] for o in doc["objects"])
+    # from the middle of the first object: that one is read as tail + blocks, the others whole
+    events, s = read_stream(local_store, 6, from_offset=15)
+    assert [r.batch.base_offset for r in records(events)] == list(range(15, 90))
+    assert s.gets == 1 + 2 + 2 and s.block_gets == 1
 
 
 def test_limit_reads_only_what_it_needs(tmp_path, local_store):

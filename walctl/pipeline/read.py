@@ -294,13 +294,27 @@ class StreamReader:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="walctl-read-ahead")
         return self._pool.submit(fn, *args)
 
-    def _tail_of(self, o: dict):
-        return self.store.read_tail(o["key"], obj.tail_length_hint(self.entries_guess, o.get("size")))
+    def _whole(self, o: dict, start_offset: int) -> bool:
+        """Read the whole object in one GET instead of its tail then its blocks: when (nearly) all of it
+        is wanted (no limit; the stream's blocks are >= 90% of it and wanted from their start to their
+        end) and it fits one run. Halves the GETs of a stream kept in Stream Objects."""
+        size = o.get("size")
+        if self.limit is not None or size is None or size > self.run_bytes:
+            return False
+        r = next((r for r in o["ranges"] if r["stream_id"] == self.stream_id), None)
+        return (r is not None and 10 * r["bytes"] >= 9 * size and start_offset <= r["start"]
+                and (self.to_offset is None or self.to_offset >= r["end"]))
+
+    def _tail_of(self, o: dict, start_offset: int):
+        length = obj.tail_length_hint(self.entries_guess, o.get("size"))
+        if self._whole(o, start_offset):
+            length = o["size"]
+        return self.store.read_tail(o["key"], length)
 
     def _prefetch(self, o: dict, start_offset: int):
         """Read ahead for an object not yet reached: its tail and, when the tail holds the whole index,
         the first run of blocks from ``start_offset``. Returns (tail, size, (start, end) | None, data)."""
-        tail, size = self._tail_of(o)
+        tail, size = self._tail_of(o, start_offset)
         if obj.is_composite(tail):
             return tail, size, None, None
         _, entries = obj.parse_tail(tail, size)
@@ -309,6 +323,8 @@ class StreamReader:
             return tail, size, None, None
         run = self._next_run(wanted, 0)
         start, end = run[0].block_position, run[-1].block_end
+        if start >= size - len(tail):
+            return tail, size, None, None  # the tail holds these blocks already
         return tail, size, (start, end), self.store.read_range(o["key"], start, end)
 
     def _wanted(self, entries, start_offset: int) -> list:
@@ -346,7 +362,7 @@ class StreamReader:
                     raise
                 except Exception:  # noqa: BLE001 - read again below, where the error becomes a finding
                     prepared = None
-            tail, size = prepared[:2] if prepared is not None else self._tail_of(o)
+            tail, size = prepared[:2] if prepared is not None else self._tail_of(o, self.next)
         except NotFoundError:
             f = ReadFinding(MISSING, f"object {oid} is live in the manifest but missing from the store",
                             self.next, range_end, oid, key)
@@ -375,6 +391,7 @@ class StreamReader:
         i = 0
         crc, covered, checked = 0, 0, False  # running data crc over runs that cover [0, covered) without a hole
         pending = None  # (run, future) read ahead
+        tail_position = size - len(tail)  # blocks from here on are in the tail already: no GET
         while i < len(wanted) and not self._done():
             if pending is not None:
                 run, future = pending
@@ -382,18 +399,22 @@ class StreamReader:
             else:
                 run = self._next_run(wanted, i)
                 span = (run[0].block_position, run[-1].block_end)
-                if i == 0 and prepared is not None and prepared[2] == span:
+                if span[0] >= tail_position:
+                    data = memoryview(tail)[span[0] - tail_position:span[1] - tail_position]
+                elif i == 0 and prepared is not None and prepared[2] == span:
                     data = prepared[3]  # read ahead while the previous object was served
+                    self.summary.block_gets += 1
                 else:
                     data = store.read_range(key, *span)
+                    self.summary.block_gets += 1
             i += len(run)
             pending = None
-            if i < len(wanted) and self._prefetching():
+            if i < len(wanted) and self._prefetching() and wanted[i].block_position < tail_position:
                 follow_run = self._next_run(wanted, i)
                 pending = (follow_run, self._submit(store.read_range, key, follow_run[0].block_position,
                                                     follow_run[-1].block_end))
+                self.summary.block_gets += 1
             run_start, run_end = run[0].block_position, run[-1].block_end
-            self.summary.block_gets += 1
             if len(data) != run_end - run_start:
                 yield damage(f"object ends at {run_start + len(data)}, inside blocks [{run_start}, {run_end})",
                              run_start + len(data), range_end)
