@@ -433,3 +433,4 @@ from walctl.commands import status as _status  # noqa: E402,F401
 from walctl.commands import selftest as _selftest  # noqa: E402,F401
 from walctl.commands import image as _image  # noqa: E402,F401
 from walctl.commands import bench as _bench  # noqa: E402,F401
+from walctl.commands import read as _read  # noqa: E402,F401

@@ -9,7 +9,7 @@ too (in-process, a JVM still starting would be orphaned), and Spark's console no
 to a log in the temporary directory.
 
     init, status, append (arguments; length-prefixed stdin), recover, trim, recover,
-    status, upload, append --store, upload --metrics-file, ls, inspect-object --deep,
+    status, upload, append --store, upload --metrics-file, ls, inspect-object --deep, read,
     read back every object, compact (Spark local[1]; optional), gc, status
 
 and checks every answer against what it wrote. It stops at the first failed check
@@ -716,6 +716,25 @@ def _steps(run: _Run) -> None:
     add("inspect-object --deep", ["inspect-object", "ID", "--store", store, "--deep", "--json"], inspect_all)
     add("read back objects", "read every live object in full, compare with what was appended",
         lambda check: run.read_back())
+
+    def read_streams(check: Check) -> str:
+        """`walctl read` of every stream: every payload in offset order, one summary, no finding."""
+        want = run.expected_in_store()
+        gets = 0
+        for sid, payloads in sorted(want.items()):
+            lines = run.ok("read", "--store", store, "--stream", str(sid), "--payload", "base64", "--json",
+                           check=check).lines()
+            recs = [x for x in lines if x["type"] == "record"]
+            summary = lines[-1]
+            expect_eq(summary["type"], "summary", f"last line of read --stream {sid}")
+            expect_eq(summary["findings"], 0, f"findings reading stream {sid}")
+            expect_eq([x["base_offset"] for x in recs], sorted(payloads), f"offsets read of stream {sid}")
+            for x in recs:
+                expect(base64.b64decode(x["payload"]) == payloads[x["base_offset"]],
+                       f"stream {sid} offset {x['base_offset']}: read returned other bytes than appended")
+            gets += summary["gets"]
+        return f"{len(want)} streams read back in offset order, every payload as appended, {gets} GETs"
+    add("read", ["read", "--store", store, "--stream", "ID", "--payload", "base64", "--json"], read_streams)
 
     compact_args = ["compact", "--store", store, "--master", COMPACT_MASTER, "--json"]
 

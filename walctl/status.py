@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from walctl.format.header import HEADERS_SIZE, WalHeader
+from walctl.format.header import WalHeader
 from walctl.wal import reader
 from walctl.wal.headers import HeaderState
 
@@ -71,7 +71,7 @@ class StatusResult:
             "header": header.to_json(),
             "capacity_bytes": header.capacity,
             "ring_bytes": ring,
-            "headers_bytes": HEADERS_SIZE,
+            "headers_bytes": header.capacity - header.ring_size,
             "trim_offset": header.trim_offset,
             "start_offset": self.start_offset,
             "end_offset": scan.end_offset if scan else None,

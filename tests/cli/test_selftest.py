@@ -32,7 +32,7 @@ def test_passes_on_a_file_and_cleans_up(cli, tmp_path):
     passed = _names(out, "pass")
     for name in ("set-up", "init", "status (empty)", "append (arguments)", "append (stdin)", "recover", "trim",
                  "recover (after trim)", "status", "upload", "upload --metrics-file", "ls", "inspect-object --deep",
-                 "read back objects", "gc", "status (final)", "clean-up"):
+                 "read back objects", "read", "gc", "status (final)", "clean-up"):
         assert name in passed, name
     assert passed[0] == "set-up" and passed[-1] == "clean-up"
     for check in out["checks"]:

@@ -552,7 +552,7 @@ def test_bounds_edges_that_are_valid():
         WalHeader.decode(raw)
 
 
-@pytest.mark.parametrize("field_offset, code, value", [(4, ">Q", 4096 * 3), (28, ">q", 0), (36, ">I", 7),
+@pytest.mark.parametrize("field_offset, code, value", [(4, ">Q", 4096 * 3 + 100), (28, ">q", 0), (36, ">I", 7),
                                                        (40, ">i", -5), (44, ">q", -9)])
 def test_automq_field_out_of_bounds_is_bounds_error(field_offset, code, value):
     raw = bytearray(automq_bytes(AUTOMQ_V0, 1 << 30, -1, 5, 1 << 20, 0, 0, 0))

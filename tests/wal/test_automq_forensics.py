@@ -37,9 +37,9 @@ def amq_crc(data: bytes) -> int:
 
 
 def amq_header(magic: int, capacity: int, trim: int, ts: int, window: int, shutdown: int,
-               node: int = 1, epoch: int = 7) -> bytes:
+               node: int = 1, epoch: int = 7, block: int = BLOCK) -> bytes:
     body = struct.pack(">IQqqqIiq", magic, capacity, trim, ts, window, shutdown, node, epoch)
-    return (body + struct.pack(">I", amq_crc(body))).ljust(BLOCK, b"\0")
+    return (body + struct.pack(">I", amq_crc(body))).ljust(block, b"\0")
 
 
 def amq_record(offset: int, body: bytes, magic: int = DATA_MAGIC, crc=amq_crc) -> bytes:
@@ -57,23 +57,31 @@ def payload_of(stream: int, base: int, size: int) -> bytes:
 
 
 class AutoMQImage:
-    """An AutoMQ block WAL built in memory, block by block, as its SlidingWindowService lays it out."""
+    """An AutoMQ block WAL built in memory, block by block, as its SlidingWindowService lays it out.
 
-    def __init__(self, capacity: int = 256 * KiB, version: int = 1, *, seed: int = 1, stale: bool = True):
+    ``block_size`` is WALUtil.BLOCK_SIZE (JVM option automq.ebswal.blocksize): the header slots are
+    that large (BlockWALService.WAL_HEADER_CAPACITY), so the ring starts at 2 x block_size, and
+    blocks are aligned and padded to it.
+    """
+
+    def __init__(self, capacity: int = 256 * KiB, version: int = 1, *, seed: int = 1, stale: bool = True,
+                 block_size: int = BLOCK):
         self.capacity = capacity
-        self.ring = capacity - HEADERS
+        self.bs = block_size
+        self.hs = 2 * block_size  # WAL_HEADER_TOTAL_CAPACITY
+        self.ring = capacity - self.hs
         self.version = version
         self.rng = random.Random(seed)
         # A reused device: the record area holds old bytes; AutoMQ never wipes it.
         self.data = bytearray(self.rng.randbytes(capacity) if stale else bytes(capacity))
-        self.data[:HEADERS] = bytes(HEADERS)
+        self.data[:self.hs] = bytes(self.hs)
         self.next = 0  # next block start (logical)
         self.records: list[tuple[int, int, bytes]] = []  # (offset, base, payload) in log order
         self.blocks: list[int] = []  # block start offsets
         self.base = 0
 
     def pos(self, offset: int) -> int:
-        return HEADERS + offset % self.ring
+        return self.hs + offset % self.ring
 
     def put(self, offset: int, raw: bytes) -> None:
         p = self.pos(offset)
@@ -88,7 +96,7 @@ class AutoMQImage:
             rest = self.ring - start % self.ring
             if self.version >= 1:  # a padding record fills the lap's tail (its body is never written)
                 head = struct.pack(">IIqI", PADDING_MAGIC, rest - 24, start + 24, 0)
-                self.put(start, head + struct.pack(">I", amq_crc(head)) + self.rng.randbytes(BLOCK - 24))
+                self.put(start, head + struct.pack(">I", amq_crc(head)) + self.rng.randbytes(min(self.bs, rest) - 24))
             start += rest  # V0 just starts at the next lap
         offsets, o, raw = [], start, b""
         for size in sizes:
@@ -99,7 +107,7 @@ class AutoMQImage:
             self.base += 1
             raw += rec
             o += len(rec)
-        pad = -len(raw) % BLOCK
+        pad = -len(raw) % self.bs
         raw += self.rng.randbytes(pad)  # stale buffer bytes, as AutoMQ pads
         self.put(start, raw)
         self.blocks.append(start)
@@ -110,9 +118,11 @@ class AutoMQImage:
                 slot: int = 0) -> None:
         magic = V0_MAGIC if self.version == 0 else V1_MAGIC
         window = min(window, self.ring)  # AutoMQ caps the window at the record area
-        self.data[slot * BLOCK:(slot + 1) * BLOCK] = amq_header(magic, self.capacity, trim, ts, window, 0 if clean else 1)
+        bs = self.bs
+        self.data[slot * bs:(slot + 1) * bs] = amq_header(magic, self.capacity, trim, ts, window, 0 if clean else 1,
+                                                          block=bs)
         other = 1 - slot  # the older slot: a previous header write
-        self.data[other * BLOCK:(other + 1) * BLOCK] = amq_header(magic, self.capacity, -1, ts - 10, window, 1)
+        self.data[other * bs:(other + 1) * bs] = amq_header(magic, self.capacity, -1, ts - 10, window, 1, block=bs)
 
     def save(self, path) -> str:
         path.write_bytes(bytes(self.data))
@@ -394,3 +404,84 @@ def test_inspect_object_reads_an_automq_object(tmp_path):
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert lines[0]["version"] == 0 and lines[0]["index_crc"] is None
     assert [(e["stream_id"], e["end_offset"]) for e in lines if e["type"] == "index_entry"] == [(3, 2), (9, 1)]
+
+
+# -- AutoMQ's configurable block size (WALUtil.BLOCK_SIZE, FORMATS.md 6) ----------------------
+
+def sized_log(version: int, block_size: int, *, seed: int = 5, wrap: bool = True) -> AutoMQImage:
+    """A log (that wraps its lap once) in a WAL whose slots and blocks are ``block_size`` bytes."""
+    img = AutoMQImage(64 * KiB, version, seed=seed, block_size=block_size)
+    rng = random.Random(seed)
+    while img.next < (img.ring + 8 * KiB if wrap else img.ring // 2):
+        img.block([rng.choice([10, 300, 1500, 5000]) for _ in range(rng.randint(1, 3))])
+    return img
+
+
+def live_from(img: AutoMQImage) -> int:
+    """Index of the first record the last lap has not overwritten."""
+    return next(i for i, r in enumerate(img.records) if r[0] >= img.next - img.ring)
+
+
+@pytest.mark.parametrize("version", [0, 1])
+@pytest.mark.parametrize("block_size", [512, 4096, 8192])
+def test_block_sizes_recover_exactly(tmp_path, version, block_size):
+    """Detected from where the second header slot is; every record back, no false finding."""
+    img = sized_log(version, block_size)
+    first = live_from(img)
+    img.headers(trim=img.records[first][0], clean=True)
+    path = img.save(tmp_path / "amq.img")
+    before = sha(path)
+    code, records, findings, summary, _ = recover(path)
+    assert code == 0 and findings == [], findings
+    expect(records, img.records[first + 1:])
+    assert any(r[0] >= img.ring for r in img.records[first + 1:])  # the log really wrapped
+    status = json.loads(CliRunner().invoke(app, ["status", path, "--json"]).stdout)
+    assert (status["headers_bytes"], status["ring_bytes"], status["header"]["block_size_bytes"]) == (
+        2 * block_size, img.ring, block_size)
+    assert status["records"] == len(img.records) - first - 1 and status["findings"] == 0
+    assert sha(path) == before
+
+
+@pytest.mark.parametrize("block_size", [512, 8192])
+def test_block_size_from_the_first_record_when_one_slot_was_ever_written(tmp_path, block_size):
+    """A JVM that wrote its header once leaves the second slot empty: the first record tells."""
+    img = sized_log(1, block_size, wrap=False)
+    img.headers(clean=False)
+    img.data[block_size:2 * block_size] = bytes(block_size)  # slot 1 never written
+    code, records, findings, _, _ = recover(img.save(tmp_path / "amq.img"))
+    assert code == 0
+    expect(records, img.records)
+    assert [f["kind"] for f in findings] == ["bad_header_slot"] and findings[0]["physical_offset"] == block_size
+
+
+def test_block_size_option_overrides_detection(tmp_path):
+    img = sized_log(0, 512, wrap=False)
+    img.headers(clean=True)
+    path = img.save(tmp_path / "amq.img")
+    code, records, _, _, _ = recover(path, "--block-size", "512")
+    assert code == 0
+    expect(records, img.records)
+    # a wrong size is not a silent success: the records are not where it says
+    code, records, findings, _, _ = recover(path, "--block-size", "4096")
+    assert code != 0 or findings or records != []
+
+
+def test_v0_hole_then_next_lap_resets_the_first_invalid_block(tmp_path):
+    """V0 (RecoverIteratorV0): a valid record of a later lap than the first invalid block clears it,
+    so the next lap's records past first-invalid + window are no "beyond the window" damage."""
+    img = AutoMQImage(64 * KiB, 0, seed=9, block_size=512)
+    while img.next < img.ring:
+        img.block([1000])  # 1536-byte blocks: 42 fill the 63 KiB lap exactly
+    assert img.next == img.ring
+    hole_start, hole_end = img.blocks[-1], img.ring  # the lap's last block never reached the disk
+    while img.next < img.ring + 16 * KiB:
+        img.block([1000])
+    img.damage(hole_start, bytes(hole_end - hole_start))
+    img.headers(trim=img.records[20][0], clean=False, window=4 * KiB)
+    code, records, findings, summary, _ = recover(img.save(tmp_path / "amq.img"))
+    assert code == 0, findings
+    expect(records, [r for r in img.records[21:] if not hole_start <= r[0] < hole_end])
+    assert records[-1]["offset"] > hole_start + 4 * KiB  # past one window after the first invalid block
+    # no "beyond_window": the reset cleared the first invalid block; and a V0 lap tail left
+    # unwritten is what V0 does when a block does not fit, so the missing block is no finding
+    assert findings == []

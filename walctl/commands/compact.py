@@ -89,7 +89,7 @@ def compact_cmd(
             if not (stream.isdigit() and offset.isdigit()):
                 raise UsageError(f"bad --retention-start {item!r}", hint="use STREAM=OFFSET, e.g. 7=1000")
             retention[int(stream)] = int(offset)
-        st = open_store(store, endpoint_url=endpoint_url)
+        st = open_store(store, endpoint_url=endpoint_url, create=False)
         interval_s = parse_duration(interval)
         try:
             result = compact(st, store, endpoint_url=endpoint_url, master=master,

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from walctl.cli import EndpointOpt, JsonOpt, StreamOpt, app, command, emit_json, stdout_console, warn
+from walctl.commands.recover import Payload, encode_payload
 
 
 @app.command("inspect-object")
@@ -21,47 +22,114 @@ def inspect_object_cmd(
     deep: Annotated[bool, typer.Option(
         "--deep", help="Also read every block: block magic, counts, lengths, batch headers, contiguous "
                        "offsets and the footer checksums; each problem with its byte position.")] = False,
+    records: Annotated[bool, typer.Option(
+        "--records", envvar="WALCTL_RECORDS",
+        help="Also dump every batch of the object (of --stream only, if given), block by block, with the "
+             "byte positions of its block and of the batch; one ranged read per run of adjacent blocks.")] = False,
+    payload: Annotated[Payload, typer.Option(
+        "--payload", envvar="WALCTL_PAYLOAD",
+        help="With --records: show each batch's payload as text (UTF-8, invalid bytes escaped), hex, base64, "
+             "or not at all.")] = Payload.none,
+    namespace: Annotated[str | None, typer.Option(
+        "--namespace", envvar="WALCTL_NAMESPACE",
+        help="Namespace part of object keys (<rev-hex>/<namespace>/<id>) when TARGET is an object id the "
+             "manifest does not name (an AutoMQ bucket). Default: walctl's 'default', then AutoMQ's "
+             "'DEFAULT'.")] = None,
     stream: StreamOpt = None,
     endpoint_url: EndpointOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Show an object's footer and index (one or two ranged reads, whatever its size); read-only.
 
-    Exit 3 when a check fails, 4 when TARGET is not an object of this format.
+    With --deep a verdict line says whether the object is healthy and, when not, names the
+    damaged block. Exit 3 when a check fails, 4 when TARGET is not an object of this format.
     """
-    from walctl.errors import CorruptionError
-    from walctl.store.inspect import index_rows, inspect, resolve
+    from walctl.errors import CorruptionError, FormatError
+    from walctl.store.inspect import index_rows, inspect, iter_records, primary_problem, problem_json, resolve
 
-    st, key, known = resolve(target, store, endpoint_url)
+    st, key, known = resolve(target, store, endpoint_url, namespace)
     result = inspect(st, key, deep=deep, known=known)
     footer = result.footer
     rows = [r for r in index_rows(result.entries) if stream is None or r["stream_id"] == stream]
+    key = result.key
     footer_json = {"type": "footer", "key": key, "size_bytes": result.size_bytes,
+                   "kind": "composite" if result.composite is not None else "object",
                    "index_start_position": footer.index_start_position,
                    "index_block_length_bytes": footer.index_block_length, "version": footer.version,
                    "index_crc": footer.index_crc if footer.version else None,
                    "data_crc": footer.data_crc if footer.version else None, "entries": len(result.entries)}
+    if result.composite is not None:
+        from walctl.store.inspect import member_key
+
+        footer_json["members"] = [{"object_id": m.object_id, "key": member_key(key, m.object_id),
+                                   "block_start_index": m.block_start_index, "block_end_index": m.block_end_index,
+                                   "bucket_id": m.bucket_id} for m in result.composite.members]
     summary = {"type": "summary", "key": key, "entries": len(result.entries), "entries_shown": len(rows),
                "streams": len({e.stream_id for e in result.entries}), "deep": deep,
                "problems": len(result.problems), "reads": result.reads}
+    if deep:
+        summary["verdict"] = "damaged" if result.problems else "ok"
+        summary["verdict_line"] = result.verdict()
+    problems = list(result.problems)
     if json_out:
         emit_json(footer_json)
         for row in rows:
             emit_json(row)
         for p in result.problems:
-            emit_json({"type": "problem", "position": p.position, "message": p.message})
+            emit_json(problem_json(p))
     else:
         for note in result.notes:
             warn(note)
         _render(footer_json, rows, result.problems)
-    if result.problems:
-        exc = CorruptionError(f"{len(result.problems)} problem(s); first at byte {result.problems[0].position}: "
-                              f"{result.problems[0].message}", where=key, offset=result.problems[0].position)
+    if records:
+        shown = 0
+        before = st.stats.get
+        try:
+            for entry, placed in iter_records(st, key, result.entries, stream=stream, composite=result.composite):
+                shown += 1
+                _record(json_out, payload, entry, placed)
+        except FormatError as exc:
+            from walctl.format.object import Problem
+
+            p = Problem.of(exc)
+            problems.append(p)
+            if json_out:
+                emit_json(problem_json(p))
+            else:
+                stdout_console().print(f"PROBLEM at byte {p.position}: {p.message} (records stop here)", markup=False)
+        summary["records"] = shown
+        summary["record_reads"] = st.stats.get - before
+    if deep and not json_out:
+        stdout_console().print(result.verdict(), markup=False)
+    if problems:
+        first = primary_problem(problems)
+        exc = CorruptionError(f"{len(problems)} problem(s); first at byte {first.position}: {first.message}",
+                              where=key, offset=first.position)
         if json_out:
             exc.summary = summary
         raise exc
     if json_out:
         emit_json(summary)
+
+
+def _record(json_out: bool, payload: Payload, entry, placed) -> None:
+    import sys
+
+    b = placed.batch
+    text = encode_payload(b.payload, payload)
+    if json_out:
+        row = {"type": "record", "stream_id": b.stream_id, "base_offset": b.base_offset, "end_offset": b.end_offset,
+               "count": b.count, "epoch": b.epoch, "payload_bytes": len(b.payload),
+               "block_position": placed.block_position, "batch_position": placed.batch_position}
+        if text is not None:
+            row["payload"] = text
+        emit_json(row)
+        return
+    line = (f"block {placed.block_position:>10} batch {placed.batch_position:>10}  stream {b.stream_id} "
+            f"offsets [{b.base_offset}, {b.end_offset}) {len(b.payload)} bytes")
+    if text is not None:
+        line += "  " + text
+    sys.stdout.write(line + "\n")
 
 
 def _render(footer: dict, rows: list[dict], problems) -> None:
@@ -70,9 +138,17 @@ def _render(footer: dict, rows: list[dict], problems) -> None:
     console = stdout_console()
     head = Table(title=f"object {footer['key']}", show_header=False, title_justify="left")
     for k, v in footer.items():
-        if k not in ("type", "key"):
+        if k not in ("type", "key", "members"):
             head.add_row(k, str(v))
     console.print(head)
+    if footer.get("members"):
+        members = Table(title="members (AutoMQ composite object: the index points into these)", title_justify="left")
+        for col in ("object id", "key", "entries", "bucket"):
+            members.add_column(col)
+        for m in footer["members"]:
+            members.add_row(str(m["object_id"]), m["key"], f"[{m['block_start_index']}, {m['block_end_index']})",
+                            str(m["bucket_id"]))
+        console.print(members)
     table = Table(title="index", title_justify="left")
     for col in ("stream", "start", "end", "records", "position", "size"):
         table.add_column(col, justify="right")
@@ -81,4 +157,8 @@ def _render(footer: dict, rows: list[dict], problems) -> None:
                       str(r["block_position"]), str(r["block_size_bytes"]))
     console.print(table)
     for p in problems:
-        console.print(f"PROBLEM at byte {p.position}: {p.message}", markup=False)
+        where = (f" (block [{p.block_position}, {p.block_end}) of stream {p.stream_id} offsets "
+                 f"[{p.start_offset}, {p.end_offset}))" if p.block_position is not None else "")
+        console.print(f"PROBLEM at byte {p.position}{where}: {p.message}", markup=False)
+        if p.explanation:
+            console.print(f"  {p.explanation}", markup=False)

@@ -49,6 +49,11 @@ def recover_cmd(
         "--hexdump", help="Show the first bytes (at most 256) of each finding as xxd-like lines, "
                           "addressed by physical byte position; with --json a \"hexdump\" string field "
                           "on each finding line.")] = False,
+    block_size: Annotated[str | None, typer.Option(
+        "--block-size", envvar="WALCTL_BLOCK_SIZE", metavar="SIZE",
+        help="AutoMQ WALs only: the block size its JVM ran with (automq.ebswal.blocksize: 512, 4KiB, "
+             "8KiB ...), which sizes its header slots and aligns its blocks. Default: detected from "
+             "the header slots or the first record, else AutoMQ's default 4KiB.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Dump the records after the trim point, following the recovery rules; never writes.
@@ -71,14 +76,21 @@ def recover_cmd(
     from walctl.wal.ops import header_slot_findings, open_reader
 
     _refuse_short_file(device)
+    forced = _block_size(block_size)
     session = open_reader(device)
     try:
+        if forced is not None:
+            _force_block_size(session, forced, device)
         header = session.state.header
         for message in session.warnings:
             warn(message)
         if header.flavour != "walctl":
             warn(f"{header.flavour} WAL (AutoMQ): read with AutoMQ's checksums and recovery rules; "
-                 f"walctl never writes to it")
+                 f"walctl never writes to it; block size {header.block_size} bytes "
+                 f"({session.state.block_size_source})")
+            if session.state.block_size_source == "default":
+                warn("AutoMQ block size not detectable (one header slot, no record where recovery starts): "
+                     "assuming AutoMQ's default 4096; pass --block-size if its JVM set automq.ebswal.blocksize")
         out = _Printer(json_out, payload, stats)
         result = reader.ScanResult(header, reader.Ring(header.capacity))
 
@@ -175,6 +187,36 @@ def _explain_gaps(out: "_Printer", result) -> int:
         unexplained += hole is None
         out.explained(gaps.gap_to_json(gap, hole), "GAP " + gaps.explanation(gap, hole))
     return unexplained
+
+
+def _block_size(text: str | None) -> int | None:
+    from walctl.errors import UsageError
+    from walctl.format.header import AUTOMQ_BLOCK_SIZES
+    from walctl.sizes import parse_size
+
+    if text is None:
+        return None
+    size = parse_size(text)
+    if size not in AUTOMQ_BLOCK_SIZES:
+        raise UsageError(f"--block-size {text} is not one of AutoMQ's block sizes", where="recover",
+                         hint="a power of two from 512 to 64KiB, as automq.ebswal.blocksize")
+    return size
+
+
+def _force_block_size(session, size: int, device: str) -> None:
+    """Re-read the header slots at 0 and ``size`` (AutoMQ WALs only)."""
+    from walctl.errors import UsageError, WalctlError
+    from walctl.wal.headers import read_headers
+
+    if session.state.header.flavour == "walctl":
+        if size == session.state.header.block_size:
+            return
+        raise UsageError("--block-size applies to AutoMQ WALs only; walctl's own use 4096", where=device,
+                         hint="drop --block-size")
+    try:
+        session.state = read_headers(session.dev, block_size=size)
+    except WalctlError as exc:
+        raise exc.at(device)
 
 
 def _refuse_short_file(device: str) -> None:

@@ -29,6 +29,11 @@ SLOT_COUNT = 2  # alternate slots: a torn header write never destroys the only v
 HEADERS_SIZE = SLOT_SIZE * SLOT_COUNT  # the record area (ring) starts here
 ALIGN = 4096  # every block write is 4 KiB aligned (Direct IO on 4Kn and 512e disks)
 
+# AutoMQ's block size (WALUtil.BLOCK_SIZE, JVM option automq.ebswal.blocksize, default 4096)
+# sizes its header slots and aligns its blocks; sector-sized 512 is the smallest that O_DIRECT allows.
+AUTOMQ_MIN_BLOCK_SIZE = 512
+AUTOMQ_BLOCK_SIZES = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)  # powers of two tried on detection
+
 # The smallest useful WAL: the two header slots plus a ring of two 4 KiB blocks.
 MIN_CAPACITY = HEADERS_SIZE + 2 * ALIGN
 
@@ -57,11 +62,12 @@ class WalHeader:
     epoch: int = -1
     next_offset: int = 0
     flavour: str = "walctl"  # "walctl", "automq-v0", "automq-v1"
+    block_size: int = ALIGN  # header slot size and block alignment (AutoMQ's is configurable)
 
     @property
     def ring_size(self) -> int:
         """Bytes of the record area: capacity less the two header slots."""
-        return self.capacity - HEADERS_SIZE
+        return self.capacity - (HEADERS_SIZE if self.block_size == ALIGN else 2 * self.block_size)
 
     @property
     def clean(self) -> bool:
@@ -95,6 +101,7 @@ class WalHeader:
             "node_id": self.node_id,
             "epoch": self.epoch,
             "next_offset": self.next_offset if self.flavour == "walctl" else None,
+            "block_size_bytes": self.block_size,
         }
 
     @classmethod
@@ -126,12 +133,20 @@ class WalHeader:
 
     def _check_bounds(self, offset: int) -> None:
         what = "WAL header"
-        checks.bound(self.capacity >= MIN_CAPACITY and self.capacity % ALIGN == 0, offset + 4,
-                     f"{what} capacity", self.capacity, f">= {MIN_CAPACITY} and a multiple of {ALIGN}")
+        if self.flavour == "walctl":
+            min_capacity, multiple, window_max = MIN_CAPACITY, ALIGN, self.ring_size
+            window_text = f"1 .. ring size {self.ring_size}"
+        else:
+            # AutoMQ aligns its capacity to its own block size, which may be as small as 512; the
+            # exact ring (capacity - 2 x block size) is known only once the block size is.
+            min_capacity, multiple = 4 * AUTOMQ_MIN_BLOCK_SIZE, AUTOMQ_MIN_BLOCK_SIZE
+            window_max = self.capacity - 2 * AUTOMQ_MIN_BLOCK_SIZE
+            window_text = f"1 .. capacity - {2 * AUTOMQ_MIN_BLOCK_SIZE}"
+        checks.bound(self.capacity >= min_capacity and self.capacity % multiple == 0, offset + 4,
+                     f"{what} capacity", self.capacity, f">= {min_capacity} and a multiple of {multiple}")
         checks.bound(self.trim_offset >= -1, offset + 12, f"{what} trimOffset", self.trim_offset, ">= -1")
-        checks.bound(0 < self.sliding_window_max_length <= self.ring_size, offset + 28,
-                     f"{what} slidingWindowMaxLength", self.sliding_window_max_length,
-                     f"1 .. ring size {self.ring_size}")
+        checks.bound(0 < self.sliding_window_max_length <= window_max, offset + 28,
+                     f"{what} slidingWindowMaxLength", self.sliding_window_max_length, window_text)
         checks.bound(self.shutdown_type in (SHUTDOWN_GRACEFUL, SHUTDOWN_UNGRACEFUL), offset + 36,
                      f"{what} shutdownType", self.shutdown_type, "0 or 1")
         checks.bound(self.node_id >= -1, offset + 40, f"{what} nodeId", self.node_id, ">= -1")

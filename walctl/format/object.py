@@ -353,6 +353,110 @@ def find_entries(entries: Sequence[IndexEntry], stream_id: int, offset: int) -> 
     return list(entries[first:last])
 
 
+# --- AutoMQ composite objects (read only) -----------------------------------------------------
+#
+# AutoMQ's CompositeObject / CompositeObjectWriter (s3stream, branch 1.4): an object that holds no
+# data, only links to member objects, for one stream's contiguous range:
+#
+#     0      1        5                                    indexStart             size
+#     | 0x52 | count  | count x (objectId 8, blockStartIndex 4, bucketId 2) | index N x 36 | footer 48 |
+#
+# The index entries are the members' own (their blockPosition is a position in the member);
+# entry i belongs to the member with the largest blockStartIndex <= i. The footer is the usual
+# 48 bytes with zeros in [12, 40) and magic 0x88E241B785F4CFF8. Members live under
+# ObjectUtils.genKey(0, objectId): the same key scheme, in the writer's namespace.
+
+COMPOSITE_FOOTER_MAGIC = 0x88E241B785F4CFF8  # AutoMQ CompositeObject.FOOTER_MAGIC
+OBJECTS_BLOCK_MAGIC = 0x52  # AutoMQ CompositeObject.OBJECTS_BLOCK_MAGIC
+OBJECTS_BLOCK_HEADER_STRUCT = struct.Struct(">Bi")  # magic, objects count
+OBJECTS_BLOCK_HEADER_SIZE = OBJECTS_BLOCK_HEADER_STRUCT.size  # 5
+LINKED_OBJECT_STRUCT = struct.Struct(">qih")  # objectId, blockStartIndex, bucketId
+LINKED_OBJECT_SIZE = LINKED_OBJECT_STRUCT.size  # 14
+
+
+def is_composite(tail) -> bool:
+    """Whether ``tail`` (an object's last bytes) ends with AutoMQ's composite footer magic."""
+    return len(tail) >= FOOTER_SIZE and struct.unpack_from(">Q", tail, len(tail) - 8)[0] == COMPOSITE_FOOTER_MAGIC
+
+
+@dataclass(frozen=True)
+class LinkedObject:
+    """One member of a composite object: its index entries are [block_start_index, block_end_index)."""
+
+    object_id: int
+    block_start_index: int
+    block_end_index: int
+    bucket_id: int
+
+
+@dataclass(frozen=True)
+class CompositeObject:
+    """A decoded AutoMQ composite object: its members and the index entries that point into them."""
+
+    size: int
+    index_start_position: int
+    index_block_length: int
+    members: list[LinkedObject]
+    entries: list[IndexEntry]
+
+    def member_of(self, entry_index: int) -> LinkedObject:
+        starts = [m.block_start_index for m in self.members]
+        return self.members[bisect.bisect_right(starts, entry_index) - 1]
+
+    def placed_entries(self) -> list[tuple[LinkedObject, IndexEntry]]:
+        return [(self.member_of(i), e) for i, e in enumerate(self.entries)]
+
+
+def decode_composite(buf, object_size: int) -> CompositeObject:
+    """Decode a whole composite object (``buf`` holds all ``object_size`` bytes: they are small).
+
+    Raises TruncatedError, BadMagicError (footer or objects block), BoundsError (layout, member
+    order, entries not of one stream or not contiguous, as CompositeObjectWriter requires).
+    """
+    what = "composite object footer"
+    checks.need(buf, 0, object_size, "composite object")
+    fpos = object_size - FOOTER_SIZE
+    checks.need(buf, max(fpos, 0), FOOTER_SIZE, what)
+    start, length, _, _, _, _, magic = FOOTER_STRUCT.unpack_from(buf, fpos)
+    checks.magic(magic, COMPOSITE_FOOTER_MAGIC, fpos + 40, what, width=16)
+    checks.bound(start >= OBJECTS_BLOCK_HEADER_SIZE, fpos, f"{what} indexStartPosition", start,
+                 f">= {OBJECTS_BLOCK_HEADER_SIZE}: an objects block comes first")
+    checks.bound(length >= 0 and length % INDEX_ENTRY_SIZE == 0, fpos + 8, f"{what} indexBlockLength", length,
+                 f">= 0 and a multiple of {INDEX_ENTRY_SIZE}")
+    checks.bound(start + length + FOOTER_SIZE == object_size, fpos, f"{what} indexStartPosition + "
+                 f"indexBlockLength + {FOOTER_SIZE}", start + length + FOOTER_SIZE, f"== the object size {object_size}")
+    block_magic, count = OBJECTS_BLOCK_HEADER_STRUCT.unpack_from(buf, 0)
+    checks.magic(block_magic, OBJECTS_BLOCK_MAGIC, 0, "composite objects block", width=2)
+    checks.bound(count >= 1 and OBJECTS_BLOCK_HEADER_SIZE + count * LINKED_OBJECT_SIZE == start, 1,
+                 "composite objects block count", count,
+                 f"({start} - {OBJECTS_BLOCK_HEADER_SIZE}) / {LINKED_OBJECT_SIZE}: the block ends where the index starts")
+    n = length // INDEX_ENTRY_SIZE
+    raw = [LINKED_OBJECT_STRUCT.unpack_from(buf, OBJECTS_BLOCK_HEADER_SIZE + i * LINKED_OBJECT_SIZE)
+           for i in range(count)]
+    members = []
+    for i, (oid, first, bucket) in enumerate(raw):
+        pos = OBJECTS_BLOCK_HEADER_SIZE + i * LINKED_OBJECT_SIZE
+        end = raw[i + 1][1] if i + 1 < count else n
+        checks.bound(oid >= 0, pos, "composite member objectId", oid, ">= 0")
+        checks.bound((first == 0) if i == 0 else first > raw[i - 1][1], pos + 8, "composite member blockStartIndex",
+                     first, "0 for the first member, then strictly ascending")
+        checks.bound(first < end <= n, pos + 8, "composite member blockStartIndex", first,
+                     f"< the next member's and < {n} index entries")
+        members.append(LinkedObject(oid, first, end, bucket))
+    entries = []
+    for i in range(n):
+        pos = start + i * INDEX_ENTRY_SIZE
+        with _relocated(start):
+            entry = IndexEntry.decode(memoryview(buf)[start:start + length], i * INDEX_ENTRY_SIZE)
+        if entries:
+            prev = entries[-1]
+            checks.bound(entry.stream_id == prev.stream_id and entry.start_offset == prev.end_offset, pos,
+                         "composite index entry", f"stream {entry.stream_id} offset {entry.start_offset}",
+                         f"stream {prev.stream_id} offset {prev.end_offset}: one stream, contiguous")
+        entries.append(entry)
+    return CompositeObject(object_size, start, length, members, entries)
+
+
 # --- building ---------------------------------------------------------------------------------
 
 class StreamRange(NamedTuple):
@@ -571,32 +675,132 @@ def iter_blocks(buf, entry: IndexEntry, *, base_position: int = 0) -> Iterator[S
             yield from block
 
 
+class PlacedBatch(NamedTuple):
+    """A batch and where it sits: the object positions of its DataBlock and of the batch itself."""
+
+    block_position: int
+    batch_position: int
+    batch: StreamRecordBatch
+
+
+def iter_placed(buf, entry: IndexEntry, *, base_position: int = 0) -> Iterator[PlacedBatch]:
+    """Like iter_blocks, with each batch's DataBlock position and own position (object positions)."""
+    with _relocated(base_position):
+        pos = entry.block_position
+        for block in _decode_entry_blocks(buf, entry, base_position):
+            bpos = pos + DATA_BLOCK_HEADER_SIZE
+            for b in block:
+                yield PlacedBatch(pos, bpos, b)
+                bpos += b.size
+            pos = bpos
+
+
 @dataclass(frozen=True)
 class Problem:
-    """One finding of verify_object: where in the object, what, and the error class name."""
+    """One finding of verify_object: where in the object, what, and the error class name.
+
+    Problems inside the data region are located: the DataBlock holding the position
+    (``block_position``, ``block_end``) and the stream offsets of its index entry. These and
+    ``explanation`` do not take part in equality (a problem is its position, message and kind).
+    """
 
     position: int
     message: str
     kind: str = ""
+    block_position: int | None = field(default=None, compare=False)
+    block_end: int | None = field(default=None, compare=False)
+    stream_id: int | None = field(default=None, compare=False)
+    start_offset: int | None = field(default=None, compare=False)
+    end_offset: int | None = field(default=None, compare=False)
+    explanation: str | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, exc: FormatError) -> "Problem":
         return cls(exc.offset if exc.offset is not None else 0, exc.what, type(exc).__name__)
 
 
+@dataclass(frozen=True)
+class VerifyReport:
+    """verify_report's answer: every problem, and how much was checked (for a verdict)."""
+
+    problems: list[Problem]
+    entries: int = 0
+    blocks: int = 0
+    batches: int = 0
+    checksummed: bool = False
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+
+def _block_at(data, entry: IndexEntry, position: int) -> tuple[int, int]:
+    """The DataBlock of ``entry`` holding ``position``: walk the block headers from the entry's start;
+    where a header cannot be read, the rest of the entry's range is the block."""
+    pos = entry.block_position
+    while pos < entry.block_end:
+        try:
+            header = DataBlockHeader.decode(data, pos)
+        except FormatError:
+            return pos, entry.block_end
+        end = min(pos + header.block_size, entry.block_end)
+        if position < end:
+            return pos, end
+        pos = end
+    return entry.block_position, entry.block_end
+
+
+def _locate(data, entries: list[IndexEntry], problems: list[Problem], index_start: int) -> list[Problem]:
+    """Name the DataBlock (and stream offsets) of every problem inside the data region, and say what
+    a data crc mismatch comes from: the damaged blocks found, or a payload no check can place."""
+    import dataclasses
+
+    by_position = sorted(entries, key=lambda e: e.block_position)
+    starts = [e.block_position for e in by_position]
+    out: list[Problem] = []
+    for p in problems:
+        if p.kind not in ("ChecksumError", "uncovered") and p.position < index_start:
+            i = bisect.bisect_right(starts, p.position) - 1
+            if i >= 0 and p.position < by_position[i].block_end:
+                e = by_position[i]
+                start, end = _block_at(data, e, p.position)
+                p = dataclasses.replace(p, block_position=start, block_end=end, stream_id=e.stream_id,
+                                        start_offset=e.start_offset, end_offset=e.end_offset)
+        out.append(p)
+    damaged = sorted({(p.block_position, p.block_end) for p in out if p.block_position is not None})
+    located: list[Problem] = []
+    for p in out:
+        if p.kind == "ChecksumError" and p.position == 0 and p.message.startswith("object data"):
+            if damaged:
+                blocks = ", ".join(f"[{a}, {b})" for a, b in damaged)
+                why = f"explained by the damaged block(s) at {blocks}"
+            else:
+                why = ("every block checks out against its index entry and its batches, so the changed "
+                       "byte(s) lie inside a batch payload, which carries no checksum of its own: no check "
+                       "can name the block")
+            p = dataclasses.replace(p, explanation=why)
+        located.append(p)
+    return located
+
+
 def verify_object(data) -> list[Problem]:
-    """Check a whole object and report every problem found, sorted by position (empty: healthy).
+    """Check a whole object and report every problem found, sorted by position (empty: healthy)."""
+    return verify_report(data).problems
+
+
+def verify_report(data) -> VerifyReport:
+    """Check a whole object: every problem (sorted by position) and what was checked.
 
     Footer, index (crc in version 1), data crc (version 1), every entry's blocks, offset gaps
     between a stream's entries, bytes before the index no entry covers, and a version 0 footer
     with bytes where AutoMQ writes zeros. A damaged footer stops the check there: without it
-    nothing else can be located.
+    nothing else can be located. Problems in the data region name their DataBlock.
     """
     problems: list[Problem] = []
     try:
         footer = Footer.decode(data, max(len(data) - FOOTER_SIZE, 0), object_size=len(data))
     except FormatError as exc:
-        return [Problem.of(exc)]
+        return VerifyReport([Problem.of(exc)])
     footer_position = len(data) - FOOTER_SIZE
     if not footer.checksummed and any(memoryview(data)[footer_position + 16:footer_position + 40]):
         # Legal for AutoMQ (it ignores these bytes) but it never writes anything there: most
@@ -612,10 +816,12 @@ def verify_object(data) -> list[Problem]:
         check_data_crc(data, footer)
     except FormatError as exc:
         problems.append(Problem.of(exc))
+    blocks = batches = 0
     for entry in entries:
         try:
-            for _ in _decode_entry_blocks(data, entry, 0):
-                pass
+            for block in _decode_entry_blocks(data, entry, 0):
+                blocks += 1
+                batches += len(block)
         except FormatError as exc:
             problems.append(Problem.of(exc))
     for prev, entry in zip(entries, entries[1:]):
@@ -633,4 +839,4 @@ def verify_object(data) -> list[Problem]:
         problems.append(Problem(covered, f"bytes [{covered}, {start}) are not covered by any index entry",
                                 "uncovered"))
     problems.sort(key=lambda p: p.position)
-    return problems
+    return VerifyReport(_locate(data, entries, problems, start), len(entries), blocks, batches, footer.checksummed)

@@ -235,7 +235,7 @@ def open_task_store(url: str, endpoint_url: str | None):
         path = unquote(urlsplit(url).path) if url.startswith("file://") else url
         if not os.path.isdir(path):
             raise NotFoundError("no such store directory", where=path)
-    return open_store(url, endpoint_url=endpoint_url)
+    return open_store(url, endpoint_url=endpoint_url, create=False)
 
 
 def run_iteration(spec: IterationSpec) -> dict:

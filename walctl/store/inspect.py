@@ -6,7 +6,9 @@ import os
 from dataclasses import dataclass, field
 
 from walctl.errors import BadMagicError, FormatError, NotFoundError, TruncatedError, UsageError, ZeroedError
+from walctl.store.manifest import DEFAULT_NAMESPACE, object_key
 
+AUTOMQ_NAMESPACE = "DEFAULT"  # AutoMQ ObjectUtils' default namespace (walctl's is "default")
 TAIL_READ_BYTES = 64 << 10  # one read catches the footer and an index of up to ~1800 entries
 DEEP_READ_BYTES = 16 << 20  # --deep reads the object in ranged GETs of this size
 
@@ -21,12 +23,30 @@ class InspectResult:
     deep: bool = False
     problems: list = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    report: object = None  # format.object.VerifyReport of a --deep run
+    composite: object = None  # format.object.CompositeObject: AutoMQ's links to member objects
+
+    def verdict(self) -> str:
+        """One line saying what --deep established (empty without --deep)."""
+        if not self.deep or self.report is None:
+            return ""
+        r = self.report
+        checked = f"{r.entries} index entries, {r.blocks} blocks, {r.batches} batches"
+        if not r.problems:
+            if r.checksummed:
+                return f"VERDICT: OK: footer, index crc, data crc and {checked} check out"
+            return (f"VERDICT: OK as far as can be checked: AutoMQ object (no checksums); the structure of "
+                    f"{checked} checks out (a changed payload byte cannot be seen)")
+        first = primary_problem(r.problems)
+        where = (f" in block [{first.block_position}, {first.block_end}) of stream {first.stream_id} offsets "
+                 f"[{first.start_offset}, {first.end_offset})" if first.block_position is not None else "")
+        return f"VERDICT: DAMAGED: {len(r.problems)} problem(s); first at byte {first.position}{where}: {first.message}"
 
 
-def resolve(target: str, store_url: str | None, endpoint_url: str | None):
+def resolve(target: str, store_url: str | None, endpoint_url: str | None, namespace: str | None = None):
     """(store, key, known) for an object id, a key (full or relative to the store prefix), or a
     local file; ``known``: the store's manifest names it, so it must be a valid object."""
-    store, key = _resolve(target, store_url, endpoint_url)
+    store, key = _resolve(target, store_url, endpoint_url, namespace)
     known = False
     if store_url is not None:
         from walctl.store import manifest as mf
@@ -36,7 +56,7 @@ def resolve(target: str, store_url: str | None, endpoint_url: str | None):
     return store, key, known
 
 
-def _resolve(target: str, store_url: str | None, endpoint_url: str | None):
+def _resolve(target: str, store_url: str | None, endpoint_url: str | None, namespace: str | None = None):
     from walctl.store import manifest as mf
     from walctl.store import open_store
 
@@ -45,7 +65,11 @@ def _resolve(target: str, store_url: str | None, endpoint_url: str | None):
             raise (UsageError if target.isdigit() else NotFoundError)(
                 "no such file" if not target.isdigit() else "an object id needs --store", where=target)
         path = os.path.abspath(target)
-        return open_store(os.path.dirname(path)), os.path.basename(path)
+        parts = path.split(os.sep)
+        if len(parts) >= 5 and parts[-1].isdigit() and parts[-3] == f"{int(parts[-1]):08x}"[::-1]:
+            # <store>/<rev-hex>/<namespace>/<id>: open the store, so a composite's members are found
+            return open_store(os.sep.join(parts[:-3]), create=False), "/".join(parts[-3:])
+        return open_store(os.path.dirname(path), create=False), os.path.basename(path)
     store = open_store(store_url, endpoint_url=endpoint_url, create=False)  # a reader never creates a store
     if target.isdigit():
         doc = mf.load_latest(store)
@@ -53,7 +77,17 @@ def _resolve(target: str, store_url: str | None, endpoint_url: str | None):
         for entry in doc["objects"] + doc["prepared"] + doc["deleting"]:
             if entry["id"] == object_id:
                 return store, entry["key"]
-        return store, mf.object_key(object_id)
+        # Not in a walctl manifest (an AutoMQ bucket has none): look under the namespace given, else
+        # walctl's "default" and AutoMQ's "DEFAULT" (ObjectUtils' namespace).
+        spaces = [namespace] if namespace else [mf.DEFAULT_NAMESPACE, AUTOMQ_NAMESPACE]
+        for space in spaces:
+            key = mf.object_key(object_id, space)
+            try:
+                store.size(key)
+                return store, key
+            except NotFoundError:
+                continue
+        return store, mf.object_key(object_id, spaces[0])
     key = target
     if store_url.startswith("s3://"):
         bucket_and_prefix = store_url[len("s3://"):].rstrip("/")
@@ -78,6 +112,8 @@ def inspect(store, key: str, *, deep: bool = False, known: bool = False) -> Insp
 
     before = store.stats.get
     tail, size = store.read_tail(key, TAIL_READ_BYTES)
+    if obj.is_composite(tail):
+        return _inspect_composite(store, key, tail, size, before, deep=deep)
     try:
         footer, entries = obj.parse_tail(tail, size)
     except (BadMagicError, ZeroedError, TruncatedError) as exc:
@@ -96,9 +132,104 @@ def inspect(store, key: str, *, deep: bool = False, known: bool = False) -> Insp
         data = bytearray()
         for start in range(0, size, DEEP_READ_BYTES):
             data += store.read_range(key, start, min(size, start + DEEP_READ_BYTES))
-        result.problems = obj.verify_object(bytes(data))
+        result.report = obj.verify_report(bytes(data))
+        result.problems = result.report.problems
         result.reads = store.stats.get - before
     return result
+
+
+def _inspect_composite(store, key: str, tail: bytes, size: int, before: int, *, deep: bool) -> InspectResult:
+    """An AutoMQ composite object: its members and the index entries that point into them; with
+    ``deep``, every entry's blocks read from its member and checked against the entry."""
+    from walctl.errors import CorruptionError
+    from walctl.format import object as obj
+
+    whole = tail if len(tail) == size else store.read_range(key, 0, size)
+    try:
+        comp = obj.decode_composite(whole, size)
+    except FormatError as exc:
+        raise CorruptionError(f"damaged AutoMQ composite object ({exc})", where=key, offset=exc.offset) from exc
+    footer = obj.Footer(comp.index_start_position, comp.index_block_length, obj.VERSION_AUTOMQ)
+    result = InspectResult(key, size, footer, comp.entries, store.stats.get - before, deep=deep, composite=comp)
+    members = ", ".join(f"{m.object_id} ({member_key(key, m.object_id)})" for m in comp.members)
+    result.notes.append(f"AutoMQ composite object: no data of its own; its {len(comp.entries)} index entries "
+                        f"point into {len(comp.members)} member object(s): {members}")
+    if deep:
+        problems: list = []
+        blocks = batches = 0
+        for member, entry in comp.placed_entries():
+            mkey = member_key(key, member.object_id)
+            try:
+                data = store.read_range(mkey, entry.block_position, entry.block_end)
+                for block in obj._decode_entry_blocks(data, entry, entry.block_position):
+                    blocks += 1
+                    batches += len(block)
+            except NotFoundError:
+                problems.append(obj.Problem(entry.block_position, f"member object {member.object_id} ({mkey}) "
+                                            "is missing", "missing", stream_id=entry.stream_id,
+                                            start_offset=entry.start_offset, end_offset=entry.end_offset))
+            except FormatError as exc:
+                p = obj.Problem.of(exc)
+                problems.append(obj.Problem(p.position, f"member object {member.object_id} ({mkey}): {p.message}",
+                                            p.kind, entry.block_position, entry.block_end, entry.stream_id,
+                                            entry.start_offset, entry.end_offset))
+        result.report = obj.VerifyReport(problems, len(comp.entries), blocks, batches, False)
+        result.problems = problems
+        result.reads = store.stats.get - before
+    return result
+
+
+def primary_problem(problems):
+    """The problem to lead with: one located in a block beats the data crc's "somewhere in [0, N)"."""
+    located = [p for p in problems if p.block_position is not None]
+    return located[0] if located else problems[0]
+
+
+def iter_records(store, key: str, entries, *, stream: int | None = None, run_bytes: int = DEEP_READ_BYTES,
+                 composite=None):
+    """Yield (entry, PlacedBatch) for every batch of the object's blocks (of ``stream`` only, if given),
+    block by block, reading one ranged GET per run of physically adjacent blocks (at most ``run_bytes``,
+    unless one index entry is larger). A damaged block raises its FormatError (object positions).
+    For a ``composite`` object the blocks are read from its member objects."""
+    groups = [(key, entries)]
+    if composite is not None:
+        groups = [(member_key(key, m.object_id), composite.entries[m.block_start_index:m.block_end_index])
+                  for m in composite.members]
+    for group_key, group in groups:
+        yield from _iter_group(store, group_key, group, stream, run_bytes)
+
+
+def _iter_group(store, key: str, entries, stream: int | None, run_bytes: int):
+    from walctl.format import object as obj
+
+    wanted = sorted((e for e in entries if stream is None or e.stream_id == stream), key=lambda e: e.block_position)
+    i = 0
+    while i < len(wanted):
+        run = [wanted[i]]
+        while (i + len(run) < len(wanted) and wanted[i + len(run)].block_position == run[-1].block_end
+               and run[-1].block_end + wanted[i + len(run)].block_size - run[0].block_position <= run_bytes):
+            run.append(wanted[i + len(run)])
+        i += len(run)
+        data = store.read_range(key, run[0].block_position, run[-1].block_end)
+        for entry in run:
+            for placed in obj.iter_placed(data, entry, base_position=run[0].block_position):
+                yield entry, placed
+
+
+def problem_json(p) -> dict:
+    return {"type": "problem", "position": p.position, "message": p.message, "kind": p.kind,
+            "block_position": p.block_position, "block_end": p.block_end, "stream_id": p.stream_id,
+            "start_offset": p.start_offset, "end_offset": p.end_offset, "explanation": p.explanation}
+
+
+def member_key(composite_key: str, object_id: int) -> str:
+    """Where a composite object's member lives: AutoMQ's ObjectUtils.genKey(0, id) in the composite's
+    own namespace (and under the same store prefix)."""
+    parts = composite_key.split("/")
+    namespace = parts[-2] if len(parts) >= 3 else DEFAULT_NAMESPACE
+    prefix = "/".join(parts[:-3])
+    key = object_key(object_id, namespace)
+    return f"{prefix}/{key}" if prefix else key
 
 
 def index_rows(entries) -> list[dict]:

@@ -5,9 +5,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from dataclasses import replace
+
 from walctl.device.buffers import aligned_buffer
 from walctl.errors import FormatError, NotFoundError
-from walctl.format.header import HEADERS_SIZE, SLOT_COUNT, SLOT_SIZE, WalHeader
+from walctl.format.header import ALIGN, AUTOMQ_BLOCK_SIZES, HEADERS_SIZE, SLOT_COUNT, SLOT_SIZE, WalHeader
+
+# Bytes read from the device's start to find the header slots: both slots of the largest
+# AutoMQ block size tried (2 x 64 KiB).
+DETECT_BYTES = 2 * max(AUTOMQ_BLOCK_SIZES)
 
 
 @dataclass(frozen=True)
@@ -15,9 +21,14 @@ class Slot:
     index: int
     header: WalHeader | None
     error: FormatError | None
+    block_size: int = SLOT_SIZE  # the slot's size: it sits at index x block_size
+
+    @property
+    def position(self) -> int:
+        return self.index * self.block_size
 
     def to_json(self) -> dict:
-        out: dict = {"slot": self.index, "physical_offset": self.index * SLOT_SIZE, "valid": self.header is not None}
+        out: dict = {"slot": self.index, "physical_offset": self.position, "valid": self.header is not None}
         if self.header is not None:
             out["last_write_timestamp_ns"] = self.header.last_write_timestamp_ns
         if self.error is not None:
@@ -31,6 +42,9 @@ class HeaderState:
 
     slots: tuple[Slot, ...]
     current: int
+    # How the block size was established: "native" (walctl: always 4096), "header slots" or
+    # "first record" (AutoMQ, detected), "option" (--block-size), "default" (AutoMQ, not detectable).
+    block_size_source: str = "native"
 
     @property
     def header(self) -> WalHeader:
@@ -44,14 +58,17 @@ class HeaderState:
         return [s for s in self.slots if s.header is None]
 
 
-def decode_slots(raw: bytes | memoryview) -> HeaderState:
-    """Pick the current header from the first 8 KiB of a device; NotFoundError when no slot is valid."""
+def decode_slots(raw: bytes | memoryview, block_size: int = SLOT_SIZE, *, source: str = "native") -> HeaderState:
+    """Pick the current header from the slots at 0 and ``block_size``; NotFoundError when no slot is valid."""
     slots = []
     for index in range(SLOT_COUNT):
         try:
-            slots.append(Slot(index, WalHeader.decode(raw, index * SLOT_SIZE), None))
+            header = WalHeader.decode(raw, index * block_size)
+            if block_size != SLOT_SIZE:
+                header = replace(header, block_size=block_size)
+            slots.append(Slot(index, header, None, block_size))
         except FormatError as exc:
-            slots.append(Slot(index, None, exc))
+            slots.append(Slot(index, None, exc, block_size))
     valid = [s for s in slots if s.header is not None]
     if not valid:
         reasons = "; ".join(f"slot {s.index}: {s.error}" for s in slots)
@@ -59,13 +76,100 @@ def decode_slots(raw: bytes | memoryview) -> HeaderState:
                             hint=reasons)
     # Ties (init writes ts and ts+1, so only on damage) go to the later slot.
     best = max(valid, key=lambda s: (s.header.last_write_timestamp_ns, s.index))
-    return HeaderState(tuple(slots), best.index)
+    return HeaderState(tuple(slots), best.index, source)
 
 
-def read_headers(dev) -> HeaderState:
+def read_headers(dev, block_size: int | None = None) -> HeaderState:
+    """The header slots of a device; AutoMQ's block size is detected unless ``block_size`` is given.
+
+    walctl's own WALs always have 4 KiB slots. AutoMQ's slots are ``WALUtil.BLOCK_SIZE`` bytes
+    (JVM option ``automq.ebswal.blocksize``): detected from where its second header slot is, else
+    from where its first record is, else AutoMQ's default 4096 (``block_size_source`` says which).
+    """
     buf = aligned_buffer(HEADERS_SIZE)
     dev.pread_into(0, buf)
-    return decode_slots(buf)
+    if block_size is None:
+        try:
+            state = decode_slots(buf)
+        except NotFoundError as exc:
+            state, missing = None, exc
+        if state is not None and state.header.flavour == "walctl":
+            return state  # walctl's own: 4 KiB slots, nothing more to read
+    length = max(HEADERS_SIZE, min(DETECT_BYTES, dev.size_bytes // ALIGN * ALIGN))
+    if length > HEADERS_SIZE:
+        buf = aligned_buffer(length)
+        dev.pread_into(0, buf)
+    if block_size is not None:
+        return decode_slots(buf, block_size, source="option")
+    detected = detect_automq_block_size(dev, buf)
+    if detected is None:
+        if state is None:
+            raise missing
+        return HeaderState(state.slots, state.current, "default")
+    size, source = detected
+    return decode_slots(buf, size, source=source)
+
+
+def detect_automq_block_size(dev, raw) -> tuple[int, str] | None:
+    """AutoMQ's block size from the device's first bytes ``raw``: (size, how), or None.
+
+    1. the one candidate size B whose slot at B holds a valid AutoMQ header (the slot at 0 sits at
+       0 whatever B is, so only the second slot tells);
+    2. else the one B (dividing the capacity, as AutoMQ aligns it) whose ring holds a valid record
+       header, with its own offset, where recovery starts (trimOffset, or the block after it).
+    """
+    def automq(position: int) -> WalHeader | None:
+        try:
+            header = WalHeader.decode(raw, position)
+        except FormatError:
+            return None
+        return header if header.flavour != "walctl" else None
+
+    first = automq(0)
+    candidates = [b for b in AUTOMQ_BLOCK_SIZES if 2 * b <= len(raw)]
+    at_b = {b: h for b in candidates if (h := automq(b)) is not None
+            and (first is None or first.capacity % b == 0)}
+    if len(at_b) == 1:
+        return next(iter(at_b)), "header slots"
+    reference = first or (max(at_b.values(), key=lambda h: h.last_write_timestamp_ns) if at_b else None)
+    if reference is None:
+        return None
+    pool = list(at_b) or [b for b in candidates if reference.capacity % b == 0]
+    hits = [b for b in pool if _record_at_start(dev, reference, b)]
+    if len(hits) == 1:
+        return hits[0], "first record"
+    return None
+
+
+def _record_at_start(dev, header: WalHeader, block_size: int) -> bool:
+    """Whether a valid AutoMQ record header (its own offset, AutoMQ's crc) sits where recovery starts,
+    in a ring of ``block_size`` slots."""
+    from walctl.format import record as rec
+    from walctl.format.crc import automq_crc
+    from walctl.wal.layout import Ring
+
+    ring = Ring(header.capacity, block_size)
+    if ring.size <= 0 or header.capacity > dev.size_bytes:
+        return False
+    start = max(header.trim_offset, 0)
+    offsets = [start]
+    if header.trim_offset >= 0 and (start + 1) % block_size == 0:
+        offsets.append(start + 1)  # AutoMQ trims to "first free block - 1" at every start
+    for o in offsets:
+        phys = ring.physical(o)
+        base = phys // ALIGN * ALIGN
+        length = min(2 * ALIGN, dev.size_bytes // ALIGN * ALIGN - base)
+        if length < phys - base + rec.SIZE:
+            continue
+        buf = aligned_buffer(length)
+        dev.pread_into(base, buf)
+        try:
+            rec.RecordHeader.decode(memoryview(buf)[phys - base:phys - base + rec.SIZE], expected_offset=o,
+                                    checksum=automq_crc)
+        except FormatError:
+            continue
+        return True
+    return False
 
 
 def next_timestamp(previous_ns: int) -> int:

@@ -17,17 +17,27 @@ def align_down(n: int, a: int = ALIGN) -> int:
 
 @dataclass(frozen=True)
 class Ring:
-    """The record area of a WAL of ``capacity`` bytes: ``ring`` bytes after the two header slots."""
+    """The record area of a WAL of ``capacity`` bytes: ``ring`` bytes after the two header slots.
+
+    ``block_size``: the size of each header slot and the alignment of blocks: 4096 for walctl's
+    own WALs; AutoMQ's is configurable (``WALUtil.BLOCK_SIZE``), so its slots sit at 0 and
+    block_size and its record area starts at 2 x block_size (FORMATS.md 6).
+    """
 
     capacity: int
+    block_size: int = ALIGN
+
+    @property
+    def headers_size(self) -> int:
+        return 2 * self.block_size if self.block_size != ALIGN else HEADERS_SIZE
 
     @property
     def size(self) -> int:
-        return self.capacity - HEADERS_SIZE
+        return self.capacity - self.headers_size
 
     def physical(self, offset: int) -> int:
         """Physical byte position of logical ``offset``."""
-        return HEADERS_SIZE + offset % self.size
+        return self.headers_size + offset % self.size
 
     def lap(self, offset: int) -> int:
         return offset // self.size

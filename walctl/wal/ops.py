@@ -381,5 +381,5 @@ def header_slot_findings(state: HeaderState) -> list[reader.Finding]:
     out = []
     for slot in state.bad_slots:
         out.append(reader.Finding(reader.BAD_HEADER_SLOT, 0, ring, f"header slot {slot.index}: {slot.error}",
-                                  explained=True, physical_offset=slot.index * SLOT_SIZE))
+                                  explained=True, physical_offset=slot.position))
     return out

@@ -258,7 +258,7 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
             never writes past the window). Costs a read of the rest of the ring.
         keep_offsets: remember every record offset in ``result.record_offsets``.
     """
-    ring = Ring(header.capacity)
+    ring = Ring(header.capacity, header.block_size)
     res = result if result is not None else ScanResult(header, ring)
     res.header, res.ring = header, ring
     if header.flavour != "walctl":
@@ -404,19 +404,20 @@ def _note_seal(res: ScanResult, reader: LogReader, o: int, head: rec.RecordHeade
 
 
 def _probe(reader: LogReader, start: int, limit: int, *, automq: bool = False) -> int | None:
-    """The first 4 KiB boundary in [start, limit) holding a valid current-lap record header
-    (``automq``: checked with AutoMQ's checksum)."""
-    o = align_up(start)
+    """The first block boundary (4 KiB; AutoMQ: its block size) in [start, limit) holding a valid
+    current-lap record header (``automq``: checked with AutoMQ's checksum)."""
+    step = reader.ring.block_size if automq else ALIGN
+    o = align_up(start, step)
     checksum = automq_crc if automq else crc32c
     while o < limit:
         try:
             head = rec.RecordHeader.decode(reader.read(o, rec.SIZE), expected_offset=o, checksum=checksum)
         except FormatError:
-            o += ALIGN
+            o += step
             continue
         if head.end <= reader.ring.lap_end(o):
             return o
-        o += ALIGN
+        o += step
     return None
 
 
@@ -471,6 +472,7 @@ def _scan_automq(dev, header: WalHeader, res: ScanResult, *, probe: bool,
                  keep_offsets: bool) -> Iterator[Entry | Finding]:
     """scan() for AutoMQ's V0 and V1 logs: the records AutoMQ's recovery returns, and findings."""
     ring = res.ring
+    bs = ring.block_size  # AutoMQ's WALUtil.BLOCK_SIZE: its alignment (FORMATS.md 6)
     reader = LogReader(dev, ring)
     v1 = header.flavour == "automq-v1"
     trim = header.trim_offset
@@ -479,7 +481,7 @@ def _scan_automq(dev, header: WalHeader, res: ScanResult, *, probe: bool,
     window = header.sliding_window_max_length
     explained = not header.clean
     # AutoMQ trims to "first free block - 1" at every start: that offset names no record.
-    trim_is_a_record = trim >= 0 and (trim + 1) % ALIGN != 0
+    trim_is_a_record = trim >= 0 and (trim + 1) % bs != 0
     res.start_offset = res.end_offset = start
 
     o = start
@@ -506,7 +508,7 @@ def _scan_automq(dev, header: WalHeader, res: ScanResult, *, probe: bool,
             res.stopped_by = "one sliding window past the first invalid block (AutoMQ V0 recovery)"
             break
         at_trim = o == trim
-        aligned = o % ALIGN == 0
+        aligned = o % bs == 0
         raw = reader.read(o, rec.SIZE)
         try:
             head = _automq_header(raw, o, ring, v1)
@@ -527,10 +529,10 @@ def _scan_automq(dev, header: WalHeader, res: ScanResult, *, probe: bool,
             elif at_trim:
                 if trim_is_a_record:
                     yield found(TRIM_RECORD, o, _reason(exc), None, *crcs(exc), expl=True)
-                o = align_up(o + 1)
+                o = align_up(o + 1, bs)
                 continue
             if not aligned:
-                o = align_up(o)  # the stale bytes after a block's last record
+                o = align_up(o, bs)  # the stale bytes after a block's last record
                 continue
             if v1:
                 stop_at, stop_reason = o, _reason(exc)
@@ -540,7 +542,7 @@ def _scan_automq(dev, header: WalHeader, res: ScanResult, *, probe: bool,
                 first_bad, first_bad_lap = o, ring.lap(o)
             if gap is None:
                 gap = _Gap(o, _reason(exc), *crcs(exc))
-            o += ALIGN
+            o += bs
             continue
         if head.is_padding:
             if gap is not None:
@@ -561,7 +563,7 @@ def _scan_automq(dev, header: WalHeader, res: ScanResult, *, probe: bool,
             if at_trim:
                 if trim_is_a_record:
                     yield found(TRIM_RECORD, o, reason, None, *crcs(exc), expl=True)
-                o = align_up(head.end)
+                o = align_up(head.end, bs)
                 continue
             if gap is None:
                 gap = _Gap(o, reason, *crcs(exc), torn=True)
@@ -571,7 +573,7 @@ def _scan_automq(dev, header: WalHeader, res: ScanResult, *, probe: bool,
                 break
             if aligned and first_bad is None:
                 first_bad, first_bad_lap = o, ring.lap(o)
-            o = align_up(head.end)
+            o = align_up(head.end, bs)
             continue
         if gap is not None:
             lap_tail = (not v1 and not gap.torn and o % ring.size == 0 and ring.lap(gap.start) == ring.lap(o) - 1)
@@ -599,11 +601,11 @@ def _scan_automq(dev, header: WalHeader, res: ScanResult, *, probe: bool,
         res.stopped_by = "one ring past the trim point"
 
     if gap is not None and gap.torn:
-        yield found(TORN_TAIL, gap.start, gap.reason, align_up(gap.start + 1), gap.expected_crc, gap.found_crc,
+        yield found(TORN_TAIL, gap.start, gap.reason, align_up(gap.start + 1, bs), gap.expected_crc, gap.found_crc,
                     explained)
     if probe and stop_at is not None:
         # V1 drops whatever follows the first invalid block; say what that was.
-        scan_from = stop_at + ALIGN
+        scan_from = stop_at + bs
         hit = _probe(reader, scan_from, min(limit, stop_at + window), automq=True)
         if hit is not None:
             yield found(DISCARDED, stop_at, f"{stop_reason}; valid blocks follow at "
@@ -701,6 +703,6 @@ def _note_trimmed(res: ScanResult, offset: int, body: bytes, batch: StreamRecord
 
 def run_scan(dev, header: WalHeader, **kwargs) -> tuple[list[Entry], ScanResult]:
     """Scan to the end, keeping every record (for small logs and tests)."""
-    result = ScanResult(header, Ring(header.capacity))
+    result = ScanResult(header, Ring(header.capacity, header.block_size))
     entries = [e for e in scan(dev, header, result=result, **kwargs) if isinstance(e, Entry)]
     return entries, result

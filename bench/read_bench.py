@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Read benchmark: `walctl read` of one stream spread over many objects, against a raw read of
+the same bytes, on the local store and on S3 (moto over HTTP).
+
+    python bench/read_bench.py [--size 1GiB] [--objects 100] [--batch-bytes 64KiB]
+        [--backends local,s3] [--dir DIR]
+
+The store is generated directly (walctl objects of one stream, 1 MiB DataBlocks, and one
+manifest commit naming them). Each backend is then read twice, alternately, in this order:
+- raw: the same object bytes read sequentially, whole objects, with nothing decoded
+  (local: `dd iflag=direct bs=16M` per object, the way the local store reads, O_DIRECT;
+  S3: one boto3 GET of each whole object, bodies drained);
+- walctl: `walctl read --store URL --stream 1 --json --payload none` as a child process (so its
+  startup counts), its summary giving GETs and bytes read; it reports its own peak RSS (VmHWM).
+Printed per backend: MiB/s of each (the payload bytes over wall time for walctl, the object
+bytes for raw), the ratio walctl / raw (target >= 0.8), walctl's GETs against the minimum
+(1 manifest + one GET per object: a Stream Object wanted whole is read in one GET), and the
+reader's peak RSS (target < 256 MiB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+
+from walctl.format.batch import StreamRecordBatch  # noqa: E402
+from walctl.format.object import build_object  # noqa: E402
+from walctl.sizes import format_size, parse_size  # noqa: E402
+from walctl.store import manifest as mf  # noqa: E402
+
+MiB = 1 << 20
+STREAM = 1
+
+
+def generate(store, size: int, objects: int, batch_bytes: int) -> tuple[int, int, list[dict]]:
+    """``objects`` Stream Objects of one stream, ``size`` payload bytes in all; one commit names them."""
+    per_object = size // objects
+    batches_per_object = max(1, per_object // batch_bytes)
+    payload = os.urandom(batch_bytes)
+    made, offset, total = [], 0, 0
+    ids = list(range(1, objects + 1))
+    for oid in ids:
+        batches = [StreamRecordBatch(STREAM, 0, offset + i, 1, payload) for i in range(batches_per_object)]
+        built = build_object([(STREAM, batches)])
+        key = mf.object_key(oid)
+        store.put_large(key, built.data)
+        made.append({"id": oid, "key": key, "kind": "SO", "size": len(built.data), "order_id": oid,
+                     "data_time": time.time(), "ranges": [{"stream_id": STREAM, "start": offset,
+                                                           "end": offset + batches_per_object,
+                                                           "bytes": built.ranges[STREAM].size_bytes}]})
+        offset += batches_per_object
+        total += batches_per_object * batch_bytes
+
+    def commit(m: dict) -> None:
+        m["next_object_id"] = objects + 1
+        m["objects"] = made
+        m["streams"] = {str(STREAM): {"start": 0, "end": offset}}
+
+    mf.commit(store, commit, command="read_bench (generate)")
+    return total, offset, made
+
+
+def child_env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
+    env.update(extra or {})
+    return env
+
+
+# The reader reports its own peak RSS (VmHWM) at exit: a forked child's ru_maxrss also counts the
+# parent's pages it shared before exec (here: moto's store), so it cannot be used.
+WRAPPER = ("import atexit, sys\n"
+           "def hwm():\n"
+           "    for line in open('/proc/self/status'):\n"
+           "        if line.startswith('VmHWM:'):\n"
+           "            sys.stderr.write('walctl-bench-hwm-kib ' + line.split()[1] + '\\n')\n"
+           "atexit.register(hwm)\n"
+           "from walctl.cli import main\n"
+           "sys.argv = ['walctl'] + sys.argv[1:]\n"
+           "main()\n")
+
+
+def run_child(argv: list[str], env: dict) -> tuple[float, bytes, int]:
+    """(seconds, stdout, peak RSS bytes of the reader) of ``walctl ARGV``."""
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, *argv], capture_output=True, env=env)
+    seconds = time.monotonic() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"walctl {' '.join(argv[:4])}... exited {proc.returncode}: {proc.stderr.decode()[-500:]}")
+    hwm = [int(line.split()[1]) for line in proc.stderr.decode().splitlines()
+           if line.startswith("walctl-bench-hwm-kib ")]
+    return seconds, proc.stdout, hwm[-1] * 1024
+
+
+def walctl_read(url: str, env: dict) -> dict:
+    argv = ["read", "--store", url, "--stream", str(STREAM), "--json", "--payload", "none"]
+    seconds, out, rss = run_child(argv, env)
+    lines = out.splitlines()
+    summary = json.loads(lines[-1])
+    records = sum(1 for line in lines if line.startswith(b'{"type":"record"'))
+    return {"seconds": seconds, "summary": summary, "records": records, "rss": rss}
+
+
+def raw_local(root: str, made: list[dict]) -> dict:
+    started = time.monotonic()
+    total = 0
+    for o in made:
+        path = os.path.join(root, o["key"])
+        subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=16M", "iflag=direct"], check=True,
+                       capture_output=True)
+        total += o["size"]
+    return {"seconds": time.monotonic() - started, "bytes": total}
+
+
+def raw_s3(client, bucket: str, prefix: str, made: list[dict]) -> dict:
+    started = time.monotonic()
+    total = 0
+    for o in made:
+        body = client.get_object(Bucket=bucket, Key=f"{prefix}/{o['key']}")["Body"]
+        while chunk := body.read(16 * MiB):
+            total += len(chunk)
+    return {"seconds": time.monotonic() - started, "bytes": total}
+
+
+def report(name: str, payload: int, objects: int, raws: list[dict], reads: list[dict]) -> None:
+    raw = min(raws, key=lambda r: r["seconds"])
+    best = min(reads, key=lambda r: r["seconds"])
+    raw_rate = raw["bytes"] / MiB / raw["seconds"]
+    read_rate = payload / MiB / best["seconds"]
+    s = best["summary"]
+    design_min = 1 + 2 * objects
+    raw_runs = ", ".join(f"{r['seconds']:.2f}" for r in raws)
+    read_runs = ", ".join(f"{r['seconds']:.2f}" for r in reads)
+    print(f"\n[{name}] {format_size(payload)} payload in {objects} objects, {best['records']} batches read")
+    print(f"  raw sequential read of the objects: {raw_rate:8.1f} MiB/s  ({raw['seconds']:.2f} s, "
+          f"runs: {raw_runs} s)")
+    print(f"  walctl read (process, startup incl.): {read_rate:6.1f} MiB/s  ({best['seconds']:.2f} s, "
+          f"runs: {read_runs} s)")
+    print(f"  ratio walctl / raw: {read_rate / raw_rate:.2f}  (target >= 0.8)")
+    print(f"  GETs: {s['gets']} (+{s['lists']} LIST), {s['block_gets']} of them for block runs; minimum "
+          f"{objects + 1} (the manifest + one GET per object); tail + blocks per object would be {design_min}")
+    print(f"  bytes read: {format_size(s['bytes_read'])} for {format_size(payload)} of payload "
+          f"({s['bytes_read'] / max(raw['bytes'], 1):.4f} x the objects' bytes)")
+    print(f"  peak RSS of the reader: {best['rss'] / MiB:.1f} MiB  (target < 256 MiB)")
+    if s["findings"] or best["records"] != s["records"]:
+        raise SystemExit(f"read reported {s['findings']} findings / {best['records']} records: not a clean run")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", default="1GiB", help="payload bytes of the stream (default 1GiB)")
+    p.add_argument("--objects", type=int, default=100, help="objects the stream is spread over (default 100)")
+    p.add_argument("--batch-bytes", default="64KiB", help="payload per batch (default 64KiB)")
+    p.add_argument("--backends", default="local,s3", help="comma-separated: local, s3 (moto over HTTP)")
+    p.add_argument("--rounds", type=int, default=2, help="alternating raw/walctl rounds per backend (default 2)")
+    p.add_argument("--dir", default=None, help="where the local store goes (default: a temp dir, removed)")
+    args = p.parse_args()
+    size, batch = parse_size(args.size), parse_size(args.batch_bytes)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    work = tempfile.mkdtemp(prefix="walctl-read-bench-", dir=args.dir)
+    try:
+        if "local" in backends:
+            from walctl.store import LocalStore
+
+            root = os.path.join(work, "store")
+            store = LocalStore(root)
+            t = time.monotonic()
+            payload, _, made = generate(store, size, args.objects, batch)
+            print(f"local store generated in {time.monotonic() - t:.1f} s at {root}")
+            raws, reads = [], []
+            for _ in range(args.rounds):
+                raws.append(raw_local(root, made))
+                reads.append(walctl_read(root, child_env()))
+            report("local store", payload, args.objects, raws, reads)
+            shutil.rmtree(root)
+        if "s3" in backends:
+            import boto3
+            import logging
+
+            from moto.server import ThreadedMotoServer
+
+            from walctl.store import S3Store
+
+            env = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",
+                   "AWS_EC2_METADATA_DISABLED": "true"}
+            os.environ.update(env)
+            logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
+            server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+            server.start()
+            try:
+                host, port = server.get_host_and_port()
+                endpoint = f"http://{host}:{port}"
+                client = boto3.client("s3", endpoint_url=endpoint)
+                client.create_bucket(Bucket="bench")
+                store = S3Store("bench", "read", endpoint_url=endpoint)
+                t = time.monotonic()
+                payload, _, made = generate(store, size, args.objects, batch)
+                print(f"moto store generated in {time.monotonic() - t:.1f} s at {endpoint}")
+                raws, reads = [], []
+                for _ in range(args.rounds):
+                    raws.append(raw_s3(client, "bench", "read", made))
+                    reads.append(walctl_read("s3://bench/read", child_env({**env, "AWS_ENDPOINT_URL": endpoint})))
+                report("S3 (moto over HTTP)", payload, args.objects, raws, reads)
+            finally:
+                server.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""walctl read: a stream's batches back from the store (and the WAL's tail), in offset order."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from walctl.cli import EndpointOpt, JsonOpt, StoreOpt, app, command, emit_json
+from walctl.commands.recover import Payload, encode_payload
+
+
+@app.command("read")
+@command(stream=True)
+def read_cmd(
+    store: StoreOpt,
+    stream: Annotated[int, typer.Option(
+        "--stream", envvar="WALCTL_STREAM", min=0, help="Stream id to read (a non-negative integer). "
+       )],
+    from_offset: Annotated[int | None, typer.Option(
+        "--from", envvar="WALCTL_FROM", min=0, metavar="OFFSET",
+        help="First stream offset wanted (a stream offset, not a WAL byte offset); the batch holding it "
+             "is shown whole. Default: the stream's start.")] = None,
+    to_offset: Annotated[int | None, typer.Option(
+        "--to", envvar="WALCTL_TO", min=0, metavar="OFFSET",
+        help="Show only batches starting below this stream offset. Default: the stream's end. "
+            )] = None,
+    limit: Annotated[int | None, typer.Option(
+        "--limit", "-n", envvar="WALCTL_LIMIT", min=1, help="Stop after this many batches.")] = None,
+    payload: Annotated[Payload, typer.Option(
+        "--payload", envvar="WALCTL_PAYLOAD",
+        help="Show each batch's payload as text (UTF-8, invalid bytes escaped), hex, base64, or not at all. "
+            )] = Payload.none,
+    wal: Annotated[str | None, typer.Option(
+        "--wal", envvar="WALCTL_WAL", metavar="DEVICE",
+        help="Also serve the stream's records still in this WAL (device or file) after its last uploaded "
+             "record; read-only, no lock.")] = None,
+    follow: Annotated[bool, typer.Option(
+        "--follow", "-f", envvar="WALCTL_FOLLOW",
+        help="Keep polling the manifest (and --wal) and show new batches as commits land, like tail -f; "
+             "polls every 0.2 s, backing off to 5 s while nothing lands. Ctrl-C ends it (exit 0). "
+            )] = False,
+    idle_timeout: Annotated[float | None, typer.Option(
+        "--idle-timeout", envvar="WALCTL_IDLE_TIMEOUT", min=0, metavar="SECONDS",
+        help="With --follow: stop after this many seconds without a new batch (default: follow forever). "
+            )] = None,
+    endpoint_url: EndpointOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Print a stream's batches from the store in offset order, checking every checksum; never writes.
+
+    Finds the live objects covering the range in the manifest, reads each object's footer and index
+    with one ranged GET of its tail, and its needed blocks with one ranged GET per run of adjacent
+    blocks. Gaps, overlaps and damage are findings (exit 3); the read goes on after them.
+    Exit 4 when the store has no manifest or no such stream.
+    """
+    from walctl.errors import CorruptionError, UsageError
+    from walctl.pipeline.read import StreamReader, open_for_read
+
+    if from_offset is not None and to_offset is not None and to_offset <= from_offset:
+        raise UsageError(f"--to {to_offset} is not above --from {from_offset}", where="read",
+                         hint="--to is exclusive: give a larger --to")
+    if idle_timeout is not None and not follow:
+        raise UsageError("--idle-timeout only applies with --follow", where="read", hint="add --follow")
+    st = open_for_read(store, endpoint_url)
+    reader = StreamReader(st, stream, from_offset=from_offset, to_offset=to_offset, limit=limit, wal=wal)
+    out = _Printer(json_out, payload)
+    interrupted = False
+    try:
+        for event in reader.events(follow=follow, idle_timeout_s=idle_timeout):
+            out.event(event)
+    except KeyboardInterrupt:
+        interrupted = True  # Ctrl-C is how a follow ends; otherwise exit 130, after the summary
+    summary = reader.summary.to_json()
+    summary["store"] = st.url
+    summary["interrupted"] = interrupted
+    if interrupted and not follow:
+        summary["complete"] = False
+        if json_out:
+            summary["error"] = {"code": 130, "message": "interrupted"}
+        out.summary(summary)
+        raise KeyboardInterrupt
+    corrupt = [f for f in reader.summary.findings_list if f.corrupt]
+    if corrupt:
+        first = corrupt[0]
+        exc = CorruptionError(f"{len(corrupt)} finding(s); first: {first.kind}: {first.message}",
+                              where=first.key or st.url, offset=first.position,
+                              hint="'walctl inspect-object --deep' shows an object's damage")
+        if json_out:
+            exc.summary = summary
+        else:
+            out.summary(summary)
+        raise exc
+    out.summary(summary)
+
+
+class _Printer:
+    """NDJSON lines, or one plain line per batch (grep-friendly) and a summary on stderr."""
+
+    def __init__(self, json_out: bool, payload: Payload):
+        self.json_out = json_out
+        self.payload = payload
+        self._header_done = False
+
+    def event(self, event) -> None:
+        from walctl.pipeline.read import ReadFinding
+
+        if isinstance(event, ReadFinding):
+            if self.json_out:
+                emit_json(event.to_json())
+            else:
+                where = f" (object {event.object_id} {event.key}, byte {event.position})" if event.key else ""
+                sys.stdout.write(f"FINDING {event.kind}: {event.message}{where}\n")
+            return
+        b = event.batch
+        text = encode_payload(b.payload, self.payload)
+        if self.json_out:
+            row = {"type": "record", "stream_id": b.stream_id, "base_offset": b.base_offset,
+                   "end_offset": b.end_offset, "count": b.count, "epoch": b.epoch,
+                   "payload_bytes": len(b.payload), "source": event.source, "object_id": event.object_id,
+                   "key": event.key, "block_position": event.block_position,
+                   "batch_position": event.batch_position, "wal_offset": event.wal_offset}
+            if text is not None:
+                row["payload"] = text
+            emit_json(row)
+            return
+        if not self._header_done:
+            sys.stdout.write(f"{'OFFSET':>12} {'COUNT':>6} {'BYTES':>8} {'FROM':<24}"
+                             + ("  PAYLOAD" if text is not None else "") + "\n")
+            self._header_done = True
+        src = (f"object {event.object_id}@{event.batch_position}" if event.source == "store"
+               else f"wal@{event.wal_offset}")
+        line = f"{b.base_offset:>12} {b.count:>6} {len(b.payload):>8} {src:<24}"
+        if text is not None:
+            line += "  " + text
+        sys.stdout.write(line + "\n")
+
+    def summary(self, summary: dict) -> None:
+        if self.json_out:
+            emit_json(summary)
+            return
+        sys.stdout.flush()
+        nxt = summary["next_offset"]
+        sys.stderr.write(
+            f"read {summary['records']} batch(es), {summary['payload_bytes']} payload bytes of stream "
+            f"{summary['stream_id']} ({summary['wal_records']} from the WAL); next offset "
+            f"{'-' if nxt is None else nxt}; {summary['objects']} object(s), {summary['gets']} GET(s), "
+            f"{summary['bytes_read']} bytes read; {summary['findings']} finding(s)\n")
