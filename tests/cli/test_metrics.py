@@ -248,10 +248,13 @@ def test_gc_and_idle_compact_write_their_metrics(cli, tmp_path, wal_with_records
     assert v["walctl_compact_input_objects_total"] == 0
 
 
-def test_failed_compact_keeps_the_last_success(cli, tmp_path):
+def test_failed_compact_keeps_the_last_success(cli, tmp_path, wal_with_records):
     prom = tmp_path / "compact.prom"
     store = tmp_path / "store"
-    assert cli("compact", "--store", store, "--metrics-file", prom).exit_code == 0  # an empty store: idle
+    assert cli("compact", "--store", store, "--metrics-file", prom).exit_code == 4  # no store: compact never makes one
+    assert not store.exists()
+    assert cli("upload", wal_with_records, "--store", store).exit_code == 0
+    assert cli("compact", "--store", store, "--metrics-file", prom).exit_code == 0  # no SSO: idle
     first = values(prom)["walctl_compact_last_success_timestamp_seconds"]
     res = cli("compact", "--store", store, "--retention-start", "bad", "--metrics-file", prom)
     assert res.exit_code == 2

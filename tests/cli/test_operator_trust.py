@@ -324,6 +324,8 @@ def test_every_option_reads_its_environment_variable(command_name, param, monkey
     # required arguments and options come from their variables too
     monkeypatch.setenv("WALCTL_DEVICE", "/nonexistent/dev")
     monkeypatch.setenv("WALCTL_STORE", "/nonexistent/store")
+    if param.name != "stream":
+        monkeypatch.setenv("WALCTL_STREAM", "1")  # `read` requires --stream
     # positional arguments: DEVICE from its variable does not fill a later one, so give all
     positional = [p for p in command.params if p.param_type_name == "argument"]
     args = ["1"] * len(positional) if any(p.required and p.envvar is None for p in positional) else []

@@ -248,47 +248,6 @@ def test_follow_serves_new_commits(tmp_path, local_store):
     assert reader.summary.polls == len(sleeps) + 1
 
 
-@pytest.mark.parametrize("backend", ["local", "s3"])
-def test_compacted_store_reads_back_byte_identical(tmp_path, request, backend):
-    """Compaction's real plan, tasks and commit; only Spark's scheduler is replaced by an inline map."""
-    from walctl.spark.compact import compact
-
-    store = request.getfixturevalue(f"{backend}_store")
-    endpoint = request.getfixturevalue("s3_server") if backend == "s3" else None
-    _, appended = many_uploads(tmp_path, store, rounds=4, plan={1: (6, 300), 2: (4, 200), 3: (3, 100)},
-                               block_size=1 * KiB)
-    before = len(mf.load_latest(store)["objects"])
-    result = compact(store, store.url, endpoint_url=endpoint, spark=_InlineSpark(), split_size=4 * KiB)
-    doc = mf.load_latest(store)
-    assert result.commit_number and len(doc["objects"]) < before
-    for sid, payloads in appended.items():
-        events, s = read_stream(store, sid)
-        assert findings(events) == [] and [r.batch.payload for r in records(events)] == payloads
-
-
-class _InlineSpark:
-    """Stands in for a SparkSession: runs each task function in this process, in order."""
-
-    class _RDD:
-        def __init__(self, items):
-            self.items = items
-
-        def map(self, fn):
-            return type(self)([fn(x) for x in self.items])
-
-        def collect(self):
-            return list(self.items)
-
-    class _Context:
-        defaultParallelism = 2
-        _walctl_shipped = True
-
-        def parallelize(self, items, _slices=None):
-            return _InlineSpark._RDD(list(items))
-
-    sparkContext = _Context()
-
-
 # -- the command --------------------------------------------------------------------------------
 
 def run_read(*args):
