@@ -1,0 +1,248 @@
+"""SO compaction by server-side copy: local store (copy_file_range) and S3 over HTTP (UploadPartCopy)."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from walctl.compaction.so import DEFAULT_SO_TARGET_SIZE, compact_stream_objects, plan_groups
+from walctl.errors import CorruptionError
+from walctl.format import object as obj
+from walctl.format.batch import StreamRecordBatch
+from walctl.format.crc import crc32c, crc32c_combine
+from walctl.store import manifest as mf
+from walctl.store.base import CopySource
+from walctl.store.gc import gc
+from walctl.store.s3 import plan_compose_parts
+
+from storehelpers import payload, read_back
+
+KiB, MiB = 1 << 10, 1 << 20
+LATER = time.time() + 2 * mf.PREPARE_TTL_S
+
+
+def put_objects(store, specs, *, version=obj.VERSION_WALCTL, block_size=256 * KiB):
+    """Commit one object per spec: a spec is [(stream, batches, batch_bytes), ...] (one stream: an SO).
+
+    Offsets continue from the manifest per stream. Returns the payloads per stream."""
+    doc = mf.load_latest(store)
+    ends = {int(s): v["end"] for s, v in doc["streams"].items()}
+    out: dict[int, list[tuple[int, bytes]]] = {}
+    made = []
+    ids = list(range(doc["next_object_id"], doc["next_object_id"] + len(specs)))
+    for oid, spec in zip(ids, specs):
+        streams = []
+        for sid, count, size in spec:
+            batches = []
+            for _ in range(count):
+                base = ends.get(sid, 0)
+                data = payload(sid, base, size)
+                batches.append(StreamRecordBatch(sid, 0, base, 1, data))
+                out.setdefault(sid, []).append((base, data))
+                ends[sid] = base + 1
+            streams.append((sid, batches))
+        built = obj.build_object(streams, block_size=block_size, version=version)
+        key = mf.object_key(oid)
+        store.put_large(key, built.data)
+        made.append({"id": oid, "key": key, "kind": "SO" if len(spec) == 1 else "SSO", "size": len(built.data),
+                     "order_id": oid, "data_time": time.time(),
+                     "ranges": [{"stream_id": s, "start": r.start_offset, "end": r.end_offset, "bytes": r.size_bytes}
+                                for s, r in sorted(built.ranges.items())]})
+
+    def add(m):
+        m["next_object_id"] = ids[-1] + 1
+        m["objects"].extend(made)
+        for o in made:
+            for r in o["ranges"]:
+                s = m["streams"].setdefault(str(r["stream_id"]), {"start": r["start"], "end": r["end"]})
+                s["end"] = max(s["end"], r["end"])
+
+    mf.commit(store, add, command="test put")
+    return out
+
+
+def so_count(store, sid):
+    return sum(1 for o in mf.load_latest(store)["objects"] if o["ranges"][0]["stream_id"] == sid)
+
+
+def live_keys_only(store):
+    live = {o["key"] for o in mf.load_latest(store)["objects"]}
+    return {i.key for i in store.list() if not i.key.startswith("manifest/")} == live
+
+
+def test_crc32c_combine_matches_a_crc_of_the_whole():
+    for a, b in ((b"", b""), (b"abc", b""), (b"", b"xyz"), (os.urandom(1000), os.urandom(4097))):
+        assert crc32c_combine(crc32c(a), crc32c(b), len(b)) == crc32c(a + b)
+
+
+def test_plan_groups_follows_automq_group0():
+    def so(oid, sid, start, end, size):
+        return {"id": oid, "key": f"k{oid}", "kind": "SO", "size": size,
+                "ranges": [{"stream_id": sid, "start": start, "end": end, "bytes": size}]}
+
+    doc = {"streams": {"1": {"start": 10, "end": 100}, "2": {"start": 0, "end": 9}},
+           "objects": [so(1, 1, 0, 10, 5), so(2, 1, 10, 20, 5), so(3, 1, 20, 30, 5), so(4, 1, 30, 40, 5),
+                       so(5, 1, 50, 60, 5), so(6, 1, 60, 70, 5), so(7, 2, 0, 9, 5), so(8, 3, 0, 5, 5)]}
+    plan = plan_groups(doc, 10)
+    # 1 expired (end 10 <= start 10); [2,3], [4] alone (size), gap before 5: [5,6]; 7 alone; 8 deleted
+    assert [[o["id"] for o in g] for g in plan.groups] == [[2, 3], [5, 6]]
+    assert [(o["id"], why) for o, why in plan.expired] == [(1, "below stream start"), (8, "stream deleted")]
+
+
+def test_compose_parts_copy_every_part_of_5_mib_or_more():
+    M = 5 * MiB
+    pieces = [CopySource("a", 0, 8 * MiB), CopySource("b", 0, 3 * MiB), CopySource("c", 0, 8 * MiB),
+              CopySource("d", 0, 6 * MiB), b"tail"]
+    parts = plan_compose_parts(pieces)
+    assert parts[0] == CopySource("a", 0, 8 * MiB)
+    assert parts[1] == [CopySource("b", 0, 3 * MiB), CopySource("c", 0, 2 * MiB)]  # topped up to 5 MiB
+    assert parts[2] == CopySource("c", 2 * MiB, 8 * MiB)
+    assert parts[3] == CopySource("d", 0, 6 * MiB)
+    assert parts[4] == [b"tail"]
+    assert all(isinstance(p, CopySource) and p.size >= M or sum(
+        x.size if isinstance(x, CopySource) else len(x) for x in p) >= M for p in parts[:-1])
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_so_compaction_of_ten_small_sos_is_byte_identical(request, backend):
+    store = request.getfixturevalue(f"{backend}_store")
+    appended = put_objects(store, [[(1, 4, 3000)] for _ in range(12)] + [[(2, 2, 500)]])
+    before = read_back(store)
+    total = sum(o["size"] for o in mf.load_latest(store)["objects"] if o["ranges"][0]["stream_id"] == 1)
+    target = 40 * KiB
+    result = compact_stream_objects(store, target_size=target)
+    assert result.commit_number is not None
+    assert read_back(store) == before == {s: sorted(v) for s, v in appended.items()}
+    assert so_count(store, 1) <= math.ceil(total / target)
+    assert so_count(store, 2) == 1
+    for o in mf.load_latest(store)["objects"]:
+        data = store.read_all(o["key"])
+        assert obj.verify_object(data) == [], o["key"]  # both footer checksums right
+    out = result.to_json()
+    data = sum(g["data_bytes"] for g in out["groups"])
+    assert out["objects_in"] == 12
+    # local: all copied in the kernel; S3: objects below 5 MiB cannot be copied parts, so they are re-put
+    assert out["bytes_copied"] == (data if backend == "local" else 0)
+    gc(store, grace_s=0, now=LATER)
+    assert live_keys_only(store) and read_back(store) == before
+
+
+def test_s3_copies_every_part_of_5_mib_and_gets_none_of_those_bytes(faulty_s3):
+    store = faulty_s3.store
+    # 10 SOs of stream 1: most above 5 MiB, some below (those must be read and re-put).
+    sizes_mib = [6, 6, 6, 1, 12, 6, 6, 2, 12, 6]
+    put_objects(store, [[(1, 2, s * MiB // 2)] for s in sizes_mib], block_size=1 * MiB)
+    before = read_back(store)
+    doc = mf.load_latest(store)
+    keys = {o["key"] for o in doc["objects"]}
+    data_bytes = sum(o["ranges"][0]["bytes"] for o in doc["objects"])
+    faulty_s3.proxy.clear()
+    result = compact_stream_objects(store, target_size=DEFAULT_SO_TARGET_SIZE)
+    assert so_count(store, 1) == 1 and read_back(store) == before
+    copies = [e for e in faulty_s3.proxy.seen("PUT") if "x-amz-copy-source" in e.headers]
+    uploads = [e for e in faulty_s3.proxy.seen("PUT", query="partNumber") if "x-amz-copy-source" not in e.headers]
+    gets = [e for e in faulty_s3.proxy.seen("GET") if any(e.path.endswith(k) for k in keys)]
+
+    sizes = {o["key"].rsplit("/", 1)[-1]: o["size"] for o in doc["objects"]}
+
+    def span(header, size=None):
+        a, b = header.split("=")[1].split("-")
+        return (size - int(b), size) if a == "" else (int(a), int(b) + 1)  # "bytes=-N": the last N
+
+    copied = {}
+    for e in copies:
+        src = e.headers["x-amz-copy-source"]
+        a, b = span(e.headers["x-amz-copy-source-range"])
+        assert b - a >= 5 * MiB
+        copied.setdefault(src.rsplit("/", 1)[-1], []).append((a, b))
+    # every source object of >= 5 MiB of data was copied, not read
+    assert len(copies) >= 8 and all(u.body_bytes < 11 * MiB for u in uploads)
+    read_bytes = 0
+    for e in gets:
+        if "range" not in e.headers:
+            continue
+        a, b = span(e.headers["range"], sizes[e.path.rsplit("/", 1)[-1]])
+        read_bytes += b - a
+        for ca, cb in copied.get(e.path.rsplit("/", 1)[-1], []):
+            assert b <= ca or a >= cb, "a GET read bytes that were copied server-side"
+    out = result.to_json()
+    assert out["through_read_bytes"] == out["planned_get_bytes"]  # the plan said what would pass through
+    index_bytes = sum(o["size"] - o["ranges"][0]["bytes"] for o in doc["objects"])
+    assert read_bytes == out["through_read_bytes"] + index_bytes  # indexes and footers read exactly
+    # only the two small SOs and what tops each up to S3's 5 MiB part minimum pass through us:
+    # two parts of exactly 5 MiB, re-put, plus the new index and footer
+    assert out["through_read_bytes"] == 2 * 5 * MiB
+    assert out["through_written_bytes"] == out["through_read_bytes"] + out["output_bytes"] - out["data_bytes"]
+    assert out["bytes_copied"] == data_bytes - out["through_read_bytes"]
+
+
+def test_automq_sources_are_read_for_the_footer_crc(local_store):
+    put_objects(local_store, [[(1, 3, 1000)] for _ in range(3)], version=obj.VERSION_AUTOMQ)
+    before = read_back(local_store)
+    result = compact_stream_objects(local_store, target_size=1 * MiB)
+    out = result.to_json()
+    assert out["crc_read_bytes"] == out["data_bytes"] > 0  # said, and only for that reason
+    assert read_back(local_store) == before
+    only = mf.load_latest(local_store)["objects"][0]
+    assert obj.verify_object(local_store.read_all(only["key"])) == []
+
+
+def test_damaged_index_position_refuses_and_commits_nothing(local_store):
+    put_objects(local_store, [[(1, 2, 1000)] for _ in range(3)])
+    doc = mf.load_latest(local_store)
+    victim = doc["objects"][1]
+    data = bytearray(local_store.read_all(victim["key"]))
+    footer, entries = obj.parse_tail(bytes(data), len(data))
+    bad = obj.IndexEntry(entries[0].stream_id, entries[0].start_offset, entries[0].end_offset_delta,
+                         entries[0].record_count, entries[0].block_position + 1, entries[0].block_size - 1)
+    index = bad.encode() + b"".join(e.encode() for e in entries[1:])
+    start = footer.index_start_position
+    data[start:start + len(index)] = index
+    data[-48:] = obj.Footer(start, len(index), index_crc=crc32c(index), data_crc=footer.data_crc).encode()
+    local_store.put(victim["key"], bytes(data))
+    with pytest.raises(CorruptionError):
+        compact_stream_objects(local_store, target_size=1 * MiB)
+    assert mf.load_latest(local_store)["objects"] == doc["objects"]
+
+
+def test_dry_run_shows_the_budget_and_writes_nothing(local_store):
+    put_objects(local_store, [[(1, 2, 4000)] for _ in range(4)])
+    doc = mf.load_latest(local_store)
+    listing = local_store.list()
+    out = compact_stream_objects(local_store, target_size=1 * MiB, dry_run=True,
+                                 write_rate_bps=1000.0).to_json()
+    assert out["dry_run"] and out["commit_number"] is None and len(out["groups"]) == 1
+    assert out["expected_seconds"] == round(out["output_bytes"] / 1000.0, 3)
+    assert local_store.list() == listing and mf.load_latest(local_store) == doc
+
+
+def test_write_rate_paces_the_run(local_store):
+    put_objects(local_store, [[(1, 1, 20000)] for _ in range(4)])
+    started = time.monotonic()
+    out = compact_stream_objects(local_store, target_size=1 * MiB, write_rate_bps=80000.0).to_json()
+    elapsed = time.monotonic() - started
+    assert out["output_bytes"] / 80000.0 <= elapsed + 0.05  # ~1 s of copying at 80 kB/s
+
+
+@pytest.mark.parametrize("point", ["so-compact-after-prepare", "so-compact-after-object", "so-compact-before-commit"])
+def test_kill_before_commit_leaves_the_store_plus_garbage(tmp_path, point):
+    from walctl.store import open_store
+
+    store_dir = tmp_path / "store"
+    store = open_store(str(store_dir))
+    put_objects(store, [[(1, 2, 3000)] for _ in range(6)])
+    before, doc = read_back(store), mf.load_latest(store)
+    env = dict(os.environ, WALCTL_FAILPOINT=point)
+    proc = subprocess.run([sys.executable, "-m", "walctl", "compact", "--level", "so", "--so-target-size",
+                           "16KiB", "--store", str(store_dir)], capture_output=True, env=env, timeout=120)
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    after = mf.load_latest(store)
+    assert after["objects"] == doc["objects"] and read_back(store) == before
+    gc(store, grace_s=0, now=LATER)
+    assert live_keys_only(store) and read_back(store) == before
+    assert mf.load_latest(store)["prepared"] == []
