@@ -15,10 +15,10 @@ from walctl.format import object as obj
 from walctl.store import manifest as mf
 from walctl.store.gc import gc
 
-from test_so_compact import LATER, live_keys_only, put_objects
-from storehelpers import read_back
+from storehelpers import live_keys_only, put_objects, read_back
 
 KiB, MiB = 1 << 10, 1 << 20
+LATER = time.time() + 2 * mf.PREPARE_TTL_S
 
 
 @pytest.mark.parametrize("backend", ["local", "s3"])

@@ -13,66 +13,16 @@ import pytest
 from walctl.compaction.so import DEFAULT_SO_TARGET_SIZE, compact_stream_objects, plan_groups
 from walctl.errors import CorruptionError
 from walctl.format import object as obj
-from walctl.format.batch import StreamRecordBatch
 from walctl.format.crc import crc32c, crc32c_combine
 from walctl.store import manifest as mf
 from walctl.store.base import CopySource
 from walctl.store.gc import gc
 from walctl.store.s3 import plan_compose_parts
 
-from storehelpers import payload, read_back
+from storehelpers import live_keys_only, put_objects, read_back, so_count
 
 KiB, MiB = 1 << 10, 1 << 20
 LATER = time.time() + 2 * mf.PREPARE_TTL_S
-
-
-def put_objects(store, specs, *, version=obj.VERSION_WALCTL, block_size=256 * KiB):
-    """Commit one object per spec: a spec is [(stream, batches, batch_bytes), ...] (one stream: an SO).
-
-    Offsets continue from the manifest per stream. Returns the payloads per stream."""
-    doc = mf.load_latest(store)
-    ends = {int(s): v["end"] for s, v in doc["streams"].items()}
-    out: dict[int, list[tuple[int, bytes]]] = {}
-    made = []
-    ids = list(range(doc["next_object_id"], doc["next_object_id"] + len(specs)))
-    for oid, spec in zip(ids, specs):
-        streams = []
-        for sid, count, size in spec:
-            batches = []
-            for _ in range(count):
-                base = ends.get(sid, 0)
-                data = payload(sid, base, size)
-                batches.append(StreamRecordBatch(sid, 0, base, 1, data))
-                out.setdefault(sid, []).append((base, data))
-                ends[sid] = base + 1
-            streams.append((sid, batches))
-        built = obj.build_object(streams, block_size=block_size, version=version)
-        key = mf.object_key(oid)
-        store.put_large(key, built.data)
-        made.append({"id": oid, "key": key, "kind": "SO" if len(spec) == 1 else "SSO", "size": len(built.data),
-                     "order_id": oid, "data_time": time.time(),
-                     "ranges": [{"stream_id": s, "start": r.start_offset, "end": r.end_offset, "bytes": r.size_bytes}
-                                for s, r in sorted(built.ranges.items())]})
-
-    def add(m):
-        m["next_object_id"] = ids[-1] + 1
-        m["objects"].extend(made)
-        for o in made:
-            for r in o["ranges"]:
-                s = m["streams"].setdefault(str(r["stream_id"]), {"start": r["start"], "end": r["end"]})
-                s["end"] = max(s["end"], r["end"])
-
-    mf.commit(store, add, command="test put")
-    return out
-
-
-def so_count(store, sid):
-    return sum(1 for o in mf.load_latest(store)["objects"] if o["ranges"][0]["stream_id"] == sid)
-
-
-def live_keys_only(store):
-    live = {o["key"] for o in mf.load_latest(store)["objects"]}
-    return {i.key for i in store.list() if not i.key.startswith("manifest/")} == live
 
 
 def test_crc32c_combine_matches_a_crc_of_the_whole():

@@ -82,6 +82,10 @@ def compact_cmd(
     split_write_rate: Annotated[str | None, typer.Option(
         "--split-write-rate", metavar="SIZE/S", envvar="WALCTL_COMPACT_SPLIT_WRITE_RATE",
         help="Force split's write budget (server-side copies included), " + RATE_HELP)] = None,
+    shared_path: Annotated[bool, typer.Option(
+        "--shared-path", envvar="WALCTL_COMPACT_SHARED_PATH",
+        help="The local-directory store is mounted at the same path on every Spark executor (NFS, a "
+             "shared volume): allow it with a cluster --master, which is refused otherwise.")] = False,
     namespace: NamespaceOpt = "default",
     endpoint_url: EndpointOpt = None,
     metrics_file: MetricsFileOpt = None,
@@ -127,8 +131,10 @@ def compact_cmd(
             _render_copy(out)
         return
 
+    from walctl.compaction.cluster import store_for_executors
     from walctl.spark.compact import compact
 
+    executor_store = store_for_executors(store, master, shared_path=shared_path)
     with MetricsRun(metrics_file, "compact", enabled=not dry_run, on_warning=warn) as metrics:
         retention: dict[int, int] = {}
         for item in retention_start or []:
@@ -138,7 +144,7 @@ def compact_cmd(
             retention[int(stream)] = int(offset)
         st = open_store(store, endpoint_url=endpoint_url)
         interval_s = parse_duration(interval)
-        result = compact(st, store, endpoint_url=endpoint_url, master=master, memory_limit=parse_size(memory_limit),
+        result = compact(st, executor_store, endpoint_url=endpoint_url, master=master, memory_limit=parse_size(memory_limit),
                          read_rate_bps=read_rate * (1 << 20) if read_rate else None,
                          interval_s=interval_s or None,
                          split_size=parse_size(split_size), max_objects=max_objects, retention=retention,

@@ -1,0 +1,36 @@
+"""Where SSO compaction's Spark tasks run, and whether they can reach the store from there."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from walctl.errors import RefusedError
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def is_local_master(master: str) -> bool:
+    """local, local[N], local[*], local[N,F]: executors are threads of this machine's JVM."""
+    return master == "local" or master.startswith("local[")
+
+
+def store_for_executors(store_url: str, master: str, *, shared_path: bool = False) -> str:
+    """The store URL the executors get: S3 as given; a local directory made absolute, and only on a
+    local master or with ``shared_path`` (the operator says every executor mounts it at that path).
+
+    Raises:
+        RefusedError: a local-directory store with a cluster master and no ``shared_path``.
+    """
+    match = _SCHEME.match(store_url)
+    if match and match.group(1).lower() != "file":
+        return store_url  # s3://: every executor reaches it by URL
+    if is_local_master(master):
+        return store_url
+    if not shared_path:
+        raise RefusedError(f"the store is a local directory and the Spark master is {master}: its executors "
+                           "run on other machines and would not find it", where=store_url,
+                           hint="use an s3:// store, or mount the directory at the same path on every "
+                                "executor and pass --shared-path")
+    path = store_url[len("file://"):] if match else store_url
+    return os.path.abspath(path)
