@@ -108,6 +108,23 @@ def test_compact_s3_store_on_a_standalone_cluster(standalone, s3_server, s3_buck
     shipped = glob.glob(str(standalone.work_dir / "app-*" / "*" / "walctl.zip"))
     assert shipped, sorted(glob.glob(str(standalone.work_dir / "**"), recursive=True))[:50]
 
+    # The same through spark-submit, as README's YARN and Kubernetes lines do it.
+    put_objects(store, [[(1, 2, 500), (4, 1, 100)] for _ in range(2)])
+    before = read_back(store)
+    import walctl
+
+    main_py = os.path.join(os.path.dirname(walctl.__file__), "__main__.py")
+    submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    proc = subprocess.run([submit, "--master", standalone.url, "--conf", f"spark.pyspark.python={sys.executable}",
+                           main_py, "compact", "--store", f"s3://{s3_bucket}/walctl-test", "--endpoint-url",
+                           s3_server, "--master", standalone.url, "--level", "sso", "--json"],
+                          capture_output=True, env=standalone.env, timeout=600)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["commit_number"] is not None and out["objects_in"] == 3
+    assert read_back(store) == before
+    assert len(glob.glob(str(standalone.work_dir / "app-*"))) == 2  # both ran on the cluster
+
 
 def test_local_directory_store_with_a_cluster_master_is_refused(tmp_path):
     store_dir = tmp_path / "store"
