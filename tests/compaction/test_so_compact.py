@@ -9,6 +9,8 @@ import sys
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from walctl.compaction.so import DEFAULT_SO_TARGET_SIZE, compact_stream_objects, plan_groups
 from walctl.errors import CorruptionError
@@ -56,6 +58,45 @@ def test_compose_parts_copy_every_part_of_5_mib_or_more():
     assert parts[4] == [b"tail"]
     assert all(isinstance(p, CopySource) and p.size >= M or sum(
         x.size if isinstance(x, CopySource) else len(x) for x in p) >= M for p in parts[:-1])
+
+
+def test_compose_parts_top_up_from_the_previous_range_too():
+    parts = plan_compose_parts([CopySource("a", 0, 8 * MiB), CopySource("b", 0, 1 * MiB),
+                                CopySource("c", 0, 6 * MiB), b"tail"])
+    # b needs 4 MiB more: c can spare 1 MiB (it stays >= 5 MiB), a the other 3
+    assert parts == [CopySource("a", 0, 5 * MiB),
+                     [CopySource("a", 5 * MiB, 8 * MiB), CopySource("b", 0, 1 * MiB), CopySource("c", 0, 1 * MiB)],
+                     CopySource("c", 1 * MiB, 6 * MiB), [b"tail"]]
+
+
+@given(st.lists(st.one_of(st.integers(1, 12 * MiB), st.binary(min_size=1, max_size=64)), max_size=12))
+@settings(max_examples=200, deadline=None)
+def test_compose_parts_keep_order_and_every_part_but_the_last_is_big_enough(spec):
+    pieces = [CopySource(f"k{i}", 100, 100 + x) if isinstance(x, int) else x for i, x in enumerate(spec)]
+    parts = plan_compose_parts(pieces)
+
+    def size(part):
+        items = [part] if isinstance(part, CopySource) else part
+        return sum(i.size if isinstance(i, CopySource) else len(i) for i in items)
+
+    def bytes_of(items):  # the byte sequence, with copies as (key, position) ranges merged
+        out = []
+        for i in items:
+            if isinstance(i, CopySource):
+                if out and out[-1][0] == i.key and out[-1][2] == i.start:
+                    out[-1] = (i.key, out[-1][1], i.end)
+                else:
+                    out.append((i.key, i.start, i.end))
+            elif out and out[-1][0] == "bytes":
+                out[-1] = ("bytes", out[-1][1] + i, None)
+            else:
+                out.append(("bytes", i, None))
+        return out
+
+    flat_parts = [i for p in parts for i in ([p] if isinstance(p, CopySource) else p)]
+    assert bytes_of(flat_parts) == bytes_of(pieces)
+    assert all(size(p) >= 5 * MiB for p in parts[:-1])
+    assert all(p.size >= 5 * MiB for p in parts if isinstance(p, CopySource))
 
 
 @pytest.mark.parametrize("backend", ["local", "s3"])
@@ -124,11 +165,29 @@ def test_s3_copies_every_part_of_5_mib_and_gets_none_of_those_bytes(faulty_s3):
     assert out["through_read_bytes"] == out["planned_get_bytes"]  # the plan said what would pass through
     index_bytes = sum(o["size"] - o["ranges"][0]["bytes"] for o in doc["objects"])
     assert read_bytes == out["through_read_bytes"] + index_bytes  # indexes and footers read exactly
-    # only the two small SOs and what tops each up to S3's 5 MiB part minimum pass through us:
-    # two parts of exactly 5 MiB, re-put, plus the new index and footer
-    assert out["through_read_bytes"] == 2 * 5 * MiB
+    # only the two small SOs pass through us (laid out last, they join the index and footer
+    # in the last part), re-put with the new index and footer
+    small = sum(o["ranges"][0]["bytes"] for o in doc["objects"] if o["ranges"][0]["bytes"] < 5 * MiB)
+    assert out["through_read_bytes"] == small
     assert out["through_written_bytes"] == out["through_read_bytes"] + out["output_bytes"] - out["data_bytes"]
     assert out["bytes_copied"] == data_bytes - out["through_read_bytes"]
+
+
+def test_small_sources_laid_out_last_still_read_back_and_compact_again(local_store):
+    put_objects(local_store, [[(1, 2, 3 * MiB)], [(1, 1, 1 * MiB)], [(1, 2, 3 * MiB)]], block_size=1 * MiB)
+    compact_stream_objects(local_store, target_size=1 << 30)
+    (only,) = mf.load_latest(local_store)["objects"]
+    data = local_store.read_all(only["key"])
+    _, entries = obj.parse_tail(data, len(data))
+    positions = [e.block_position for e in entries]
+    assert positions != sorted(positions)  # the 1 MiB source's block lies after the others
+    assert obj.verify_object(data) == []
+    put_objects(local_store, [[(1, 1, 2000)], [(1, 1, 3000)]])
+    before = read_back(local_store)
+    compact_stream_objects(local_store, target_size=1 << 30)  # a reordered SO is a valid source
+    assert so_count(local_store, 1) == 1 and read_back(local_store) == before
+    (only,) = mf.load_latest(local_store)["objects"]
+    assert obj.verify_object(local_store.read_all(only["key"])) == []
 
 
 def test_automq_sources_are_read_for_the_footer_crc(local_store):

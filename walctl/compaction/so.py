@@ -12,7 +12,9 @@ costs one object per SO. This level merges consecutive SOs of one stream into la
    with positions shifted by the data before them, and the data region's crc32c by
    combining the sources' footer checksums (``crc32c_combine``): no data is read. Only a
    source with an AutoMQ footer (version 0, no checksum) has its data region read, to
-   compute the checksum the new walctl footer needs.
+   compute the checksum the new walctl footer needs. Sources below S3's 5 MiB part minimum
+   are laid out after the others (``layout``): the index stays in offset order, the blocks
+   need not be (docs/FORMATS.md 3), and so only their own bytes pass through the compactor.
 3. Fence + prepare (one commit), then per group one ``store.compose``: the sources' data
    regions copied server-side (S3 UploadPartCopy for every part >= 5 MiB, ranged GET +
    UploadPart only where S3's part minimum forces it; local copy_file_range), then the new
@@ -46,7 +48,7 @@ from walctl.failpoints import failpoint
 from walctl.format.crc import crc32c_combine
 from walctl.format.object import IndexEntry
 from walctl.store import manifest as mf
-from walctl.store.base import CopySource
+from walctl.store.base import MIN_PART_BYTES, CopySource
 
 # AutoMQ's default (s3.stream.object.compaction.max.size.bytes, streamObjectCompactionMaxSizeBytes
 # in s3stream's Config, branch 1.4): 10 GiB.
@@ -123,18 +125,33 @@ def plan_groups(doc: dict, target_size: int, *, max_group_objects: int = MAX_GRO
 
 
 def _tiles(obj: dict, index: ObjectIndex) -> None:
-    """An SO's entries must be one stream, back to back from position 0 to the index."""
-    pos, offset = 0, None
+    """An SO's entries must be one stream with contiguous offsets, and its blocks must fill its
+    data region exactly (in any physical order: an SO this level made keeps small sources last)."""
     sid = _so_range(obj)[0]
+    offset = None
     for e in index.entries:
-        if e.stream_id != sid or e.block_position != pos or (offset is not None and e.start_offset != offset):
+        if e.stream_id != sid or (offset is not None and e.start_offset != offset):
             raise CorruptionError(f"stream object {obj['id']}: index entry of stream {e.stream_id} at offset "
-                                  f"{e.start_offset}, position {e.block_position} does not continue its data "
-                                  f"(expected stream {sid}, position {pos}, offset {offset})", where=obj["key"])
-        pos, offset = e.block_end, e.end_offset
+                                  f"{e.start_offset} does not continue stream {sid} at offset {offset}",
+                                  where=obj["key"])
+        offset = e.end_offset
+    pos = 0
+    for e in sorted(index.entries, key=lambda e: e.block_position):
+        if e.block_position != pos:
+            raise CorruptionError(f"stream object {obj['id']}: bytes [{pos}, {e.block_position}) of its data "
+                                  "region belong to no index entry", where=obj["key"])
+        pos = e.block_end
     if pos != index.data_size or not index.entries:
         raise CorruptionError(f"stream object {obj['id']}: its blocks end at {pos}, its index starts at "
                               f"{index.data_size}", where=obj["key"])
+
+
+def layout(group: tuple[dict, ...], indexes: dict[int, ObjectIndex]) -> list[dict]:
+    """The sources in the order their data regions are laid out in the new object: those S3 can
+    copy as parts (>= 5 MiB) first, in offset order, then the smaller ones, which go through
+    the compactor anyway, in offset order; so they join the index and footer in the last
+    part and no copyable range is cut to top a small one up. The index stays in offset order."""
+    return sorted(group, key=lambda o: indexes[o["id"]].data_size < MIN_PART_BYTES)
 
 
 def coverage_plan(so_plan: SoPlan, indexes: dict[int, ObjectIndex]):
@@ -150,8 +167,9 @@ def coverage_plan(so_plan: SoPlan, indexes: dict[int, ObjectIndex]):
     for n, group in enumerate(so_plan.groups):
         per_source = [ranges_of(o) for o in group]
         ranges = tuple(r for rs in per_source for r in rs)
+        by_position = [tuple(sorted(rs, key=lambda r: r.position)) for rs in per_source]
         reads = tuple(Read(o["id"], o["key"], rs[0].position, rs[-1].end_position, rs)
-                      for o, rs in zip(group, per_source))
+                      for o, rs in zip(group, by_position))
         data = sum(r.size for r in ranges)
         out = OutputObject(SO, ranges, reads, data, object_size(data, len(ranges)),
                            ((ranges[0].stream_id, ranges[0].start_offset, ranges[-1].end_offset, data),), 1)
@@ -252,17 +270,17 @@ def compact_stream_objects(store, *, target_size: int = DEFAULT_SO_TARGET_SIZE, 
     # Per group: the new index (positions shifted) and how the data crc is had.
     builds = []
     for group in plan.groups:
-        entries: list[IndexEntry] = []
+        order = layout(group, indexes)
+        base: dict[int, int] = {}
         position = 0
-        unchecked = []  # AutoMQ sources: no footer crc, their data must be read
-        for o in group:
-            idx = indexes[o["id"]]
-            entries.extend(IndexEntry(e.stream_id, e.start_offset, e.end_offset_delta, e.record_count,
-                                      e.block_position + position, e.block_size) for e in idx.entries)
-            position += idx.data_size
-            if not idx.footer.checksummed:
-                unchecked.append(o)
-        pieces = [CopySource(o["key"], 0, indexes[o["id"]].data_size) for o in group]
+        for o in order:
+            base[o["id"]] = position
+            position += indexes[o["id"]].data_size
+        entries = [IndexEntry(e.stream_id, e.start_offset, e.end_offset_delta, e.record_count,
+                              e.block_position + base[o["id"]], e.block_size)
+                   for o in group for e in indexes[o["id"]].entries]
+        unchecked = [o for o in group if not indexes[o["id"]].footer.checksummed]  # AutoMQ: no footer crc
+        pieces = [CopySource(o["key"], 0, indexes[o["id"]].data_size) for o in order]
         through = _through_bytes(store, pieces + [b"\0" * object_size(0, len(entries))])
         crc_bytes = sum(indexes[o["id"]].data_size for o in unchecked)
         result.planned_get_bytes += through
@@ -273,7 +291,7 @@ def compact_stream_objects(store, *, target_size: int = DEFAULT_SO_TARGET_SIZE, 
                               "data_bytes": position, "size_bytes": object_size(position, len(entries)),
                               "planned_get_bytes": through, "crc_read_bytes": crc_bytes,
                               "input_bytes": sum(o["size"] for o in group)})
-        builds.append((group, entries, position))
+        builds.append((order, entries, position))
     if dry_run:
         result.seconds = time.monotonic() - started
         return result
@@ -282,9 +300,9 @@ def compact_stream_objects(store, *, target_size: int = DEFAULT_SO_TARGET_SIZE, 
     result.epoch = epoch
     failpoint("so-compact-after-prepare")
     reads, writes = Pacer(read_rate_bps), Pacer(write_rate_bps)
-    for n, ((group, entries, data_size), reserved) in enumerate(zip(builds, prepared)):
+    for n, ((order, entries, data_size), reserved) in enumerate(zip(builds, prepared)):
         data_crc = 0
-        for o in group:
+        for o in order:  # in layout order: the crc runs over the bytes as they lie
             idx = indexes[o["id"]]
             if idx.footer.checksummed:
                 crc = idx.footer.data_crc
@@ -292,7 +310,7 @@ def compact_stream_objects(store, *, target_size: int = DEFAULT_SO_TARGET_SIZE, 
                 crc = range_crc(store, o["key"], 0, idx.data_size, reads)
                 result.crc_read_bytes += idx.data_size
             data_crc = crc32c_combine(data_crc, crc, idx.data_size)
-        pieces = [CopySource(o["key"], 0, indexes[o["id"]].data_size) for o in group]
+        pieces = [CopySource(o["key"], 0, indexes[o["id"]].data_size) for o in order]
         pieces.append(tail_bytes(entries, data_size, data_crc))
         read_before, written_before = store.stats.bytes_read, store.stats.bytes_written
         store.compose(reserved["key"], pieces)
@@ -305,6 +323,7 @@ def compact_stream_objects(store, *, target_size: int = DEFAULT_SO_TARGET_SIZE, 
             raise CorruptionError(f"composed object is {got} bytes, expected {size}; nothing committed",
                                   where=reserved["key"])
         writes.paid(size)
+        group = plan.groups[n]
         sid, start, end = _so_range(group[0])[0], _so_range(group[0])[1], _so_range(group[-1])[2]
         result.made.append({"key": reserved["key"], "kind": "SO", "size": size,
                             "ranges": [{"stream_id": sid, "start": start, "end": end, "bytes": data_size}]})

@@ -569,9 +569,10 @@ def plan_compose_parts(pieces: Sequence[bytes | CopySource], *, min_part: int = 
     ``min_part`` bytes, at most ``max_part``); a list is one UploadPart of those pieces' bytes.
 
     Every part but the last is at least ``min_part`` bytes, as S3 demands. Bytes go through the
-    caller only where a part would otherwise be too small: pieces smaller than ``min_part``,
-    and when such a run ends short of the minimum, the head of the next source range up to
-    the minimum (if the rest of that range can still be copied; else the whole range).
+    caller only where a part would otherwise be too small: a run of pieces smaller than
+    ``min_part`` is topped up to the minimum with bytes taken from the neighbouring copied
+    ranges (the head of the next, then the tail of the previous, each only as far as it stays
+    a copyable part); when they cannot spare enough, the next range is taken whole.
     """
     parts: list[CopySource | list[bytes | CopySource]] = []
     buf: list[bytes | CopySource] = []
@@ -583,6 +584,13 @@ def plan_compose_parts(pieces: Sequence[bytes | CopySource], *, min_part: int = 
             parts.append(buf)
         buf, buf_len = [], 0
 
+    def add_copies(key: str, start: int, end: int) -> None:
+        rest = end - start
+        count = -(-rest // max_part)
+        step = -(-rest // count)  # equal cuts, each >= min_part as rest >= min_part
+        for a in range(start, end, step):
+            parts.append(CopySource(key, a, min(a + step, end)))
+
     for piece in pieces:
         if not isinstance(piece, CopySource):
             if piece:
@@ -590,11 +598,20 @@ def plan_compose_parts(pieces: Sequence[bytes | CopySource], *, min_part: int = 
                 buf_len += len(piece)
         else:
             start = piece.start
-            if 0 < buf_len < min_part:
+            # Top the run of small pieces up only when this range could be copied: a small
+            # range joins the run as it is (the run may end as the last part, of any size).
+            if 0 < buf_len < min_part and piece.size >= min_part:
                 need = min_part - buf_len
-                if piece.size - need >= min_part:
-                    buf.append(CopySource(piece.key, start, start + need))
-                    start += need
+                from_next = min(need, max(0, piece.size - min_part))
+                prev = parts[-1] if parts and isinstance(parts[-1], CopySource) else None
+                from_prev = min(need - from_next, max(0, prev.size - min_part)) if prev is not None else 0
+                if from_next + from_prev == need:
+                    if from_prev:
+                        parts[-1] = CopySource(prev.key, prev.start, prev.end - from_prev)
+                        buf.insert(0, CopySource(prev.key, prev.end - from_prev, prev.end))
+                    if from_next:
+                        buf.append(CopySource(piece.key, start, start + from_next))
+                        start += from_next
                     buf_len += need
                 else:
                     buf.append(piece)
@@ -604,10 +621,7 @@ def plan_compose_parts(pieces: Sequence[bytes | CopySource], *, min_part: int = 
                 rest = piece.end - start
                 if rest >= min_part:
                     flush()
-                    count = -(-rest // max_part)
-                    step = -(-rest // count)  # equal cuts, each >= min_part as rest >= min_part
-                    for a in range(start, piece.end, step):
-                        parts.append(CopySource(piece.key, a, min(a + step, piece.end)))
+                    add_copies(piece.key, start, piece.end)
                 else:
                     buf.append(CopySource(piece.key, start, piece.end))
                     buf_len += rest
