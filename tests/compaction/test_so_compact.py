@@ -255,3 +255,18 @@ def test_kill_before_commit_leaves_the_store_plus_garbage(tmp_path, point):
     gc(store, grace_s=0, now=LATER)
     assert live_keys_only(store) and read_back(store) == before
     assert mf.load_latest(store)["prepared"] == []
+
+
+def test_kill_during_the_multipart_copy_on_s3_leaves_an_upload_that_gc_aborts(s3_store, s3_server):
+    put_objects(s3_store, [[(1, 1, 6 * MiB)], [(1, 1, 6 * MiB)]], block_size=8 * MiB)
+    before, doc = read_back(s3_store), mf.load_latest(s3_store)
+    env = dict(os.environ, WALCTL_FAILPOINT="compose-after-part")
+    proc = subprocess.run([sys.executable, "-m", "walctl", "compact", "--level", "so", "--store",
+                           f"s3://{s3_store.bucket}/{s3_store.prefix}", "--endpoint-url", s3_server],
+                          capture_output=True, env=env, timeout=120)
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    assert mf.load_latest(s3_store)["objects"] == doc["objects"] and read_back(s3_store) == before
+    assert len(s3_store.open_multipart_uploads()) == 1  # the killed copy's parts
+    result = gc(s3_store, grace_s=0, now=LATER)
+    assert len(result.aborted_uploads) == 1 and s3_store.open_multipart_uploads() == []
+    assert live_keys_only(s3_store) and read_back(s3_store) == before

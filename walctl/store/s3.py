@@ -22,6 +22,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from urllib.parse import urlsplit
 
 from walctl.errors import CorruptionError, IOFailure, NotFoundError, UsageError, WalctlError
+from walctl.failpoints import failpoint
 from walctl.store.base import (
     DEFAULT_PART_BYTES,
     MAX_PART_BYTES,
@@ -505,6 +506,7 @@ class S3Store:
                         entry[member] = resp[member]
                     written += len(body)
                 done.append(entry)
+                failpoint("compose-after-part")
             self._call("CompleteMultipartUpload", key, Bucket=self.bucket, Key=full,
                        UploadId=upload_id, MultipartUpload={"Parts": done})
         except BaseException as exc:
@@ -547,6 +549,15 @@ class S3Store:
     def delete(self, key: str) -> None:
         # S3 answers 204 for a missing key, so missing is fine without a check.
         self._call("DeleteObject", key, Bucket=self.bucket, Key=self._full_key(key))
+
+    def abort_multipart_uploads(self, key: str) -> int:
+        """Abort every open multipart upload of ``key`` (a writer killed mid-way); returns how many."""
+        full = self._full_key(key)
+        resp = self._call("ListMultipartUploads", key, Bucket=self.bucket, Prefix=full)
+        uploads = [u for u in resp.get("Uploads", ()) if u["Key"] == full]
+        for u in uploads:
+            self._call("AbortMultipartUpload", key, Bucket=self.bucket, Key=full, UploadId=u["UploadId"])
+        return len(uploads)
 
     def open_multipart_uploads(self) -> list[str]:
         """Keys (relative to the prefix) with multipart uploads still open; for checks and GC."""
