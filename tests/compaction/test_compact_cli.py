@@ -27,3 +27,19 @@ def test_human_output_of_so_and_split_levels(tmp_path):
     assert result.exit_code == 0 and "nothing to split" in result.stdout
     result = runner.invoke(app, ["compact", "--store", str(store_dir), "--level", "so", "--so-write-rate", "fast"])
     assert result.exit_code == 2 and "bad size" in result.stderr
+
+
+def test_sso_dry_run_shows_its_read_budget_and_expected_duration(tmp_path):
+    import json
+
+    store_dir = tmp_path / "store"
+    put_objects(open_store(str(store_dir)), [[(2, 2, 3000), (3, 1, 300)], [(2, 1, 300), (3, 2, 300)]])
+    runner = CliRunner()
+    result = runner.invoke(app, ["compact", "--store", str(store_dir), "--level", "sso", "--dry-run", "--json",
+                                 "--read-rate", "0.5"])
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["read_rate_bytes_per_s"] == 0.5 * (1 << 20)
+    assert out["expected_seconds"] == round(out["plan"]["bytes_read"] / (0.5 * (1 << 20)), 3) > 0
+    result = runner.invoke(app, ["compact", "--store", str(store_dir), "--level", "sso", "--dry-run"])
+    assert "budget: read 32.0 MiB/s, expected" in result.stdout  # derived from --interval, at least 32 MiB/s

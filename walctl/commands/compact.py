@@ -150,6 +150,14 @@ def compact_cmd(
                          split_size=parse_size(split_size), max_objects=max_objects, retention=retention,
                          dry_run=dry_run, namespace=namespace)
         metrics.summary = out = {"store": store, **result.to_json()}
+        if dry_run and not result.idle:  # the SSO level's budget and expected duration, as the job would pace
+            from walctl.spark.compact import MIN_DERIVED_READ_RATE_BPS
+
+            planned = result.plan.bytes_read
+            sso_rate = (read_rate * (1 << 20) if read_rate else
+                        max(planned / (0.8 * interval_s), MIN_DERIVED_READ_RATE_BPS) if interval_s else None)
+            out["read_rate_bytes_per_s"] = sso_rate
+            out["expected_seconds"] = round(planned / sso_rate, 3) if sso_rate else None
         if level is Level.all:  # then merge the Stream Objects, the SSO run's included
             from walctl.compaction.so import compact_stream_objects
 
@@ -215,6 +223,9 @@ def _render(out: dict) -> None:
     console.print(("plan" if out["dry_run"] else "compacted") +
                   f": {out['objects_in']} objects in, {out['objects_out']} out, {out['iterations']} iterations, "
                   f"{plan['gets']} GETs, {plan['puts']} PUTs planned", markup=False)
+    if out.get("read_rate_bytes_per_s"):
+        console.print(f"budget: read {format_size(int(out['read_rate_bytes_per_s']))}/s, expected "
+                      f"{out['expected_seconds']} s", markup=False)
     inputs = Table(title="inputs", title_justify="left")
     for col in ("id", "key", "size"):
         inputs.add_column(col)
