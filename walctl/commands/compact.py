@@ -144,7 +144,8 @@ def compact_cmd(
             retention[int(stream)] = int(offset)
         st = open_store(store, endpoint_url=endpoint_url)
         interval_s = parse_duration(interval)
-        result = compact(st, executor_store, endpoint_url=endpoint_url, master=master, memory_limit=parse_size(memory_limit),
+        result = compact(st, executor_store, endpoint_url=endpoint_url, master=master,
+                         memory_limit=parse_size(memory_limit),
                          read_rate_bps=read_rate * (1 << 20) if read_rate else None,
                          interval_s=interval_s or None,
                          split_size=parse_size(split_size), max_objects=max_objects, retention=retention,
@@ -167,8 +168,13 @@ def compact_cmd(
             out["so"] = so
             out["idle"] = out["idle"] and so["idle"]
         # The tasks' requests happen in executors, with store clients of their own.
-        metrics.record(bytes=out["bytes_written"], read_bytes=out["bytes_read"], objects=len(result.made),
-                       input_objects=0 if result.idle else out["objects_in"],
+        so_out = out.get("so") or {}
+        so_done = not so_out.get("idle", True)  # the SO level's share (its requests are in st.stats)
+        metrics.record(bytes=out["bytes_written"] + so_out.get("through_written_bytes", 0),
+                       read_bytes=out["bytes_read"] + so_out.get("through_read_bytes", 0),
+                       objects=len(result.made) + (so_out["objects_out"] if so_done else 0),
+                       input_objects=(0 if result.idle else out["objects_in"])
+                       + (so_out["objects_in"] if so_done else 0),
                        requests=st.stats.requests + sum(m["gets"] + m["puts"] for m in result.made))
     if json_out:
         emit_json(out)
