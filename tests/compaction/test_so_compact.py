@@ -270,3 +270,15 @@ def test_kill_during_the_multipart_copy_on_s3_leaves_an_upload_that_gc_aborts(s3
     result = gc(s3_store, grace_s=0, now=LATER)
     assert len(result.aborted_uploads) == 1 and s3_store.open_multipart_uploads() == []
     assert live_keys_only(s3_store) and read_back(s3_store) == before
+
+
+def test_compose_survives_s3_errors_and_a_lost_complete(faulty_s3):
+    store = faulty_s3.store
+    put_objects(store, [[(1, 1, 6 * MiB)], [(1, 1, 6 * MiB)], [(1, 1, 1000)]], block_size=8 * MiB)
+    before = read_back(store)
+    failed = faulty_s3.proxy.fail(1, status=503, method="PUT", query="partNumber")  # a part, retried
+    lost = faulty_s3.proxy.add("drop_after", method="POST", query="uploadId")  # complete lands, answer lost
+    compact_stream_objects(store, target_size=1 << 30)
+    assert failed.hits == 1 and lost.hits == 1
+    assert so_count(store, 1) == 1 and read_back(store) == before
+    assert store.open_multipart_uploads() == []

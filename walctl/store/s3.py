@@ -507,8 +507,13 @@ class S3Store:
                     written += len(body)
                 done.append(entry)
                 failpoint("compose-after-part")
-            self._call("CompleteMultipartUpload", key, Bucket=self.bucket, Key=full,
-                       UploadId=upload_id, MultipartUpload={"Parts": done})
+            try:
+                self._call("CompleteMultipartUpload", key, Bucket=self.bucket, Key=full,
+                           UploadId=upload_id, MultipartUpload={"Parts": done})
+            except WalctlError as err:
+                # A retried complete whose first attempt landed finds no upload.
+                if not (getattr(err, "attempts", 1) > 1 and self._has_size(key, written + copied)):
+                    raise
         except BaseException as exc:
             self._abort(key, full, upload_id, exc)
             raise
