@@ -123,6 +123,7 @@ def test_so_compaction_of_ten_small_sos_is_byte_identical(request, backend):
     assert live_keys_only(store) and read_back(store) == before
 
 
+@pytest.mark.slow  # ~4 s: 66 MiB through moto
 def test_s3_copies_every_part_of_5_mib_and_gets_none_of_those_bytes(faulty_s3):
     store = faulty_s3.store
     # 10 SOs of stream 1: most above 5 MiB, some below (those must be read and re-put).
