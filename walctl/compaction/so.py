@@ -293,6 +293,8 @@ def compact_stream_objects(store, *, target_size: int = DEFAULT_SO_TARGET_SIZE, 
                               "input_bytes": sum(o["size"] for o in group)})
         builds.append((order, entries, position))
     if dry_run:
+        after = store.stats.snapshot()
+        result.stats = {k: after[k] - before.get(k, 0) for k in after}  # the index reads
         result.seconds = time.monotonic() - started
         return result
 
