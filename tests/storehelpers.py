@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 from walctl.format import object as obj
 from walctl.format.batch import StreamRecordBatch
 from walctl.store import manifest as mf
 from walctl.wal.ops import init_wal, open_writer
 
-MiB = 1 << 20
+KiB, MiB = 1 << 10, 1 << 20
 
 
 def payload(stream_id: int, base: int, size: int) -> bytes:
@@ -66,3 +68,52 @@ def merge(a, b):
     for s, v in b.items():
         out.setdefault(s, []).extend(v)
     return out
+
+
+def put_objects(store, specs, *, version=obj.VERSION_WALCTL, block_size=256 * KiB):
+    """Commit one object per spec: a spec is [(stream, batches, batch_bytes), ...] (one stream: an SO).
+
+    Offsets continue from the manifest per stream. Returns the payloads per stream."""
+    doc = mf.load_latest(store)
+    ends = {int(s): v["end"] for s, v in doc["streams"].items()}
+    out: dict[int, list[tuple[int, bytes]]] = {}
+    made = []
+    ids = list(range(doc["next_object_id"], doc["next_object_id"] + len(specs)))
+    for oid, spec in zip(ids, specs):
+        streams = []
+        for sid, count, size in spec:
+            batches = []
+            for _ in range(count):
+                base = ends.get(sid, 0)
+                data = payload(sid, base, size)
+                batches.append(StreamRecordBatch(sid, 0, base, 1, data))
+                out.setdefault(sid, []).append((base, data))
+                ends[sid] = base + 1
+            streams.append((sid, batches))
+        built = obj.build_object(streams, block_size=block_size, version=version)
+        key = mf.object_key(oid)
+        store.put_large(key, built.data)
+        made.append({"id": oid, "key": key, "kind": "SO" if len(spec) == 1 else "SSO", "size": len(built.data),
+                     "order_id": oid, "data_time": time.time(),
+                     "ranges": [{"stream_id": s, "start": r.start_offset, "end": r.end_offset, "bytes": r.size_bytes}
+                                for s, r in sorted(built.ranges.items())]})
+
+    def add(m):
+        m["next_object_id"] = ids[-1] + 1
+        m["objects"].extend(made)
+        for o in made:
+            for r in o["ranges"]:
+                s = m["streams"].setdefault(str(r["stream_id"]), {"start": r["start"], "end": r["end"]})
+                s["end"] = max(s["end"], r["end"])
+
+    mf.commit(store, add, command="test put")
+    return out
+
+
+def so_count(store, sid):
+    return sum(1 for o in mf.load_latest(store)["objects"] if o["ranges"][0]["stream_id"] == sid)
+
+
+def live_keys_only(store):
+    live = {o["key"] for o in mf.load_latest(store)["objects"]}
+    return {i.key for i in store.list() if not i.key.startswith("manifest/")} == live

@@ -1,5 +1,6 @@
 """A plain ``pip install walctl`` has no pyspark (it is the [spark] extra, issue 18):
-``walctl --help``, every command's --help and every command but ``compact`` work.
+``walctl --help``, every command's --help and every command but SSO compaction work (``compact
+--dry-run``, ``--level so`` and ``--force-split`` do).
 
 The commands run as their own processes, where pyspark (and py4j, which comes with it)
 are not installed as far as Python can tell: a sitecustomize on PYTHONPATH replaces the
@@ -128,6 +129,8 @@ def test_every_command_but_compact_works_without_pyspark(no_spark_env, tmp_path)
     ok("inspect-object", "1", "--store", store, "--deep")
     ok("gc", "--store", store, "--dry-run")
     ok("compact", "--store", store, "--dry-run")  # the plan only: Spark is not needed
+    ok("compact", "--store", store, "--level", "so")  # SO compaction and force split never need Spark
+    ok("compact", "--store", store, "--force-split")
     ok("image", wal, tmp_path / "wal.copy")
     assert (tmp_path / "wal.copy").stat().st_size == 1 << 20
     ok("bench", tmp_path / "bench.img", "--size", "1MiB", "--mode", "iops", "--duration", "0.05")

@@ -1,7 +1,9 @@
-"""walctl compact: merge small Stream Set Objects with a Spark job (local by default)."""
+"""walctl compact: merge small Stream Set Objects with a Spark job (local by default), then
+merge consecutive Stream Objects by server-side copy (--level), or split SSOs (--force-split)."""
 
 from __future__ import annotations
 
+import enum
 from typing import Annotated
 
 import typer
@@ -22,6 +24,16 @@ def _interrupted_summary(store: str, result) -> dict:
     summary["interrupted"] = True
     summary["rolled_back"] = "the Spark job was cancelled, its uploads aborted, nothing committed"
     return summary
+
+
+class Level(str, enum.Enum):
+    all = "all"
+    sso = "sso"
+    so = "so"
+
+
+RATE_HELP = ("bytes per second (a size: 50MiB = 50 MiB/s); default unlimited. The dry-run plan shows it "
+             "and the expected duration.")
 
 
 @app.command("compact")
@@ -56,6 +68,39 @@ def compact_cmd(
              "to finish the planned bytes in 80% of it (at least 32 MiB/s), as AutoMQ does; 0 = unlimited.")] = "20m",
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the whole plan (inputs, outputs, iterations, GET/PUT counts); write nothing.")] = False,
+    level: Annotated[Level, typer.Option(
+        "--level", envvar="WALCTL_COMPACT_LEVEL",
+        help="What to compact: sso (Stream Set Objects, with Spark), so (merge consecutive Stream Objects of "
+             "a stream by server-side copy, no Spark), all (sso then so).")] = Level.all,
+    so_target_size: Annotated[str, typer.Option(
+        "--so-target-size", metavar="SIZE", envvar="WALCTL_COMPACT_SO_TARGET_SIZE",
+        help="Largest Stream Object that SO compaction makes (bytes or 1GiB ...; AutoMQ's default is "
+             "10GiB).")] = "1GiB",
+    force_split: Annotated[bool, typer.Option(
+        "--force-split", envvar="WALCTL_COMPACT_FORCE_SPLIT",
+        help="Split Stream Set Objects entirely into Stream Objects (one per stream), writing no SSO; "
+             "the data is copied server-side. Replaces --level.")] = False,
+    older_than: Annotated[str | None, typer.Option(
+        "--older-than", metavar="DURATION", envvar="WALCTL_COMPACT_OLDER_THAN",
+        help="With --force-split: only SSOs whose data was uploaded at least this long ago "
+             "(90s, 30m, 6h, 2d).")] = None,
+    so_read_rate: Annotated[str | None, typer.Option(
+        "--so-read-rate", metavar="SIZE/S", envvar="WALCTL_COMPACT_SO_READ_RATE",
+        help="SO compaction's read budget (object bytes read through walctl), " + RATE_HELP)] = None,
+    so_write_rate: Annotated[str | None, typer.Option(
+        "--so-write-rate", metavar="SIZE/S", envvar="WALCTL_COMPACT_SO_WRITE_RATE",
+        help="SO compaction's write budget (bytes written into the store, server-side copies included), "
+             + RATE_HELP)] = None,
+    split_read_rate: Annotated[str | None, typer.Option(
+        "--split-read-rate", metavar="SIZE/S", envvar="WALCTL_COMPACT_SPLIT_READ_RATE",
+        help="Force split's read budget, " + RATE_HELP)] = None,
+    split_write_rate: Annotated[str | None, typer.Option(
+        "--split-write-rate", metavar="SIZE/S", envvar="WALCTL_COMPACT_SPLIT_WRITE_RATE",
+        help="Force split's write budget (server-side copies included), " + RATE_HELP)] = None,
+    shared_path: Annotated[bool, typer.Option(
+        "--shared-path", envvar="WALCTL_COMPACT_SHARED_PATH",
+        help="The local-directory store is mounted at the same path on every Spark executor (NFS, a "
+             "shared volume): allow it with a cluster --master, which is refused otherwise.")] = False,
     namespace: NamespaceOpt = "default",
     endpoint_url: EndpointOpt = None,
     metrics_file: MetricsFileOpt = None,
@@ -75,9 +120,43 @@ def compact_cmd(
     from walctl.errors import UsageError
     from walctl.metrics import MetricsRun
     from walctl.sizes import parse_duration, parse_size
-    from walctl.spark.compact import compact
     from walctl.store import open_store
 
+    def rate(text: str | None) -> float | None:
+        return float(parse_size(text.removesuffix("/s"))) or None if text else None
+
+    if older_than is not None and not force_split:
+        raise UsageError("--older-than needs --force-split", hint="add --force-split")
+    if force_split or level is Level.so:
+        with MetricsRun(metrics_file, "compact", enabled=not dry_run, on_warning=warn,
+                        labels={"store": store} if metrics_file else None) as metrics:
+            st = open_store(store, endpoint_url=endpoint_url, create=False)
+            if force_split:
+                from walctl.compaction.split import force_split as run_split
+
+                result = run_split(st, older_than_s=parse_duration(older_than) if older_than else None,
+                                   max_objects=max_objects, dry_run=dry_run, namespace=namespace,
+                                   read_rate_bps=rate(split_read_rate), write_rate_bps=rate(split_write_rate))
+            else:
+                from walctl.compaction.so import compact_stream_objects
+
+                result = compact_stream_objects(st, target_size=parse_size(so_target_size), dry_run=dry_run,
+                                                namespace=namespace, read_rate_bps=rate(so_read_rate),
+                                                write_rate_bps=rate(so_write_rate))
+            metrics.summary = out = {"store": store, **result.to_json()}
+            metrics.record(bytes=out["through_written_bytes"], read_bytes=out["through_read_bytes"],
+                           objects=0 if result.idle else out["objects_out"],
+                           input_objects=0 if result.idle else out["objects_in"], requests=st.stats.requests)
+        if json_out:
+            emit_json(out)
+        else:
+            _render_copy(out)
+        return
+
+    from walctl.compaction.cluster import store_for_executors
+    from walctl.spark.compact import compact
+
+    executor_store = store_for_executors(store, master, shared_path=shared_path)
     # SIGTERM and SIGINT raise walctl.cli.Interrupted (a KeyboardInterrupt) here, through
     # walctl.cli.command: the job is cancelled and rolled back on the way out, then one line, exit 143/130.
     started: list = []
@@ -92,7 +171,7 @@ def compact_cmd(
         st = open_store(store, endpoint_url=endpoint_url, create=False)
         interval_s = parse_duration(interval)
         try:
-            result = compact(st, store, endpoint_url=endpoint_url, master=master,
+            result = compact(st, executor_store, endpoint_url=endpoint_url, master=master,
                              memory_limit=parse_size(memory_limit),
                              read_rate_bps=read_rate * (1 << 20) if read_rate else None,
                              interval_s=interval_s or None,
@@ -107,15 +186,70 @@ def compact_cmd(
                 exc.summary = _interrupted_summary(store, started[0] if started else None)
                 raise
         metrics.summary = out = {"store": store, **result.to_json()}
+        if dry_run and not result.idle:  # the SSO level's budget and expected duration, as the job would pace
+            from walctl.spark.compact import MIN_DERIVED_READ_RATE_BPS
+
+            planned = result.plan.bytes_read
+            sso_rate = (read_rate * (1 << 20) if read_rate else
+                        max(planned / (0.8 * interval_s), MIN_DERIVED_READ_RATE_BPS) if interval_s else None)
+            out["read_rate_bytes_per_s"] = sso_rate
+            out["expected_seconds"] = round(planned / sso_rate, 3) if sso_rate else None
+        if level is Level.all:  # then merge the Stream Objects, the SSO run's included
+            from walctl.compaction.so import compact_stream_objects
+
+            so = compact_stream_objects(st, target_size=parse_size(so_target_size), dry_run=dry_run,
+                                        namespace=namespace, read_rate_bps=rate(so_read_rate),
+                                        write_rate_bps=rate(so_write_rate)).to_json()
+            out["so"] = so
+            out["idle"] = out["idle"] and so["idle"]
         # The tasks' requests happen in executors, with store clients of their own.
-        metrics.record(bytes=out["bytes_written"], read_bytes=out["bytes_read"], objects=len(result.made),
-                       input_objects=0 if result.idle else out["objects_in"],
+        so_out = out.get("so") or {}
+        so_done = not so_out.get("idle", True)  # the SO level's share (its requests are in st.stats)
+        metrics.record(bytes=out["bytes_written"] + so_out.get("through_written_bytes", 0),
+                       read_bytes=out["bytes_read"] + so_out.get("through_read_bytes", 0),
+                       objects=len(result.made) + (so_out["objects_out"] if so_done else 0),
+                       input_objects=(0 if result.idle else out["objects_in"])
+                       + (so_out["objects_in"] if so_done else 0),
                        requests=st.stats.requests + sum(t["gets"] + t["puts"] for t in result.tasks))
-        # (st.stats already counts the driver's multipart creates and completes)
+        # (st.stats already counts the driver's multipart creates and completes, and the SO level's requests)
     if json_out:
         emit_json(out)
         return
     _render(out)
+    if "so" in out:
+        _render_copy(out["so"])
+
+
+def _render_copy(out: dict) -> None:
+    """SO compaction and force split: the plan or what was done, with the budget."""
+    from rich.table import Table
+
+    from walctl.sizes import format_size
+
+    console = stdout_console()
+    name = "SO compaction" if out["level"] == "so" else "force split"
+    if out["idle"]:
+        console.print(f"{name}: {out['reason']}", markup=False)
+        return
+    budget = ", ".join(f"{what} {format_size(int(r))}/s" for what, r in
+                       (("read", out["read_rate_bytes_per_s"]), ("write", out["write_rate_bytes_per_s"])) if r)
+    expected = f", expected {out['expected_seconds']} s" if out["expected_seconds"] is not None else ""
+    console.print(f"{name} {'plan' if out['dry_run'] else 'done'}: {out['objects_in']} objects in, "
+                  f"{out['objects_out']} out, {format_size(out['data_bytes'])} of data; budget: "
+                  f"{budget or 'unlimited'}{expected}", markup=False)
+    rows = out["groups"] if out["level"] == "so" else out["outputs"]
+    table = Table(title="outputs", title_justify="left")
+    for col in ("stream", "offsets", "inputs", "size"):
+        table.add_column(col)
+    for g in rows:
+        inputs = ", ".join(map(str, g["input_ids"])) if "input_ids" in g else f"SSO {g['sso_id']}"
+        table.add_row(str(g["stream_id"]), f"[{g['start']}, {g['end']})", inputs, format_size(g["size_bytes"]))
+    console.print(table)
+    if not out["dry_run"]:
+        console.print(f"commit {out['commit_number']}: copied {format_size(out['bytes_copied'])} in the store, "
+                      f"{format_size(out['through_read_bytes'] + out['crc_read_bytes'])} read and "
+                      f"{format_size(out['through_written_bytes'])} written through walctl in {out['seconds']} s",
+                      markup=False)
 
 
 def _render(out: dict) -> None:
@@ -131,6 +265,9 @@ def _render(out: dict) -> None:
     console.print(("plan" if out["dry_run"] else "compacted") +
                   f": {out['objects_in']} objects in, {out['objects_out']} out, {out['iterations']} iterations, "
                   f"{plan['gets']} GETs, {plan['puts']} PUTs planned", markup=False)
+    if out.get("read_rate_bytes_per_s"):
+        console.print(f"budget: read {format_size(int(out['read_rate_bytes_per_s']))}/s, expected "
+                      f"{out['expected_seconds']} s", markup=False)
     inputs = Table(title="inputs", title_justify="left")
     for col in ("id", "key", "size"):
         inputs.add_column(col)

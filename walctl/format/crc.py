@@ -15,3 +15,55 @@ def crc32c(data: bytes | bytearray | memoryview, value: int = 0) -> int:
 def automq_crc(data: bytes | bytearray | memoryview) -> int:
     """AutoMQ's header checksum: java.util.zip.CRC32 masked to a non-negative int."""
     return zlib.crc32(data) & 0x7FFFFFFF
+
+
+# --- combining CRC-32C values (zlib's crc32_combine, for the Castagnoli polynomial) -----------
+# A CRC is a polynomial remainder, so crc(A + B) follows from crc(A), crc(B) and len(B): shift
+# crc(A) by len(B) zero bytes (a multiplication by x^(8 len(B)) modulo the polynomial) and add
+# crc(B). Compaction uses it to checksum an object assembled by server-side copy from the
+# checksums of its parts, without reading the parts.
+
+_CRC32C_POLY = 0x82F63B78  # Castagnoli, bit-reflected
+
+
+def _multmodp(a: int, b: int) -> int:
+    """a * b modulo the CRC polynomial (reflected bit order: x^0 is the top bit)."""
+    m = 1 << 31
+    p = 0
+    while True:
+        if a & m:
+            p ^= b
+            if (a & (m - 1)) == 0:
+                break
+        m >>= 1
+        b = (b >> 1) ^ _CRC32C_POLY if b & 1 else b >> 1
+    return p
+
+
+def _x2n_table() -> tuple[int, ...]:
+    table = [1 << 30]  # x^1
+    for _ in range(31):
+        table.append(_multmodp(table[-1], table[-1]))  # x^(2^k)
+    return tuple(table)
+
+
+_X2N = _x2n_table()
+
+
+def _x8nmodp(length: int) -> int:
+    """x^(8 * length) modulo the CRC polynomial."""
+    p = 1 << 31  # x^0
+    k = 3  # 8 = 2^3
+    while length:
+        if length & 1:
+            p = _multmodp(_X2N[k & 31], p)
+        length >>= 1
+        k += 1
+    return p
+
+
+def crc32c_combine(crc_a: int, crc_b: int, length_b: int) -> int:
+    """crc32c(A + B) from crc32c(A), crc32c(B) and len(B), without the bytes."""
+    if length_b < 0:
+        raise ValueError(f"length must be >= 0, got {length_b}")
+    return _multmodp(_x8nmodp(length_b), crc_a) ^ crc_b

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field, fields
-from typing import Iterable, Protocol, runtime_checkable
+from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 from walctl.errors import RefusedError, UsageError
 
@@ -25,6 +25,8 @@ MULTIPART_THRESHOLD_BYTES = 32 << 20
 DEFAULT_PART_BYTES = 8 << 20
 # S3's hard limit on the number of parts of one multipart upload.
 MAX_PARTS = 10_000
+# S3's largest part, for UploadPartCopy as for UploadPart.
+MAX_PART_BYTES = 5 << 30
 
 # Names of in-progress files in a local store; no key component may start with
 # it, so listing can skip them and a crash never exposes half an object.
@@ -43,13 +45,28 @@ class PreconditionFailed(RefusedError):
     """A create-only put lost: the key already exists (S3 412, local EEXIST)."""
 
 
+@dataclass(frozen=True)
+class CopySource:
+    """Bytes [start, end) of an object already in the same store: a piece for ``compose``."""
+
+    key: str
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
 @dataclass
 class RequestStats:
     """Requests a store made, by kind, and the bytes it moved.
 
     S3 counts every HTTP attempt (retries included, also in ``retries``); the
     local store counts one per call. Multipart create/complete count as ``put``,
-    abort as ``delete``, listing open uploads as ``list``.
+    abort as ``delete``, listing open uploads as ``list``. ``copy_parts`` and
+    ``bytes_copied`` count server-side copies (S3 UploadPartCopy, local
+    copy_file_range): bytes that never passed through this process.
     """
 
     get: int = 0
@@ -62,6 +79,8 @@ class RequestStats:
     retries: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
+    copy_parts: int = 0
+    bytes_copied: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, amount: int = 1) -> None:
@@ -72,7 +91,8 @@ class RequestStats:
     @property
     def requests(self) -> int:
         """All requests (ranged gets are already counted in ``get``)."""
-        return self.get + self.put + self.list + self.delete + self.head + self.multipart_parts
+        return (self.get + self.put + self.list + self.delete + self.head + self.multipart_parts
+                + self.copy_parts)
 
     def snapshot(self) -> dict[str, int]:
         """The counters as a plain dict (for JSON output and test assertions)."""
@@ -111,6 +131,15 @@ class Store(Protocol):
     def put_large(self, key: str, data: bytes | Iterable[bytes], *,
                   part_size: int = DEFAULT_PART_BYTES) -> None:
         """Store a large object: multipart above 32 MiB, aborted on failure; one put below."""
+
+    def compose(self, key: str, pieces: Sequence[bytes | CopySource]) -> None:
+        """Store the concatenation of ``pieces`` under ``key``, atomically (whole or not at all).
+
+        A ``CopySource`` is copied inside the store where the backend can (S3 UploadPartCopy
+        for every part of at least 5 MiB, local copy_file_range) and read and re-written only
+        where it cannot (S3 parts below the 5 MiB minimum). Raises NotFoundError for a missing
+        source, CorruptionError for a source shorter than its range.
+        """
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         """Objects whose key starts with ``prefix``, sorted by key."""

@@ -26,13 +26,15 @@ class GcResult:
     forgotten_prepared: list[int] = field(default_factory=list)
     forgotten_deleting: list[int] = field(default_factory=list)
     deleted_manifests: list[str] = field(default_factory=list)
+    aborted_uploads: list[str] = field(default_factory=list)
     commit_number: int | None = None
     dry_run: bool = False
 
     def to_json(self) -> dict:
         return {"deleted_objects": self.deleted_objects, "deleted_object_count": len(self.deleted_objects),
                 "forgotten_prepared": self.forgotten_prepared, "forgotten_deleting": self.forgotten_deleting,
-                "deleted_manifests": self.deleted_manifests, "commit_number": self.commit_number,
+                "deleted_manifests": self.deleted_manifests, "aborted_uploads": self.aborted_uploads,
+                "commit_number": self.commit_number,
                 "dry_run": self.dry_run}
 
 
@@ -90,6 +92,17 @@ def gc(store, *, grace_s: float = DEFAULT_GRACE_S, dry_run: bool = False, now: f
         if not dry_run:
             store.delete(info.key)
             failpoint("gc-after-delete")
+    # A writer killed during a multipart upload (S3) leaves parts that no listing shows; abort
+    # those of garbage ids by the same rule (an allocated id nothing references).
+    open_uploads = getattr(store, "open_multipart_uploads", None)
+    if open_uploads is not None:
+        for key in open_uploads():
+            object_id = _object_id_of(key)
+            if object_id is None or object_id in referenced or object_id >= doc["next_object_id"]:
+                continue
+            result.aborted_uploads.append(key)
+            if not dry_run:
+                store.abort_multipart_uploads(key)
     numbers = mf.manifest_numbers(store)
     for number in numbers[:-KEEP_MANIFESTS]:
         key = mf.manifest_key(number)

@@ -18,12 +18,13 @@ from __future__ import annotations
 import errno
 import os
 import uuid
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from walctl.device.buffers import ALIGN, aligned_buffer, align_down, align_up
-from walctl.errors import IOFailure, NotFoundError, UsageError
+from walctl.errors import CorruptionError, IOFailure, NotFoundError, UsageError
 from walctl.store.base import (
     DEFAULT_PART_BYTES,
+    CopySource,
     TEMP_PREFIX,
     ObjectInfo,
     PreconditionFailed,
@@ -293,8 +294,40 @@ class LocalStore:
 
     # -- writes --------------------------------------------------------------
 
-    def _commit(self, key: str, chunks: Iterable[bytes], *, if_absent: bool) -> None:
-        """Write ``chunks`` to a temp file beside ``key`` and publish it atomically."""
+    def _copy_into(self, fd: int, src: CopySource) -> int:
+        """Append ``src``'s bytes to ``fd`` in the kernel (copy_file_range: no copy through this
+        process, a reflink on filesystems that share extents); returns the bytes copied."""
+        check_range(src.start, src.end)
+        try:
+            src_fd = os.open(self._path(src.key), os.O_RDONLY)
+        except OSError as exc:
+            raise self._read_error(exc, src.key) from exc
+        try:
+            pos, left = src.start, src.size
+            while left > 0:
+                try:
+                    done = os.copy_file_range(src_fd, fd, left, pos)
+                except OSError as exc:
+                    if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                        raise
+                    # No in-kernel copy here (another filesystem, old kernel): read and write.
+                    data = os.pread(src_fd, min(left, DIRECT_READ_CHUNK), pos)
+                    self.stats.add("bytes_read", len(data))
+                    _write_all(fd, data)
+                    done = len(data)
+                if done == 0:
+                    raise CorruptionError(f"source object ends before its range [{src.start}, {src.end}) "
+                                          f"(at {pos})", where=self._where(src.key))
+                pos += done
+                left -= done
+        finally:
+            os.close(src_fd)
+        return src.size
+
+    def _commit(self, key: str, chunks: Iterable[bytes | CopySource], *, if_absent: bool) -> None:
+        """Write ``chunks`` to a temp file beside ``key`` and publish it atomically.
+
+        A ``CopySource`` chunk is copied from another object of this store (``compose``)."""
         path = self._path(key)
         directory = os.path.dirname(path)
         tmp = os.path.join(directory, f"{TEMP_PREFIX}{uuid.uuid4().hex}")
@@ -311,6 +344,11 @@ class LocalStore:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 for chunk in chunks:
+                    if isinstance(chunk, CopySource):
+                        copied = self._copy_into(fd, chunk)
+                        self.stats.add("copy_parts")
+                        self.stats.add("bytes_copied", copied)
+                        continue
                     _write_all(fd, chunk)
                     written += len(chunk)
                 # The data must be on disk before the name points at it, or a
@@ -373,6 +411,15 @@ class LocalStore:
         check_part_size(part_size)
         self.stats.add("put")
         self._commit(key, iter_chunks(data), if_absent=False)
+
+    def compose(self, key: str, pieces: Sequence[bytes | CopySource]) -> None:
+        check_key(key)
+        for piece in pieces:
+            if isinstance(piece, CopySource):
+                check_key(piece.key)
+                check_range(piece.start, piece.end)
+        self.stats.add("put")
+        self._commit(key, pieces, if_absent=False)
 
     def delete(self, key: str) -> None:
         path = self._path(key)

@@ -18,13 +18,17 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 from urllib.parse import urlsplit
 
-from walctl.errors import IOFailure, NotFoundError, UsageError, WalctlError
+from walctl.errors import CorruptionError, IOFailure, NotFoundError, UsageError, WalctlError
+from walctl.failpoints import failpoint
 from walctl.store.base import (
     DEFAULT_PART_BYTES,
+    MAX_PART_BYTES,
     MAX_PARTS,
+    MIN_PART_BYTES,
+    CopySource,
     MULTIPART_THRESHOLD_BYTES,
     ObjectInfo,
     PreconditionFailed,
@@ -51,6 +55,7 @@ _OP_STAT = {
     "CreateMultipartUpload": "put",
     "CompleteMultipartUpload": "put",
     "UploadPart": "multipart_parts",
+    "UploadPartCopy": "copy_parts",
     "AbortMultipartUpload": "delete",
     "DeleteObject": "delete",
     "ListObjectsV2": "list",
@@ -65,6 +70,7 @@ _OP_METHOD = {
     "CreateMultipartUpload": "create_multipart_upload",
     "CompleteMultipartUpload": "complete_multipart_upload",
     "UploadPart": "upload_part",
+    "UploadPartCopy": "upload_part_copy",
     "AbortMultipartUpload": "abort_multipart_upload",
     "DeleteObject": "delete_object",
     "ListObjectsV2": "list_objects_v2",
@@ -449,6 +455,82 @@ class S3Store:
             raise
         self.stats.add("bytes_written", total)
 
+    def compose(self, key: str, pieces: Sequence[bytes | CopySource]) -> None:
+        """One multipart upload: UploadPartCopy (a ranged server-side copy) for every part that
+        can be one, UploadPart only for what S3's 5 MiB part minimum forces through us.
+
+        See ``plan_compose_parts`` for the cut. An object with nothing to copy server-side is
+        one PutObject of the bytes.
+        """
+        full = self._full_key(key)
+        for piece in pieces:
+            if isinstance(piece, CopySource):
+                self._full_key(piece.key)
+                check_range(piece.start, piece.end)
+        parts = plan_compose_parts(pieces)
+        if not any(isinstance(p, CopySource) for p in parts):
+            data = b"".join(self._fetch(p) for part in parts for p in part)
+            self.put(key, data)
+            return
+        if len(parts) > MAX_PARTS:
+            raise UsageError(f"composed object needs {len(parts)} parts, S3 allows {MAX_PARTS}",
+                             where=self._where(key))
+        checksum = self._checksum_algorithm()
+        create: dict[str, Any] = {"Bucket": self.bucket, "Key": full}
+        if checksum:
+            create["ChecksumAlgorithm"] = checksum
+        upload_id = self._call("CreateMultipartUpload", key, **create)["UploadId"]
+        done: list[dict[str, Any]] = []
+        written = copied = 0
+        member = f"Checksum{checksum}" if checksum else None
+        try:
+            for number, part in enumerate(parts, start=1):
+                if isinstance(part, CopySource):
+                    resp = self._call("UploadPartCopy", key, Bucket=self.bucket, Key=full,
+                                      UploadId=upload_id, PartNumber=number,
+                                      CopySource={"Bucket": self.bucket, "Key": self._full_key(part.key)},
+                                      CopySourceRange=f"bytes={part.start}-{part.end - 1}")
+                    result = resp.get("CopyPartResult", {})
+                    entry = {"PartNumber": number, "ETag": result["ETag"]}
+                    if member and result.get(member):
+                        entry[member] = result[member]
+                    copied += part.size
+                else:
+                    body = b"".join(self._fetch(p) for p in part)
+                    kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full, "UploadId": upload_id,
+                                              "PartNumber": number, "Body": body}
+                    if checksum:
+                        kwargs["ChecksumAlgorithm"] = checksum
+                    resp = self._call("UploadPart", key, **kwargs)
+                    entry = {"PartNumber": number, "ETag": resp["ETag"]}
+                    if member and resp.get(member):
+                        entry[member] = resp[member]
+                    written += len(body)
+                done.append(entry)
+                failpoint("compose-after-part")
+            try:
+                self._call("CompleteMultipartUpload", key, Bucket=self.bucket, Key=full,
+                           UploadId=upload_id, MultipartUpload={"Parts": done})
+            except WalctlError as err:
+                # A retried complete whose first attempt landed finds no upload.
+                if not (getattr(err, "attempts", 1) > 1 and self._has_size(key, written + copied)):
+                    raise
+        except BaseException as exc:
+            self._abort(key, full, upload_id, exc)
+            raise
+        self.stats.add("bytes_written", written)
+        self.stats.add("bytes_copied", copied)
+
+    def _fetch(self, piece: bytes | CopySource) -> bytes:
+        """A piece's bytes: itself, or a ranged GET of a source too small to be a copied part."""
+        if not isinstance(piece, CopySource):
+            return bytes(piece)
+        data = self.read_range(piece.key, piece.start, piece.end)
+        if len(data) != piece.size:
+            raise CorruptionError(f"source object ends before its range [{piece.start}, {piece.end})",
+                                  where=self._where(piece.key), expected=piece.size, found=len(data))
+        return data
+
     def _has_size(self, key: str, size: int) -> bool:
         try:
             return self.size(key) == size
@@ -474,6 +556,15 @@ class S3Store:
         # S3 answers 204 for a missing key, so missing is fine without a check.
         self._call("DeleteObject", key, Bucket=self.bucket, Key=self._full_key(key))
 
+    def abort_multipart_uploads(self, key: str) -> int:
+        """Abort every open multipart upload of ``key`` (a writer killed mid-way); returns how many."""
+        full = self._full_key(key)
+        resp = self._call("ListMultipartUploads", key, Bucket=self.bucket, Prefix=full)
+        uploads = [u for u in resp.get("Uploads", ()) if u["Key"] == full]
+        for u in uploads:
+            self._call("AbortMultipartUpload", key, Bucket=self.bucket, Key=full, UploadId=u["UploadId"])
+        return len(uploads)
+
     def open_multipart_uploads(self) -> list[str]:
         """Keys (relative to the prefix) with multipart uploads still open; for checks and GC."""
         base = f"{self.prefix}/" if self.prefix else ""
@@ -487,6 +578,74 @@ class S3Store:
             kwargs["KeyMarker"] = resp.get("NextKeyMarker")
             kwargs["UploadIdMarker"] = resp.get("NextUploadIdMarker")
         return sorted(keys)
+
+
+def plan_compose_parts(pieces: Sequence[bytes | CopySource], *, min_part: int = MIN_PART_BYTES,
+                       max_part: int = MAX_PART_BYTES) -> list[CopySource | list[bytes | CopySource]]:
+    """Cut ``pieces`` into multipart parts: a ``CopySource`` part is one UploadPartCopy (at least
+    ``min_part`` bytes, at most ``max_part``); a list is one UploadPart of those pieces' bytes.
+
+    Every part but the last is at least ``min_part`` bytes, as S3 demands. Bytes go through the
+    caller only where a part would otherwise be too small: a run of pieces smaller than
+    ``min_part`` is topped up to the minimum with bytes taken from the neighbouring copied
+    ranges (the head of the next, then the tail of the previous, each only as far as it stays
+    a copyable part); when they cannot spare enough, the next range is taken whole.
+    """
+    parts: list[CopySource | list[bytes | CopySource]] = []
+    buf: list[bytes | CopySource] = []
+    buf_len = 0
+
+    def flush() -> None:
+        nonlocal buf, buf_len
+        if buf:
+            parts.append(buf)
+        buf, buf_len = [], 0
+
+    def add_copies(key: str, start: int, end: int) -> None:
+        rest = end - start
+        count = -(-rest // max_part)
+        step = -(-rest // count)  # equal cuts, each >= min_part as rest >= min_part
+        for a in range(start, end, step):
+            parts.append(CopySource(key, a, min(a + step, end)))
+
+    for piece in pieces:
+        if not isinstance(piece, CopySource):
+            if piece:
+                buf.append(piece)
+                buf_len += len(piece)
+        else:
+            start = piece.start
+            # Top the run of small pieces up only when this range could be copied: a small
+            # range joins the run as it is (the run may end as the last part, of any size).
+            if 0 < buf_len < min_part and piece.size >= min_part:
+                need = min_part - buf_len
+                from_next = min(need, max(0, piece.size - min_part))
+                prev = parts[-1] if parts and isinstance(parts[-1], CopySource) else None
+                from_prev = min(need - from_next, max(0, prev.size - min_part)) if prev is not None else 0
+                if from_next + from_prev == need:
+                    if from_prev:
+                        parts[-1] = CopySource(prev.key, prev.start, prev.end - from_prev)
+                        buf.insert(0, CopySource(prev.key, prev.end - from_prev, prev.end))
+                    if from_next:
+                        buf.append(CopySource(piece.key, start, start + from_next))
+                        start += from_next
+                    buf_len += need
+                else:
+                    buf.append(piece)
+                    buf_len += piece.size
+                    start = piece.end
+            if start < piece.end:
+                rest = piece.end - start
+                if rest >= min_part:
+                    flush()
+                    add_copies(piece.key, start, piece.end)
+                else:
+                    buf.append(CopySource(piece.key, start, piece.end))
+                    buf_len += rest
+        if buf_len >= min_part:
+            flush()
+    flush()
+    return parts
 
 
 def _split_parts(stream: Iterable[bytes], part_size: int) -> Iterator[bytes]:

@@ -1,0 +1,45 @@
+"""compact --level so / --force-split through the CLI (in-process): human output, budgets, bad input."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from walctl.cli import app
+from walctl.store import open_store
+
+from storehelpers import put_objects
+
+
+def test_human_output_of_so_and_split_levels(tmp_path):
+    store_dir = tmp_path / "store"
+    store = open_store(str(store_dir))
+    put_objects(store, [[(1, 2, 1000)], [(1, 2, 1000)], [(2, 1, 100), (3, 1, 100)]])
+    runner = CliRunner()
+    result = runner.invoke(app, ["compact", "--store", str(store_dir), "--level", "so", "--dry-run",
+                                 "--so-read-rate", "1MiB", "--so-write-rate", "2KiB"])
+    assert result.exit_code == 0, result.stderr
+    assert "SO compaction plan: 2 objects in, 1 out" in result.stdout
+    assert "read 1.0 MiB/s, write 2.0 KiB/s, expected" in result.stdout
+    result = runner.invoke(app, ["compact", "--store", str(store_dir), "--force-split"])
+    assert result.exit_code == 0, result.stderr
+    assert "force split done: 1 objects in, 2 out" in result.stdout and "commit" in result.stdout
+    result = runner.invoke(app, ["compact", "--store", str(store_dir), "--force-split"])
+    assert result.exit_code == 0 and "nothing to split" in result.stdout
+    result = runner.invoke(app, ["compact", "--store", str(store_dir), "--level", "so", "--so-write-rate", "fast"])
+    assert result.exit_code == 2 and "bad size" in result.stderr
+
+
+def test_sso_dry_run_shows_its_read_budget_and_expected_duration(tmp_path):
+    import json
+
+    store_dir = tmp_path / "store"
+    put_objects(open_store(str(store_dir)), [[(2, 2, 3000), (3, 1, 300)], [(2, 1, 300), (3, 2, 300)]])
+    runner = CliRunner()
+    result = runner.invoke(app, ["compact", "--store", str(store_dir), "--level", "sso", "--dry-run", "--json",
+                                 "--read-rate", "0.5"])
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["read_rate_bytes_per_s"] == 0.5 * (1 << 20)
+    assert out["expected_seconds"] == round(out["plan"]["bytes_read"] / (0.5 * (1 << 20)), 3) > 0
+    result = runner.invoke(app, ["compact", "--store", str(store_dir), "--level", "sso", "--dry-run"])
+    assert "budget: read 32.0 MiB/s, expected" in result.stdout  # derived from --interval, at least 32 MiB/s

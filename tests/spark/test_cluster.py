@@ -1,0 +1,139 @@
+"""compact on a real Spark standalone cluster: a master and one worker from the installed pyspark,
+on 127.0.0.1 only, always stopped at teardown; the store is S3 (moto over HTTP)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from walctl.store import S3Store, open_store
+from walctl.store import manifest as mf
+
+from storehelpers import put_objects, read_back
+
+START_TIMEOUT_S = 90
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(log: Path, text: str, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if log.exists() and text in log.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.3)
+    raise AssertionError(f"{log.name}: no {text!r} (exit {proc.poll()}): {log.read_text(errors='replace')[-3000:]}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the process group we started (the JVM and, for the worker, its executors), then SIGKILL."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=20)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # executors left in the group
+    except ProcessLookupError:
+        pass
+
+
+@pytest.fixture
+def standalone(tmp_path, s3_server):
+    """spark://127.0.0.1:PORT with one worker (1 core, 1 GiB); its processes inherit the moto
+    server's fake credentials from os.environ, as executors would get an instance role's."""
+    import pyspark
+
+    spark_home = os.path.dirname(pyspark.__file__)
+    spark_class = os.path.join(os.path.dirname(sys.executable), "spark-class")
+    env = dict(os.environ, SPARK_HOME=spark_home, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+               SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false", SPARK_LOG_DIR=str(tmp_path))
+    port = _free_port()
+    url = f"spark://127.0.0.1:{port}"
+    procs = []
+    try:
+        master_log = tmp_path / "master.log"
+        with open(master_log, "w") as log:
+            procs.append(subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                 "--webui-port", str(_free_port())], stdout=log, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True))
+        _wait_for(master_log, "I have been elected leader", procs[0])
+        worker_log = tmp_path / "worker.log"
+        with open(worker_log, "w") as log:
+            procs.append(subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", "1",
+                 "--memory", "1g", "--webui-port", str(_free_port()), "--work-dir", str(tmp_path / "work")],
+                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+        _wait_for(worker_log, "Successfully registered with master", procs[1])
+        yield SimpleNamespace(url=url, env=env, work_dir=tmp_path / "work")
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+
+
+@pytest.mark.slow
+def test_compact_s3_store_on_a_standalone_cluster(standalone, s3_server, s3_bucket):
+    store = S3Store(s3_bucket, "walctl-test", endpoint_url=s3_server)
+    put_objects(store, [[(1, 3, 2000), (2, 2, 700), (3, 1, 300)] for _ in range(4)])
+    before = read_back(store)
+    count = len(mf.load_latest(store)["objects"])
+    proc = subprocess.run([sys.executable, "-m", "walctl", "compact", "--store", f"s3://{s3_bucket}/walctl-test",
+                           "--endpoint-url", s3_server, "--master", standalone.url, "--level", "sso", "--json"],
+                          capture_output=True, env=standalone.env, timeout=600)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    out = json.loads(proc.stdout)
+    assert not out["idle"] and out["commit_number"] is not None and out["objects_in"] == count
+    assert read_back(store) == before
+    assert len(mf.load_latest(store)["objects"]) < count
+    # the tasks ran in the worker's executor, which fetched the walctl zip the job shipped
+    shipped = glob.glob(str(standalone.work_dir / "app-*" / "*" / "walctl.zip"))
+    assert shipped, sorted(glob.glob(str(standalone.work_dir / "**"), recursive=True))[:50]
+
+    # The same through spark-submit, as README's YARN and Kubernetes lines do it.
+    put_objects(store, [[(1, 2, 500), (4, 1, 100)] for _ in range(2)])
+    before = read_back(store)
+    import walctl
+
+    main_py = os.path.join(os.path.dirname(walctl.__file__), "__main__.py")
+    submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    proc = subprocess.run([submit, "--master", standalone.url, "--conf", f"spark.pyspark.python={sys.executable}",
+                           main_py, "compact", "--store", f"s3://{s3_bucket}/walctl-test", "--endpoint-url",
+                           s3_server, "--master", standalone.url, "--level", "sso", "--json"],
+                          capture_output=True, env=standalone.env, timeout=600)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["commit_number"] is not None and out["objects_in"] == 3
+    assert read_back(store) == before
+    assert len(glob.glob(str(standalone.work_dir / "app-*"))) == 2  # both ran on the cluster
+
+
+def test_local_directory_store_with_a_cluster_master_is_refused(tmp_path):
+    store_dir = tmp_path / "store"
+    put_objects(open_store(str(store_dir)), [[(1, 1, 100), (2, 1, 100)]])
+    args = [sys.executable, "-m", "walctl", "compact", "--store", str(store_dir), "--master",
+            "spark://127.0.0.1:1", "--level", "sso", "--json"]
+    proc = subprocess.run(args, capture_output=True, timeout=120)
+    assert proc.returncode == 5
+    assert b"--shared-path" in proc.stderr and proc.stderr.count(b"\n") == 1
+    # with --shared-path it is allowed (idle here: one SSO, so Spark is not even started)
+    proc = subprocess.run(args + ["--shared-path"], capture_output=True, timeout=120)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["idle"] is True, proc.stderr.decode()

@@ -1,0 +1,176 @@
+"""What SO compaction and Force Split share: index reads, pacing, the fence and the commit.
+
+The commit protocol is SSO compaction's (docs/FORMATS.md 4-5): one commit bumps
+``compactor_epoch`` and prepares the output ids, the objects are written, one commit
+replaces the inputs, refused unless the epoch is still ours, every input is still live
+and the prepared ids were not collected. A kill before that commit leaves only prepared
+ids (and their objects), which gc removes after their expiry.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from walctl.errors import CorruptionError, RefusedError
+from walctl.format.crc import crc32c
+from walctl.format.object import FOOTER_SIZE, INDEX_ENTRY_SIZE, Footer, IndexEntry
+from walctl.store import manifest as mf
+
+CRC_READ_BYTES = 16 << 20  # ranged GETs that only feed a checksum read this much at a time
+
+
+class Pacer:
+    """Keeps a byte count to ``rate_bps`` bytes/s on average: after each ``paid(n)``, wait until
+    the bytes so far could have moved at that rate. ``None`` or 0: no limit."""
+
+    def __init__(self, rate_bps: float | None, *, clock=time.monotonic, sleep=time.sleep):
+        self.rate = rate_bps or None
+        self.clock, self.sleep = clock, sleep
+        self.start = clock()
+        self.done = 0
+        self.lock = threading.Lock()
+
+    def paid(self, nbytes: int) -> None:
+        if not self.rate:
+            return
+        with self.lock:
+            self.done += nbytes
+            due = self.start + self.done / self.rate
+        delay = due - self.clock()
+        if delay > 0:
+            self.sleep(delay)
+
+
+def expected_seconds(read_bytes: int, write_bytes: int, read_rate_bps: float | None,
+                     write_rate_bps: float | None) -> float | None:
+    """The run's duration under its budgets (the slower of the two), or None when unlimited."""
+    times = [n / r for n, r in ((read_bytes, read_rate_bps), (write_bytes, write_rate_bps)) if r]
+    return round(max(times), 3) if times else None
+
+
+@dataclass(frozen=True)
+class ObjectIndex:
+    footer: Footer
+    entries: tuple[IndexEntry, ...]
+
+    @property
+    def data_size(self) -> int:
+        return self.footer.index_start_position
+
+
+def read_index(store, obj: dict) -> ObjectIndex:
+    """Footer and index of a live object, in one ranged read of exactly its tail.
+
+    The manifest gives the object's size and its streams' bytes (the data region), so the
+    read asks for the index and footer only and never for data bytes (a second read fetches
+    the index if the manifest's figures were off). Index crc checked (walctl footers).
+    Raises CorruptionError: a damaged tail, or a size other than the manifest's.
+    """
+    from walctl.errors import FormatError
+    from walctl.format.object import decode_index, parse_tail, tail_length_hint
+
+    key = obj["key"]
+    data_bytes = sum(int(r["bytes"]) for r in obj.get("ranges", ()))
+    length = obj["size"] - data_bytes
+    if length < FOOTER_SIZE:
+        length = tail_length_hint(object_size=obj["size"])
+    tail, size = store.read_tail(key, length)
+    if size != obj["size"]:
+        raise CorruptionError(f"object is {size} bytes, the manifest says {obj['size']}", where=key)
+    try:
+        footer, entries = parse_tail(tail, size)
+        if entries is None:
+            index = store.read_range(key, footer.index_start_position,
+                                     footer.index_start_position + footer.index_block_length)
+            entries = decode_index(index, footer, base_position=footer.index_start_position)
+    except FormatError as exc:
+        raise CorruptionError(f"live object has a damaged footer or index ({exc})", where=key) from exc
+    return ObjectIndex(footer, tuple(entries))
+
+
+def range_crc(store, key: str, start: int, end: int, read_pacer: Pacer | None = None) -> int:
+    """crc32c of bytes [start, end) of an object, read in ranged GETs of at most 16 MiB, never
+    all held at once."""
+    value, pos = 0, start
+    while pos < end:
+        stop = min(end, pos + CRC_READ_BYTES)
+        data = store.read_range(key, pos, stop)
+        if len(data) != stop - pos:
+            raise CorruptionError(f"object shorter than its index says ({pos + len(data)} < {stop})", where=key)
+        value = crc32c(data, value)
+        if read_pacer is not None:
+            read_pacer.paid(len(data))
+        pos = stop
+    return value
+
+
+def tail_bytes(entries: list[IndexEntry], data_size: int, data_crc: int) -> bytes:
+    """IndexBlock + walctl (version 1) footer for an object whose data region is ``data_size``
+    bytes with checksum ``data_crc``."""
+    index = b"".join(e.encode() for e in entries)
+    footer = Footer(data_size, len(index), index_crc=crc32c(index), data_crc=data_crc)
+    return index + footer.encode()
+
+
+def object_size(data_size: int, entry_count: int) -> int:
+    return data_size + INDEX_ENTRY_SIZE * entry_count + FOOTER_SIZE
+
+
+def fence_and_prepare(store, count: int, namespace: str, command: str) -> tuple[int, list[dict]]:
+    """Bump ``compactor_epoch`` (fencing older compactors) and prepare ``count`` output ids."""
+    state: dict = {}
+
+    def start(m: dict) -> None:
+        m["compactor_epoch"] += 1
+        state["epoch"] = m["compactor_epoch"]
+        state["prepared"] = mf.prepare_ids(m, count, namespace)
+
+    mf.commit(store, start, command=f"{command} (fence + prepare)")
+    return state["epoch"], state["prepared"]
+
+
+def commit_replacement(store, *, epoch: int, inputs: list[dict], prepared: list[dict], made: list[dict],
+                       command: str) -> int:
+    """Replace ``inputs`` by ``made`` (each {key, kind, size, ranges}) in one commit; returns its number.
+
+    Refused (RefusedError, nothing committed) when another compactor started since
+    ``fence_and_prepare``, an input is no longer live, or gc collected a prepared id.
+    """
+    input_ids = {o["id"] for o in inputs}
+    by_key = {p["key"]: p["id"] for p in prepared}
+    data_time = max((o.get("data_time", 0) for o in inputs), default=0)
+
+    def finish(m: dict) -> None:
+        if m["compactor_epoch"] != epoch:
+            raise RefusedError(f"fenced: another compactor started (epoch {epoch} -> {m['compactor_epoch']}); "
+                               "this run commits nothing", where=store.url, hint="its objects are left for gc")
+        gone = sorted(input_ids - {o["id"] for o in m["objects"]})
+        if gone:
+            raise RefusedError(f"input objects {gone} are no longer live; this run commits nothing",
+                               where=store.url, hint="rerun compact")
+        ours = set(by_key.values())
+        if not ours <= {p["id"] for p in m["prepared"]}:
+            raise RefusedError("the prepared output ids were collected by gc during the run",
+                               where=store.url, hint="rerun compact with a longer gc --grace")
+        now = time.time()
+        m["deleting"].extend({"id": o["id"], "key": o["key"], "marked_at": now}
+                             for o in m["objects"] if o["id"] in input_ids)
+        m["objects"] = [o for o in m["objects"] if o["id"] not in input_ids]
+        m["prepared"] = [p for p in m["prepared"] if p["id"] not in ours]
+        for out in made:
+            oid = by_key[out["key"]]
+            m["objects"].append({"id": oid, "key": out["key"], "kind": out["kind"], "size": out["size"],
+                                 "order_id": oid, "data_time": data_time, "ranges": out["ranges"]})
+
+    return mf.commit(store, finish, command=command).number
+
+
+def check_made(plan, made: list[dict]) -> None:
+    """The written objects must hold exactly what the plan said (no double, no hole)."""
+    want = sorted((sid, s, e) for out in plan.outputs for (sid, s, e, _) in out.streams)
+    got = sorted((r["stream_id"], r["start"], r["end"]) for m in made for r in m["ranges"])
+    if want != got:
+        raise CorruptionError("compaction outputs do not match the plan; nothing committed",
+                              hint=f"planned {len(want)} stream ranges, made {len(got)}")

@@ -1,0 +1,256 @@
+"""Force Split (AutoMQ's way out for Stream Set Objects too old, or spanning too many streams, to
+compact within memory): every stream of an SSO becomes a Stream Object; no SSO is written.
+
+An SSO keeps each stream's blocks back to back (sorted by stream, then offset), so each new SO
+is one contiguous byte range of its SSO plus a new index and footer: written with
+``store.compose``, the data copied server-side like SO compaction's. A stream's blocks that
+are not contiguous in the SSO are refused (use SSO compaction for such an object).
+
+What is read, and why: the SSO's footer holds one crc32c over its whole data region, while
+each new SO's footer needs the crc of its own range. So every range is read once to checksum
+it (ranged GETs of <= 16 MiB, never held whole), except the SSO's last range when all before
+it was read in order: its crc follows from the footer's (``crc32c_combine``). A range smaller
+than S3's 5 MiB part minimum is read once and its bytes re-put (S3 could not copy it anyway).
+An AutoMQ SSO (footer version 0, no crc) has every range read. The data is not re-uploaded.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from walctl.compaction.common import (
+    ObjectIndex,
+    Pacer,
+    check_made,
+    commit_replacement,
+    expected_seconds,
+    fence_and_prepare,
+    object_size,
+    range_crc,
+    read_index,
+    tail_bytes,
+)
+from walctl.errors import CorruptionError, RefusedError
+from walctl.failpoints import failpoint
+from walctl.format.crc import crc32c, crc32c_combine
+from walctl.format.object import IndexEntry
+from walctl.store import manifest as mf
+from walctl.store.base import MIN_PART_BYTES, CopySource
+
+DROP_DELETED = "stream deleted"
+DROP_STREAM_START = "below stream start"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One stream's kept entries of one SSO: bytes [start, end) become one SO."""
+
+    sso: dict
+    entries: tuple[IndexEntry, ...]
+
+    @property
+    def start(self) -> int:
+        return self.entries[0].block_position
+
+    @property
+    def end(self) -> int:
+        return self.entries[-1].block_end
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+def _runs(sso: dict, index: ObjectIndex, streams: dict) -> tuple[list[Run], list[tuple[IndexEntry, str]]]:
+    per_stream: dict[int, list[IndexEntry]] = {}
+    dropped: list[tuple[IndexEntry, str]] = []
+    for e in index.entries:
+        known = streams.get(str(e.stream_id))
+        if known is None:
+            dropped.append((e, DROP_DELETED))
+        elif e.end_offset <= known["start"]:
+            dropped.append((e, DROP_STREAM_START))
+        else:
+            per_stream.setdefault(e.stream_id, []).append(e)
+    runs = []
+    for sid in sorted(per_stream):
+        entries = sorted(per_stream[sid], key=lambda e: e.start_offset)
+        for a, b in zip(entries, entries[1:]):
+            if b.block_position != a.block_end:
+                raise RefusedError(f"SSO {sso['id']}: the blocks of stream {sid} are not contiguous in the object "
+                                   f"({a.block_end} then {b.block_position}); force split copies one byte range "
+                                   "per stream", where=sso["key"], hint="compact it with --level sso instead")
+        runs.append(Run(sso, tuple(entries)))
+    return runs, dropped
+
+
+def coverage_plan(inputs: list[dict], runs: list[Run], dropped: list[tuple[dict, IndexEntry, str]]):
+    """The split in SSO compaction's plan shapes, for ``check_coverage``."""
+    from walctl.spark.plan import SO, CompactionPlan, Dropped, Iteration, OutputObject, Read, SourceRange
+
+    def rng(o: dict, e: IndexEntry) -> SourceRange:
+        return SourceRange(o["id"], o["key"], e.stream_id, e.start_offset, e.end_offset, e.record_count,
+                           e.block_position, e.block_size)
+
+    iterations = []
+    for n, run in enumerate(runs):
+        ranges = tuple(rng(run.sso, e) for e in run.entries)
+        out = OutputObject(SO, ranges, (Read(run.sso["id"], run.sso["key"], run.start, run.end, ranges),),
+                           run.size, object_size(run.size, len(ranges)),
+                           ((ranges[0].stream_id, ranges[0].start_offset, ranges[-1].end_offset, run.size),), 1)
+        iterations.append(Iteration(n, (out,), run.size))
+    gone = tuple(Dropped(rng(o, e), why) for o, e, why in dropped)
+    return CompactionPlan(tuple(inputs), gone, tuple(iterations), False, f"force split {len(inputs)} SSO(s)", 0, 0)
+
+
+@dataclass
+class SplitResult:
+    inputs: list[dict]
+    dry_run: bool
+    outputs: list[dict] = field(default_factory=list)
+    dropped: list[dict] = field(default_factory=list)
+    made: list[dict] = field(default_factory=list)
+    commit_number: int | None = None
+    epoch: int | None = None
+    planned_read_bytes: int = 0
+    crc_read_bytes: int = 0
+    through_read_bytes: int = 0
+    through_written_bytes: int = 0
+    bytes_copied: int = 0
+    read_rate_bps: float | None = None
+    write_rate_bps: float | None = None
+    older_than_s: float | None = None
+    seconds: float = 0.0
+
+    @property
+    def idle(self) -> bool:
+        return not self.inputs
+
+    def to_json(self) -> dict:
+        out_bytes = sum(o["size_bytes"] for o in self.outputs)
+        return {
+            "level": "split", "idle": self.idle, "dry_run": self.dry_run,
+            "reason": "nothing to split: no stream set object" + (" older than the limit" if self.older_than_s
+                                                                    else "") if self.idle else
+                      f"force split {len(self.inputs)} SSO(s) into {len(self.outputs)} SO(s)",
+            "older_than_s": self.older_than_s,
+            "objects_in": len(self.inputs), "objects_out": len(self.outputs),
+            "input_ids": [o["id"] for o in self.inputs], "outputs": self.outputs, "dropped": self.dropped,
+            "data_bytes": sum(o["data_bytes"] for o in self.outputs), "output_bytes": out_bytes,
+            "planned_read_bytes": self.planned_read_bytes,
+            "read_rate_bytes_per_s": self.read_rate_bps, "write_rate_bytes_per_s": self.write_rate_bps,
+            "expected_seconds": expected_seconds(self.planned_read_bytes, out_bytes, self.read_rate_bps,
+                                                 self.write_rate_bps),
+            "commit_number": self.commit_number, "compactor_epoch": self.epoch,
+            "bytes_copied": self.bytes_copied, "crc_read_bytes": self.crc_read_bytes,
+            "through_read_bytes": self.through_read_bytes, "through_written_bytes": self.through_written_bytes,
+            "seconds": round(self.seconds, 3),
+            "objects": [{"key": m["key"], "size_bytes": m["size"], "streams": m["ranges"]} for m in self.made],
+        }
+
+
+def force_split(store, *, older_than_s: float | None = None, max_objects: int = 1000, dry_run: bool = False,
+                namespace: str = mf.DEFAULT_NAMESPACE, read_rate_bps: float | None = None,
+                write_rate_bps: float | None = None, now: float | None = None) -> SplitResult:
+    """Split every SSO (only those whose data is older than ``older_than_s``, oldest first, at most
+    ``max_objects``) into one SO per stream, and commit the replacement atomically."""
+    from walctl.spark.plan import check_coverage
+
+    started = time.monotonic()
+    now = time.time() if now is None else now
+    doc = mf.load_latest(store)
+    ssos = sorted((o for o in doc["objects"] if o["kind"] == "SSO"
+                   and (older_than_s is None or o.get("data_time", 0) <= now - older_than_s)),
+                  key=lambda o: (o["order_id"], o["id"]))[:max_objects]
+    result = SplitResult(ssos, dry_run, read_rate_bps=read_rate_bps, write_rate_bps=write_rate_bps,
+                         older_than_s=older_than_s)
+    if not ssos:
+        result.seconds = time.monotonic() - started
+        return result
+    indexes = {o["id"]: read_index(store, o) for o in ssos}
+    runs: list[Run] = []
+    dropped: list[tuple[dict, IndexEntry, str]] = []
+    for o in ssos:
+        rs, ds = _runs(o, indexes[o["id"]], doc["streams"])
+        runs.extend(rs)
+        dropped.extend((o, e, why) for e, why in ds)
+    plan = coverage_plan(ssos, runs, dropped)
+    check_coverage(plan)
+
+    # How each run's crc is had: from the footer (last run, all before it read), else read.
+    derived = set()
+    for o in ssos:
+        idx = indexes[o["id"]]
+        mine = [r for r in runs if r.sso is o]
+        tiled = (bool(mine) and mine[0].start == 0 and mine[-1].end == idx.data_size
+                 and all(a.end == b.start for a, b in zip(mine, mine[1:])))
+        if idx.footer.checksummed and tiled:
+            derived.add(id(mine[-1]))
+    for r in runs:
+        if id(r) not in derived:
+            result.planned_read_bytes += r.size
+    for n, r in enumerate(runs):
+        result.outputs.append({"sso_id": r.sso["id"], "stream_id": r.entries[0].stream_id,
+                               "start": r.entries[0].start_offset, "end": r.entries[-1].end_offset,
+                               "data_bytes": r.size, "size_bytes": object_size(r.size, len(r.entries)),
+                               "crc": "from footer" if id(r) in derived else "read"})
+    result.dropped = [{"sso_id": o["id"], "stream_id": e.stream_id, "start": e.start_offset, "end": e.end_offset,
+                       "reason": why} for o, e, why in dropped]
+    if dry_run:
+        result.seconds = time.monotonic() - started
+        return result
+
+    epoch, prepared = fence_and_prepare(store, len(runs), namespace, "compact --force-split")
+    result.epoch = epoch
+    failpoint("split-after-prepare")
+    reads, writes = Pacer(read_rate_bps), Pacer(write_rate_bps)
+    prefix: dict[int, tuple[int, int]] = {}  # sso id -> (crc, end) of the bytes read in order from 0
+    for r, reserved in zip(runs, prepared):
+        idx = indexes[r.sso["id"]]
+        known_crc, known_end = prefix.get(r.sso["id"], (0, 0))
+        piece: bytes | CopySource
+        if id(r) in derived:
+            # crc(whole) = combine(crc(prefix), crc(run), len(run)), so crc(run) = crc(whole) ^ shift(crc(prefix))
+            crc = idx.footer.data_crc ^ crc32c_combine(known_crc, 0, r.size)
+            piece = CopySource(r.sso["key"], r.start, r.end)
+        elif r.size < MIN_PART_BYTES:
+            data = store.read_range(r.sso["key"], r.start, r.end)
+            if len(data) != r.size:
+                raise CorruptionError(f"object shorter than its index says ({r.start + len(data)} < {r.end})",
+                                      where=r.sso["key"])
+            reads.paid(len(data))
+            crc, piece = crc32c(data), data
+            result.crc_read_bytes += r.size
+        else:
+            crc = range_crc(store, r.sso["key"], r.start, r.end, reads)
+            piece = CopySource(r.sso["key"], r.start, r.end)
+            result.crc_read_bytes += r.size
+        if known_end == r.start:
+            prefix[r.sso["id"]] = (crc32c_combine(known_crc, crc, r.size), r.end)
+        entries = [IndexEntry(e.stream_id, e.start_offset, e.end_offset_delta, e.record_count,
+                              e.block_position - r.start, e.block_size) for e in r.entries]
+        read_before, written_before = store.stats.bytes_read, store.stats.bytes_written
+        copied_before = store.stats.bytes_copied
+        store.compose(reserved["key"], [piece, tail_bytes(entries, r.size, crc)])
+        result.through_read_bytes += store.stats.bytes_read - read_before
+        result.through_written_bytes += store.stats.bytes_written - written_before
+        result.bytes_copied += store.stats.bytes_copied - copied_before
+        reads.paid(store.stats.bytes_read - read_before)
+        size = object_size(r.size, len(entries))
+        got = store.size(reserved["key"])
+        if got != size:
+            raise CorruptionError(f"composed object is {got} bytes, expected {size}; nothing committed",
+                                  where=reserved["key"])
+        writes.paid(size)
+        sid = r.entries[0].stream_id
+        result.made.append({"key": reserved["key"], "kind": "SO", "size": size,
+                            "ranges": [{"stream_id": sid, "start": r.entries[0].start_offset,
+                                        "end": r.entries[-1].end_offset, "bytes": r.size}]})
+        failpoint("split-after-object")
+    failpoint("split-before-commit")
+    check_made(plan, result.made)
+    result.commit_number = commit_replacement(store, epoch=epoch, inputs=ssos, prepared=prepared,
+                                              made=result.made, command="compact --force-split")
+    result.seconds = time.monotonic() - started
+    return result
