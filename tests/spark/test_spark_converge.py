@@ -50,7 +50,7 @@ def test_second_compaction_of_a_compacted_store_writes_nothing(tmp_path, spark, 
     before = (mf.load_latest(local_store)["number"], sorted(i.key for i in local_store.list()))
     # the rerun, as cron would do it: idle, exit 0, nothing written, Spark never started
     proc = walctl("compact", "--store", local_store.url, "--memory-limit", "40KiB", "--split-size", "100KiB",
-                  "--master", "spark://127.0.0.1:1", "--json")
+                  "--master", "spark://127.0.0.1:1", "--shared-path", "--json")
     assert proc.returncode == 0, proc.stderr.decode()
     out = json.loads(proc.stdout)
     assert out["idle"] is True and out["bytes_written"] == 0 and out["puts"] == 0

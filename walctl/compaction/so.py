@@ -157,13 +157,13 @@ def layout(group: tuple[dict, ...], indexes: dict[int, ObjectIndex]) -> list[dic
 def coverage_plan(so_plan: SoPlan, indexes: dict[int, ObjectIndex]):
     """The SO plan in SSO compaction's plan shapes, for ``check_coverage``: each output's "reads"
     are the source data regions it copies."""
-    from walctl.spark.plan import SO, CompactionPlan, Dropped, Iteration, OutputObject, Read, SourceRange
+    from walctl.spark.plan import SO, CompactionPlan, Dropped, Iteration, OutputObject, Piece, Read, SourceRange
 
     def ranges_of(o: dict) -> tuple:
         return tuple(SourceRange(o["id"], o["key"], e.stream_id, e.start_offset, e.end_offset, e.record_count,
                                  e.block_position, e.block_size) for e in indexes[o["id"]].entries)
 
-    iterations = []
+    iterations, outputs = [], []
     for n, group in enumerate(so_plan.groups):
         per_source = [ranges_of(o) for o in group]
         ranges = tuple(r for rs in per_source for r in rs)
@@ -171,12 +171,14 @@ def coverage_plan(so_plan: SoPlan, indexes: dict[int, ObjectIndex]):
         reads = tuple(Read(o["id"], o["key"], rs[0].position, rs[-1].end_position, rs)
                       for o, rs in zip(group, by_position))
         data = sum(r.size for r in ranges)
-        out = OutputObject(SO, ranges, reads, data, object_size(data, len(ranges)),
-                           ((ranges[0].stream_id, ranges[0].start_offset, ranges[-1].end_offset, data),), 1)
-        iterations.append(Iteration(n, (out,), data))
+        piece = Piece(n, 1, ranges, 0, data, True)  # one copy: a single piece, final
+        outputs.append(OutputObject(SO, ranges, data, object_size(data, len(ranges)),
+                                    ((ranges[0].stream_id, ranges[0].start_offset, ranges[-1].end_offset, data),),
+                                    (piece,)))
+        iterations.append(Iteration(n, (piece,), reads, data))
     dropped = tuple(Dropped(r, reason) for o, reason in so_plan.expired for r in ranges_of(o))
     return CompactionPlan(tuple(so_plan.inputs), dropped, tuple(iterations), False,
-                          f"merge {len(so_plan.groups)} group(s) of stream objects", 0, 0)
+                          f"merge {len(so_plan.groups)} group(s) of stream objects", 0, 0, outputs=tuple(outputs))
 
 
 @dataclass

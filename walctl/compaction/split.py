@@ -87,21 +87,24 @@ def _runs(sso: dict, index: ObjectIndex, streams: dict) -> tuple[list[Run], list
 
 def coverage_plan(inputs: list[dict], runs: list[Run], dropped: list[tuple[dict, IndexEntry, str]]):
     """The split in SSO compaction's plan shapes, for ``check_coverage``."""
-    from walctl.spark.plan import SO, CompactionPlan, Dropped, Iteration, OutputObject, Read, SourceRange
+    from walctl.spark.plan import SO, CompactionPlan, Dropped, Iteration, OutputObject, Piece, Read, SourceRange
 
     def rng(o: dict, e: IndexEntry) -> SourceRange:
         return SourceRange(o["id"], o["key"], e.stream_id, e.start_offset, e.end_offset, e.record_count,
                            e.block_position, e.block_size)
 
-    iterations = []
+    iterations, outputs = [], []
     for n, run in enumerate(runs):
         ranges = tuple(rng(run.sso, e) for e in run.entries)
-        out = OutputObject(SO, ranges, (Read(run.sso["id"], run.sso["key"], run.start, run.end, ranges),),
-                           run.size, object_size(run.size, len(ranges)),
-                           ((ranges[0].stream_id, ranges[0].start_offset, ranges[-1].end_offset, run.size),), 1)
-        iterations.append(Iteration(n, (out,), run.size))
+        piece = Piece(n, 1, ranges, 0, run.size, True)  # one copy: a single piece, final
+        outputs.append(OutputObject(SO, ranges, run.size, object_size(run.size, len(ranges)),
+                                    ((ranges[0].stream_id, ranges[0].start_offset, ranges[-1].end_offset, run.size),),
+                                    (piece,)))
+        reads = (Read(run.sso["id"], run.sso["key"], run.start, run.end, ranges),)
+        iterations.append(Iteration(n, (piece,), reads, run.size))
     gone = tuple(Dropped(rng(o, e), why) for o, e, why in dropped)
-    return CompactionPlan(tuple(inputs), gone, tuple(iterations), False, f"force split {len(inputs)} SSO(s)", 0, 0)
+    return CompactionPlan(tuple(inputs), gone, tuple(iterations), False, f"force split {len(inputs)} SSO(s)", 0, 0,
+                          outputs=tuple(outputs))
 
 
 @dataclass

@@ -75,6 +75,28 @@ def check_java() -> None:
                                        "or set JAVA_HOME")
 
 
+def requested_master(master: str | None) -> str:
+    """The master the job will run on, known before Spark starts: ``--master`` if given; else,
+    under spark-submit (its JVM is already up, so joining it is cheap), its ``spark.master``;
+    else a ``--master`` in PYSPARK_SUBMIT_ARGS; else DEFAULT_MASTER."""
+    if master is not None:
+        return master
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # launched by spark-submit
+        from pyspark import SparkConf, SparkContext
+
+        SparkContext._ensure_initialized()
+        found = SparkConf().get("spark.master", None)
+        if found:
+            return found
+    args = os.environ.get("PYSPARK_SUBMIT_ARGS", "").split()
+    for i, arg in enumerate(args):
+        if arg == "--master" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--master="):
+            return arg.partition("=")[2]
+    return DEFAULT_MASTER
+
+
 def spark_session(master: str | None = None, log_level: str = "OFF"):
     """A SparkSession: on ``master`` if given, else on the master spark-submit (or
     PYSPARK_SUBMIT_ARGS) set, else local[*]. Local executors use this very interpreter.
