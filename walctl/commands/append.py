@@ -109,7 +109,8 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
 
     budget = Budget.from_options(iops, bandwidth)
     started = time.monotonic()
-    opened = open_writer(device, scan=base_offset is None, iodepth=iodepth, on_ack=on_ack, budget=budget)
+    opened = open_writer(device, need_stream=stream_id if base_offset is None else None, iodepth=iodepth,
+                         on_ack=on_ack, budget=budget)
     writer = opened.writer
     for message in opened.warnings:
         warn(message)
@@ -137,7 +138,7 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
             if stats["stdout_closed"]:
                 break
             batch = StreamRecordBatch(stream_id, epoch, next_base, 1, payload)
-            writer.append(batch.encode(), (next_base, 1, len(payload)))
+            writer.append(batch.encode(), (next_base, 1, len(payload)), (stream_id, next_base + 1))
             next_base += 1
         writer.close()
     except WalctlError as exc:
@@ -188,7 +189,8 @@ def _first_base_offset(opened, stream_id: int, base_offset: int | None, device: 
 
     if base_offset is not None:
         return base_offset
-    ends = opened.scan.stream_ends if opened.scan is not None else {}
+    checkpoint = opened.checkpoint  # the log's stream ends, from its checkpoint or the open's scan
+    ends = checkpoint.streams if checkpoint is not None else {}
     if stream_id in ends:
         return ends[stream_id]
     if store_url is not None:
@@ -197,8 +199,8 @@ def _first_base_offset(opened, stream_id: int, base_offset: int | None, device: 
 
         known = manifest.load_latest(open_store(store_url, endpoint_url=endpoint_url))["streams"].get(str(stream_id))
         return known["end"] if known else 0
-    if opened.header.trim_offset < 0:
-        return 0  # nothing was ever trimmed (and no store named): the stream is new
+    if opened.header.trim_offset < 0 or (checkpoint is not None and checkpoint.complete):
+        return 0  # the log has never held this stream (and no store named): the stream is new
     raise UsageError(f"stream {stream_id} has no record left in the WAL after trimming", where=device,
                      hint="pass --store (where it was uploaded) or --base-offset with the stream's next offset")
 

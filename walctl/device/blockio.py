@@ -107,6 +107,18 @@ class _CheckedDevice:
         self.close()
 
 
+class _ReadCounter:
+    """Bytes read from devices by this process (every ``pread_into`` of an fd device): the budget
+    tests and bench/continuous_bench.py count what an open, a trim or a status costs."""
+
+    bytes = 0
+
+
+def bytes_read_total() -> int:
+    """Device bytes this process has read so far (all fd devices, all threads)."""
+    return _ReadCounter.bytes
+
+
 class _FdDevice(_CheckedDevice):
     """A device behind an open file descriptor; subclasses choose the flush discipline."""
 
@@ -159,6 +171,7 @@ class _FdDevice(_CheckedDevice):
                 if got == 0:
                     break
                 done += got
+            _ReadCounter.bytes += done
             if done < want:
                 raise _io_failure(f"short read: got {done} of {want} bytes (end of device)",
                                   where=self.path, offset=offset + done)
