@@ -168,7 +168,7 @@ def test_trim_rules(tmp_path):
     acks = append_records(path, 10)
     with pytest.raises(UsageError) as info:
         trim_wal(path, acks[3][0] + 1)  # read at the offset: no record header says it starts there
-    assert "no record starts at offset" in info.value.what
+    assert "no live record starts at offset" in info.value.what
     with pytest.raises(UsageError) as info:
         trim_wal(path, acks[3][0] + 1, scan=True)
     assert "nearest" in (info.value.hint or "")

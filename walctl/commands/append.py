@@ -107,8 +107,11 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
             stats["stdout_closed"] = True
             silence_stdout()
 
+    from walctl.device.blockio import bytes_read_total
+
     budget = Budget.from_options(iops, bandwidth)
     started = time.monotonic()
+    read_before = bytes_read_total()
     opened = open_writer(device, need_stream=stream_id if base_offset is None else None, iodepth=iodepth,
                          on_ack=on_ack, budget=budget)
     writer = opened.writer
@@ -127,6 +130,7 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
                 "seconds": round(seconds, 6),
                 "mib_per_s": round(stats["payload_bytes"] / (1 << 20) / seconds, 3) if seconds > 0 else 0.0,
                 "budget": budget.to_json(), "io_engine": writer.io_engine,
+                "scanned": opened.scan is not None, "device_bytes_read": bytes_read_total() - read_before,
                 "stages_us": writer.stages.summary()}
 
     next_base = 0

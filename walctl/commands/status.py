@@ -2,24 +2,38 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import typer
+
 from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, stdout_console, warn
 
 
 @app.command("status")
 @command()
-def status_cmd(device: DeviceArg, json_out: JsonOpt = False) -> None:
+def status_cmd(
+    device: DeviceArg,
+    scan: Annotated[bool, typer.Option(
+        "--scan", envvar="WALCTL_SCAN",
+        help="Scan the live records (reads the used part of the ring) even when the checkpoint of a "
+             "cleanly closed WAL answers: counts records, streams and findings. Env: WALCTL_SCAN.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
     """Show a WAL's state: both header slots (and which is current), capacity, trim point, end of log,
     used and free bytes, the last writer's shutdown type, the sliding window and the lock holder.
 
-    Read-only: takes no lock and never writes, so it is safe on a live or a broken device. The end
-    of the log comes from a scan of the live records (as recover does), so it reads the used part
-    of the ring. Used bytes are counted as the writer counts them: end of log minus the trim point.
-    Exit 3 when the scan finds damage a crash does not explain (details: walctl recover).
+    Read-only: takes no lock and never writes, so it is safe on a live or a broken device. On a
+    cleanly closed WAL the end of the log and the streams' next offsets come from the checkpoint
+    in its header slot: only the two header slots (8 KiB) are read, and the record counts are
+    shown as unknown. Otherwise, or with --scan, they come from a scan of the live records (as
+    recover does), which reads the used part of the ring. Used bytes are counted as the writer
+    counts them: end of log minus the trim point. Exit 3 when a scan finds damage a crash does
+    not explain (details: walctl recover).
     """
     from walctl.errors import CorruptionError
     from walctl.status import wal_status
 
-    result = wal_status(device)
+    result = wal_status(device, scan=scan)
     for message in result.warnings:
         warn(message)
     out = result.to_json()
@@ -78,6 +92,13 @@ def _render(out: dict) -> None:
         row("live records", f"{out['records']} in {out['streams']} streams, "
                                       f"{format_size(out['payload_bytes'])} payload")
         row("findings", f"{out['findings']} ({out['corrupt_findings']} not explained by a crash)")
+    else:
+        row("live records", "not counted: answered from the checkpoint (--scan counts them)")
+    cp = out["checkpoint"]
+    if cp is not None:
+        row("checkpoint", f"log end {cp['log_end_offset']}, {cp['streams']} streams"
+                          + (" (all the log ever held)" if cp["complete"] else "")
+                          + ("" if out["scanned"] else ", used for this answer"))
     row("last shutdown", out["shutdown_type"] +
                   (" (the last writer did not close cleanly, or is still running)"
                    if out["shutdown_type"] == "ungraceful" else ""))

@@ -17,7 +17,7 @@ from walctl.device.blockio import zero_fill
 from walctl.errors import (CorruptionError, FormatError, NotFoundError, RefusedError, UsageError,
                            WalctlError)
 from walctl.format import record as rec
-from walctl.format.checkpoint import Checkpoint
+from walctl.format.checkpoint import Checkpoint, bounded
 from walctl.format.header import (HEADERS_SIZE, SLOT_SIZE, MIN_CAPACITY, SHUTDOWN_GRACEFUL, SHUTDOWN_UNGRACEFUL,
                                   WalHeader)
 from walctl.wal import reader
@@ -180,7 +180,7 @@ def trusted_checkpoint(state: HeaderState) -> Checkpoint | None:
     return cp
 
 
-def checkpoint_after_scan(state: HeaderState, result: reader.ScanResult) -> Checkpoint:
+def checkpoint_after_scan(state: HeaderState, result: reader.ScanResult, keep: int | None = None) -> Checkpoint:
     """The checkpoint a full scan establishes: the slot's (for streams trimmed away since) updated
     with what the scan saw (which is newer). Complete when the earlier one was, or nothing was
     ever trimmed (the scan saw every record)."""
@@ -188,11 +188,17 @@ def checkpoint_after_scan(state: HeaderState, result: reader.ScanResult) -> Chec
     streams = dict(cp.streams) if cp is not None else {}
     streams.update(result.stream_ends)
     complete = cp.complete if cp is not None else state.header.trim_offset < 0
-    return Checkpoint(result.end_offset, streams, complete, cp.uploaded_offset if cp is not None else -1)
+    # Bounded to what a slot holds: the streams the scan saw first (they still have records).
+    rank = {sid: 1 for sid in result.stream_ends}
+    if keep is not None:
+        rank[keep] = 2  # the stream the caller is about to write
+    streams, kept_all = bounded(streams, rank)
+    return Checkpoint(result.end_offset, streams, complete and kept_all, cp.uploaded_offset if cp is not None else -1)
 
 
 def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
-                keep_offsets: bool = False, budget=None, need_stream: int | None = None) -> OpenedWAL:
+                keep_offsets: bool = False, budget=None, need_stream: int | None = None,
+                scan_without_checkpoint: bool = False) -> OpenedWAL:
     """Lock the device, recover it if the last writer crashed, and return a writer.
 
     A cleanly closed WAL with a checkpoint (FORMATS.md 1.5) opens from its headers alone.
@@ -221,12 +227,14 @@ def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
         if need_stream is not None and (checkpoint is None or not (checkpoint.complete
                                                                    or need_stream in checkpoint.streams)):
             scan = True
+        if scan_without_checkpoint and checkpoint is None:
+            scan = True
         if scan or not header.clean:
             result = _scan_for_writer(dev, header, path, keep_offsets)
             if not header.clean:
                 sealed = seal(dev, header, result)
                 next_offset = result.next_block_offset
-            checkpoint = checkpoint_after_scan(state, result)
+            checkpoint = checkpoint_after_scan(state, result, need_stream)
         # The recovery scan's result is checkpointed now, so a trim during this run keeps it.
         state = write_header(dev, state, header.with_(shutdown_type=SHUTDOWN_UNGRACEFUL, next_offset=next_offset),
                              checkpoint if checkpoint is not None else state.checkpoint)
@@ -325,7 +333,8 @@ def trim_wal(path: str, offset: int, *, scan: bool = False) -> TrimResult:
     header there (it carries its own logical offset); nothing else of the log is read.
     ``scan``: scan the log anyway (to count the records deleted and left).
     """
-    opened = open_writer(path, scan=scan, keep_offsets=True)
+    # Without a trusted checkpoint (a WAL written before them) trim scans, as it always did.
+    opened = open_writer(path, scan=scan, keep_offsets=True, scan_without_checkpoint=True)
     writer = opened.writer
     try:
         previous = writer.header.trim_offset
@@ -334,8 +343,10 @@ def trim_wal(path: str, offset: int, *, scan: bool = False) -> TrimResult:
             raise UsageError(f"trim offset {offset} is not after the current trim point {previous}",
                              where=path, hint="the trim point only moves forward")
         if offset >= end:
+            near = _records_near(writer.dev, writer.ring, end, max(previous, 0), end)
             raise UsageError(f"no live record starts at offset {offset}: the log ends at {end}", where=path,
-                             hint="give an offset that append, upload or recover printed")
+                             hint=("nearest record offsets: " + ", ".join(map(str, near))) if near else
+                             "give an offset that append, upload or recover printed")
         offsets = opened.scan.record_offsets if opened.scan is not None else None
         if offsets is not None and offset not in offsets:
             raise UsageError(f"no live record starts at offset {offset}", where=path,

@@ -564,12 +564,12 @@ def check_record_at(dev, ring: Ring, offset: int) -> rec.RecordHeader:
     start = phys - phys % 4096
     buf = aligned_buffer(align_up(phys + rec.SIZE) - start)
     if offset + rec.SIZE > ring.lap_end(offset):
-        raise UsageError(f"no record starts at offset {offset}", hint="it is too close to the end of a lap")
+        raise UsageError(f"no live record starts at offset {offset}", hint="it is too close to the end of a lap")
     dev.pread_into(start, buf)
     try:
         head = rec.RecordHeader.decode(memoryview(buf)[phys - start:phys - start + rec.SIZE], expected_offset=offset)
     except FormatError as exc:
-        raise UsageError(f"no record starts at offset {offset} ({exc})",
+        raise UsageError(f"no live record starts at offset {offset} ({exc})",
                          hint="give an offset that append, upload or recover printed") from exc
     if head.is_padding:
         raise UsageError(f"offset {offset} holds a padding record, not a data record",
