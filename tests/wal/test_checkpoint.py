@@ -212,3 +212,53 @@ def test_more_streams_than_fit_keep_the_latest_and_scan_for_the_rest(tmp_path):
     unlisted = open_writer(path, need_stream=missing)
     assert unlisted.scan is not None and unlisted.checkpoint.streams[missing] == 1
     unlisted.writer.close()
+
+
+# -- recover --from seek and --limit (issue 13) ----------------------------------------------
+
+def test_recover_from_seeks_and_reads_under_two_percent(big_wal):
+    path, acks = big_wal
+    end = header_of(path).checkpoint.log_end
+    target = end - end // 100  # the last 1 % of the log
+    res = run_walctl("recover", path, "--from", target, "--json")
+    assert res.returncode == 0, res.stderr
+    lines = [json.loads(x) for x in res.stdout.splitlines()]
+    summary = lines[-1]
+    records = [x for x in lines if x["type"] == "record"]
+    every = sorted(o for offs in acks.values() for o in offs)
+    assert [r["offset"] for r in records] == [o for o in every if o >= target]
+    # reading starts at the block holding --from (so its records at or after --from show too)
+    assert target - (1 << 20) <= summary["read_from_offset"] <= target and summary["read_from_offset"] % 4096 == 0
+    assert summary["complete"] is False  # what lies before the seek point was not checked
+    assert summary["bytes_read"] < end * 2 // 100, (summary["bytes_read"], end)
+
+
+def test_recover_from_past_the_end_shows_nothing_and_reads_little(big_wal):
+    path, _ = big_wal
+    end = header_of(path).checkpoint.log_end
+    res = run_walctl("recover", path, "--from", end + 10, "--json")
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout.splitlines()[-1])
+    assert summary["records_shown"] == 0 and summary["bytes_read"] <= (1 << 20) + 2 * 4096
+
+
+def test_recover_limit_never_hides_damage(tmp_path):
+    path = str(tmp_path / "w.img")
+    init_wal(path, 1 * MiB)
+    acks = _fill(path, {1: 20}, 3000)[1]
+    poke(path, 8192 + acks[15] + 24 + 40, b"\xff\xfe")  # a body byte of a record further on
+    full = run_walctl("recover", path, "--json")
+    assert full.returncode == 3
+    assert json.loads(full.stdout.splitlines()[-1])["complete"] is True
+    limited = run_walctl("recover", path, "--limit", "3", "--json")
+    assert limited.returncode == 0, limited.stderr  # what was read is clean: exit codes unchanged
+    summary = json.loads(limited.stdout.splitlines()[-1])
+    assert (summary["complete"], summary["stopped_by"], summary["records_shown"]) == (False, "limit", 3)
+    human = run_walctl("recover", path, "--limit", "3")
+    assert b"incomplete" in human.stderr and b"stopped by limit" in human.stderr
+    assert b"complete" in human.stdout and b"False" in human.stdout
+    to = run_walctl("recover", path, "--to", acks[5], "--json")
+    summary = json.loads(to.stdout.splitlines()[-1])
+    assert (to.returncode, summary["complete"], summary["stopped_by"], summary["records_shown"]) == (0, False, "to", 5)
+    clean_limit = run_walctl("recover", path, "--limit", "100", "--json")  # limit not reached: a full run
+    assert clean_limit.returncode == 3
