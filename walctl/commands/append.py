@@ -115,6 +115,13 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
     opened = open_writer(device, need_stream=stream_id if base_offset is None else None, iodepth=iodepth,
                          on_ack=on_ack, budget=budget)
     writer = opened.writer
+    from walctl.wal.handoff import start_listener
+
+    # Trims from another process (walctl upload, walctl trim) reach this writer through its
+    # hand-off socket while it holds the lock (FORMATS.md 1.6).
+    listener = start_listener(device, writer)
+    if listener is not None:
+        writer.before_close.append(listener.close)
     for message in opened.warnings:
         warn(message)
     if opened.sealed_ranges:
@@ -131,6 +138,7 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
                 "mib_per_s": round(stats["payload_bytes"] / (1 << 20) / seconds, 3) if seconds > 0 else 0.0,
                 "budget": budget.to_json(), "io_engine": writer.io_engine,
                 "scanned": opened.scan is not None, "device_bytes_read": bytes_read_total() - read_before,
+                "trims_taken": listener.trims if listener is not None else 0,
                 "stages_us": writer.stages.summary()}
 
     next_base = 0

@@ -23,7 +23,15 @@ def upload_cmd(
         "--split-size", metavar="SIZE",
         help="A stream with at least this much data gets its own Stream Object; smaller streams share one "
              "Stream Set Object (bytes or 16MiB ...).")] = "16MiB",
-    no_trim: Annotated[bool, typer.Option("--no-trim", help="Do not trim the WAL after the commit.")] = False,
+    no_trim: Annotated[bool, typer.Option(
+        "--no-trim", help="Do not trim the WAL after the commit (the records stay until a later upload "
+                          "or trim); upload then succeeds without waiting for a running writer.")] = False,
+    trim_timeout: Annotated[float, typer.Option(
+        "--trim-timeout", envvar="WALCTL_TRIM_TIMEOUT", metavar="SECONDS", min=0,
+        help="When a writer holds the WAL (walctl append running), wait up to this many seconds for it to "
+             "take the trim through its hand-off socket. If it does not, upload fails with exit 8 (the "
+             "commit stands; a rerun skips it) and writes success 0 to --metrics-file. "
+             "Env: WALCTL_TRIM_TIMEOUT.")] = 30.0,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the objects that would be made; write nothing anywhere.")] = False,
     endpoint_url: EndpointOpt = None,
@@ -31,6 +39,10 @@ def upload_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Upload the WAL's records after the trim point as objects; commit; trim the WAL to the last one.
+
+    While a writer (walctl append) holds the WAL, the trim is handed to that writer through its
+    hand-off socket; upload reports success only once the trim is done (exit 8 after
+    --trim-timeout otherwise; --no-trim skips the trim).
 
     Records this WAL already uploaded (per the store's manifest) are skipped, so a rerun
     after any crash finishes the job without duplicates.
@@ -42,8 +54,18 @@ def upload_cmd(
 
     with MetricsRun(metrics_file, "upload", enabled=not dry_run, on_warning=warn) as metrics:
         st = open_store(store, endpoint_url=endpoint_url)
-        result = upload(device, st, namespace=namespace, block_size=parse_size(block_size),
-                        split_size=parse_size(split_size), trim=not no_trim, dry_run=dry_run)
+        from walctl.errors import TrimPendingError
+
+        try:
+            result = upload(device, st, namespace=namespace, block_size=parse_size(block_size),
+                            split_size=parse_size(split_size), trim=not no_trim, dry_run=dry_run,
+                            trim_timeout_s=trim_timeout)
+        except TrimPendingError as exc:
+            done = exc.result
+            exc.summary = metrics.summary = {"device": device, "store": store, **done.to_json()}
+            for message in done.warnings:
+                warn(message)
+            raise
         metrics.summary = out = {"device": device, "store": store, **result.to_json()}
         metrics.record(bytes=sum(o["size_bytes"] or 0 for o in result.objects), payload_bytes=result.payload_bytes,
                        objects=len(result.objects), records=result.records, requests=st.stats.requests)

@@ -24,6 +24,7 @@ from walctl.store import manifest as mf
 
 DEFAULT_BLOCK_SIZE = 1 << 20  # payload per DataBlock (FORMATS.md 3)
 DEFAULT_SPLIT_SIZE = 16 << 20  # a stream this large gets its own Stream Object
+DEFAULT_TRIM_TIMEOUT_S = 30.0  # how long upload waits for a running writer to take its trim
 
 
 @dataclass
@@ -134,7 +135,8 @@ def _check_streams(entries, manifest: dict, crash_gaps: list[tuple[int, int]], w
 
 
 def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block_size: int = DEFAULT_BLOCK_SIZE,
-           split_size: int = DEFAULT_SPLIT_SIZE, trim: bool = True, dry_run: bool = False) -> UploadResult:
+           split_size: int = DEFAULT_SPLIT_SIZE, trim: bool = True, dry_run: bool = False,
+           trim_timeout_s: float = DEFAULT_TRIM_TIMEOUT_S) -> UploadResult:
     from walctl.format.object import build_object
     from walctl.wal import reader
     from walctl.wal.ops import read_wal_state
@@ -242,7 +244,12 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
         failpoint("upload-after-commit")
 
     if trim and result.last_offset is not None and result.last_offset > header.trim_offset:
-        result.trimmed_to = _trim_after(wal_path, result.last_offset, result.warnings)
+        try:
+            result.trimmed_to = _trim_after(wal_path, result.last_offset, result.warnings, trim_timeout_s)
+        except WalctlError as exc:
+            exc.result = result  # committed: the caller still reports what was uploaded
+            result.seconds = time.monotonic() - started
+            raise
     result.seconds = time.monotonic() - started
     return result
 
@@ -302,14 +309,19 @@ def _open_for_upload(wal_path: str, warnings: list[str]):
         return dev, False
 
 
-def _trim_after(wal_path: str, offset: int, warnings: list[str]) -> int | None:
-    """Trim to the last uploaded record; a busy or moved WAL only costs a warning (upload is idempotent)."""
+def _trim_after(wal_path: str, offset: int, warnings: list[str], timeout_s: float) -> int | None:
+    """Trim to the last uploaded record: directly, or by the running writer through its hand-off
+    socket (FORMATS.md 1.6), retrying up to ``timeout_s``; TrimPendingError when neither happened.
+    A moved trim point (someone trimmed past it) only costs a warning (upload is idempotent)."""
+    from walctl.wal.handoff import trim_or_hand_off
     from walctl.wal.ops import trim_wal
 
     try:
-        trim_wal(wal_path, offset)
+        how = trim_or_hand_off(wal_path, offset, timeout_s, trim_wal)
+        if how == "writer":
+            warnings.append(f"{wal_path}: a writer is active; it took the trim to {offset}")
         return offset
-    except (RefusedError, UsageError) as exc:
+    except UsageError as exc:
         warnings.append(f"{wal_path}: not trimmed ({exc.what}); the next upload skips what is already uploaded")
         return None
     except WalctlError:

@@ -153,6 +153,7 @@ class WalWriter:
         self._streams_complete = base.complete
         self.uploaded_offset = base.uploaded_offset
         self._untracked = checkpoint is None  # records without a stream mark: stream ends unknown
+        self.before_close: list[Callable[[], None]] = []  # e.g. stop the trim hand-off listener
         # stats
         self.blocks_written = 0
         self.bytes_written = 0
@@ -258,7 +259,11 @@ class WalWriter:
             check_record_at(self.dev, self.ring, offset)
             if uploaded:
                 self.uploaded_offset = max(self.uploaded_offset, offset)
-            self._write_header(trim_offset=offset, checkpoint=self.checkpoint())
+            # nextOffset of a running writer's header is not trusted (shutdownType 1), but it must
+            # not fall behind the trim point: the acknowledged end is a true lower bound.
+            self._write_header(trim_offset=offset, next_offset=max(self.state.header.next_offset,
+                                                                   align_up(self.acked_end)),
+                               checkpoint=self.checkpoint())
             return previous
 
     def close(self) -> None:
@@ -268,6 +273,7 @@ class WalWriter:
         """
         if self._closed:
             return
+        self._run_before_close()
         try:
             if self._failed is None:
                 self.drain()
@@ -287,6 +293,7 @@ class WalWriter:
 
     def abort(self) -> None:
         """Stop without the clean-shutdown header (the next writer scans), and release the device."""
+        self._run_before_close()
         with self._lock:
             if self._closed:
                 return
@@ -296,6 +303,11 @@ class WalWriter:
         self._stop_pacer()
         self._queue.close()
         self.dev.close()
+
+    def _run_before_close(self) -> None:
+        hooks, self.before_close = self.before_close, []
+        for hook in hooks:
+            hook()
 
     # -- placement -----------------------------------------------------------------
     def _place(self, size: int) -> int:
