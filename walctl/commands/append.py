@@ -40,7 +40,14 @@ def append_cmd(
     store: Annotated[str | None, typer.Option(
         "--store", envvar="WALCTL_STORE", metavar="URL",
         help="Object store the WAL uploads to: when the stream has no record left in the WAL (uploaded "
-             "and trimmed), its offsets continue from the store's manifest. Env: WALCTL_STORE.")] = None,
+             "and trimmed) and the checkpoint does not know it, its offsets continue from the store's "
+             "manifest; with --upload-at, where the writer uploads. Env: WALCTL_STORE.")] = None,
+    upload_at: Annotated[str | None, typer.Option(
+        "--upload-at", envvar="WALCTL_UPLOAD_AT", metavar="SIZE",
+        help="Writer-side upload (needs --store): each time SIZE bytes of acknowledged records lie past "
+             "the trim point, upload them from this process in the background, commit, and trim the WAL "
+             "(AutoMQ's default is 512MiB; capped at half the ring). Acknowledgements never wait for it; "
+             "after a crash, 'walctl upload' completes what was started. Env: WALCTL_UPLOAD_AT.")] = None,
     endpoint_url: EndpointOpt = None,
     iodepth: Annotated[int, typer.Option(
         "--iodepth", envvar="WALCTL_IODEPTH", min=1, max=256,
@@ -61,7 +68,7 @@ def append_cmd(
     previous_sigterm = _terminate_gracefully()
     try:
         _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
-                iops, bandwidth)
+                iops, bandwidth, upload_at)
     finally:
         import signal
 
@@ -69,7 +76,7 @@ def append_cmd(
 
 
 def _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
-            iops=None, bandwidth=None):
+            iops=None, bandwidth=None, upload_at=None):
     import time
 
     from walctl.errors import UsageError, WalctlError
@@ -81,6 +88,15 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
         raise UsageError("give DATA arguments or --input, not both")
     if not data and input_path is None:
         raise UsageError("nothing to append", hint="give DATA arguments or --input FILE|-")
+    upload_at_bytes = None
+    if upload_at is not None:
+        from walctl.sizes import parse_size
+
+        if store is None:
+            raise UsageError("--upload-at needs --store URL (where to upload)")
+        upload_at_bytes = parse_size(upload_at)
+        if upload_at_bytes <= 0:
+            raise UsageError(f"--upload-at must be positive, got {upload_at}")
     source = _open_input(input_path) if input_path is not None else None
 
     stats = {"records": 0, "payload_bytes": 0, "first_offset": None, "last_offset": None, "stdout_closed": False}
@@ -120,6 +136,22 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
     # Trims from another process (walctl upload, walctl trim) reach this writer through its
     # hand-off socket while it holds the lock (FORMATS.md 1.6).
     listener = start_listener(device, writer)
+    uploader = None
+    if upload_at_bytes is not None:
+        from walctl.store import open_store
+        from walctl.store.upload import BackgroundUploader
+
+        try:
+            # Capped at half the ring: an upload must be able to run while the other half fills.
+            threshold = min(upload_at_bytes, writer.ring.size // 2)
+            uploader = BackgroundUploader(device, open_store(store, endpoint_url=endpoint_url), writer, threshold,
+                                          on_warning=warn)
+        except BaseException:
+            if listener is not None:
+                listener.close()
+            writer.close()
+            raise
+        writer.before_close.append(uploader.stop)  # finish a running upload (commit + trim) first
     if listener is not None:
         writer.before_close.append(listener.close)
     for message in opened.warnings:
@@ -139,6 +171,7 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
                 "budget": budget.to_json(), "io_engine": writer.io_engine,
                 "scanned": opened.scan is not None, "device_bytes_read": bytes_read_total() - read_before,
                 "trims_taken": listener.trims if listener is not None else 0,
+                "background_upload": uploader.stats.to_json() if uploader is not None else None,
                 "stages_us": writer.stages.summary()}
 
     next_base = 0

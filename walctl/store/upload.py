@@ -326,3 +326,84 @@ def _trim_after(wal_path: str, offset: int, warnings: list[str], timeout_s: floa
         return None
     except WalctlError:
         raise
+
+
+DEFAULT_UPLOAD_AT = 512 << 20  # AutoMQ's default: upload once this much of the WAL is not yet uploaded
+UPLOAD_POLL_S = 0.05  # how often the background uploader looks at the writer's acknowledged end
+
+
+@dataclass
+class BackgroundStats:
+    uploads: int = 0
+    records: int = 0
+    objects: int = 0
+    failures: int = 0
+    last_error: str | None = None
+
+    def to_json(self) -> dict:
+        return {"uploads": self.uploads, "records": self.records, "objects": self.objects,
+                "failures": self.failures, "last_error": self.last_error}
+
+
+class BackgroundUploader:
+    """Writer-side upload (AutoMQ's broker does the same): from inside the writer's process, each
+    time ``upload_at`` bytes of acknowledged log lie past the trim point, upload them, commit, and
+    trim through the writer itself. Appends and acknowledgements never wait for it.
+
+    Crash safety is upload()'s: a kill at any moment leaves prepared ids (gc) or a commit whose
+    records a rerun of ``walctl upload`` skips; the trim follows the commit.
+    """
+
+    def __init__(self, wal_path: str, store, writer, upload_at: int, *, on_warning=None, **upload_options):
+        import threading
+
+        self.wal_path = wal_path
+        self.store = store
+        self.writer = writer
+        self.upload_at = upload_at
+        self.options = upload_options
+        self.on_warning = on_warning
+        self.stats = BackgroundStats()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="walctl-uploader", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Let a running upload finish (its commit and trim), then stop."""
+        self._stop.set()
+        self._thread.join()
+
+    def pending_bytes(self) -> int:
+        return self.writer.acked_end - max(self.writer.header.trim_offset, 0)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(UPLOAD_POLL_S):
+            if self.pending_bytes() < self.upload_at:
+                continue
+            try:
+                self.upload_once()
+            except Exception as exc:  # the writer goes on; the next round (or walctl upload) retries
+                self.stats.failures += 1
+                self.stats.last_error = str(exc)
+                if self.on_warning is not None:
+                    self.on_warning(f"{self.wal_path}: background upload failed ({exc}); retrying later")
+                self._stop.wait(1.0)
+
+    def upload_once(self) -> UploadResult:
+        result = upload(self.wal_path, self.store, trim=False, **self.options)
+        self.stats.uploads += 1
+        self.stats.records += result.records
+        self.stats.objects += len(result.objects)
+        if result.last_offset is not None and result.last_offset > self.writer.header.trim_offset:
+            deadline = time.monotonic() + 5.0
+            while True:
+                try:
+                    self.writer.trim_to(result.last_offset, uploaded=True)
+                    break
+                except UsageError:
+                    # durable (upload read it) but its acknowledgement is a moment behind
+                    if time.monotonic() > deadline or result.last_offset < self.writer.header.trim_offset:
+                        raise
+                    time.sleep(0.01)
+            result.trimmed_to = result.last_offset
+        return result
