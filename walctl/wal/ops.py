@@ -381,6 +381,7 @@ def _records_near(dev, ring: Ring, offset: int, start: int, end: int) -> list[in
     log = reader.LogReader(dev, ring)
     o = align_down(offset)
     floor = max(start, o - NEAR_SEARCH_BYTES)
+    log.read(floor, o + rec.SIZE - floor)  # one read of the range, walked back in memory
     while o >= floor:
         try:
             head = rec.RecordHeader.decode(log.read(o, rec.SIZE), expected_offset=o)

@@ -417,7 +417,8 @@ def _block_at_or_before(reader: LogReader, offset: int, floor: int) -> int | Non
     holding a valid record header that names it: reading from there shows every record at or
     after ``offset``, also those of the block that holds it."""
     top = align_down(offset)
-    for back in (SEEK_BACK_FIRST, SEEK_BACK_BYTES):  # most blocks are small: look near first
+    # Most blocks are small: look near first, then one block's span (the writer's soft limit), then 1 MiB.
+    for back in (SEEK_BACK_FIRST, 5 * SEEK_BACK_FIRST, SEEK_BACK_BYTES):
         lowest = max(floor, top - back)
         reader.read(lowest, top + rec.SIZE - lowest)  # one read of the range, then walk it back in memory
         o = top
