@@ -43,6 +43,9 @@ def run_soak(workdir: str, *, mode: str, capacity: int, rate_mib_s: float, secon
     """One soak run in ``workdir``; returns its figures. Raises AssertionError when a check fails."""
     os.makedirs(workdir, exist_ok=True)
     wal, store = os.path.join(workdir, f"{mode}.img"), os.path.join(workdir, f"{mode}-store")
+    if os.path.exists(wal):  # a fresh WAL and store for every run
+        os.unlink(wal)
+    shutil.rmtree(store, ignore_errors=True)
     res = _walctl("init", wal, "--capacity", capacity)
     assert res.returncode == 0, res.stderr
     args = ["append", wal, "--input", "-"]
@@ -61,10 +64,16 @@ def run_soak(workdir: str, *, mode: str, capacity: int, rate_mib_s: float, secon
     uploads: list[int] = []
     stop = threading.Event()
 
-    def cron():
-        while not stop.wait(upload_every_s):
+    upload_seconds: list[float] = []
+
+    def cron():  # like cron: a start every upload_every_s (or at once, when the last one ran longer)
+        due = time.monotonic() + upload_every_s
+        while not stop.wait(max(0.0, due - time.monotonic())):
+            began = time.monotonic()
             r = _walctl("upload", wal, "--store", store, "--json", "--trim-timeout", "30")
             uploads.append(r.returncode)
+            upload_seconds.append(time.monotonic() - began)
+            due += upload_every_s
 
     uploader = threading.Thread(target=cron, daemon=True) if mode == "cron" else None
     if uploader is not None:
@@ -75,9 +84,9 @@ def run_soak(workdir: str, *, mode: str, capacity: int, rate_mib_s: float, secon
     started = time.monotonic()
     try:
         while time.monotonic() - started < seconds:
-            due = started + (sent / batch) * per_tick
-            if due > time.monotonic():
-                time.sleep(due - time.monotonic())
+            pause = started + (sent / batch) * per_tick - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
             proc.stdin.write(b"".join(payload(sent + i, record_bytes) + b"\n" for i in range(batch)))
             proc.stdin.flush()
             sent += batch
@@ -91,7 +100,10 @@ def run_soak(workdir: str, *, mode: str, capacity: int, rate_mib_s: float, secon
     if uploader is not None:
         uploader.join(timeout=60)
     err = proc.stderr.read().decode(errors="replace")
-    assert code == 0, f"the writer stopped with exit {code}: {err.strip()[-400:]}"
+    ring_rate = (acked[-1] / elapsed / (1 << 20)) if acked else 0.0
+    assert code == 0, (f"the writer stopped with exit {code} after {elapsed:.1f} s ({len(acked)} records acknowledged, "
+                       f"the log grew {ring_rate:.1f} MiB/s with block padding; "
+                       f"upload durations {[round(x, 1) for x in upload_seconds]} s): {err.strip()[-300:]}")
     assert all(c == 0 for c in uploads), f"an upload failed: exit codes {uploads}"
     assert len(acked) == sent, (len(acked), sent)
     # Where is every record now? The store's live objects, and the WAL after its trim point.
@@ -113,8 +125,10 @@ def run_soak(workdir: str, *, mode: str, capacity: int, rate_mib_s: float, secon
     assert all(have[k] == payload(k, record_bytes) for k in range(sent)), "a record came back different"
     written = sent * (record_bytes + 1)
     return {"mode": mode, "seconds": round(elapsed, 2), "records": sent, "mib_written": round(written / (1 << 20), 1),
-            "mib_per_s": round(written / (1 << 20) / elapsed, 2), "ring_laps": round(acked[-1] / (capacity - 8192), 2)
+            "mib_per_s": round(written / (1 << 20) / elapsed, 2),
+            "log_mib_per_s": round(acked[-1] / elapsed / (1 << 20), 2) if acked else 0.0, "ring_laps": round(acked[-1] / (capacity - 8192), 2)
             if acked else 0, "in_store": len(in_store), "in_wal": len(in_wal), "cron_uploads": len(uploads),
+            "cron_upload_s_max": round(max(upload_seconds), 2) if upload_seconds else None,
             "full": False}
 
 
