@@ -18,9 +18,9 @@ _SPEC.loader.exec_module(soak)
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["writer", "cron"])
 def test_short_soak(tmp_path, mode):
-    # 5 s at 0.5 MiB/s of 1 KiB records, most in a 4 KiB block of their own (~2 MiB/s of ring),
-    # through an 8 MiB WAL: the ring laps; without the drain it would be full
-    out = soak.run_soak(str(tmp_path), mode=mode, capacity=8 << 20, rate_mib_s=0.5, seconds=5.0,
-                        upload_at=1 << 20, upload_every_s=0.5)
+    # 7 s at 0.5 MiB/s of 1 KiB records, most in a 4 KiB block of their own (the log grows ~2 MiB/s),
+    # through a 4 MiB WAL: the log laps the ring; without the drain it would be full in ~2 s
+    out = soak.run_soak(str(tmp_path), mode=mode, capacity=4 << 20, rate_mib_s=0.5, seconds=7.0,
+                        upload_at=512 << 10, upload_every_s=0.5)
     assert out["ring_laps"] > 1 and out["in_store"] > 0
     assert out["in_store"] + out["in_wal"] == out["records"]
