@@ -55,7 +55,8 @@ def trim_cmd(
         emit_json(out)
     elif result.records_deleted is None:
         stdout_console().print(f"trimmed {device} to offset {result.trim_offset}: "
-                               f"{out['live_bytes_left']} bytes of records left (log end {result.end_offset})")
+                               f"{out['live_bytes_left']} bytes from the trim point to the end of the log "
+                               f"at {result.end_offset}")
     else:
         stdout_console().print(f"trimmed {device} to offset {result.trim_offset}: "
                                f"{result.records_deleted} records deleted, {result.records_left} left")
