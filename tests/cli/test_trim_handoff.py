@@ -64,3 +64,23 @@ def test_upload_fails_with_exit_8_when_no_writer_takes_the_trim(new_wal, hold_wr
     res = _walctl("upload", dev, "--store", store, "--json", "--no-trim", "--metrics-file", metrics)
     assert res.returncode == 0 and json.loads(res.stdout)["records"] == 0  # committed the first time
     assert "walctl_upload_success 1" in metrics.read_text()
+
+
+def test_a_writer_killed_after_a_hand_off_trim_recovers_from_it(new_wal, held_writer, tmp_path):
+    dev = new_wal("1MiB")
+    store = tmp_path / "store"
+    writer = held_writer(dev, b"r0")
+    for i in range(1, 4):
+        writer.send(f"r{i}".encode())
+    res = _walctl("upload", dev, "--store", store, "--json")
+    assert res.returncode == 0, res.stderr
+    writer.kill()  # SIGKILL right after the writer took the trim: its header says "ungraceful"
+    assert _trim_point(dev) == writer.offsets[-1]
+    # every record of stream 0 is trimmed, yet the next writer continues it (from the checkpoint the
+    # hand-off trim wrote), after its recovery scan; recover finds nothing wrong
+    out = _walctl("append", dev, "--json", "after-crash")
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(x) for x in out.stdout.splitlines()]
+    assert lines[0]["base_offset"] == 4 and lines[-1]["scanned"] is True
+    rec = _walctl("recover", dev, "--json")
+    assert rec.returncode == 0 and json.loads(rec.stdout.splitlines()[-1])["records"] == 1
