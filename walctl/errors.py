@@ -105,3 +105,9 @@ class FullError(WalctlError):
     """The WAL has no room: trim or upload first."""
 
     exit_code = 7
+
+
+class TrimPendingError(WalctlError):
+    """An upload committed, but its WAL could not be trimmed in time (the writer did not take it)."""
+
+    exit_code = 8

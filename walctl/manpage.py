@@ -42,6 +42,8 @@ EXIT_STATUS: tuple[tuple[int, str], ...] = (
         "initialised, or would destroy data without --force."),
     (6, "I/O or store failure after retries (EIO, network, S3 5xx, access denied)."),
     (7, "Full: the WAL has no room; trim or upload first."),
+    (8, "Trim pending: upload committed its objects, but the WAL was not trimmed within --trim-timeout "
+        "(a writer holds it and did not take the trim); rerun upload (it skips what is committed)."),
 )
 EXIT_STATUS_NOTES: tuple[str, ...] = (
     "Every non-zero exit prints one line on standard error: "

@@ -1,13 +1,16 @@
 """walctl status: a read-only overview of a WAL (header slots, space, end of log, lock holder).
 
 Opens the device read-only and takes no lock, like ``recover``: safe on a live or a
-broken device. The end of the log comes from the same recovery scan ``recover`` runs.
+broken device. On a cleanly closed WAL with a checkpoint (FORMATS.md 1.6) it answers from
+the headers alone; otherwise (or when asked) the end of the log comes from the same
+recovery scan ``recover`` runs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from walctl.format.checkpoint import Checkpoint
 from walctl.format.header import WalHeader
 from walctl.wal import reader
 from walctl.wal.headers import HeaderState
@@ -25,6 +28,14 @@ class StatusResult:
     lock_holder_command: str | None
     warnings: list[str] = field(default_factory=list)
     live_streams: list[int] = field(default_factory=list)  # stream ids with a live record
+    checkpoint: Checkpoint | None = None  # the trusted checkpoint the answer came from (no scan)
+    device_bytes_read: int = 0
+
+    @property
+    def end_offset(self) -> int | None:
+        if self.scan is not None:
+            return self.scan.end_offset
+        return self.checkpoint.log_end if self.checkpoint is not None else None
 
     @property
     def header(self) -> WalHeader:
@@ -38,9 +49,8 @@ class StatusResult:
     @property
     def used_bytes(self) -> int | None:
         """Ring bytes in use as the writer counts them: end of log minus the trim point (logical)."""
-        if self.scan is None:
-            return None
-        return self.scan.end_offset - self.start_offset
+        end = self.end_offset
+        return None if end is None else end - self.start_offset
 
     @property
     def free_bytes(self) -> int | None:
@@ -62,6 +72,7 @@ class StatusResult:
             item["header"] = slot.header.to_json() if slot.header is not None else None
             slots.append(item)
         scan = self.scan
+        cp = self.checkpoint
         return {
             "device": self.path,
             "device_size_bytes": self.device_size_bytes,
@@ -74,8 +85,8 @@ class StatusResult:
             "headers_bytes": header.capacity - header.ring_size,
             "trim_offset": header.trim_offset,
             "start_offset": self.start_offset,
-            "end_offset": scan.end_offset if scan else None,
-            "next_block_offset": scan.next_block_offset if scan else None,
+            "end_offset": self.end_offset,
+            "next_block_offset": scan.next_block_offset if scan else (header.next_offset if cp else None),
             "next_offset_in_header": header.next_offset if header.flavour == "walctl" else None,
             "used_bytes": used,
             "free_bytes": free,
@@ -98,6 +109,10 @@ class StatusResult:
             "lock_holder_command": self.lock_holder_command,
             "writer_active": self.lock_holder_pid is not None,
             **self._gaps_json(),
+            "scanned": scan is not None,
+            "checkpoint": cp.to_json() if cp is not None else (
+                self.state.checkpoint.to_json() if self.state.checkpoint is not None else None),
+            "device_bytes_read": self.device_bytes_read,
         }
 
     def _gaps_json(self) -> dict:
@@ -111,20 +126,27 @@ class StatusResult:
                 "stream_gaps": [gaps.gap_to_json(g, gaps.explain(g, holes)) for g in self.scan.stream_gaps]}
 
 
-def wal_status(path: str) -> StatusResult:
-    """Read both header slots and scan the log to its end; never writes, takes no lock.
+def wal_status(path: str, *, scan: bool = False) -> StatusResult:
+    """Read both header slots, and scan the log to its end unless a trusted checkpoint answers
+    (a cleanly closed walctl WAL, FORMATS.md 1.6) or ``scan`` is False; never writes, takes no lock.
 
     Raises:
         NotFoundError: no such device, or no valid WAL header.
         CorruptionError: the header's capacity exceeds the device.
         IOFailure: the device cannot be read.
     """
-    from walctl.wal.ops import open_reader
+    from walctl.device.blockio import bytes_read_total
+    from walctl.wal.ops import open_reader, trusted_checkpoint
 
+    read_before = bytes_read_total()
     session = open_reader(path)
     try:
         header = session.state.header
         warnings = list(session.warnings)
+        checkpoint = trusted_checkpoint(session.state)
+        if checkpoint is not None and not scan and session.writer_pid is None:
+            return StatusResult(path, session.dev.size_bytes, session.state, None, None, None, warnings,
+                                checkpoint=checkpoint, device_bytes_read=bytes_read_total() - read_before)
         streams: set[int] = set()
         # AutoMQ's WALs too: the scan reads them with AutoMQ's checksums and rules (forensics).
         scan = reader.ScanResult(header, reader.Ring(header.capacity))
@@ -135,7 +157,8 @@ def wal_status(path: str) -> StatusResult:
                 streams.add(event.batch.stream_id)
         # A live writer: the device layer's warning already says the figures may be moving.
         return StatusResult(path, session.dev.size_bytes, session.state, scan, session.writer_pid,
-                            _command_of(session.writer_pid), warnings, sorted(streams))
+                            _command_of(session.writer_pid), warnings, sorted(streams),
+                            device_bytes_read=bytes_read_total() - read_before)
     finally:
         session.dev.close()
 

@@ -35,10 +35,19 @@ class Ctx:
         assert res.exit_code == 0, res
         return dev, [int(x) for x in res.stdout.split()]
 
-    def corrupt(self) -> tuple[str, list[int]]:
-        """A cleanly closed log with one flipped payload byte in its first record."""
+    def corrupt(self, checkpoint: bool = True) -> tuple[str, list[int]]:
+        """A cleanly closed log with one flipped payload byte in its first record.
+
+        ``checkpoint=False``: without the header slots' checkpoints (as walctl wrote before them),
+        so writers scan the log; with one, append and trim read only the headers (FORMATS.md 1.6).
+        """
         dev, offsets = self.populated("64KiB", "hello", "world", "again")
         self.tools.flip_byte(dev, self.tools.physical(offsets[0], CAP) + 24 + 33 + 1)
+        if not checkpoint:
+            with open(dev, "r+b") as f:
+                for slot in (0, 4096):
+                    f.seek(slot + 64)
+                    f.write(bytes(4096 - 64))
         return dev, offsets
 
     def file(self, name: str, data: bytes) -> str:
@@ -214,7 +223,7 @@ SCENARIOS = [
                                                 b"x\n"), 2, json=False, click_usage=True),
     Scenario("append-2-negative-stream", lambda c: (["append", c.new_wal("64KiB"), "--stream", "-1", "a"], None), 2,
              json=False, click_usage=True),
-    Scenario("append-3-corrupt-log", lambda c: (["append", c.corrupt()[0], "more"], None), 3),
+    Scenario("append-3-corrupt-log", lambda c: (["append", c.corrupt(checkpoint=False)[0], "more"], None), 3),
     Scenario("append-4-no-such-device", lambda c: (["append", _missing(c), "a"], None), 4),
     Scenario("append-4-zeros", lambda c: (["append", _zeros(c), "a"], None), 4),
     Scenario("append-4-random", lambda c: (["append", _random(c), "a"], None), 4),
@@ -231,7 +240,8 @@ SCENARIOS = [
              json=False, click_usage=True),
     Scenario("trim-2-non-integer-offset", lambda c: (["trim", c.new_wal("64KiB"), "abc"], None), 2,
              json=False, click_usage=True),
-    Scenario("trim-3-corrupt-log", lambda c: (["trim", *(lambda d, o: (d, o[2]))(*c.corrupt())], None), 3),
+    Scenario("trim-3-corrupt-log",
+             lambda c: (["trim", *(lambda d, o: (d, o[2]))(*c.corrupt(checkpoint=False))], None), 3),
     Scenario("trim-4-no-such-device", lambda c: (["trim", _missing(c), "0"], None), 4),
     Scenario("trim-4-zeros", lambda c: (["trim", _zeros(c), "0"], None), 4),
     Scenario("trim-5-busy", _trim_held, 5),

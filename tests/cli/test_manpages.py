@@ -130,7 +130,7 @@ def test_exit_status_covers_every_error_class():
             yield from codes(sub)
 
     documented = {code for code, _ in manpage.EXIT_STATUS}
-    assert documented == set(range(8))  # docs/CLI.md
+    assert documented == set(range(9))  # docs/CLI.md
     assert set(codes(errors.WalctlError)) <= documented
 
 

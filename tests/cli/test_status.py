@@ -31,7 +31,13 @@ def test_new_wal(cli, new_wal):
     assert (out["used_bytes"], out["free_bytes"], out["used_percent"], out["free_percent"]) == (0, RING, 0.0, 100.0)
     assert out["shutdown_type"] == "graceful"
     assert out["sliding_window_max_length_bytes"] == out["header"]["sliding_window_max_length_bytes"] > 0
-    assert (out["records"], out["streams"], out["findings"], out["corrupt_findings"]) == (0, 0, 0, 0)
+    # a new WAL is cleanly closed with a checkpoint: the answer comes from the headers alone
+    assert (out["scanned"], out["device_bytes_read"], out["records"]) == (False, 8192, None)
+    assert out["checkpoint"] == {"log_end_offset": 0, "complete": True, "uploaded_offset": -1, "streams": 0,
+                                 "stream_next_offsets": {}}
+    _, scanned = _status(cli, dev, "--scan")
+    assert (scanned["records"], scanned["streams"], scanned["findings"], scanned["corrupt_findings"]) == (0, 0, 0, 0)
+    assert scanned["scanned"] is True
     assert (out["lock_holder_pid"], out["writer_active"]) == (None, False)
     # init writes slot 0 then slot 1 (a later timestamp): slot 1 is current
     assert out["current_slot"] == 1
@@ -45,8 +51,11 @@ def test_used_and_free_follow_the_log_and_the_trim_point(cli, new_wal, append_js
     dev = new_wal("64KiB")
     offsets = append_json(dev, "one", "two", "three", stream=3)
     append_json(dev, "x" * 5000, stream=4)
-    _, before = _status(cli, dev)
+    _, before = _status(cli, dev, "--scan")
+    _, quick = _status(cli, dev)
     rec = cli("recover", dev, "--json").json_lines()[-1]
+    assert quick["end_offset"] == before["end_offset"] and quick["used_bytes"] == before["used_bytes"]
+    assert quick["checkpoint"]["stream_next_offsets"] == {"3": 3, "4": 1}
     assert before["end_offset"] == rec["end_offset"] > offsets[-1]
     assert before["used_bytes"] == before["end_offset"]  # never trimmed: from offset 0
     assert before["used_bytes"] + before["free_bytes"] == RING
@@ -54,7 +63,7 @@ def test_used_and_free_follow_the_log_and_the_trim_point(cli, new_wal, append_js
     assert (before["records"], before["streams"], before["stream_ids"]) == (4, 2, [3, 4])
     assert before["payload_bytes"] == 3 + 3 + 5 + 5000
     assert cli("trim", dev, offsets[1]).exit_code == 0
-    res, after = _status(cli, dev)
+    res, after = _status(cli, dev, "--scan")
     assert res.exit_code == 0, res
     assert (after["trim_offset"], after["start_offset"]) == (offsets[1], offsets[1])
     assert after["end_offset"] == before["end_offset"]
@@ -120,12 +129,14 @@ def test_corruption_exits_3_with_the_status(cli, new_wal, append_json, tools):
     # Damage the middle record's body in a cleanly closed log: a crash does not explain it.
     tools.flip_byte(dev, tools.physical(offsets[1], CAPACITY) + tools.RECORD_HEADER + tools.BATCH_HEADER)
     res, out = _status(cli, dev)
+    assert res.exit_code == 0 and out["scanned"] is False  # the checkpoint answers: the log is not read
+    res, out = _status(cli, dev, "--scan")
     assert res.exit_code == 3, res
     line = res.error_line()
     assert dev in line and "walctl recover" in line
     assert out["error"]["code"] == 3
     assert out["corrupt_findings"] >= 1 and out["capacity_bytes"] == CAPACITY  # the status is still there
-    human = cli("status", dev)
+    human = cli("status", dev, "--scan")
     assert human.exit_code == 3 and "header slot 0" in human.stdout
 
 

@@ -299,11 +299,16 @@ def test_upload_beside_an_active_writer_takes_only_the_prefix(tmp_path, local_st
     wal = make_wal(tmp_path)
     acks = append_records(wal, 10, size=300, iodepth=1, flush_each=True, clean=False)
     poke(wal, physical(wal, acks[5][0]), bytes(4096))  # looks like a hole: a live writer's block in flight
-    hold_writer(wal)
-    result = upload(wal, local_store)
+    hold_writer(wal)  # holds the lock but serves no trim hand-off
+    from walctl.errors import TrimPendingError
+    with pytest.raises(TrimPendingError) as info:
+        upload(wal, local_store, trim_timeout_s=0.3)
+    result = info.value.result  # committed, but not trimmed: not a success
+    assert info.value.exit_code == 8
     assert result.records == 5  # nothing after the first hole while a writer may still be writing it
     assert result.trimmed_to is None and any("writer" in w for w in result.warnings)
     assert [o for o, _ in read_back(local_store)[0]] == [0, 1, 2, 3, 4]
+    assert upload(wal, local_store, trim=False).records == 0  # --no-trim: today's behaviour, explicitly
 
 
 def test_inspect_reports_a_damaged_live_object_as_corruption(tmp_path, local_store):

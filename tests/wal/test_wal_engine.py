@@ -167,10 +167,15 @@ def test_trim_rules(tmp_path):
     path = new_wal(tmp_path / "w", 1 * MiB)
     acks = append_records(path, 10)
     with pytest.raises(UsageError) as info:
-        trim_wal(path, acks[3][0] + 1)
+        trim_wal(path, acks[3][0] + 1)  # read at the offset: no record header says it starts there
+    assert "no live record starts at offset" in info.value.what
+    with pytest.raises(UsageError) as info:
+        trim_wal(path, acks[3][0] + 1, scan=True)
     assert "nearest" in (info.value.hint or "")
-    result = trim_wal(path, acks[3][0])
-    assert result.records_deleted == 4 and result.records_left == 6
+    result = trim_wal(path, acks[2][0])  # clean log with a checkpoint: no scan, no counts
+    assert (result.scanned, result.records_deleted, result.records_left) == (False, None, None)
+    result = trim_wal(path, acks[3][0], scan=True)
+    assert result.records_deleted == 1 and result.records_left == 6  # 0..2 were trimmed before
     with pytest.raises(UsageError):
         trim_wal(path, acks[1][0])  # backwards
     entries, _ = scan_file(path)

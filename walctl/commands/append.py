@@ -41,7 +41,14 @@ def append_cmd(
     store: Annotated[str | None, typer.Option(
         "--store", envvar="WALCTL_STORE", metavar="URL",
         help="Object store the WAL uploads to: when the stream has no record left in the WAL (uploaded "
-             "and trimmed), its offsets continue from the store's manifest.")] = None,
+             "and trimmed) and the checkpoint does not know it, its offsets continue from the store's "
+             "manifest; with --upload-at, where the writer uploads. Env: WALCTL_STORE.")] = None,
+    upload_at: Annotated[str | None, typer.Option(
+        "--upload-at", envvar="WALCTL_UPLOAD_AT", metavar="SIZE",
+        help="Writer-side upload (needs --store): each time SIZE bytes of acknowledged records lie past "
+             "the trim point, upload them from this process in the background, commit, and trim the WAL "
+             "(AutoMQ's default is 512MiB; capped at half the ring). Acknowledgements never wait for it; "
+             "after a crash, 'walctl upload' completes what was started. Env: WALCTL_UPLOAD_AT.")] = None,
     endpoint_url: EndpointOpt = None,
     iodepth: Annotated[int, typer.Option(
         "--iodepth", envvar="WALCTL_IODEPTH", min=1, max=256,
@@ -72,11 +79,11 @@ def append_cmd(
         raise exc.at(device)
     # SIGTERM and SIGINT (walctl.cli.command) drain and close: queued records still become durable.
     _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
-            iops, bandwidth)
+            iops, bandwidth, upload_at)
 
 
 def _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
-            iops=None, bandwidth=None):
+            iops=None, bandwidth=None, upload_at=None):
     import time
 
     from walctl import bounds
@@ -95,6 +102,15 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
         raise UsageError("give DATA arguments or --input, not both")
     if not data and input_path is None:
         raise UsageError("nothing to append", hint="give DATA arguments or --input FILE|-")
+    upload_at_bytes = None
+    if upload_at is not None:
+        from walctl.sizes import parse_size
+
+        if store is None:
+            raise UsageError("--upload-at needs --store URL (where to upload)")
+        upload_at_bytes = parse_size(upload_at)
+        if upload_at_bytes <= 0:
+            raise UsageError(f"--upload-at must be positive, got {upload_at}")
     source = _open_input(input_path) if input_path is not None else None
 
     stats = {"records": 0, "payload_bytes": 0, "first_offset": None, "last_offset": None, "stdout_closed": False}
@@ -122,10 +138,37 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
             stats["stdout_closed"] = True
             silence_stdout()
 
+    from walctl.device.blockio import bytes_read_total
+
     budget = Budget.from_options(iops, bandwidth)
     started = time.monotonic()
-    opened = open_writer(device, scan=base_offset is None, iodepth=iodepth, on_ack=on_ack, budget=budget)
+    read_before = bytes_read_total()
+    opened = open_writer(device, need_stream=stream_id if base_offset is None else None, iodepth=iodepth,
+                         on_ack=on_ack, budget=budget)
     writer = opened.writer
+    from walctl.wal.handoff import start_listener
+
+    # Trims from another process (walctl upload, walctl trim) reach this writer through its
+    # hand-off socket while it holds the lock (FORMATS.md 1.7).
+    listener = start_listener(device, writer)
+    uploader = None
+    if upload_at_bytes is not None:
+        from walctl.store import open_store
+        from walctl.store.upload import BackgroundUploader
+
+        try:
+            # Capped at half the ring: an upload must be able to run while the other half fills.
+            threshold = min(upload_at_bytes, writer.ring.size // 2)
+            uploader = BackgroundUploader(device, open_store(store, endpoint_url=endpoint_url), writer, threshold,
+                                          on_warning=warn)
+        except BaseException:
+            if listener is not None:
+                listener.close()
+            writer.close()
+            raise
+        writer.before_close.append(uploader.stop)  # finish a running upload (commit + trim) first
+    if listener is not None:
+        writer.before_close.append(listener.close)
     for message in opened.warnings:
         warn(message)
     if opened.sealed_ranges:
@@ -141,6 +184,9 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
                 "seconds": round(seconds, 6),
                 "mib_per_s": round(stats["payload_bytes"] / (1 << 20) / seconds, 3) if seconds > 0 else 0.0,
                 "budget": budget.to_json(), "io_engine": writer.io_engine,
+                "scanned": opened.scan is not None, "device_bytes_read": bytes_read_total() - read_before,
+                "trims_taken": listener.trims if listener is not None else 0,
+                "background_upload": uploader.stats.to_json() if uploader is not None else None,
                 "stages_us": writer.stages.summary()}
 
     next_base = 0
@@ -157,7 +203,7 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
             bounds.base_offset(next_base, option="stream offset")
             bounds.record_payload(len(payload))
             batch = StreamRecordBatch(stream_id, epoch, next_base, 1, payload)
-            writer.append(batch.encode(), (next_base, 1, len(payload)))
+            writer.append(batch.encode(), (next_base, 1, len(payload)), (stream_id, next_base + 1))
             next_base += 1
         writer.close()
     except WalctlError as exc:
@@ -212,7 +258,8 @@ def _first_base_offset(opened, stream_id: int, base_offset: int | None, device: 
 
     if base_offset is not None:
         return base_offset
-    ends = opened.scan.stream_ends if opened.scan is not None else {}
+    checkpoint = opened.checkpoint  # the log's stream ends, from its checkpoint or the open's scan
+    ends = checkpoint.streams if checkpoint is not None else {}
     if stream_id in ends:
         return ends[stream_id]
     if store_url is not None:
@@ -226,8 +273,8 @@ def _first_base_offset(opened, stream_id: int, base_offset: int | None, device: 
             return 0
         known = manifest.load_latest(st)["streams"].get(str(stream_id))
         return known["end"] if known else 0
-    if opened.header.trim_offset < 0:
-        return 0  # nothing was ever trimmed (and no store named): the stream is new
+    if opened.header.trim_offset < 0 or (checkpoint is not None and checkpoint.complete):
+        return 0  # the log has never held this stream (and no store named): the stream is new
     raise UsageError(f"stream {stream_id} has no record left in the WAL after trimming", where=device,
                      hint="pass --store (where it was uploaded) or --base-offset with the stream's next offset")
 

@@ -34,12 +34,21 @@ def encode_payload(data: bytes, how: Payload) -> str | None:
 def recover_cmd(
     device: DeviceArg,
     from_offset: Annotated[int | None, typer.Option(
-        "--from", min=0, help="Show only records whose WAL offset is >= this (bytes, logical).")] = None,
+        "--from", min=0,
+        help="Show only records whose WAL offset is >= this (bytes, logical). Reading starts at the first "
+             "block at or after it (a 4 KiB aligned offset holding a valid record header that names "
+             "that offset), not at the trim point; the summary's read_from_offset says where, and "
+             "complete is false (what lies before was not checked).")] = None,
     to_offset: Annotated[int | None, typer.Option(
-        "--to", min=0, help="Show only records whose WAL offset is < this (bytes, logical).")] = None,
+        "--to", min=0,
+        help="Show only records whose WAL offset is < this (bytes, logical); reading stops at the first "
+             "record at or past it (summary: complete false, stopped_by \"to\").")] = None,
     stream: StreamOpt = None,
     limit: Annotated[int | None, typer.Option(
-        "--limit", min=0, help="Stop after this many records shown.")] = None,
+        "--limit", min=0,
+        help="Stop after this many records shown. A run that stops early says so: the summary has "
+             "complete false and stopped_by \"limit\" (damage further on was not checked), and the "
+             "human output warns on stderr.")] = None,
     payload: Annotated[Payload, typer.Option(
         "--payload", help="Show each record's payload as text (UTF-8, invalid bytes escaped), hex, "
                           "base64, or not at all.")] = Payload.none,
@@ -107,8 +116,9 @@ def recover_cmd(
         per_stream: dict[int, list[int]] = {}
         # A live writer may add blocks while we read: then the probe beyond the window would
         # mistake them for mid-log damage, so it only runs when no writer holds the device.
-        events = reader.scan(session.dev, header, result=result, probe=session.writer_pid is None)
-        start = max(header.trim_offset, 0)
+        events = reader.scan(session.dev, header, result=result, probe=session.writer_pid is None,
+                             seek=from_offset)
+        start = max(header.trim_offset, 0, from_offset or 0)
         end = getattr(header, "next_offset", None)
         bar = progress_bar(end - start if end and end > start else None, "scanning the WAL", json_out=json_out,
                            streaming=True)
@@ -124,11 +134,14 @@ def recover_cmd(
                 if from_offset is not None and event.offset < from_offset:
                     continue
                 if to_offset is not None and event.offset >= to_offset:
-                    continue
+                    result.complete = False  # records come in log order: none further on is shown
+                    result.stopped_by = "to"
+                    break
                 if stream is not None and (event.batch is None or event.batch.stream_id != stream):
                     continue
                 if limit is not None and shown >= limit:
                     result.complete = False
+                    result.stopped_by = "limit"
                     break
                 shown += 1
                 if stats:
@@ -145,6 +158,10 @@ def recover_cmd(
             raise
         finally:
             bar.__exit__(None, None, None)
+            events.close()
+        seeked = result.read_from_offset is not None and result.read_from_offset > result.start_offset
+        if seeked and from_offset is not None and header.flavour == "walctl":
+            result.complete = False  # the records before the seek point were not read
         unexplained = _explain_gaps(out, result)
         summary = result.to_json()
         summary["sealed_holes"] = len(result.sealed_holes)
@@ -155,6 +172,10 @@ def recover_cmd(
         summary["flavour"] = header.flavour
         if stats:
             out.stats(per_stream)
+        if not result.complete and not json_out:
+            read = (f"read from offset {summary['read_from_offset']}" + (" (seek to --from)" if seeked else ""))
+            warn(f"incomplete: {read}; stopped by {result.stopped_by} at offset {result.end_offset}; "
+                 f"damage outside what was read was not checked (run without --from/--to/--limit for a full check)")
         corrupt = result.corrupt
         if corrupt:
             first = corrupt[0]

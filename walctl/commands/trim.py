@@ -17,9 +17,18 @@ def trim_cmd(
         min=0, show_default=False,
         help="WAL offset of a live record (as append or recover printed it): it and every "
              "record before it are deleted. The trim point only moves forward.")] = None,
+    scan: Annotated[bool, typer.Option(
+        "--scan", envvar="WALCTL_SCAN",
+        help="Scan the live records (reads the used part of the ring) to check OFFSET against them and "
+             "count the records deleted and left. Env: WALCTL_SCAN.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Move the trim point: records at or before OFFSET are deleted; durable before it returns."""
+    """Move the trim point: records at or before OFFSET are deleted; durable before it returns.
+
+    On a cleanly closed WAL OFFSET is checked by reading the record header there (it carries its
+    own logical offset), and the checkpoint in the header slot is kept: nothing else is read.
+    A WAL whose last writer crashed is scanned (and sealed) first, as append does.
+    """
     import os
 
     from walctl.errors import UsageError
@@ -32,12 +41,22 @@ def trim_cmd(
             device, offset = env_device, int(device)
         else:
             raise UsageError("missing argument OFFSET", hint="walctl trim DEVICE OFFSET")
-    result = trim_wal(device, offset)
+    from walctl.device.blockio import bytes_read_total
+
+    read_before = bytes_read_total()
+    result = trim_wal(device, offset, scan=scan)
+    # records_deleted/left: null when the checkpoint of a cleanly closed log let trim skip the scan
     out = {"device": device, "previous_trim_offset": result.previous_trim_offset,
            "trim_offset": result.trim_offset, "records_deleted": result.records_deleted,
-           "records_left": result.records_left}
+           "records_left": result.records_left, "end_offset": result.end_offset,
+           "live_bytes_left": result.end_offset - result.trim_offset, "scanned": result.scanned,
+           "device_bytes_read": bytes_read_total() - read_before}
     if json_out:
         emit_json(out)
+    elif result.records_deleted is None:
+        stdout_console().print(f"trimmed {device} to offset {result.trim_offset}: "
+                               f"{out['live_bytes_left']} bytes from the trim point to the end of the log "
+                               f"at {result.end_offset}")
     else:
         from walctl.human import plural
 

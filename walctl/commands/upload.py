@@ -9,7 +9,7 @@ import typer
 from walctl.cli import (DeviceArg, EndpointOpt, JsonOpt, NamespaceOpt, StoreOpt, app, command, emit_json,
                         progress_bar, stdout_console, warn)
 from walctl.metrics import MetricsFileOpt
-from walctl.options import Size
+from walctl.options import Duration, Size
 
 
 @app.command("upload")
@@ -25,7 +25,15 @@ def upload_cmd(
         "--split-size", metavar="SIZE", parser=Size(min=1, max=5 << 40),
         help="A stream with at least this much data gets its own Stream Object; smaller streams share one "
              "Stream Set Object (bytes or 16MiB ...; 1 B to 5 TiB).")] = "16MiB",
-    no_trim: Annotated[bool, typer.Option("--no-trim", help="Do not trim the WAL after the commit.")] = False,
+    no_trim: Annotated[bool, typer.Option(
+        "--no-trim", help="Do not trim the WAL after the commit (the records stay until a later upload "
+                          "or trim); upload then succeeds without waiting for a running writer.")] = False,
+    trim_timeout: Annotated[float, typer.Option(
+        "--trim-timeout", envvar="WALCTL_TRIM_TIMEOUT", metavar="DURATION", parser=Duration(min=0),
+        help="When a writer holds the WAL (walctl append running), wait up to this long (30s, 2m ...) for it to "
+             "take the trim through its hand-off socket. If it does not, upload fails with exit 8 (the "
+             "commit stands; a rerun skips it) and writes success 0 to --metrics-file. "
+             "Env: WALCTL_TRIM_TIMEOUT.")] = "30s",
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the objects that would be made; write nothing anywhere.")] = False,
     endpoint_url: EndpointOpt = None,
@@ -40,6 +48,10 @@ def upload_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Upload the WAL's records after the trim point as objects; commit; trim the WAL to the last one.
+
+    While a writer (walctl append) holds the WAL, the trim is handed to that writer through its
+    hand-off socket; upload reports success only once the trim is done (exit 8 after
+    --trim-timeout otherwise; --no-trim skips the trim).
 
     Records this WAL already uploaded (per the store's manifest) are skipped, so a rerun
     after any crash finishes the job without duplicates. A stream gap a crash made (a hole,
@@ -64,10 +76,21 @@ def upload_cmd(
         st = open_store(store, endpoint_url=endpoint_url, create=not dry_run, missing_ok=dry_run)
         if not store_exists(st):
             warn(f"{store}: the store does not exist yet; a real upload creates it")
-        with progress_bar(None, "uploading", json_out=json_out or dry_run) as progress:
-            result = upload(device, st, namespace=namespace, block_size=parse_size(block_size),
-                            split_size=parse_size(split_size), trim=not no_trim, dry_run=dry_run,
-                            accept_gaps=accepted, progress=progress)
+        from walctl.errors import TrimPendingError
+
+        try:
+            with progress_bar(None, "uploading", json_out=json_out or dry_run) as progress:
+                result = upload(device, st, namespace=namespace, block_size=parse_size(block_size),
+                                split_size=parse_size(split_size), trim=not no_trim, dry_run=dry_run,
+                                accept_gaps=accepted, progress=progress, trim_timeout_s=trim_timeout)
+        except TrimPendingError as exc:
+            done = exc.result
+            exc.summary = metrics.summary = {"device": device, "store": store, **done.to_json(),
+                                             "last_wal_offset": done.last_offset,
+                                             "trimmed_to_wal_offset": done.trimmed_to}
+            for message in done.warnings:
+                warn(message)
+            raise
         metrics.summary = out = {"device": device, "store": store, **result.to_json(),
                                  # the same offsets, named apart from the objects' stream offsets
                                  "last_wal_offset": result.last_offset, "trimmed_to_wal_offset": result.trimmed_to}

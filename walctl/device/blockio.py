@@ -107,6 +107,22 @@ class _CheckedDevice:
         self.close()
 
 
+class _ReadCounter(threading.local):
+    """Bytes read from devices by the calling thread (every ``pread_into`` of an fd device): the
+    budget tests and bench/continuous_bench.py count what an open, a trim or a status costs.
+    Per thread, so a background thread (an upload beside the writer) does not blur the count."""
+
+    bytes = 0
+
+
+_read_counter = _ReadCounter()
+
+
+def bytes_read_total() -> int:
+    """Device bytes the calling thread has read so far (all fd devices)."""
+    return _read_counter.bytes
+
+
 class _FdDevice(_CheckedDevice):
     """A device behind an open file descriptor; subclasses choose the flush discipline."""
 
@@ -159,6 +175,7 @@ class _FdDevice(_CheckedDevice):
                 if got == 0:
                     break
                 done += got
+            _read_counter.bytes += done
             if done < want:
                 raise _io_failure(f"short read: got {done} of {want} bytes (end of device)",
                                   where=self.path, offset=offset + done)

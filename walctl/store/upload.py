@@ -24,6 +24,7 @@ from walctl.store import manifest as mf
 
 DEFAULT_BLOCK_SIZE = 1 << 20  # payload per DataBlock (FORMATS.md 3)
 DEFAULT_SPLIT_SIZE = 16 << 20  # a stream this large gets its own Stream Object
+DEFAULT_TRIM_TIMEOUT_S = 30.0  # how long upload waits for a running writer to take its trim
 
 
 @dataclass
@@ -155,12 +156,14 @@ def _check_streams(entries, manifest: dict, holes, accepted: set[tuple[int, int,
 
 def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block_size: int = DEFAULT_BLOCK_SIZE,
            split_size: int = DEFAULT_SPLIT_SIZE, trim: bool = True, dry_run: bool = False,
-           accept_gaps: list[tuple[int, int, int]] = (), progress=None) -> UploadResult:
+           accept_gaps: list[tuple[int, int, int]] = (), progress=None,
+           trim_timeout_s: float = DEFAULT_TRIM_TIMEOUT_S) -> UploadResult:
     """Upload the WAL's records after the trim point; commit; trim to the last one uploaded.
 
     Args:
         accept_gaps: (stream, from, to): stream offsets [from, to) the operator accepts as gone
             (``--accept-gap``); such a gap is uploaded as a gap and recorded in the manifest.
+        trim_timeout_s: how long a live writer may take to do the trim (the hand-off).
         progress: if given, ``progress(done, total)`` is called with the payload bytes uploaded so far.
     Returns an UploadResult; ``bad_records`` lists records whose body is no StreamRecordBatch:
     they are not uploaded and the WAL is not trimmed past the first of them (see 'recover').
@@ -319,7 +322,12 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
             f"--from {first.offset} --to {first.offset + 1} --payload hex', then drop it with "
             f"'walctl trim {wal_path} {max(e.offset for e in skipped + todo + bad)}'")
     if trim and trim_to is not None and trim_to > header.trim_offset:
-        result.trimmed_to = _trim_after(wal_path, trim_to, result.warnings)
+        try:
+            result.trimmed_to = _trim_after(wal_path, trim_to, result.warnings, trim_timeout_s)
+        except WalctlError as exc:
+            exc.result = result  # committed: the caller still reports what was uploaded
+            result.seconds = time.monotonic() - started
+            raise
     result.seconds = time.monotonic() - started
     return result
 
@@ -396,15 +404,101 @@ def _open_for_upload(wal_path: str, warnings: list[str]):
         return dev, False
 
 
-def _trim_after(wal_path: str, offset: int, warnings: list[str]) -> int | None:
-    """Trim to the last uploaded record; a busy or moved WAL only costs a warning (upload is idempotent)."""
+def _trim_after(wal_path: str, offset: int, warnings: list[str], timeout_s: float) -> int | None:
+    """Trim to the last uploaded record: directly, or by the running writer through its hand-off
+    socket (FORMATS.md 1.7), retrying up to ``timeout_s``; TrimPendingError when neither happened.
+    A moved trim point (someone trimmed past it) only costs a warning (upload is idempotent)."""
+    from walctl.wal.handoff import trim_or_hand_off
     from walctl.wal.ops import trim_wal
 
     try:
-        trim_wal(wal_path, offset)
+        how = trim_or_hand_off(wal_path, offset, timeout_s, trim_wal)
+        if how == "writer":
+            warnings.append(f"{wal_path}: a writer is active; it took the trim to {offset}")
         return offset
-    except (RefusedError, UsageError) as exc:
+    except UsageError as exc:
         warnings.append(f"{wal_path}: not trimmed ({exc.what}); the next upload skips what is already uploaded")
         return None
     except WalctlError:
         raise
+
+
+DEFAULT_UPLOAD_AT = 512 << 20  # AutoMQ's default: upload once this much of the WAL is not yet uploaded
+UPLOAD_POLL_S = 0.05  # how often the background uploader looks at the writer's acknowledged end
+
+
+@dataclass
+class BackgroundStats:
+    uploads: int = 0
+    records: int = 0
+    objects: int = 0
+    failures: int = 0
+    last_error: str | None = None
+
+    def to_json(self) -> dict:
+        return {"uploads": self.uploads, "records": self.records, "objects": self.objects,
+                "failures": self.failures, "last_error": self.last_error}
+
+
+class BackgroundUploader:
+    """Writer-side upload (AutoMQ's broker does the same): from inside the writer's process, each
+    time ``upload_at`` bytes of acknowledged log lie past the trim point, upload them, commit, and
+    trim through the writer itself. Appends and acknowledgements never wait for it.
+
+    Crash safety is upload()'s: a kill at any moment leaves prepared ids (gc) or a commit whose
+    records a rerun of ``walctl upload`` skips; the trim follows the commit.
+    """
+
+    def __init__(self, wal_path: str, store, writer, upload_at: int, *, on_warning=None, **upload_options):
+        import threading
+
+        self.wal_path = wal_path
+        self.store = store
+        self.writer = writer
+        self.upload_at = upload_at
+        self.options = upload_options
+        self.on_warning = on_warning
+        self.stats = BackgroundStats()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="walctl-uploader", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Let a running upload finish (its commit and trim), then stop."""
+        self._stop.set()
+        self._thread.join()
+
+    def pending_bytes(self) -> int:
+        return self.writer.acked_end - max(self.writer.header.trim_offset, 0)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(UPLOAD_POLL_S):
+            if self.pending_bytes() < self.upload_at:
+                continue
+            try:
+                self.upload_once()
+            except Exception as exc:  # the writer goes on; the next round (or walctl upload) retries
+                self.stats.failures += 1
+                self.stats.last_error = str(exc)
+                if self.on_warning is not None:
+                    self.on_warning(f"{self.wal_path}: background upload failed ({exc}); retrying later")
+                self._stop.wait(1.0)
+
+    def upload_once(self) -> UploadResult:
+        result = upload(self.wal_path, self.store, trim=False, **self.options)
+        self.stats.uploads += 1
+        self.stats.records += result.records
+        self.stats.objects += len(result.objects)
+        if result.last_offset is not None and result.last_offset > self.writer.header.trim_offset:
+            deadline = time.monotonic() + 5.0
+            while True:
+                try:
+                    self.writer.trim_to(result.last_offset, uploaded=True)
+                    break
+                except UsageError:
+                    # durable (upload read it) but its acknowledgement is a moment behind
+                    if time.monotonic() > deadline or result.last_offset < self.writer.header.trim_offset:
+                        raise
+                    time.sleep(0.01)
+            result.trimmed_to = result.last_offset
+        return result

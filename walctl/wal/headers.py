@@ -9,11 +9,14 @@ from dataclasses import replace
 
 from walctl.device.buffers import aligned_buffer
 from walctl.errors import FormatError, NotFoundError
+from walctl.format.checkpoint import POSITION as CHECKPOINT_POSITION, Checkpoint
 from walctl.format.header import ALIGN, AUTOMQ_BLOCK_SIZES, HEADERS_SIZE, SLOT_COUNT, SLOT_SIZE, WalHeader
 
 # Bytes read from the device's start to find the header slots: both slots of the largest
 # AutoMQ block size tried (2 x 64 KiB).
 DETECT_BYTES = 2 * max(AUTOMQ_BLOCK_SIZES)
+
+KEEP = object()  # write_header: carry the current slot's checkpoint over
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,8 @@ class Slot:
     header: WalHeader | None
     error: FormatError | None
     block_size: int = SLOT_SIZE  # the slot's size: it sits at index x block_size
+    checkpoint: Checkpoint | None = None  # FORMATS.md 1.6; None: none written (or damaged)
+    checkpoint_error: FormatError | None = None
 
     @property
     def position(self) -> int:
@@ -33,6 +38,9 @@ class Slot:
             out["last_write_timestamp_ns"] = self.header.last_write_timestamp_ns
         if self.error is not None:
             out["error"] = str(self.error)
+        out["checkpoint"] = self.checkpoint is not None
+        if self.checkpoint_error is not None:
+            out["checkpoint_error"] = str(self.checkpoint_error)
         return out
 
 
@@ -54,6 +62,11 @@ class HeaderState:
         return header
 
     @property
+    def checkpoint(self) -> Checkpoint | None:
+        """The current slot's checkpoint (None: none, or damaged: the caller scans)."""
+        return self.slots[self.current].checkpoint
+
+    @property
     def bad_slots(self) -> list[Slot]:
         return [s for s in self.slots if s.header is None]
 
@@ -66,9 +79,17 @@ def decode_slots(raw: bytes | memoryview, block_size: int = SLOT_SIZE, *, source
             header = WalHeader.decode(raw, index * block_size)
             if block_size != SLOT_SIZE:
                 header = replace(header, block_size=block_size)
-            slots.append(Slot(index, header, None, block_size))
         except FormatError as exc:
             slots.append(Slot(index, None, exc, block_size))
+            continue
+        checkpoint, error = None, None
+        if header.flavour == "walctl":
+            try:
+                slot = memoryview(raw)[index * SLOT_SIZE:(index + 1) * SLOT_SIZE]
+                checkpoint = Checkpoint.decode(slot, CHECKPOINT_POSITION)
+            except FormatError as exc:
+                error = exc  # the header stands; without its checkpoint the next open scans
+        slots.append(Slot(index, header, None, block_size, checkpoint, error))
     valid = [s for s in slots if s.header is not None]
     if not valid:
         reasons = "; ".join(f"slot {s.index}: {s.error}" for s in slots)
@@ -177,19 +198,27 @@ def next_timestamp(previous_ns: int) -> int:
     return max(time.time_ns(), previous_ns + 1)
 
 
-def write_slot(dev, index: int, header: WalHeader) -> None:
+def write_slot(dev, index: int, header: WalHeader, checkpoint: Checkpoint | None = None) -> None:
     buf = aligned_buffer(SLOT_SIZE)
     buf[:] = header.encode_slot()
+    if checkpoint is not None:
+        data = checkpoint.encode()
+        buf[CHECKPOINT_POSITION:CHECKPOINT_POSITION + len(data)] = data
     # Durability: the device was opened for writing with O_DSYNC (or fdatasync after
     # each write), so the header is on stable media when pwrite returns.
     dev.pwrite(index * SLOT_SIZE, buf)
 
 
-def write_header(dev, state: HeaderState, header: WalHeader) -> HeaderState:
-    """Write ``header`` durably into the slot that is not current; return the new state."""
+def write_header(dev, state: HeaderState, header: WalHeader, checkpoint=KEEP) -> HeaderState:
+    """Write ``header`` durably into the slot that is not current; return the new state.
+
+    ``checkpoint``: the slot's checkpoint (FORMATS.md 1.6); by default the current one is kept.
+    """
+    if checkpoint is KEEP:
+        checkpoint = state.checkpoint
     header = header.with_(last_write_timestamp_ns=next_timestamp(state.header.last_write_timestamp_ns))
     target = 1 - state.current
-    write_slot(dev, target, header)
+    write_slot(dev, target, header, checkpoint)
     slots = list(state.slots)
-    slots[target] = Slot(target, header, None)
+    slots[target] = Slot(target, header, None, SLOT_SIZE, checkpoint)
     return HeaderState(tuple(slots), target)

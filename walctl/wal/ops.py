@@ -6,7 +6,6 @@ Each returns result dataclasses and never prints; the layer above renders them.
 from __future__ import annotations
 
 import os
-import stat
 import time
 from dataclasses import dataclass, field
 
@@ -18,13 +17,14 @@ from walctl.errors import (CorruptionError, FormatError, NotFoundError, RefusedE
                            WalctlError)
 from walctl.failpoints import failpoint
 from walctl.format import record as rec
+from walctl.format.checkpoint import Checkpoint, bounded
 from walctl.format.seal import SealDescriptor
 from walctl.format.header import (HEADERS_SIZE, SLOT_SIZE, MIN_CAPACITY, SHUTDOWN_GRACEFUL, SHUTDOWN_UNGRACEFUL,
                                   WalHeader)
 from walctl.wal import gaps, reader
 from walctl.wal.headers import HeaderState, decode_slots, read_headers, write_header, write_slot
 from walctl.wal.layout import Ring, align_down, align_up
-from walctl.wal.writer import WINDOW_INITIAL, WalWriter
+from walctl.wal.writer import WINDOW_INITIAL, WalWriter, check_record_at
 
 
 @dataclass
@@ -106,9 +106,11 @@ def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool 
         header = WalHeader(capacity=capacity, trim_offset=-1, last_write_timestamp_ns=ts,
                            sliding_window_max_length=min(WINDOW_INITIAL, ring), shutdown_type=SHUTDOWN_GRACEFUL,
                            node_id=node_id, epoch=-1, next_offset=0)
-        write_slot(dev, 0, header)
+        # An empty log whose every stream is known (none): the first append needs no scan.
+        checkpoint = Checkpoint(log_end=0, complete=True)
+        write_slot(dev, 0, header, checkpoint)
         header = header.with_(last_write_timestamp_ns=ts + 1)
-        write_slot(dev, 1, header)
+        write_slot(dev, 1, header, checkpoint)
         return InitResult(path, header, created, size, wiped, warnings, dev.is_block_device)
     except BaseException:  # failed or interrupted (SIGTERM): no half-made WAL file is left behind
         _remove_if_created(path, created)
@@ -163,6 +165,7 @@ class OpenedWAL:
     sealed_ranges: int
     warnings: list[str]
     previous_shutdown: int
+    checkpoint: Checkpoint | None = None  # what the open established (None: stream ends unknown)
 
     @property
     def header(self) -> WalHeader:
@@ -184,12 +187,44 @@ def read_wal_state(dev, path: str) -> HeaderState:
     return state
 
 
+def trusted_checkpoint(state: HeaderState) -> Checkpoint | None:
+    """The current slot's checkpoint when it describes the log as it is (FORMATS.md 1.6): the last
+    writer closed cleanly and the checkpoint's end is the header's nextOffset. Else None (scan)."""
+    header, cp = state.header, state.checkpoint
+    if cp is None or header.flavour != "walctl" or not header.clean:
+        return None
+    if align_up(cp.log_end) != header.next_offset or cp.log_end < max(header.trim_offset, 0):
+        return None
+    return cp
+
+
+def checkpoint_after_scan(state: HeaderState, result: reader.ScanResult, keep: int | None = None) -> Checkpoint:
+    """The checkpoint a full scan establishes: the slot's (for streams trimmed away since) updated
+    with what the scan saw (which is newer). Complete when the earlier one was, or nothing was
+    ever trimmed (the scan saw every record)."""
+    cp = state.checkpoint
+    streams = dict(cp.streams) if cp is not None else {}
+    streams.update(result.stream_ends)
+    complete = cp.complete if cp is not None else state.header.trim_offset < 0
+    # Bounded to what a slot holds: the streams the scan saw first (they still have records).
+    rank = {sid: 1 for sid in result.stream_ends}
+    if keep is not None:
+        rank[keep] = 2  # the stream the caller is about to write
+    streams, kept_all = bounded(streams, rank)
+    return Checkpoint(result.end_offset, streams, complete and kept_all, cp.uploaded_offset if cp is not None else -1)
+
+
 def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
-                keep_offsets: bool = False, budget=None) -> OpenedWAL:
+                keep_offsets: bool = False, budget=None, need_stream: int | None = None,
+                scan_without_checkpoint: bool = False) -> OpenedWAL:
     """Lock the device, recover it if the last writer crashed, and return a writer.
 
+    A cleanly closed WAL with a checkpoint (FORMATS.md 1.6) opens from its headers alone.
+
     Args:
-        scan: scan the log even after a clean shutdown (to learn stream offsets).
+        scan: scan the log even after a clean shutdown.
+        need_stream: the caller needs this stream's next offset: scan a clean log only when the
+            checkpoint cannot tell it (no checkpoint, or one that lists too few streams).
         budget: a walctl.wal.pacing.Budget: block writes per second and bytes per second.
     Raises:
         NotFoundError: no valid header. RefusedError: another writer, or an AutoMQ WAL.
@@ -206,17 +241,27 @@ def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
         result = None
         sealed = 0
         next_offset = header.next_offset
+        checkpoint = trusted_checkpoint(state)
+        if need_stream is not None and (checkpoint is None or not (checkpoint.complete
+                                                                   or need_stream in checkpoint.streams)):
+            scan = True
+        if scan_without_checkpoint and checkpoint is None:
+            scan = True
         if scan or not header.clean:
             result = _scan_for_writer(dev, header, path, keep_offsets)
             if not header.clean:
                 sealed = seal(dev, header, result)
                 next_offset = result.next_block_offset
-        state = write_header(dev, state, header.with_(shutdown_type=SHUTDOWN_UNGRACEFUL, next_offset=next_offset))
-        writer = WalWriter(dev, state, next_offset, iodepth=iodepth, on_ack=on_ack, budget=budget)
+            checkpoint = checkpoint_after_scan(state, result, need_stream)
+        # The recovery scan's result is checkpointed now, so a trim during this run keeps it.
+        state = write_header(dev, state, header.with_(shutdown_type=SHUTDOWN_UNGRACEFUL, next_offset=next_offset),
+                             checkpoint if checkpoint is not None else state.checkpoint)
+        writer = WalWriter(dev, state, next_offset, iodepth=iodepth, on_ack=on_ack, budget=budget,
+                           checkpoint=checkpoint)
     except BaseException:
         dev.close()
         raise
-    return OpenedWAL(writer, result, sealed, list(dev.warnings), previous)
+    return OpenedWAL(writer, result, sealed, list(dev.warnings), previous, checkpoint)
 
 
 def _scan_for_writer(dev, header: WalHeader, path: str, keep_offsets: bool):
@@ -308,24 +353,45 @@ def _patch(dev, ring: Ring, offset: int, data: bytes) -> None:
 class TrimResult:
     previous_trim_offset: int
     trim_offset: int
-    records_deleted: int
-    records_left: int
+    records_deleted: int | None  # None when no scan ran (a clean log with a checkpoint)
+    records_left: int | None
     header: WalHeader
+    end_offset: int = 0  # end of the log
+    scanned: bool = False
 
 
-def trim_wal(path: str, offset: int) -> TrimResult:
-    """Delete (logically) the records at or before ``offset``, which must be a live record's offset."""
-    opened = open_writer(path, scan=True, keep_offsets=True)
+def trim_wal(path: str, offset: int, *, scan: bool = False) -> TrimResult:
+    """Delete (logically) the records at or before ``offset``, which must be a live record's offset.
+
+    On a cleanly closed log with a checkpoint, ``offset`` is checked by reading the record
+    header there (it carries its own logical offset); nothing else of the log is read.
+    ``scan``: scan the log anyway (to count the records deleted and left).
+    """
+    # Without a trusted checkpoint (a WAL written before them) trim scans, as it always did.
+    opened = open_writer(path, scan=scan, keep_offsets=True, scan_without_checkpoint=True)
     writer = opened.writer
     try:
         previous = writer.header.trim_offset
-        offsets = opened.scan.record_offsets
+        end = writer.acked_end
         if offset <= previous:
             raise UsageError(f"trim offset {offset} is not after the current trim point {previous}",
                              where=path, hint="the trim point only moves forward")
-        if offset not in offsets:
+        if offset >= end:
+            near = _records_near(writer.dev, writer.ring, end, max(previous, 0), end)
+            raise UsageError(f"no live record starts at offset {offset}: the log ends at {end}", where=path,
+                             hint=("nearest record offsets: " + ", ".join(map(str, near))) if near else
+                             "give an offset that append, upload or recover printed")
+        offsets = opened.scan.record_offsets if opened.scan is not None else None
+        if offsets is not None and offset not in offsets:
             raise UsageError(f"no live record starts at offset {offset}", where=path,
                              hint=_nearest(offsets, offset))
+        try:
+            check_record_at(writer.dev, writer.ring, offset)
+        except UsageError as exc:
+            near = _records_near(writer.dev, writer.ring, offset, max(previous, 0), end)
+            if near:
+                exc.hint = "nearest record offsets: " + ", ".join(map(str, near))
+            raise exc.at(path)
         writer.update_header(trim_offset=offset)
     except UsageError:
         writer.close()  # nothing written but the open's header: leave the log clean
@@ -334,8 +400,44 @@ def trim_wal(path: str, offset: int) -> TrimResult:
         writer.abort()
         raise
     writer.close()
+    if offsets is None:
+        return TrimResult(previous, offset, None, None, writer.header, end, False)
     deleted = sum(1 for o in offsets if o <= offset)
-    return TrimResult(previous, offset, deleted, len(offsets) - deleted, writer.header)
+    return TrimResult(previous, offset, deleted, len(offsets) - deleted, writer.header, end, True)
+
+
+NEAR_SEARCH_BYTES = 1 << 20  # how far before a wrong trim offset to look for a block start (the hint)
+
+
+def _records_near(dev, ring: Ring, offset: int, start: int, end: int) -> list[int]:
+    """The record offsets just before and after ``offset``, for an error's hint: find a block
+    start at most 1 MiB before it, then follow its records (reads about that much, not the log)."""
+    log = reader.LogReader(dev, ring)
+    o = align_down(offset)
+    floor = max(start, o - NEAR_SEARCH_BYTES)
+    log.read(floor, o + rec.SIZE - floor)  # one read of the range, walked back in memory
+    while o >= floor:
+        try:
+            head = rec.RecordHeader.decode(log.read(o, rec.SIZE), expected_offset=o)
+            break
+        except FormatError:
+            o -= 4096
+    else:
+        return []
+    before = after = None
+    while o < end and after is None:
+        try:
+            head = rec.RecordHeader.decode(log.read(o, rec.SIZE), expected_offset=o)
+        except FormatError:
+            o = align_up(o + 1)
+            continue
+        if not head.is_padding:
+            if o < offset:
+                before = o
+            elif o > offset:
+                after = o
+        o = head.end
+    return [x for x in (before, after) if x is not None]
 
 
 def _nearest(offsets: list[int], offset: int) -> str:

@@ -157,13 +157,17 @@ def _reason(exc: FormatError) -> str:
 class LogReader:
     """Reads logical ranges of the ring through an aligned chunk cache (O_DIRECT-friendly)."""
 
-    def __init__(self, dev, ring: Ring):
+    def __init__(self, dev, ring: Ring, account: "ScanResult | None" = None):
         self.dev = dev
         self.ring = ring
         self._chunk_start = -1
         self._chunk = None
         self._chunk_len = 0
         self.bytes_read = 0
+        self.account = account  # kept up to date as reads happen (a consumer may stop a scan early)
+        # A known end of the log (a clean header's nextOffset): chunks stop one 4 KiB block past it,
+        # so reading the last records costs what they take, not a whole chunk more.
+        self.stop: int | None = None
 
     def read(self, offset: int, length: int) -> memoryview:
         """Bytes at logical [offset, offset+length); shorter when the range would cross the lap end."""
@@ -172,11 +176,15 @@ class LogReader:
         if not (self._chunk_start <= phys and phys + length <= self._chunk_start + self._chunk_len):
             start = align_down(phys)
             size = min(max(CHUNK_BYTES, align_up(phys + length) - start), self.ring.capacity - start)
+            if self.stop is not None and offset < self.stop + ALIGN:
+                size = min(size, align_up(phys - start + max(length, self.stop + ALIGN - offset)))
             if self._chunk is None or len(self._chunk) < size:
                 self._chunk = aligned_buffer(align_up(size))
             view = memoryview(self._chunk)[:size]
             self.dev.pread_into(start, view)
             self.bytes_read += size
+            if self.account is not None:
+                self.account.bytes_read = self.bytes_read
             self._chunk_start, self._chunk_len = start, size
         rel = phys - self._chunk_start
         return memoryview(self._chunk)[rel:rel + length]
@@ -208,6 +216,7 @@ class ScanResult:
     stopped_by: str = "end of log"
     complete: bool = True
     bytes_read: int = 0
+    read_from_offset: int | None = None  # where reading started (the trim point, or a seek's block)
 
     @property
     def corrupt(self) -> list[Finding]:
@@ -232,6 +241,7 @@ class ScanResult:
             "stopped_by": self.stopped_by,
             "complete": self.complete,
             "bytes_read": self.bytes_read,
+            "read_from_offset": self.read_from_offset if self.read_from_offset is not None else self.start_offset,
         }
 
 
@@ -245,7 +255,7 @@ class _Gap:
 
 
 def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = False,
-         result: ScanResult | None = None) -> Iterator[Entry | Finding]:
+         result: ScanResult | None = None, seek: int | None = None) -> Iterator[Entry | Finding]:
     """Yield every live record and finding in log order; ``result`` is filled as it goes.
 
     AutoMQ's logs (header flavour "automq-v0"/"automq-v1") follow AutoMQ's own rules
@@ -257,6 +267,9 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
             trim point for valid records; finding one proves mid-log damage (a crash
             never writes past the window). Costs a read of the rest of the ring.
         keep_offsets: remember every record offset in ``result.record_offsets``.
+        seek: start reading at the first block at or after this offset (a 4 KiB aligned offset
+            holding a valid record header whose bodyOffset matches) instead of the trim point;
+            ``result.read_from_offset`` says where (walctl's native WALs; ignored for AutoMQ's).
     """
     ring = Ring(header.capacity, header.block_size)
     res = result if result is not None else ScanResult(header, ring)
@@ -264,7 +277,7 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
     if header.flavour != "walctl":
         yield from _scan_automq(dev, header, res, probe=probe, keep_offsets=keep_offsets)
         return
-    reader = LogReader(dev, ring)
+    reader = LogReader(dev, ring, res)
     trim = header.trim_offset
     start = max(trim, 0)
     limit = start + ring.size  # the writer never lets a block end further than this from the trim point
@@ -272,12 +285,24 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
     # A clean header promises the log reaches nextOffset: look at least that far.
     must_reach = header.next_offset if header.clean and header.flavour == "walctl" else 0
     res.start_offset = res.end_offset = start
+    if must_reach:
+        reader.stop = must_reach
     explained = not header.clean
     # walctl pads blocks with zeros, so anything else after a block's last record is damage;
     # AutoMQ pads with stale buffer bytes, so there the check cannot apply.
     zero_padding = header.flavour == "walctl"
 
     o = start
+    if seek is not None and seek > start:
+        # Seek (recover --from): the first block start at or after ``seek``, found by a probe of
+        # 4 KiB boundaries up to the end a clean header promises (else one ring past the trim).
+        o = _block_at_or_before(reader, seek, start) if seek < (must_reach or limit) else None
+        if o is None:
+            o = _probe(reader, seek, must_reach or limit)
+        if o is None:
+            o = must_reach or limit
+        res.end_offset = o
+    res.read_from_offset = o
     first_bad: int | None = None
     gap: _Gap | None = None
 
@@ -289,6 +314,10 @@ def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = Fal
     while o < limit:
         if first_bad is not None and o >= first_bad + window and o >= must_reach:
             res.stopped_by = "one sliding window past the first invalid block"
+            break
+        if must_reach and first_bad is not None and first_bad >= must_reach and gap is not None and not gap.torn:
+            # A clean log ends where its header says: the writer drained every block before it
+            # wrote nextOffset, so no block of its lies beyond (no window to look through).
             break
         raw = reader.read(o, rec.SIZE)
         try:
@@ -401,6 +430,34 @@ def _note_seal(res: ScanResult, reader: LogReader, o: int, head: rec.RecordHeade
         return  # damaged evidence is no evidence: the gap it explained becomes unexplained
     if not any(h.start == descriptor.hole_start for h in res.sealed_holes):
         res.sealed_holes.append(CrashHole(descriptor.hole_start, descriptor.hole_end, descriptor, o))
+
+
+SEEK_BACK_BYTES = 1 << 20  # a seek looks this far back for the block holding its offset,
+SEEK_BACK_FIRST = 64 << 10  # in two steps: this far first
+
+
+def _block_at_or_before(reader: LogReader, offset: int, floor: int) -> int | None:
+    """The last 4 KiB boundary at or before ``offset`` (not below ``floor``, at most 1 MiB back)
+    holding a valid record header that names it: reading from there shows every record at or
+    after ``offset``, also those of the block that holds it."""
+    top = align_down(offset)
+    # Most blocks are small: look near first, then one block's span (the writer's soft limit), then 1 MiB.
+    for back in (SEEK_BACK_FIRST, 5 * SEEK_BACK_FIRST, SEEK_BACK_BYTES):
+        lowest = max(floor, top - back)
+        reader.read(lowest, top + rec.SIZE - lowest)  # one read of the range, then walk it back in memory
+        o = top
+        while o >= lowest:
+            try:
+                head = rec.RecordHeader.decode(reader.read(o, rec.SIZE), expected_offset=o)
+                if head.end <= reader.ring.lap_end(o):
+                    return o
+            except FormatError:
+                pass
+            o -= ALIGN
+        top = lowest - ALIGN
+        if top < floor:
+            break
+    return None
 
 
 def _probe(reader: LogReader, start: int, limit: int, *, automq: bool = False) -> int | None:

@@ -30,8 +30,9 @@ from walctl.device.blockio import open_write_queue
 from walctl.device.buffers import aligned_buffer
 from walctl.errors import FullError, IOFailure, UsageError, WalctlError
 from walctl.format import record as rec
+from walctl.format.checkpoint import Checkpoint, bounded
 from walctl.format.header import SHUTDOWN_GRACEFUL
-from walctl.wal.headers import HeaderState, write_header
+from walctl.wal.headers import KEEP, HeaderState, write_header
 from walctl.wal.layout import Ring, align_up
 from walctl.wal.pacing import Budget, Pacer, StageRecorder
 
@@ -77,6 +78,9 @@ class _Block:
     start: int
     end: int  # logical end of the block's extent (padding blocks extend to the lap end)
     records: list[tuple[int, Any]] = field(default_factory=list)
+    # (stream id, next stream offset, record offset) of the records that carry a stream batch
+    stream_marks: list[tuple[int, int, int]] = field(default_factory=list)
+    log_end: int = 0  # end of its last record (padding blocks: the lap end), set when sealed
     # Records are encoded straight into the aligned buffer that is written (zero-padded to
     # 4 KiB when sealed): no intermediate copy of the block.
     buf: Any = None
@@ -96,7 +100,8 @@ class WalWriter:
 
     def __init__(self, dev, state: HeaderState, next_offset: int, *, iodepth: int = DEFAULT_IODEPTH,
                  block_soft_limit: int = BLOCK_SOFT_LIMIT, on_ack: AckCallback | None = None,
-                 window_upper_limit: int = WINDOW_UPPER_LIMIT, budget: Budget | None = None):
+                 window_upper_limit: int = WINDOW_UPPER_LIMIT, budget: Budget | None = None,
+                 checkpoint: Checkpoint | None = None):
         if iodepth < 1:
             raise UsageError(f"iodepth must be >= 1, got {iodepth}")
         self.dev = dev
@@ -139,6 +144,16 @@ class WalWriter:
             self._pacer_thread = threading.Thread(target=self._pace_loop, name="walctl-pacer", daemon=True)
             self._pacer_thread.start()
         self.stages = StageRecorder()
+        # Checkpoint (FORMATS.md 1.6): what the log holds as of its durable, acknowledged end.
+        # ``checkpoint`` is what the open established (None: unknown, nothing is claimed).
+        base = checkpoint or Checkpoint(log_end=next_offset)
+        self.acked_end = base.log_end  # end of the last acknowledged record
+        self.stream_ends: dict[int, int] = dict(base.streams)  # stream -> next offset (acked records)
+        self._stream_recency: dict[int, int] = {}  # stream -> offset of its last acked record
+        self._streams_complete = base.complete
+        self.uploaded_offset = base.uploaded_offset
+        self._untracked = checkpoint is None  # records without a stream mark: stream ends unknown
+        self.before_close: list[Callable[[], None]] = []  # e.g. stop the trim hand-off listener
         # stats
         self.blocks_written = 0
         self.bytes_written = 0
@@ -159,8 +174,13 @@ class WalWriter:
     def trim_start(self) -> int:
         return max(self.state.header.trim_offset, 0)
 
-    def append(self, body: bytes, token: Any = None) -> int:
-        """Queue one record; returns its WAL offset. It is durable only once ``on_ack`` saw it."""
+    def append(self, body: bytes, token: Any = None, stream: tuple[int, int] | None = None) -> int:
+        """Queue one record; returns its WAL offset. It is durable only once ``on_ack`` saw it.
+
+        ``stream``: (stream id, next stream offset after this record) when the body is a
+        StreamRecordBatch; the checkpoint written at close and at trim tracks it. A record
+        appended without it makes the stream ends unknown (the checkpoint lists none).
+        """
         size = rec.SIZE + len(body)
         if size > self.ring.size or align_up(size) > self.window_cap:
             raise UsageError(f"record of {len(body)} bytes does not fit this WAL "
@@ -180,6 +200,10 @@ class WalWriter:
             cur.length = pos + size
             cur.end = cur.start + align_up(cur.length)
             cur.records.append((offset, token))
+            if stream is not None:
+                cur.stream_marks.append((stream[0], stream[1], offset))
+            else:
+                self._untracked = True
             self._submit_cur(wait=False)
             return offset
 
@@ -204,6 +228,44 @@ class WalWriter:
             self._check_usable()
             self._write_header(**changes)
 
+    def checkpoint(self) -> Checkpoint:
+        """What the acknowledged part of the log holds (FORMATS.md 1.6), bounded to fit a slot."""
+        with self._lock:
+            if self._untracked:
+                return Checkpoint(self.acked_end, uploaded_offset=self.uploaded_offset)
+            streams, kept_all = bounded(self.stream_ends, self._stream_recency)
+            return Checkpoint(self.acked_end, streams, self._streams_complete and kept_all, self.uploaded_offset)
+
+    def trim_to(self, offset: int, *, uploaded: bool = False) -> int:
+        """Move the trim point to ``offset`` from inside the running writer, durably, with a checkpoint.
+
+        ``offset`` must be a data record at or after the trim point (checked by reading its header)
+        whose block is acknowledged. ``uploaded``: an upload committed every record up to it.
+        Returns the previous trim offset.
+
+        Raises:
+            UsageError: ``offset`` is not after the trim point, not acknowledged yet, or not a record.
+        """
+        with self._lock:
+            self._check_usable()
+            previous = self.state.header.trim_offset
+            if offset <= previous:
+                if offset == previous:
+                    return previous
+                raise UsageError(f"trim offset {offset} is before the current trim point {previous}",
+                                 hint="the trim point only moves forward")
+            if offset >= self.acked_end:
+                raise UsageError(f"offset {offset} is not in the acknowledged log (it ends at {self.acked_end})")
+            check_record_at(self.dev, self.ring, offset)
+            if uploaded:
+                self.uploaded_offset = max(self.uploaded_offset, offset)
+            # nextOffset of a running writer's header is not trusted (shutdownType 1), but it must
+            # not fall behind the trim point: the acknowledged end is a true lower bound.
+            self._write_header(trim_offset=offset, next_offset=max(self.state.header.next_offset,
+                                                                   align_up(self.acked_end)),
+                               checkpoint=self.checkpoint())
+            return previous
+
     def close(self) -> None:
         """Drain, then mark the shutdown graceful with nextOffset so the next open needs no scan.
 
@@ -211,11 +273,13 @@ class WalWriter:
         """
         if self._closed:
             return
+        self._run_before_close()
         try:
             if self._failed is None:
                 self.drain()
                 with self._lock:
-                    self._write_header(shutdown_type=SHUTDOWN_GRACEFUL, next_offset=self.next_block)
+                    self._write_header(shutdown_type=SHUTDOWN_GRACEFUL, next_offset=self.next_block,
+                                       checkpoint=self.checkpoint())
         finally:
             with self._lock:
                 self._closed = True
@@ -229,6 +293,7 @@ class WalWriter:
 
     def abort(self) -> None:
         """Stop without the clean-shutdown header (the next writer scans), and release the device."""
+        self._run_before_close()
         with self._lock:
             if self._closed:
                 return
@@ -238,6 +303,11 @@ class WalWriter:
         self._stop_pacer()
         self._queue.close()
         self.dev.close()
+
+    def _run_before_close(self) -> None:
+        hooks, self.before_close = self.before_close, []
+        for hook in hooks:
+            hook()
 
     # -- placement -----------------------------------------------------------------
     def _place(self, size: int) -> int:
@@ -260,6 +330,7 @@ class WalWriter:
                 self._cur = self._open_block(start, lap_end, len(padding))
                 self._cur.buf[:len(padding)] = padding
                 self._cur.length = len(padding)
+                self._cur.log_end = lap_end
                 self._seal()
                 self._pump(wait=True, keep=self.run_ahead)
                 start = self.next_block
@@ -307,6 +378,8 @@ class WalWriter:
         cur = self._cur
         # Blocks are written zero-padded to 4 KiB (a reused buffer holds an older block's bytes).
         cur.buf[cur.length:align_up(cur.length)] = bytes(align_up(cur.length) - cur.length)
+        if not cur.log_end:  # data blocks; a padding block's record ends at the lap end (set by _place)
+            cur.log_end = cur.start + cur.length
         with _signals_deferred():
             # Both or neither: an interrupt in between would lose or duplicate the block.
             block, self._cur = self._cur, None
@@ -404,6 +477,10 @@ class WalWriter:
         while self._inflight and self._inflight[0].done and self._inflight[0].error is None \
                 and self._failed is None:
             head = self._inflight.popleft()
+            self.acked_end = head.log_end
+            for sid, end, offset in head.stream_marks:
+                self.stream_ends[sid] = end
+                self._stream_recency[sid] = offset
             for offset, token in head.records:
                 self.records_acked += 1
                 if self.on_ack is not None:
@@ -463,9 +540,9 @@ class WalWriter:
             thread.join()
 
     # -- helpers -------------------------------------------------------------------
-    def _write_header(self, **changes) -> None:
+    def _write_header(self, checkpoint=KEEP, **changes) -> None:
         try:
-            self.state = write_header(self.dev, self.state, self.state.header.with_(**changes))
+            self.state = write_header(self.dev, self.state, self.state.header.with_(**changes), checkpoint)
         except WalctlError as exc:
             self._failed = exc
             raise
@@ -482,3 +559,31 @@ class WalWriter:
         if isinstance(exc, WalctlError):
             return exc
         return IOFailure(f"write failed: {exc}")
+
+
+def check_record_at(dev, ring: Ring, offset: int) -> rec.RecordHeader:
+    """Read the record header at logical ``offset``: a valid data record that says it sits there.
+
+    One aligned read of the 4 KiB holding the header (two when it crosses a boundary); the header
+    carries its own logical offset, so bytes of an earlier lap never pass.
+
+    Raises:
+        UsageError: no data record starts at ``offset``.
+    """
+    from walctl.errors import FormatError
+
+    phys = ring.physical(offset)
+    start = phys - phys % 4096
+    buf = aligned_buffer(align_up(phys + rec.SIZE) - start)
+    if offset + rec.SIZE > ring.lap_end(offset):
+        raise UsageError(f"no live record starts at offset {offset}", hint="it is too close to the end of a lap")
+    dev.pread_into(start, buf)
+    try:
+        head = rec.RecordHeader.decode(memoryview(buf)[phys - start:phys - start + rec.SIZE], expected_offset=offset)
+    except FormatError as exc:
+        raise UsageError(f"no live record starts at offset {offset} ({exc})",
+                         hint="give an offset that append, upload or recover printed") from exc
+    if head.is_padding:
+        raise UsageError(f"offset {offset} holds a padding record, not a data record",
+                         hint="give an offset that append, upload or recover printed")
+    return head
