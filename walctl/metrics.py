@@ -285,8 +285,10 @@ def wal_families(out: dict | None, *, now: float, labels: dict[str, object]) -> 
             "last_shutdown_graceful": 1 if out["shutdown_type"] == "graceful" else 0,
             "corrupt_findings": out["corrupt_findings"],
         }
-    return [Family(f"{base}_{name}", "gauge", WAL_GAUGES[name], float("nan") if v is None else v, lab)
-            for name, v in values.items()]
+    # A value status does not know (records and findings of a WAL answered from its checkpoint,
+    # without --scan) is left out rather than written as NaN, which no alert rule compares.
+    return [Family(f"{base}_{name}", "gauge", WAL_GAUGES[name], v, lab)
+            for name, v in values.items() if v is not None]
 
 
 def write_wal_status(path: str, out: dict | None, *, device: str, node_id: object, clock=time.time) -> None:

@@ -290,7 +290,11 @@ def test_status_exports_fill_trim_lag_and_shutdown(cli, tmp_path, new_wal, appen
     prom = tmp_path / "wal.prom"
     dev = new_wal("1MiB", None, "--node-id", "3")
     append_json(dev, "x" * 1000, "y" * 1000)
-    res = cli("status", dev, "--json", "--metrics-file", prom)
+    res = cli("status", dev, "--json", "--metrics-file", prom)  # from the checkpoint: findings unknown
+    assert res.exit_code == 0, res
+    v = values(prom, metrics.labels_text({"device": dev, "node_id": "3"}))
+    assert "walctl_wal_corrupt_findings" not in v and "walctl_wal_records" not in v  # left out, not NaN
+    res = cli("status", dev, "--scan", "--json", "--metrics-file", prom)
     assert res.exit_code == 0, res
     out = json.loads(res.stdout)
     v = values(prom, metrics.labels_text({"device": dev, "node_id": "3"}))

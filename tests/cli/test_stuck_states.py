@@ -114,12 +114,15 @@ def test_sealed_crash_hole_stays_explained_and_drains(cli, wal_dev, tmp_path):
     assert [(g["stream_id"], g["from"], g["to"], g["cause"], g["sealed"]) for g in gaps] == [(3, 1, 2, "crash", True)]
     assert "sealed at" in gaps[0]["explanation"] and "nothing to do" in gaps[0]["explanation"]
     assert lines[-1]["unexplained_stream_gaps"] == 0
-    status = cli("status", wal_dev, "--json")
+    status = cli("status", wal_dev, "--json")  # a clean close: answered from the checkpoint, no scan
+    assert status.exit_code == 0, status
+    assert status.json_lines()[-1]["sealed_holes"] is None  # unknown without a scan, not "none"
+    status = cli("status", wal_dev, "--scan", "--json")
     assert status.exit_code == 0, status
     out = status.json_lines()[-1]
     assert out["sealed_holes"][0]["sealed_at_ns"] == seal.sealed_at_ns
     assert out["stream_gaps"][0]["cause"] == "crash"
-    human = cli("status", wal_dev)
+    human = cli("status", wal_dev, "--scan")
     assert "sealed hole" in human.stdout and "lost in a crash" in human.stdout
 
     # upload (once refused with exit 3 forever) carries the gap forward: data after it in its own SO.
