@@ -22,8 +22,7 @@ from walctl.failpoints import failpoint
 from walctl.format.batch import StreamRecordBatch
 from walctl.store import manifest as mf
 
-DEFAULT_BLOCK_SIZE = 1 << 20  # payload per DataBlock (FORMATS.md 3)
-DEFAULT_SPLIT_SIZE = 16 << 20  # a stream this large gets its own Stream Object
+from walctl.defaults import DEFAULT_BLOCK_SIZE, DEFAULT_SPLIT_SIZE  # payload per DataBlock; own Stream Object above
 
 
 @dataclass
@@ -265,7 +264,6 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
                          "size": len(built.data), "order_id": reservation["id"],
                          "data_time": time.time(), "ranges": ranges})
         failpoint("upload-before-commit")
-        last_offset = todo[-1].offset
 
         def make_live(m: dict) -> None:
             ids = {o["id"] for o in made}
