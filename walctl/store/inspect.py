@@ -5,7 +5,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from walctl.errors import BadMagicError, FormatError, NotFoundError, TruncatedError, UsageError, ZeroedError
+from walctl.errors import (
+    BadMagicError,
+    FormatError,
+    NotFoundError,
+    TruncatedError,
+    UsageError,
+    ZeroedError,
+)
+from walctl.store.base import Store
 
 TAIL_READ_BYTES = 64 << 10  # one read catches the footer and an index of up to ~1800 entries
 DEEP_READ_BYTES = 16 << 20  # --deep reads the object in ranged GETs of this size
@@ -66,7 +74,7 @@ def _resolve(target: str, store_url: str | None, endpoint_url: str | None):
     return store, key.lstrip("/")
 
 
-def inspect(store, key: str, *, deep: bool = False, known: bool = False) -> InspectResult:
+def inspect(store: Store, key: str, *, deep: bool = False, known: bool = False) -> InspectResult:
     """Footer and index (and with ``deep`` every byte) of the object at ``key``.
 
     Raises:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from walctl.errors import CorruptionError, NotFoundError, RefusedError
+from walctl.store.base import Store
 
 MANIFEST_DIR = "manifest"
 MANIFEST_VERSION = 1
@@ -70,7 +71,7 @@ def parse_manifest(raw: bytes, key: str) -> dict:
     return doc
 
 
-def manifest_numbers(store) -> list[int]:
+def manifest_numbers(store: Store) -> list[int]:
     numbers = []
     for info in store.list(MANIFEST_DIR + "/"):
         name = info.key.rsplit("/", 1)[-1]
@@ -79,7 +80,7 @@ def manifest_numbers(store) -> list[int]:
     return sorted(numbers)
 
 
-def load_latest(store) -> dict:
+def load_latest(store: Store) -> dict:
     """The newest manifest, or the empty state when the store has none yet."""
     numbers = manifest_numbers(store)
     if not numbers:
@@ -91,12 +92,12 @@ def load_latest(store) -> dict:
     return doc
 
 
-def load(store, number: int) -> dict:
+def load(store: Store, number: int) -> dict:
     key = manifest_key(number)
     return parse_manifest(store.read_all(key), key)
 
 
-def commit(store, change: Callable[[dict], dict | None], *, command: str) -> Committed:
+def commit(store: Store, change: Callable[[dict], dict | None], *, command: str) -> Committed:
     """Apply ``change`` to the newest manifest and create the next one, only if absent.
 
     ``change`` gets a deep copy of the newest manifest, edits it (or returns a new
