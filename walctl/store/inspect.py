@@ -5,14 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from walctl.errors import (
-    BadMagicError,
-    FormatError,
-    NotFoundError,
-    TruncatedError,
-    UsageError,
-    ZeroedError,
-)
+from walctl.errors import BadMagicError, NotFoundError, TruncatedError, UsageError, ZeroedError
 from walctl.store.base import Store
 
 TAIL_READ_BYTES = 64 << 10  # one read catches the footer and an index of up to ~1800 entries
@@ -113,7 +106,3 @@ def index_rows(entries) -> list[dict]:
     return [{"type": "index_entry", "stream_id": e.stream_id, "start_offset": e.start_offset,
              "end_offset": e.end_offset, "record_count": e.record_count, "block_position": e.block_position,
              "block_size_bytes": e.block_size} for e in entries]
-
-
-def decode_error_to_problem(exc: FormatError):
-    return {"position": exc.offset, "message": str(exc)}

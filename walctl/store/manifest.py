@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-from walctl.errors import CorruptionError, NotFoundError, RefusedError
+from walctl.errors import CorruptionError, RefusedError
 from walctl.store.base import Store
 
 MANIFEST_DIR = "manifest"
@@ -159,13 +159,6 @@ def _safe_argv(argv: list[str] | None = None) -> list[str]:
 
 # -- helpers over the manifest dict -------------------------------------------------
 
-def live_object(doc: dict, object_id: int) -> dict | None:
-    for obj in doc["objects"]:
-        if obj["id"] == object_id:
-            return obj
-    return None
-
-
 def prepare_ids(doc: dict, count: int, namespace: str, *, now: float | None = None) -> list[dict]:
     """Reserve ``count`` ids in ``doc`` (to be committed): returns the prepared entries."""
     now = time.time() if now is None else now
@@ -180,9 +173,3 @@ def prepare_ids(doc: dict, count: int, namespace: str, *, now: float | None = No
 def referenced_ids(doc: dict) -> set[int]:
     return ({o["id"] for o in doc["objects"]} | {p["id"] for p in doc["prepared"]}
             | {d["id"] for d in doc["deleting"]})
-
-
-def require(doc_or_none, what: str, where: str):
-    if doc_or_none is None:
-        raise NotFoundError(what, where=where)
-    return doc_or_none
