@@ -24,6 +24,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 PACKAGE_DIR = Path(__file__).resolve().parents[2] / "walctl"
 
 # What each layer may import (besides itself).
@@ -48,6 +50,9 @@ LAYER_OF = {
     "walctl.pipeline": "pipeline", "walctl.spark": "pipeline", "walctl.bench": "pipeline",
     "walctl.status": "pipeline", "walctl.metrics": "pipeline", "walctl.bounds": "pipeline",
     "walctl.commands": "commands", "walctl.selftest": "commands",
+    # Being added in other branches now: compaction without Spark, option checks and human
+    # rendering (both use click/rich, so they sit with the commands).
+    "walctl.compaction": "pipeline", "walctl.options": "commands", "walctl.human": "commands",
     "walctl.cli": "cli", "walctl.__main__": "cli",
 }
 # Third-party modules that only the top layers may import: rendering belongs to commands/cli.
@@ -100,11 +105,11 @@ def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
 
 
 def layer(module: str) -> str:
-    parts = module.split(".")
-    for n in (2, 1):
-        key = ".".join(parts[:n])
-        if key in LAYER_OF:
-            return LAYER_OF[key]
+    # The package itself, else its sub-package or top-level module (never "walctl" as a
+    # prefix: a new top-level module must be placed, not fall into base).
+    key = module if module == "walctl" else ".".join(module.split(".")[:2])
+    if key in LAYER_OF:
+        return LAYER_OF[key]
     raise AssertionError(f"{module} has no layer: add it (or its sub-package) to LAYER_OF in {__file__}")
 
 
@@ -189,5 +194,8 @@ def test_the_rule_catches_what_it_should():
     assert not is_upward("walctl.commands.recover", "walctl.wal.reader")
     assert not is_upward("walctl.store.local", "walctl.device.buffers")
     assert not is_upward("walctl.cli", "typer")
+    assert layer("walctl.cli") == "cli" and layer("walctl.wal.reader") == "wal" and layer("walctl") == "base"
+    with pytest.raises(AssertionError, match="has no layer"):
+        layer("walctl.somethingnew")
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _find_cycle({"a": {"b"}, "b": {"c"}}) is None
