@@ -3,7 +3,8 @@
 The code lives in rooms beside this module; import from them in new code:
 
     base        the ``Device`` protocol, the shared argument checks, ``io_failure``
-    fdio        ``DirectDevice`` (O_DIRECT) and ``BufferedDevice`` (page cache + fdatasync)
+    fdio        ``DirectDevice`` (O_DIRECT) and ``BufferedDevice`` (page cache + fdatasync),
+                ``bytes_read_total`` (the calling thread's device reads)
     fakes       ``MemoryDevice`` and ``FaultyDevice`` for tests
     aio         ``AioWriteQueue``: Linux native AIO
     writequeue  the WriteQueue contract, ``ThreadWriteQueue``, ``open_write_queue``
