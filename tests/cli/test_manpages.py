@@ -16,7 +16,8 @@ from typing import Annotated
 import pytest
 import typer
 
-from walctl import errors, manpage
+import manpage  # tools/manpage.py (pyproject's pytest pythonpath)
+from walctl import errors
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MAN_DIR = REPO_ROOT / "man"
@@ -232,14 +233,14 @@ def _run_python(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_check_entry_point_reports_drift(tmp_path):
-    proc = _run_python("-m", "walctl.manpage", "--out", str(tmp_path), "--check")
+    proc = _run_python(str(REPO_ROOT / "tools" / "manpage.py"), "--out", str(tmp_path), "--check")
     assert proc.returncode == 1
     assert f"{tmp_path}/walctl.1: missing" in proc.stderr
     assert "scripts/gen-man" in proc.stderr
-    proc = _run_python("-m", "walctl.manpage", "--out", str(tmp_path))
+    proc = _run_python(str(REPO_ROOT / "tools" / "manpage.py"), "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in MAN_DIR.glob("walctl*.1"))
-    proc = _run_python("-m", "walctl.manpage", "--out", str(tmp_path), "--check")
+    proc = _run_python(str(REPO_ROOT / "tools" / "manpage.py"), "--out", str(tmp_path), "--check")
     assert proc.returncode == 0, proc.stderr
 
 

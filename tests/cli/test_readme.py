@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from walctl import manpage
+import manpage  # tools/manpage.py (pyproject's pytest pythonpath)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 README = REPO_ROOT / "README.md"

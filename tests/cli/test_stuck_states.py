@@ -13,7 +13,6 @@ import struct
 import pytest
 
 from walctl.device import open_device
-from walctl.format.batch import StreamRecordBatch
 from walctl.format.crc import crc32c
 from walctl.format.header import HEADERS_SIZE, SHUTDOWN_UNGRACEFUL, SLOT_SIZE, WalHeader
 from walctl.format.seal import SealDescriptor

@@ -5,7 +5,7 @@ import errno
 import pytest
 
 from walctl.device import ALIGN, Device, FaultyDevice, MemoryDevice, aligned_buffer, create_file, open_device, zero_fill
-from walctl.device import blockio
+from walctl.device import create as device_create
 from walctl.errors import IOFailure
 
 
@@ -111,7 +111,7 @@ def test_zero_fill_zeroes_exactly_the_range_in_memory():
 
 
 def test_zero_fill_on_a_file_in_chunks_with_progress(monkeypatch, tmp_path):
-    monkeypatch.setattr(blockio, "ZERO_CHUNK_BYTES", 2 * ALIGN)
+    monkeypatch.setattr(device_create, "ZERO_CHUNK_BYTES", 2 * ALIGN)
     path = str(tmp_path / "wal.img")
     create_file(path, 16 * ALIGN)
     with open(path, "r+b") as f:

@@ -14,7 +14,6 @@ import os
 import struct
 import zlib
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

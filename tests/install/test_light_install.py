@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from walctl import manpage
+import manpage  # tools/manpage.py (pyproject's pytest pythonpath)
 
 BLOCKED = ("pyspark", "py4j")
 

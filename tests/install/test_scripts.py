@@ -24,6 +24,7 @@ def _layout(tmp_path: Path, with_venv: bool) -> tuple[Path, dict]:
     shutil.copy2(REPO_ROOT / "scripts" / "gen-man", repo / "scripts" / "gen-man")
     shutil.copytree(REPO_ROOT / "man", repo / "man")
     (repo / "walctl").symlink_to(REPO_ROOT / "walctl", target_is_directory=True)
+    (repo / "tools").symlink_to(REPO_ROOT / "tools", target_is_directory=True)
     if with_venv:
         venv_python = repo / ".venv" / "bin" / "python"
         venv_python.parent.mkdir(parents=True)

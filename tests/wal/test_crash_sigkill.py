@@ -1,9 +1,18 @@
-"""Crash test: SIGKILL a streaming `walctl append` at random moments, many times.
+"""Crash harness: SIGKILL a streaming `walctl append` at random moments, many times, on two WALs.
 
-After every kill: each record whose offset the writer printed is recovered byte for
-byte; nothing corrupt or phantom is ever returned; stream offsets stay contiguous;
-the damage is classified as crash damage (no corruption). Trials: WALCTL_CRASH_TRIALS
-(default 30); the ring wraps several times over a run because each trial trims.
+One harness, two profiles:
+  - an 8 MiB WAL fed fast (test_sigkill_while_streaming_loses_no_acknowledged_record): every
+    kill lands after the first acknowledgement, while records are being acknowledged; the
+    ring wraps several times over a run because each trial trims. Trials:
+    WALCTL_CRASH_TRIALS (default 30, soak 300), seed WALCTL_CRASH_SEED.
+  - a 512 KiB WAL (a ring of 504 KiB) fed slowly (test_sigkill_on_a_small_wrapping_wal):
+    the log laps the ring every few kills, crash damage meets the end of a lap and stale
+    bytes of earlier laps, and sealing runs over both. Trials: WALCTL_SIGKILL_TRIALS
+    (default 12, soak 300).
+
+After every kill (check_after_kill): each record whose offset the writer printed is
+recovered byte for byte; nothing corrupt or phantom is ever returned; stream offsets stay
+contiguous except at crash holes; the damage is classified as crash damage (no corruption).
 """
 
 from __future__ import annotations
@@ -17,53 +26,85 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 import pytest
 
+from walctl.format.header import HEADERS_SIZE
 from walctl.wal.ops import trim_wal
 
 from walhelpers import check_payload, make_payload, new_wal, scan_file
 
-MiB = 1 << 20
+KiB, MiB = 1 << 10, 1 << 20
+SOAK = os.environ.get("WALCTL_SOAK", "") not in ("", "0")
 
 
+@dataclass(frozen=True)
+class Profile:
+    """How a trial feeds the writer and when it kills it."""
+
+    iodepths: tuple[int, ...]
+    payload_sizes: tuple[int, ...]
+    pause_s: float            # sleep after every ``pause_every`` records
+    pause_every: int
+    kill_after_first_ack: bool  # else: after start-up, acknowledged or not
+    kill_delay_s: tuple[float, float]
+    own_feed_rng: bool          # the feed draws from its own generator (seeded from the trial's)
 
 
-def run_trial(path: str, trial: int, rng: random.Random) -> list[tuple[int, int, int]]:
-    """One writer killed at a random moment; returns its acknowledged (offset, base_offset, index)."""
-    iodepth = rng.choice([1, 2, 4, 16])
+# ~ a few MiB/s: the WAL must not fill before the kill.
+STREAMING = Profile(iodepths=(1, 2, 4, 16), payload_sizes=(10, 100, 1000, 3000, 9000), pause_s=0.002,
+                    pause_every=8, kill_after_first_ack=True, kill_delay_s=(0.0, 0.5), own_feed_rng=False)
+# ~130 KiB/s, one record in each 4 KiB block: a kill usually lands before the ring fills.
+WRAPPING = Profile(iodepths=(1, 2, 4, 8), payload_sizes=(10, 100, 700, 1500, 3000), pause_s=0.008,
+                   pause_every=1, kill_after_first_ack=False, kill_delay_s=(0.25, 0.8), own_feed_rng=True)
+
+
+def kill_trial(path: str, trial: int, rng: random.Random, profile: Profile) -> tuple[list[tuple[int, int, int]], bool]:
+    """One writer killed at a random moment; its acknowledged (offset, base_offset, index), and whether the kill landed."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "walctl", "append", path, "--input", "-", "--framing", "length-prefixed",
-         "--json", "--iodepth", str(iodepth)],
+         "--json", "--iodepth", str(rng.choice(profile.iodepths))],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stop = threading.Event()
+    feed_rng = random.Random(rng.random()) if profile.own_feed_rng else rng
 
     def feed():
         try:
             for index in range(1_000_000):
                 if stop.is_set():
                     return
-                body = make_payload(trial, index, rng.choice([10, 100, 1000, 3000, 9000]))
+                body = make_payload(trial, index, feed_rng.choice(profile.payload_sizes))
                 proc.stdin.write(struct.pack(">I", len(body)) + body)
                 proc.stdin.flush()
-                if index % 8 == 0:
-                    time.sleep(0.002)  # ~ a few MiB/s: the WAL must not fill before the kill
+                if index % profile.pause_every == 0:
+                    time.sleep(profile.pause_s)
         except (BrokenPipeError, OSError, ValueError):
             return
 
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
-    # The kill lands at a random moment after the first acknowledgement, not after a fixed
-    # guess at the interpreter's start-up (which cost ~0.3 s of every trial, idle or not):
-    # every kill now hits a writer that is acknowledging records.
-    first = proc.stdout.readline()
-    time.sleep(rng.uniform(0.0, 0.5))
+    first = b""
+    if profile.kill_after_first_ack:
+        # The kill lands at a random moment after the first acknowledgement, not after a fixed
+        # guess at the interpreter's start-up: every kill hits a writer acknowledging records.
+        first = proc.stdout.readline()
+    time.sleep(rng.uniform(*profile.kill_delay_s))
+    killed = proc.poll() is None
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     stop.set()
     out = (first + proc.stdout.read()).decode(errors="replace")
     err = proc.stderr.read().decode(errors="replace")
     feeder.join(timeout=5)
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+        try:
+            f.close()
+        except OSError:
+            pass
+    assert "Traceback" not in err, err
+    if not killed:  # it ended by itself: only "WAL full" (exit 7) is acceptable
+        assert proc.returncode == 7, err
     acks = []
     for line in out.splitlines():
         try:
@@ -72,8 +113,41 @@ def run_trial(path: str, trial: int, rng: random.Random) -> list[tuple[int, int,
             continue  # the line the kill cut in half: not an acknowledgement
         if obj.get("type") == "record":
             acks.append((obj["offset"], obj["base_offset"], len(acks)))
-    assert "Traceback" not in err, err
-    return acks
+    return acks, killed
+
+
+def check_after_kill(path: str, trial: int, acked: dict[int, tuple[int, int, int]]):
+    """Scan the WAL and check every promise; returns (entries, scan result, crash gaps seen)."""
+    entries, result = scan_file(path)
+    assert not result.corrupt, f"trial {trial}: {[f.to_json() for f in result.corrupt]}"
+    seen = {}
+    for e in entries:
+        seen[e.offset] = e
+        check_payload(e.batch.payload)
+    assert [e.offset for e in entries] == sorted(seen)
+    for offset, (t, index, base) in acked.items():
+        assert offset in seen, f"trial {trial}: acknowledged record at {offset} lost"
+        got = seen[offset]
+        assert check_payload(got.batch.payload) == (t, index) and got.batch.base_offset == base
+    # Stream offsets are contiguous, except where a crash lost a block in flight while later
+    # blocks survived (a hole): records after it are kept (durable, never acknowledged).
+    holes = [f.offset for f in result.findings if f.kind == "hole"]
+    gaps = 0
+    for prev, cur in zip(entries, entries[1:]):
+        if cur.batch.base_offset != prev.batch.end_offset:
+            assert cur.batch.base_offset > prev.batch.end_offset, "stream offsets overlap"
+            assert any(prev.offset < h < cur.offset for h in holes), \
+                f"trial {trial}: stream gap {prev.batch.end_offset}..{cur.batch.base_offset} without a hole"
+            assert all(o < prev.offset or o > cur.offset for o in acked), "a lost record was acknowledged"
+            gaps += 1
+    return entries, result, gaps
+
+
+def trim_keeping(path: str, entries, keep: int, acked: dict) -> dict:
+    """Trim all but the last ``keep`` records (trim also seals the crash damage); the acks still checkable."""
+    cut = entries[-(keep + 1)].offset
+    trim_wal(path, cut)
+    return {o: v for o, v in acked.items() if o > cut}
 
 
 @pytest.mark.slow
@@ -84,36 +158,48 @@ def test_sigkill_while_streaming_loses_no_acknowledged_record(tmp_path):
     acked: dict[int, tuple[int, int, int]] = {}  # offset -> (trial, index, base_offset)
     total_acks = kills_with_acks = gaps_seen = 0
     for trial in range(trials):
-        acks = run_trial(path, trial, rng)
+        acks, _ = kill_trial(path, trial, rng, STREAMING)
         total_acks += len(acks)
         kills_with_acks += bool(acks)
         for offset, base, index in acks:
             acked[offset] = (trial, index, base)
-        entries, result = scan_file(path)
-        assert not result.corrupt, f"trial {trial}: {[f.to_json() for f in result.corrupt]}"
-        seen = {}
-        for e in entries:
-            seen[e.offset] = e
-            check_payload(e.batch.payload)
-        for offset, (t, index, base) in acked.items():
-            assert offset in seen, f"trial {trial}: acknowledged record at {offset} lost"
-            got = seen[offset]
-            assert check_payload(got.batch.payload) == (t, index) and got.batch.base_offset == base
-        # Stream offsets are contiguous, except where a crash lost a block in flight while later
-        # blocks survived (a hole): records after it are kept (durable, never acknowledged).
-        holes = [f for f in result.findings if f.kind == "hole"]
-        for prev, cur in zip(entries, entries[1:]):
-            if cur.batch.base_offset != prev.batch.end_offset:
-                assert cur.batch.base_offset > prev.batch.end_offset, "stream offsets overlap"
-                assert any(prev.offset < f.offset < cur.offset for f in holes), \
-                    f"trial {trial}: stream gap {prev.batch.end_offset}..{cur.batch.base_offset} without a hole"
-                assert all(o < prev.offset or o > cur.offset for o in acked), "a lost record was acknowledged"
-                gaps_seen += 1
-        # keep room: trim all but the last 20 records (trim also seals the crash damage)
-        if len(entries) > 20:
-            cut = entries[-21].offset
-            trim_wal(path, cut)
-            acked = {o: v for o, v in acked.items() if o > cut}
+        entries, _, gaps = check_after_kill(path, trial, acked)
+        gaps_seen += gaps
+        if len(entries) > 20:  # keep room
+            acked = trim_keeping(path, entries, 20, acked)
     print(f"\ncrash test: {trials} kills, {kills_with_acks} with acknowledged records, "
           f"{total_acks} acknowledged records checked, {gaps_seen} crash gaps (holes with later records kept)")
     assert kills_with_acks == trials, "every kill must land while records are being acknowledged"
+
+
+@pytest.mark.slow
+def test_sigkill_on_a_small_wrapping_wal(tmp_path, capsys):
+    trials = int(os.environ.get("WALCTL_SIGKILL_TRIALS", "300" if SOAK else "12"))
+    rng = random.Random(int(os.environ.get("WALCTL_CRASH_SEED", "20261123")))
+    capacity = 512 * KiB
+    path = new_wal(tmp_path / "wal", capacity)
+    ring = capacity - HEADERS_SIZE
+    acked: dict[int, tuple[int, int, int]] = {}  # offset -> (trial, index, base_offset)
+    kills = total_acks = checked = findings = holes = 0
+    end = 0
+    for trial in range(trials):
+        acks, killed = kill_trial(path, trial, rng, WRAPPING)
+        kills += killed
+        total_acks += len(acks)
+        for offset, base, index in acks:
+            acked[offset] = (trial, index, base)
+        entries, result, gaps = check_after_kill(path, trial, acked)
+        findings += len(result.findings)
+        checked += len(entries)
+        holes += gaps
+        end = max(end, result.end_offset)
+        keep = rng.choice([0, 3, 10])  # keep the ring from filling
+        if len(entries) > keep + 1:
+            acked = trim_keeping(path, entries, keep, acked)
+    laps = end // ring
+    with capsys.disabled():
+        print(f"\nsigkill harness (504 KiB ring): {trials} trials, {kills} kills, {total_acks} acknowledged "
+              f"records, {checked} records checked, {findings} findings classified (all crash damage), "
+              f"{holes} crash gaps, {laps} laps of the ring, 0 lost or corrupt")
+    assert kills >= trials // 2
+    assert laps >= (2 if trials >= 10 else 0), "the log must wrap the ring"

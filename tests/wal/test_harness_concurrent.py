@@ -22,8 +22,7 @@ from typer.testing import CliRunner
 
 from walctl.cli import app
 
-from test_harness_sigkill import check_payload, make_payload
-from walhelpers import new_wal
+from walhelpers import check_payload, make_payload, new_wal
 
 MiB = 1 << 20
 SOAK = os.environ.get("WALCTL_SOAK", "") not in ("", "0")

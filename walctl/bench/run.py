@@ -7,6 +7,7 @@ from typing import Callable
 
 from walctl.bench import raw, target, walmode
 from walctl.bench.stats import ModeResult
+from walctl.device.base import Device
 from walctl.device.blockio import open_write_queue
 from walctl.device.buffers import aligned_buffer
 from walctl.errors import UsageError
@@ -137,7 +138,7 @@ def _run_raw_modes(tgt: target.Target, plan, options: BenchOptions, report: Benc
         report.results.append(result)
 
 
-def _wipe_for_wal(dev, capacity: int) -> None:
+def _wipe_for_wal(dev: Device, capacity: int) -> None:
     """Zero the area the WAL mode will use (earlier runs left data there), with plain writes.
 
     init_wal would wipe it too, but on a block device with BLKZEROOUT, which on a loop

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from walctl.device import safety
+from walctl.device.base import Device
 from walctl.device.blockio import create_file, open_device, zero_fill
 from walctl.device.buffers import align_down, aligned_buffer
 from walctl.errors import NotFoundError, RefusedError, UsageError, WalctlError
@@ -75,7 +76,7 @@ def open_target(path: str, size_bytes: int | None, *, force: bool) -> Target:
     return Target(path, dev, size, created, warnings)
 
 
-def live_wal(dev) -> str | None:
+def live_wal(dev: Device) -> str | None:
     """Describe the WAL with live records on ``dev``, or None (no WAL, or an empty one).
 
     A valid header plus a scan that finds a record. A WAL walctl cannot scan (an

@@ -17,7 +17,7 @@ import os
 import time
 from typing import Callable
 
-from walctl.bench.stats import MIB, LatencyRecorder, LatencySummary, ModeResult
+from walctl.bench.stats import LatencyRecorder, LatencySummary, ModeResult
 from walctl.device.blockio import IO_ENGINE_ENV
 from walctl.errors import UsageError
 from walctl.format.batch import StreamRecordBatch

@@ -3,20 +3,7 @@
 Only this package touches file descriptors of the WAL device; it never prints.
 """
 
-from walctl.device.blockio import (
-    BUFFERED_WARNING,
-    BufferedDevice,
-    Device,
-    DirectDevice,
-    FaultyDevice,
-    LockEntry,
-    MemoryDevice,
-    create_file,
-    lock_holder,
-    open_device,
-    parse_proc_locks,
-    zero_fill,
-)
+from walctl.device.base import Device
 from walctl.device.buffers import (
     ALIGN,
     align_down,
@@ -26,6 +13,11 @@ from walctl.device.buffers import (
     check_aligned,
     check_buffer,
 )
+from walctl.device.create import create_file, zero_fill
+from walctl.device.fakes import FaultyDevice, MemoryDevice
+from walctl.device.fdio import BufferedDevice, DirectDevice
+from walctl.device.locks import LockEntry, lock_holder, parse_proc_locks
+from walctl.device.opening import BUFFERED_WARNING, open_device
 from walctl.device.safety import (
     SIGNATURE_READ_BYTES,
     check_safe_to_overwrite,

@@ -17,7 +17,7 @@ import mmap
 
 # The unit of every offset, length and buffer address: the page size and the
 # largest logical block size walctl accepts (devices with larger ones are refused).
-ALIGN = 4096
+from walctl.defaults import ALIGN  # the one home of the value, re-exported here
 
 
 def align_up(n: int, a: int = ALIGN) -> int:

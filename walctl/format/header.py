@@ -17,6 +17,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, replace
 
+from walctl.defaults import ALIGN  # every block write is 4 KiB aligned (Direct IO on 4Kn and 512e disks)
 from walctl.format import checks
 from walctl.format.crc import automq_crc, crc32c
 
@@ -27,7 +28,6 @@ AUTOMQ_MAGIC_V1 = 0x01234567  # AutoMQ BlockWALHeader V1
 SLOT_SIZE = 4096  # each slot is one 4 KiB block, so a slot write is one atomic-ish sector group
 SLOT_COUNT = 2  # alternate slots: a torn header write never destroys the only valid copy
 HEADERS_SIZE = SLOT_SIZE * SLOT_COUNT  # the record area (ring) starts here
-ALIGN = 4096  # every block write is 4 KiB aligned (Direct IO on 4Kn and 512e disks)
 
 # AutoMQ's block size (WALUtil.BLOCK_SIZE, JVM option automq.ebswal.blocksize, default 4096)
 # sizes its header slots and aligns its blocks; sector-sized 512 is the smallest that O_DIRECT allows.

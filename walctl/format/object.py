@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import ClassVar, Iterable, Iterator, NamedTuple, Sequence
 
+from walctl import defaults
 from walctl.errors import FormatError
 from walctl.format import checks
 from walctl.format.batch import StreamRecordBatch
@@ -55,7 +56,7 @@ VERSION_AUTOMQ = 0  # AutoMQ writes zeros where walctl keeps its version and che
 VERSION_WALCTL = 1  # footer carries crc32c of the index and of the data region
 VERSIONS = (VERSION_AUTOMQ, VERSION_WALCTL)
 
-DEFAULT_BLOCK_SIZE = 1 << 20  # FORMATS.md 3: a block closes once its payload reaches 1 MiB
+DEFAULT_BLOCK_SIZE = defaults.DEFAULT_BLOCK_SIZE  # FORMATS.md 3: a block closes once its payload reaches 1 MiB
 # Guess for the first ranged read of an object's tail: the footer plus this many index
 # entries (about 9 KiB) catches the whole index of most objects in one GET.
 DEFAULT_ENTRIES_GUESS = 256

@@ -27,6 +27,7 @@ import contextlib
 import signal
 import threading
 
+from walctl.defaults import DEFAULT_MEMORY_LIMIT, DEFAULT_SPLIT_SIZE
 from walctl.errors import CorruptionError, NotFoundError, RefusedError, UsageError
 from walctl.failpoints import failpoint
 from walctl.store import manifest as mf
@@ -139,7 +140,7 @@ def signals_deferred():
 
 
 def compact(store, store_url: str, *, endpoint_url: str | None = None, master: str | None = None,
-            memory_limit: int = 200 << 20, split_size: int = 16 << 20, max_objects: int = 1000,
+            memory_limit: int = DEFAULT_MEMORY_LIMIT, split_size: int = DEFAULT_SPLIT_SIZE, max_objects: int = 1000,
             retention: dict[int, int] | None = None, dry_run: bool = False, namespace: str = mf.DEFAULT_NAMESPACE,
             spark=None, progress=None, read_rate_bps: float | None = None,
             interval_s: float | None = None, on_result=None, spark_log_level: str = "OFF") -> CompactResult:

@@ -29,19 +29,20 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+from walctl import defaults
 from walctl.errors import CorruptionError, UsageError
 from walctl.format.object import FOOTER_SIZE, INDEX_ENTRY_SIZE, IndexEntry
 
 SSO = "SSO"
 SO = "SO"
 
-DEFAULT_MEMORY_LIMIT = 200 << 20  # AutoMQ's default compaction cache (s3.stream.set.object.compaction.cache.size)
-DEFAULT_SPLIT_SIZE = 16 << 20  # FORMATS.md 3: a stream this large gets its own Stream Object
+DEFAULT_MEMORY_LIMIT = defaults.DEFAULT_MEMORY_LIMIT  # AutoMQ's default compaction cache
+DEFAULT_SPLIT_SIZE = defaults.DEFAULT_SPLIT_SIZE  # FORMATS.md 3: a stream this large gets its own Stream Object
 DEFAULT_MAX_OBJECTS = 1000  # bounds the index reads and the size of one commit
 DEFAULT_READ_CUT = 16 << 20  # FORMATS.md 4: one ranged GET reads at most this much
 
-MULTIPART_THRESHOLD = 32 << 20  # FORMATS.md 4: objects above this are uploaded in parts
-MULTIPART_PART_SIZE = 8 << 20  # >= S3's 5 MiB minimum part; only the last part may be smaller
+MULTIPART_THRESHOLD = defaults.MULTIPART_THRESHOLD_BYTES  # FORMATS.md 4: objects above this are uploaded in parts
+MULTIPART_PART_SIZE = defaults.DEFAULT_PART_BYTES  # the store's part size (walctl.store.base)
 
 DROP_DELETED = "stream deleted"
 DROP_RETENTION = "below retention start"

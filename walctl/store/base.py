@@ -15,18 +15,16 @@ import threading
 from dataclasses import dataclass, field, fields
 from typing import Iterable, Protocol, Sequence, runtime_checkable
 
+# Multipart sizes, re-exported under the names callers use (walctl.defaults says why each
+# is what it is): put_large makes one PUT at or below the threshold, parts above it.
+from walctl.defaults import (  # noqa: F401
+    DEFAULT_PART_BYTES,
+    MAX_PART_BYTES,
+    MAX_PARTS,
+    MIN_PART_BYTES,
+    MULTIPART_THRESHOLD_BYTES,
+)
 from walctl.errors import RefusedError, UsageError
-
-# S3 refuses multipart parts below 5 MiB (except the last one).
-MIN_PART_BYTES = 5 << 20
-# At or below this size put_large makes one PUT: a part round trip costs more
-# than it saves, and one PUT is atomic on every S3-compatible store.
-MULTIPART_THRESHOLD_BYTES = 32 << 20
-DEFAULT_PART_BYTES = 8 << 20
-# S3's hard limit on the number of parts of one multipart upload.
-MAX_PARTS = 10_000
-# S3's largest part, for UploadPartCopy as for UploadPart.
-MAX_PART_BYTES = 5 << 30
 
 # Names of in-progress files in a local store; no key component may start with
 # it, so listing can skip them and a crash never exposes half an object.

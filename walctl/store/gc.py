@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from walctl.failpoints import failpoint
 from walctl.store import manifest as mf
+from walctl.store.base import Store
 
 DEFAULT_GRACE_S = 3600.0
 KEEP_MANIFESTS = 10  # the last few commits stay for forensics
@@ -46,7 +47,7 @@ def _object_id_of(key: str) -> int | None:
     return object_id if f"{object_id:08x}"[::-1] == parts[0] else None
 
 
-def gc(store, *, grace_s: float = DEFAULT_GRACE_S, dry_run: bool = False, now: float | None = None) -> GcResult:
+def gc(store: Store, *, grace_s: float = DEFAULT_GRACE_S, dry_run: bool = False, now: float | None = None) -> GcResult:
     """Forget expired prepared ids and replaced objects older than ``grace_s``, then delete the
     objects nothing references any more and manifests beyond the kept history.
 

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from walctl.errors import BadMagicError, FormatError, NotFoundError, TruncatedError, UsageError, ZeroedError
+from walctl.store.base import Store
 from walctl.store.manifest import DEFAULT_NAMESPACE, object_key
 
 AUTOMQ_NAMESPACE = "DEFAULT"  # AutoMQ ObjectUtils' default namespace (walctl's is "default")
@@ -100,7 +101,7 @@ def _resolve(target: str, store_url: str | None, endpoint_url: str | None, names
     return store, key.lstrip("/")
 
 
-def inspect(store, key: str, *, deep: bool = False, known: bool = False) -> InspectResult:
+def inspect(store: Store, key: str, *, deep: bool = False, known: bool = False) -> InspectResult:
     """Footer and index (and with ``deep`` every byte) of the object at ``key``.
 
     Raises:
@@ -236,7 +237,3 @@ def index_rows(entries) -> list[dict]:
     return [{"type": "index_entry", "stream_id": e.stream_id, "start_offset": e.start_offset,
              "end_offset": e.end_offset, "record_count": e.record_count, "block_position": e.block_position,
              "block_size_bytes": e.block_size} for e in entries]
-
-
-def decode_error_to_problem(exc: FormatError):
-    return {"position": exc.offset, "message": str(exc)}

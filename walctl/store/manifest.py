@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from walctl.errors import CorruptionError, NotFoundError, RefusedError
+from walctl.store.base import Store
 
 MANIFEST_DIR = "manifest"
 MANIFEST_VERSION = 1
@@ -70,7 +71,7 @@ def parse_manifest(raw: bytes, key: str) -> dict:
     return doc
 
 
-def manifest_numbers(store) -> list[int]:
+def manifest_numbers(store: Store) -> list[int]:
     numbers = []
     for info in store.list(MANIFEST_DIR + "/"):
         name = info.key.rsplit("/", 1)[-1]
@@ -79,7 +80,7 @@ def manifest_numbers(store) -> list[int]:
     return sorted(numbers)
 
 
-def load_latest(store, *, required: bool = False) -> dict:
+def load_latest(store: Store, *, required: bool = False) -> dict:
     """The newest manifest, or the empty state when the store has none yet.
 
     Raises:
@@ -88,8 +89,6 @@ def load_latest(store, *, required: bool = False) -> dict:
     numbers = manifest_numbers(store)
     if not numbers:
         if required:
-            from walctl.errors import NotFoundError
-
             raise NotFoundError("no manifest: not a walctl store, or nothing uploaded yet",
                                 where=f"{getattr(store, 'url', store)}/{MANIFEST_DIR}/",
                                 hint="check --store; the first 'walctl upload' creates the store")
@@ -101,12 +100,12 @@ def load_latest(store, *, required: bool = False) -> dict:
     return doc
 
 
-def load(store, number: int) -> dict:
+def load(store: Store, number: int) -> dict:
     key = manifest_key(number)
     return parse_manifest(store.read_all(key), key)
 
 
-def commit(store, change: Callable[[dict], dict | None], *, command: str) -> Committed:
+def commit(store: Store, change: Callable[[dict], dict | None], *, command: str) -> Committed:
     """Apply ``change`` to the newest manifest and create the next one, only if absent.
 
     ``change`` gets a deep copy of the newest manifest, edits it (or returns a new
@@ -168,13 +167,6 @@ def _safe_argv(argv: list[str] | None = None) -> list[str]:
 
 # -- helpers over the manifest dict -------------------------------------------------
 
-def live_object(doc: dict, object_id: int) -> dict | None:
-    for obj in doc["objects"]:
-        if obj["id"] == object_id:
-            return obj
-    return None
-
-
 def prepare_ids(doc: dict, count: int, namespace: str, *, now: float | None = None) -> list[dict]:
     """Reserve ``count`` ids in ``doc`` (to be committed): returns the prepared entries."""
     now = time.time() if now is None else now
@@ -189,9 +181,3 @@ def prepare_ids(doc: dict, count: int, namespace: str, *, now: float | None = No
 def referenced_ids(doc: dict) -> set[int]:
     return ({o["id"] for o in doc["objects"]} | {p["id"] for p in doc["prepared"]}
             | {d["id"] for d in doc["deleting"]})
-
-
-def require(doc_or_none, what: str, where: str):
-    if doc_or_none is None:
-        raise NotFoundError(what, where=where)
-    return doc_or_none

@@ -22,8 +22,8 @@ from walctl.failpoints import failpoint
 from walctl.format.batch import StreamRecordBatch
 from walctl.store import manifest as mf
 
-DEFAULT_BLOCK_SIZE = 1 << 20  # payload per DataBlock (FORMATS.md 3)
-DEFAULT_SPLIT_SIZE = 16 << 20  # a stream this large gets its own Stream Object
+from walctl.defaults import DEFAULT_BLOCK_SIZE, DEFAULT_SPLIT_SIZE  # payload per DataBlock; own Stream Object above
+
 DEFAULT_TRIM_TIMEOUT_S = 30.0  # how long upload waits for a running writer to take its trim
 
 
@@ -275,7 +275,6 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
         except BaseException:  # SIGTERM/SIGINT or a failure before the commit: roll the step back
             _release(store, prepared, result.warnings)
             raise
-        last_offset = todo[-1].offset
 
         def make_live(m: dict) -> None:
             ids = {o["id"] for o in made}
