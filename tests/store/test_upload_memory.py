@@ -18,6 +18,7 @@ import pytest
 
 from walctl.format import object as obj
 from walctl.format.batch import StreamRecordBatch
+from walctl.format.header import HEADERS_SIZE
 from walctl.store import manifest as mf
 from walctl.store.local import LocalStore
 from walctl.wal.ops import init_wal, open_writer
@@ -114,3 +115,58 @@ def test_upload_of_a_512_mib_wal_stays_under_256_mib_rss(big_tmp):
         for entry in obj.decode_index(data[footer.index_start_position:], footer):
             assert {b.payload for b in obj.iter_blocks(data, entry)} == {payloads[entry.stream_id]}
         del data
+
+
+def test_a_large_object_goes_to_s3_in_parts_streamed_from_the_wal(tmp_path, s3_server, s3_bucket):
+    from walctl.store.s3 import S3Store
+    from walctl.store.upload import upload
+
+    store = S3Store(s3_bucket, "walctl-test", endpoint_url=s3_server, multipart_threshold_bytes=6 * MiB)
+    wal = str(tmp_path / "wal")
+    init_wal(wal, 40 * MiB)
+    ends, payloads = _fill(wal, streams=1, record=64 * KiB, total=20 * MiB)
+    store.stats.reset()
+    result = upload(wal, store)
+    assert [o["kind"] for o in result.objects] == ["SO"]
+    size = result.objects[0]["size_bytes"]
+    assert 20 * MiB < size < 21 * MiB
+    # the object was cut into 8 MiB parts (put_large's default) as it was built: 3 parts
+    assert store.stats.multipart_parts == -(-size // (8 * MiB)) == 3
+    data = store.read_all(result.objects[0]["key"])
+    assert obj.verify_object(data) == []
+    footer = obj.Footer.decode(data, len(data) - obj.FOOTER_SIZE)
+    batches = [b for e in obj.decode_index(data[footer.index_start_position:], footer)
+               for b in obj.iter_blocks(data, e)]
+    assert [b.base_offset for b in batches] == list(range(ends[1]))
+    assert {b.payload for b in batches} == {payloads[1]}
+
+
+def test_a_record_that_changed_after_the_scan_is_refused_and_nothing_is_committed(tmp_path, local_store,
+                                                                                  monkeypatch):
+    """The objects are built from a second read of the WAL: each record must still be the one scanned."""
+    from walctl.errors import RefusedError
+    from walctl.store import upload as upload_mod
+
+    wal = str(tmp_path / "wal")
+    init_wal(wal, 4 * MiB)
+    _fill(wal, streams=2, record=10 * KiB, total=200 * KiB)
+    real_commit = mf.commit
+    calls = []
+
+    def commit_then_damage(store, change, **kwargs):
+        done = real_commit(store, change, **kwargs)
+        if not calls:  # right after the prepare commit: flip a byte in a record body
+            with open(wal, "r+b") as f:
+                f.seek(HEADERS_SIZE + 4096)  # inside the first record's body (10 KiB)
+                byte = f.read(1)
+                f.seek(-1, os.SEEK_CUR)
+                f.write(bytes([byte[0] ^ 0xFF]))
+        calls.append(kwargs.get("command"))
+        return done
+
+    monkeypatch.setattr(mf, "commit", commit_then_damage)
+    with pytest.raises(RefusedError, match="the WAL changed during the upload"):
+        upload_mod.upload(wal, local_store)
+    assert calls == ["upload (prepare)"]  # never made live
+    doc = mf.load_latest(local_store)
+    assert doc["objects"] == [] and doc["wal_uploads"] == {}
