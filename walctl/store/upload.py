@@ -344,26 +344,21 @@ class _WalBatches:
                                  "already uploaded")
 
     def batches(self, seg: Segment) -> Iterator[_Batch]:
-        from walctl.errors import FormatError
-        from walctl.format import record as rec
+        from walctl.format.crc import crc32c
 
-        read = self.reader.read
-        head_size = rec.SIZE
+        data_record = self.reader.data_record  # header and body checked as the scan checks them
         expected = seg.start
-        for i in range(len(seg)):
-            offset = seg.wal[i]
-            try:
-                head = rec.RecordHeader.decode(read(offset, head_size), expected_offset=offset)
-                if head.is_padding or head.body_length != seg.sizes[i] or head.body_crc != seg.crcs[i]:
-                    raise self._changed(seg, offset, "is another record now")
-                body = read(offset + head_size, head.body_length)
-                head.check_body(body, offset + head_size)
-            except FormatError as exc:
-                raise self._changed(seg, offset, f"reads as damaged now ({exc.what})") from exc
-            data = bytes(body)
+        sizes, crcs, ends = seg.sizes, seg.crcs, seg.ends
+        for i, offset in enumerate(seg.wal):
+            found = data_record(offset)
+            if found is None:
+                raise self._changed(seg, offset, "is no intact record now")
+            data = found[0]
+            if len(data) != sizes[i] or crc32c(data) != crcs[i]:
+                raise self._changed(seg, offset, "is another record now")
             magic, sid, _, base, count = _BATCH_HEAD.unpack_from(data)
             end = base + count
-            if sid != seg.stream_id or base != expected or end != seg.ends[i]:
+            if sid != seg.stream_id or base != expected or end != ends[i]:
                 raise self._changed(seg, offset, "holds another batch now")
             expected = end
             yield _Batch(base, count, end, len(data), data)
