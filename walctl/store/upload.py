@@ -331,11 +331,9 @@ class _WalBatches:
     a read of the chunks they share per stream.
     """
 
-    def __init__(self, dev, header, where: str):
-        from walctl.wal import reader
-
-        self.reader = reader.LogReader(dev, reader.Ring(header.capacity))
-        self.where = where
+    def __init__(self, wal_path: str, header):
+        self.where = wal_path
+        self.header = header
 
     def _changed(self, seg: Segment, offset: int, what: str) -> RefusedError:
         return RefusedError(f"the WAL changed during the upload: the record of stream {seg.stream_id} at WAL "
@@ -344,9 +342,20 @@ class _WalBatches:
                                  "already uploaded")
 
     def batches(self, seg: Segment) -> Iterator[_Batch]:
+        """The segment's batches in order; the WAL is open (read-only, no lock) while they are read."""
+        from walctl.device import open_device
+        from walctl.wal import reader
+
+        dev = open_device(self.where, writable=False)
+        try:
+            log = reader.LogReader(dev, reader.Ring(self.header.capacity))
+            yield from self._read(seg, log.data_record)  # header and body checked as the scan checks them
+        finally:
+            dev.close()
+
+    def _read(self, seg: Segment, data_record) -> Iterator[_Batch]:
         from walctl.format.crc import crc32c
 
-        data_record = self.reader.data_record  # header and body checked as the scan checks them
         expected = seg.start
         sizes, crcs, ends = seg.sizes, seg.crcs, seg.ends
         for i, offset in enumerate(seg.wal):
@@ -385,7 +394,6 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
     Returns an UploadResult; ``bad_records`` lists records whose body is no StreamRecordBatch:
     they are not uploaded and the WAL is not trimmed past the first of them (see 'recover').
     """
-    from walctl.device import open_device
     from walctl.wal import gaps, reader
     from walctl.wal.ops import read_wal_state
 
@@ -479,20 +487,16 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
         made = []
         # Objects are built and sent a DataBlock at a time from a second read of the WAL (no
         # lock: the records are checked to be the ones scanned), so memory stays bounded.
-        wal_dev = open_device(wal_path, writable=False)
-        try:
-            fetch = _WalBatches(wal_dev, header, wal_path)
-            for planned, reservation in zip(plan, prepared):
-                builder = ObjectBuilder()
-                store.put_large(reservation["key"], _object_chunks(builder, planned, fetch, block_size))
-                # bytes: the stream's span in the object (its DataBlocks, headers included)
-                ranges = [{"stream_id": sid, "start": rg.start_offset, "end": rg.end_offset,
-                           "bytes": rg.size_bytes} for sid, rg in sorted(builder.ranges.items())]
-                made.append({"id": reservation["id"], "key": reservation["key"], "kind": planned.kind,
-                             "size": builder.size, "order_id": reservation["id"],
-                             "data_time": time.time(), "ranges": ranges})
-        finally:
-            wal_dev.close()
+        fetch = _WalBatches(wal_path, header)
+        for planned, reservation in zip(plan, prepared):
+            built = ObjectBuilder()
+            store.put_large(reservation["key"], _object_chunks(built, planned, fetch, block_size))
+            # bytes: the stream's span in the object (its DataBlocks, headers included)
+            ranges = [{"stream_id": sid, "start": rg.start_offset, "end": rg.end_offset, "bytes": rg.size_bytes}
+                      for sid, rg in sorted(built.ranges.items())]
+            made.append({"id": reservation["id"], "key": reservation["key"], "kind": planned.kind,
+                         "size": built.size, "order_id": reservation["id"],
+                         "data_time": time.time(), "ranges": ranges})
         failpoint("upload-before-commit")
 
         def make_live(m: dict) -> None:
