@@ -32,50 +32,31 @@ DEFAULT_SPLIT_SIZE = 16 << 20  # a stream this large gets its own Stream Object
 
 
 class Segment:
-    """A contiguous run of one stream's batches in the WAL, kept compact: 24 bytes a record.
+    """A contiguous run of one stream's batches in the WAL, kept compact: 12 bytes a record.
 
-    Upload remembers where each batch is (its WAL offset), not its bytes: the objects are
-    built by reading the batches again (``_WalBatches``), so memory does not grow with the
-    WAL's bytes. ``sizes`` are the batches' sizes (= their record bodies), ``ends`` the stream
-    offset after each batch, ``crcs`` each record's body crc (checked again on the second read).
+    Upload remembers where each batch is (its WAL offset) and its record body's crc, not its
+    bytes: the objects are built by reading the batches again (``_WalBatches``), which checks
+    each is still the record scanned, so memory does not grow with the WAL's bytes.
     """
 
-    __slots__ = ("stream_id", "start", "wal", "ends", "sizes", "crcs", "bytes")
+    __slots__ = ("stream_id", "start", "end", "wal", "crcs", "bytes")
 
     def __init__(self, stream_id: int, start: int):
         self.stream_id = stream_id
         self.start = start  # the first batch's base offset
+        self.end = start  # the stream offset after the last batch
         self.wal = array("q")
-        self.ends = array("q")
-        self.sizes = array("I")
         self.crcs = array("I")
-        self.bytes = 0
+        self.bytes = 0  # the batches' sizes (= their record bodies)
 
     def add(self, wal_offset: int, end: int, size: int, crc: int) -> None:
         self.wal.append(wal_offset)
-        self.ends.append(end)
-        self.sizes.append(size)
         self.crcs.append(crc)
+        self.end = end
         self.bytes += size
 
     def __len__(self) -> int:
         return len(self.wal)
-
-    @property
-    def end(self) -> int:
-        return self.ends[-1]
-
-    def base_of(self, i: int) -> int:
-        """The base offset of the i-th batch."""
-        return self.ends[i - 1] if i else self.start
-
-    def cut(self, at: int) -> None:
-        """Drop the batches at WAL offsets >= ``at``."""
-        n = bisect_left(self.wal, at)
-        if n < len(self.wal):
-            for column in (self.wal, self.ends, self.sizes, self.crcs):
-                del column[n:]
-            self.bytes = sum(self.sizes)
 
 
 @dataclass
@@ -152,8 +133,9 @@ class _Records:
     Each live record is sorted as it is read: skipped (at or below the uploaded mark; checked
     to be in the store), bad (no StreamRecordBatch), or to upload (appended to its stream's
     current Segment). Overlaps and offset gaps are noted as events in log order and judged by
-    ``streams`` after the scan, once it is known where the upload stops (``cut``: a live
-    writer's blocks in flight), so the checks and their order are those of a whole-list pass.
+    ``streams`` after the scan (the first error in log order wins, as in a pass over a list).
+    ``stop`` ends the upload before the next record (a live writer's blocks in flight: the
+    scan yields a finding before the records after it).
     """
 
     def __init__(self, doc: dict, mark: dict | None, scan):
@@ -169,15 +151,27 @@ class _Records:
         self.events: list[tuple] = []  # (WAL offset, kind, details): overlaps and gaps, in log order
         self._last: dict[int, tuple[int, int, int]] = {}  # stream -> (WAL offset, base, end) of its last batch
         self._before: dict[int, int] | None = None
-        self.cut_at: int | None = None
+        self.stopped = False
+        self.last_mark: dict | None = None  # upload_mark of the last record to upload
+        self.last_good: int | None = None  # WAL offset of the last good record (skipped or to upload)
+        self.good_before_bad: int | None = None  # ... of the last one before the first bad record
+
+    def stop(self) -> None:
+        """Take no more records: the upload ends before the next one."""
+        self.stopped = True
 
     def add(self, entry) -> None:
+        if self.stopped:
+            return
         offset, batch = entry.offset, entry.batch
         if self.mark is not None and offset == self.uploaded:
             self.mark_found = (offset, upload_mark(entry))
         if batch is None:
+            if not self.bad:
+                self.good_before_bad = self.last_good
             self.bad.append(_Bad(offset, len(entry.body)))
             return
+        self.last_good = offset
         if self._before is None:
             # The record at trimOffset (deleted, read before any live one) and the skipped ones
             # say where each stream's last batch already in the store lies in the WAL.
@@ -208,29 +202,10 @@ class _Records:
             elif base > prev_end:
                 self.events.append((offset, "gap", (sid, prev_end, base, prev_offset)))
                 segs.append(Segment(sid, base))
-        segs[-1].add(offset, end, len(entry.body), _body_crc(entry))
+        crc = _body_crc(entry)
+        segs[-1].add(offset, end, len(entry.body), crc)
         self._last[sid] = (offset, base, end)
-
-    def cut(self, at: int | None) -> None:
-        """Forget every record at WAL offset >= ``at`` (None: keep all)."""
-        self.cut_at = at
-        if at is None:
-            return
-        del self.skipped[bisect_left(self.skipped, at):]
-        if self.not_in_store is not None and self.not_in_store >= at:
-            self.not_in_store = None
-        if self.mark_found is not None and self.mark_found[0] >= at:
-            self.mark_found = None
-        self.bad = [b for b in self.bad if b.offset < at]
-        self.events = [e for e in self.events if e[0] < at]
-        for sid in list(self.segments):
-            for seg in self.segments[sid]:
-                seg.cut(at)
-            kept = [seg for seg in self.segments[sid] if len(seg)]
-            if kept:
-                self.segments[sid] = kept
-            else:
-                del self.segments[sid]
+        self.last_mark = {"offset": offset, "stream_id": sid, "base_offset": base, "body_crc": crc}
 
     @property
     def todo_count(self) -> int:
@@ -239,25 +214,6 @@ class _Records:
     @property
     def todo_bytes(self) -> int:
         return sum(seg.bytes for segs in self.segments.values() for seg in segs)
-
-    def last_todo(self) -> tuple[Segment, int] | None:
-        """(segment, index) of the last record to upload, in log order."""
-        found = None
-        for segs in self.segments.values():
-            for seg in segs:
-                if found is None or seg.wal[-1] > found[0].wal[found[1]]:
-                    found = (seg, len(seg) - 1)
-        return found
-
-    def last_before(self, limit: int | None) -> int | None:
-        """The WAL offset of the last good record (skipped or to upload) before ``limit`` (None: any)."""
-        best = None
-        columns = [self.skipped] + [seg.wal for segs in self.segments.values() for seg in segs]
-        for column in columns:
-            n = len(column) if limit is None else bisect_left(column, limit)
-            if n and (best is None or column[n - 1] > best):
-                best = column[n - 1]
-        return best
 
     def streams(self, holes, accepted: set[tuple[int, int, int]], where: str, warnings: list[str],
                 gaps_out: list[dict]) -> tuple[dict[int, Segment], list[tuple[int, Segment]]]:
@@ -357,20 +313,23 @@ class _WalBatches:
         from walctl.format.crc import crc32c
 
         expected = seg.start
-        sizes, crcs, ends = seg.sizes, seg.crcs, seg.ends
+        crcs = seg.crcs
+        offset = None
         for i, offset in enumerate(seg.wal):
             found = data_record(offset)
             if found is None:
                 raise self._changed(seg, offset, "is no intact record now")
             data = found[0]
-            if len(data) != sizes[i] or crc32c(data) != crcs[i]:
+            if crc32c(data) != crcs[i]:
                 raise self._changed(seg, offset, "is another record now")
             magic, sid, _, base, count = _BATCH_HEAD.unpack_from(data)
             end = base + count
-            if sid != seg.stream_id or base != expected or end != ends[i]:
+            if sid != seg.stream_id or base != expected:
                 raise self._changed(seg, offset, "holds another batch now")
             expected = end
             yield _Batch(base, count, end, len(data), data)
+        if expected != seg.end:
+            raise self._changed(seg, offset, "holds another batch now")
 
 
 def _object_chunks(builder, planned: PlannedObject, fetch: _WalBatches, block_size: int) -> Iterator[bytes]:
@@ -414,6 +373,9 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
         for event in reader.scan(dev, header, result=scan, probe=locked):
             if isinstance(event, reader.Finding):
                 findings.append(event)
+                if not locked and event.kind != reader.BAD_BATCH:
+                    # A live writer's blocks in flight read as holes: upload only the prefix before them.
+                    records.stop()
             else:
                 records.add(event)
     finally:
@@ -428,9 +390,7 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
     bad_findings = {f.offset: f for f in findings if f.kind == reader.BAD_BATCH}
     findings = [f for f in findings if f.kind != reader.BAD_BATCH]
     if not locked and findings:
-        # A live writer's blocks in flight read as holes: upload only the prefix before them.
-        records.cut(min(f.offset for f in findings))
-        findings = []
+        findings = []  # a live writer's blocks in flight: the upload stopped before them (below)
     bad = records.bad
     result.bad_records = [{"offset": e.offset, "body_bytes": e.body_bytes,
                            "reason": bad_findings[e.offset].reason if e.offset in bad_findings
@@ -460,12 +420,7 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
     plan = plan_objects(streams, split_size, after_gaps)
     result.records = records.todo_count
     result.payload_bytes = records.todo_bytes - result.records * BATCH_HEADER_SIZE
-    last = records.last_todo()
-    last_todo_mark = None
-    if last is not None:
-        seg, i = last
-        last_todo_mark = {"offset": seg.wal[i], "stream_id": seg.stream_id, "base_offset": seg.base_of(i),
-                          "body_crc": seg.crcs[i]}
+    last_todo_mark = records.last_mark
     result.last_offset = (last_todo_mark["offset"] if last_todo_mark
                           else (records.skipped[-1] if records.skipped else None))
 
@@ -535,13 +490,13 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
     trim_to = result.last_offset
     if bad:
         # Leave the first bad record live for 'recover': trim only to the last record before it.
-        trim_to = records.last_before(bad[0].offset)
+        trim_to = records.good_before_bad
         first = bad[0]
         result.warnings.append(
             f"{len(bad)} record(s) are not StreamRecordBatches and were not uploaded (first at WAL offset "
             f"{first.offset}); the WAL is not trimmed past it: save it with 'walctl recover {wal_path} "
             f"--from {first.offset} --to {first.offset + 1} --payload hex', then drop it with "
-            f"'walctl trim {wal_path} {max(records.last_before(None) or -1, bad[-1].offset)}'")
+            f"'walctl trim {wal_path} {max(records.last_good or -1, bad[-1].offset)}'")
     if trim and trim_to is not None and trim_to > header.trim_offset:
         result.trimmed_to = _trim_after(wal_path, trim_to, result.warnings)
     result.seconds = time.monotonic() - started
