@@ -170,3 +170,30 @@ def test_a_record_that_changed_after_the_scan_is_refused_and_nothing_is_committe
     assert calls == ["upload (prepare)"]  # never made live
     doc = mf.load_latest(local_store)
     assert doc["objects"] == [] and doc["wal_uploads"] == {}
+
+
+@pytest.mark.slow
+def test_upload_to_s3_of_a_160_mib_wal_stays_under_256_mib_rss(big_tmp, s3_server, s3_bucket):
+    """The S3 path too: one Stream Object of 160 MiB goes up as multipart parts built on the fly."""
+    tmp_path = big_tmp
+    wal = str(tmp_path / "wal")
+    init_wal(wal, 176 * MiB)
+    ends, payloads = _fill(wal, streams=1, record=1 * MiB - 64, total=160 * MiB)
+    hwm, done = _peak_rss_of(["upload", wal, "--store", f"s3://{s3_bucket}/walctl-test", "--endpoint-url",
+                              s3_server, "--json"])
+    assert done.returncode == 0, done.stderr.decode()
+    summary = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert summary["records"] == ends[1] and [o["kind"] for o in summary["objects"]] == ["SO"]
+    assert summary["objects"][0]["size_bytes"] > 160 * MiB
+    assert hwm < RSS_BOUND, f"upload peak RSS {hwm / MiB:.0f} MiB"
+    from walctl.store.s3 import S3Store
+
+    store = S3Store(s3_bucket, "walctl-test", endpoint_url=s3_server)
+    key = summary["objects"][0]["key"]
+    tail, size = store.read_tail(key, 64 * KiB)
+    footer = obj.Footer.decode(tail, len(tail) - obj.FOOTER_SIZE, object_size=size)
+    assert size == summary["objects"][0]["size_bytes"] and footer.index_start_position < size
+    last = obj.decode_index(tail[len(tail) - obj.FOOTER_SIZE - footer.index_block_length:], footer)[-1]
+    block = store.read_range(key, last.block_position, last.block_end)
+    batches = list(obj.iter_blocks(block, last, base_position=last.block_position))
+    assert batches[-1].end_offset == ends[1] and batches[-1].payload == payloads[1]
