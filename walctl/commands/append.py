@@ -280,7 +280,7 @@ def _records(source, framing: Framing):
     # Length-prefixed: parse records out of large reads (a memoryview, no read per record); a
     # read returns what is there (read1), so records that arrived are appended without
     # waiting for a full buffer.
-    read = getattr(source, "read1", source.read)
+    read = source.read1 if hasattr(source, "read1") else source.read
     buf = bytearray()
     consumed = 0  # input bytes before buf
     while True:
