@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import enum
+import json
 import sys
+import threading
 from typing import Annotated
 
 import typer
@@ -88,7 +90,8 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
 
     from walctl import bounds
     from walctl.errors import UsageError, WalctlError
-    from walctl.format.batch import StreamRecordBatch
+    from walctl.format import batch as batch_format
+    from walctl.format import record as rec
     from walctl.wal.ops import open_writer
     from walctl.wal.pacing import Budget
 
@@ -115,6 +118,17 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
 
     stats = {"records": 0, "payload_bytes": 0, "first_offset": None, "last_offset": None, "stdout_closed": False}
 
+    main_thread = threading.get_ident()
+
+    def flush_acks() -> None:
+        if stats["stdout_closed"]:
+            return
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            stats["stdout_closed"] = True
+            silence_stdout()
+
     def on_ack(offset: int, token) -> None:
         base, count, length = token
         stats["records"] += 1
@@ -125,12 +139,17 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
         if stats["stdout_closed"]:
             return
         try:
+            # Written now, flushed in batches: by the append loop after each record (one write for
+            # all the records a block completion acknowledged), at once from the reaper thread.
             if json_out:
-                emit_json({"type": "record", "offset": offset, "stream_id": stream_id, "base_offset": base,
-                           "count": count, "payload_bytes": length,
-                           "wal_offset": offset, "stream_offset": base})  # the two offsets, named apart
+                sys.stdout.write(json.dumps({"type": "record", "offset": offset, "stream_id": stream_id,
+                                             "base_offset": base, "count": count, "payload_bytes": length,
+                                             # the two offsets, named apart
+                                             "wal_offset": offset, "stream_offset": base},
+                                            separators=(",", ":")) + "\n")
             else:
                 sys.stdout.write(f"{offset}\n")
+            if threading.get_ident() != main_thread:
                 sys.stdout.flush()
         except BrokenPipeError:
             # The reader of our acknowledgements went away (e.g. `| head`): stop taking input,
@@ -196,16 +215,29 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
         payloads = (d.encode() for d in data) if data else _records(source, framing)
         if data:
             bounds.base_offset(next_base, count=len(data), option="stream offset")
+        # The checks of bounds.base_offset and bounds.record_payload, inlined: called (for
+        # their error) only when a value is out of range.
+        base_limit = bounds.OFFSET_END_LIMIT - 2
+        payload_limit = min(bounds.UINT32_MAX, rec.MAX_BODY_LENGTH) - batch_format.HEADER_SIZE
+        pack_head = batch_format.STRUCT.pack
+        magic = batch_format.MAGIC
+        append = writer.append
         for payload in payloads:
             if stats["stdout_closed"]:
                 break
             # --input: the records counted so far are durable; the one that would overflow is not written.
-            bounds.base_offset(next_base, option="stream offset")
-            bounds.record_payload(len(payload))
-            batch = StreamRecordBatch(stream_id, epoch, next_base, 1, payload)
-            writer.append(batch.encode(), (next_base, 1, len(payload)), (stream_id, next_base + 1))
+            if not 0 <= next_base <= base_limit:
+                bounds.base_offset(next_base, option="stream offset")
+            length = len(payload)
+            if length > payload_limit:
+                bounds.record_payload(length)
+            # StreamRecordBatch(stream_id, epoch, next_base, 1, payload).encode(), packed directly
+            append(pack_head(magic, stream_id, epoch, next_base, 1, length) + payload, (next_base, 1, length),
+                   (stream_id, next_base + 1))
             next_base += 1
+            flush_acks()
         writer.close()
+        flush_acks()
     except WalctlError as exc:
         _close_after(writer)
         exc.summary = summary()
@@ -290,8 +322,11 @@ def _open_input(path: str):
         raise UsageError(f"cannot read input file: {exc.strerror}", where=path) from exc
 
 
+_INPUT_CHUNK = 1 << 20  # bytes per read of a length-prefixed input
+
+
 def _records(source, framing: Framing):
-    """Yield payloads from ``source`` as they arrive (never reads ahead of what it needs)."""
+    """Yield payloads from ``source`` as they arrive (length-prefixed: read in chunks of up to 1 MiB)."""
     from walctl.errors import UsageError
 
     if framing is Framing.raw:
@@ -303,27 +338,31 @@ def _records(source, framing: Framing):
             if not line:
                 return
             yield line[:-1] if line.endswith(b"\n") else line
-    position = 0
+    # Length-prefixed: parse records out of large reads (a memoryview, no read per record); a
+    # read returns what is there (read1), so records that arrived are appended without
+    # waiting for a full buffer.
+    read = source.read1 if hasattr(source, "read1") else source.read
+    buf = bytearray()
+    consumed = 0  # input bytes before buf
     while True:
-        head = _read_exact(source, 4)
-        if not head:
-            return
-        if len(head) < 4:
-            raise UsageError(f"truncated length prefix at input byte {position}")
-        length = int.from_bytes(head, "big")
-        body = _read_exact(source, length)
-        if len(body) < length:
-            raise UsageError(f"truncated record at input byte {position}: length {length}, got {len(body)}")
-        position += 4 + length
-        yield body
-
-
-def _read_exact(source, n: int) -> bytes:
-    parts = []
-    while n > 0:
-        chunk = source.read(n)
+        chunk = read(_INPUT_CHUNK)
         if not chunk:
             break
-        parts.append(chunk)
-        n -= len(chunk)
-    return b"".join(parts)
+        buf += chunk
+        pos = 0
+        end = len(buf)
+        with memoryview(buf) as view:
+            while pos + 4 <= end:
+                stop = pos + 4 + int.from_bytes(view[pos:pos + 4], "big")
+                if stop > end:
+                    break
+                yield bytes(view[pos + 4:stop])
+                pos = stop
+        del buf[:pos]  # keep only the incomplete record's bytes
+        consumed += pos
+    if not buf:
+        return
+    if len(buf) < 4:
+        raise UsageError(f"truncated length prefix at input byte {consumed}")
+    length = int.from_bytes(buf[:4], "big")
+    raise UsageError(f"truncated record at input byte {consumed}: length {length}, got {len(buf) - 4}")

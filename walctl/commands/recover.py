@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import json
 import sys
 from typing import Annotated
 
@@ -257,6 +258,12 @@ def _refuse_short_file(device: str) -> None:
                             f"{HEADERS_SIZE // 2}-byte header slots", where=device)
 
 
+_RECORD_LINE = ('{"type":"record","offset":%d,"stream_id":%d,"base_offset":%d,"count":%d,"payload_bytes":%d,'
+                '"wal_offset":%d,"stream_offset":%d}\n')
+_BAD_RECORD_LINE = ('{"type":"record","offset":%d,"stream_id":null,"base_offset":null,"count":null,"payload_bytes":%d,'
+                    '"wal_offset":%d,"stream_offset":null}\n')
+
+
 class _Printer:
     """Renders records/findings as they come: NDJSON lines, or a streamed human table."""
 
@@ -268,22 +275,43 @@ class _Printer:
         self.stats_only = stats
         self.console = None if json_out else stdout_console()
         self._header_done = False
+        self._fast: dict[bool, bool] = {}  # template (batch or not) -> it renders what the dict does
+
+    def _render(self, entry, data) -> str:
+        """A record's NDJSON line, from its dict."""
+        batch = entry.batch
+        obj = {"type": "record", "offset": entry.offset,
+               "stream_id": batch.stream_id if batch else None,
+               "base_offset": batch.base_offset if batch else None,
+               "count": batch.count if batch else None,
+               "payload_bytes": len(data),
+               # the same two offsets, named apart: bytes in the WAL vs the stream's record number
+               "wal_offset": entry.offset, "stream_offset": batch.base_offset if batch else None}
+        text = encode_payload(data, self.payload)
+        if text is not None:
+            obj["payload"] = text
+        return json.dumps(obj, separators=(",", ":")) + "\n"
 
     def record(self, entry) -> None:
         batch = entry.batch
         data = batch.payload if batch else entry.body
         if self.json_out:
-            obj = {"type": "record", "offset": entry.offset,
-                   "stream_id": batch.stream_id if batch else None,
-                   "base_offset": batch.base_offset if batch else None,
-                   "count": batch.count if batch else None,
-                   "payload_bytes": len(data),
-                   # the same two offsets, named apart: bytes in the WAL vs the stream's record number
-                   "wal_offset": entry.offset, "stream_offset": batch.base_offset if batch else None}
-            text = encode_payload(data, self.payload)
-            if text is not None:
-                obj["payload"] = text
-            emit_json(obj)
+            # Record lines are written, not flushed one by one (the summary or a finding flushes):
+            # a syscall per record would cap the stream. With --payload none the line is formatted
+            # without building a dict; it is checked once (per template) to be byte for byte the
+            # dict's rendering, else the dict is used from then on.
+            if self.payload is Payload.none:
+                line = (_RECORD_LINE % (entry.offset, batch.stream_id, batch.base_offset, batch.count, len(data),
+                                        entry.offset, batch.base_offset)
+                        if batch is not None else _BAD_RECORD_LINE % (entry.offset, len(data), entry.offset))
+                kind = batch is not None
+                fast = self._fast.get(kind)
+                if fast is None:
+                    fast = self._fast[kind] = line == self._render(entry, data)
+                if fast:
+                    sys.stdout.write(line)
+                    return
+            sys.stdout.write(self._render(entry, data))
             return
         if not self._header_done:
             self._line(f"{'WAL OFFSET':>14} {'STREAM':>8} {'STREAM OFFSET':>13} {'COUNT':>6} {'BYTES':>8}"

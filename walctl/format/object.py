@@ -499,10 +499,14 @@ def _check_stream(stream_id: int, batches: Sequence[StreamRecordBatch], prev_str
         expected = b.end_offset
 
 
-def _group_blocks(batches: Sequence[StreamRecordBatch], block_size: int) -> list[list[StreamRecordBatch]]:
-    """Split one stream's batches into DataBlocks: a block closes once its payload reaches block_size."""
-    blocks: list[list[StreamRecordBatch]] = []
-    current: list[StreamRecordBatch] = []
+def iter_block_groups(batches: Iterable, block_size: int) -> Iterator[list]:
+    """Split one stream's batches into DataBlocks, lazily: a block closes once its payload reaches block_size.
+
+    ``batches`` may be anything with ``count``, ``size``, ``base_offset`` and ``end_offset``
+    (StreamRecordBatch, or upload's batches read back from the WAL); only one block's worth
+    is held at a time, so a stream of any length is grouped in bounded memory.
+    """
+    current: list = []
     payload = 0
     for b in batches:
         if b.count > INT32_MAX or b.size > INT32_MAX - DATA_BLOCK_HEADER_SIZE:
@@ -510,16 +514,20 @@ def _group_blocks(batches: Sequence[StreamRecordBatch], block_size: int) -> list
         # The index's Java ints must hold the block's size and offset span: cut early if not.
         if current and (payload + b.size > INT32_MAX - DATA_BLOCK_HEADER_SIZE
                         or b.end_offset - current[0].base_offset > INT32_MAX):
-            blocks.append(current)
+            yield current
             current, payload = [], 0
         current.append(b)
         payload += b.size
         if payload >= block_size:
-            blocks.append(current)
+            yield current
             current, payload = [], 0
     if current:
-        blocks.append(current)
-    return blocks
+        yield current
+
+
+def _group_blocks(batches: Sequence[StreamRecordBatch], block_size: int) -> list[list[StreamRecordBatch]]:
+    """Split one stream's batches into DataBlocks: a block closes once its payload reaches block_size."""
+    return list(iter_block_groups(batches, block_size))
 
 
 def build_object(streams: Iterable[tuple[int, Sequence[StreamRecordBatch]]], *,
@@ -575,6 +583,89 @@ def _finish(parts: list[bytes], entries: list[IndexEntry], ranges: dict[int, Str
     else:
         footer = Footer(len(data), len(index), version)
     return BuiltObject(data + index + footer.encode(), entries, footer, ranges)
+
+
+class ObjectBuilder:
+    """Build an object a DataBlock at a time, in bounded memory (upload streams objects with it).
+
+    ``add_block`` returns the block's bytes (header + batches) for the caller to send at once;
+    ``finish`` returns the IndexBlock and the Footer, the object's last bytes. The builder keeps
+    only the index entries and a running crc of the data region, never the data. The bytes
+    are the same as ``build_object``'s for the same blocks.
+    """
+
+    def __init__(self, *, version: int = VERSION_WALCTL):
+        if version not in VERSIONS:
+            raise ValueError(f"footer version {version} unknown, expected one of {VERSIONS}")
+        self.version = version
+        self.entries: list[IndexEntry] = []
+        self.ranges: dict[int, StreamRange] = {}
+        self.position = 0  # bytes of DataBlocks so far: where the next block starts
+        self.footer: Footer | None = None
+        self._data_crc = 0
+        self._stream: int | None = None
+        self._stream_start = 0
+
+    def add_block(self, stream_id: int, start_offset: int, end_offset: int, batches: Sequence) -> bytes:
+        """One DataBlock of ``stream_id`` covering stream offsets [start_offset, end_offset).
+
+        Args:
+            batches: the block's StreamRecordBatches, each already encoded (bytes-like), back to back
+                in offset order; the caller has checked they are the stream's and contiguous.
+        Raises:
+            ValueError: streams not ascending, a block not continuing its stream's offsets, an empty
+                block, values that do not fit the index's Java ints, or the object already finished.
+        """
+        if self.footer is not None:
+            raise ValueError("the object is already finished")
+        if not batches:
+            raise ValueError(f"stream {stream_id}: an empty DataBlock")
+        if stream_id != self._stream:
+            if not isinstance(stream_id, int) or not 0 <= stream_id < INT64_LIMIT:
+                raise ValueError(f"stream id {stream_id!r} out of range [0, 2^63)")
+            if self._stream is not None and stream_id <= self._stream:
+                raise ValueError(f"streams must be strictly ascending: {stream_id} after {self._stream}")
+            self._stream, self._stream_start = stream_id, self.position
+        else:
+            prev = self.ranges[stream_id]
+            if start_offset != prev.end_offset:
+                raise ValueError(f"stream {stream_id}: block at offset {start_offset}, expected "
+                                 f"{prev.end_offset} (a gap or overlap)")
+        if not 0 <= start_offset < end_offset <= start_offset + INT32_MAX or end_offset >= INT64_LIMIT:
+            raise ValueError(f"stream {stream_id}: block offsets [{start_offset}, {end_offset}) do not fit an "
+                             "index entry")
+        data = DataBlockHeader(len(batches), sum(len(b) for b in batches)).encode() + b"".join(batches)
+        if len(data) > INT32_MAX:
+            raise ValueError(f"stream {stream_id}: a DataBlock of {len(data)} bytes does not fit a Java int")
+        self.entries.append(IndexEntry(stream_id, start_offset, end_offset - start_offset, len(batches),
+                                       self.position, len(data)))
+        self.position += len(data)
+        first = self.ranges.get(stream_id)
+        self.ranges[stream_id] = StreamRange(first.start_offset if first else start_offset, end_offset,
+                                             self.position - self._stream_start)
+        if self.version == VERSION_WALCTL:
+            self._data_crc = crc32c(data, self._data_crc)
+        return data
+
+    def finish(self) -> bytes:
+        """The IndexBlock and the Footer; afterwards ``footer`` and ``size`` describe the object."""
+        if self.footer is not None:
+            raise ValueError("the object is already finished")
+        if not self.entries:
+            raise ValueError("an object needs at least one stream")
+        if len(self.entries) * INDEX_ENTRY_SIZE > INT32_MAX:
+            raise ValueError(f"{len(self.entries)} index entries do not fit a Java int indexBlockLength")
+        index = b"".join(e.encode() for e in self.entries)
+        if self.version == VERSION_WALCTL:
+            self.footer = Footer(self.position, len(index), self.version, crc32c(index), self._data_crc)
+        else:
+            self.footer = Footer(self.position, len(index), self.version)
+        return index + self.footer.encode()
+
+    @property
+    def size(self) -> int:
+        """The object's size once finished (DataBlocks so far before)."""
+        return self.footer.object_size if self.footer is not None else self.position
 
 
 def assemble_object(parts: Iterable[tuple[IndexEntry, bytes]], *, version: int = VERSION_WALCTL) -> BuiltObject:

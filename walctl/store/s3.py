@@ -15,7 +15,6 @@ first response's ETag.
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 from typing import Any, Iterable, Iterator, Sequence
@@ -413,7 +412,8 @@ class S3Store:
             else:
                 self.put(key, bytes(head))
                 return
-            stream = itertools.chain([bytes(head)], chunks)
+            stream = _head_then(head, chunks)
+            del head  # _head_then holds it now, and lets it go once it is cut into parts
         self._multipart(key, full, stream, part_size)
 
     def _multipart(self, key: str, full: str, stream: Iterator[bytes], part_size: int) -> None:
@@ -646,6 +646,16 @@ def plan_compose_parts(pieces: Sequence[bytes | CopySource], *, min_part: int = 
             flush()
     flush()
     return parts
+
+
+def _head_then(head: bytearray, rest: Iterator[bytes]) -> Iterator[bytes]:
+    """The buffered head (not copied), then the rest of the stream; the head is let go once cut
+    into parts, so a streamed object holds about one part, not the multipart threshold."""
+    chunk = head
+    del head
+    yield chunk
+    del chunk
+    yield from rest
 
 
 def _split_parts(stream: Iterable[bytes], part_size: int) -> Iterator[bytes]:

@@ -14,12 +14,16 @@ that the rerun skips; the WAL is never trimmed past what a commit holds.
 
 from __future__ import annotations
 
+import struct
 import time
+from array import array
 from dataclasses import dataclass, field
+from typing import Iterator, NamedTuple
 
 from walctl.errors import CorruptionError, RefusedError, UsageError, WalctlError
 from walctl.failpoints import failpoint
-from walctl.format.batch import StreamRecordBatch
+from walctl.format.batch import HEADER_SIZE as BATCH_HEADER_SIZE
+from walctl.format.object import ObjectBuilder
 from walctl.store import manifest as mf
 
 from walctl.defaults import DEFAULT_BLOCK_SIZE, DEFAULT_SPLIT_SIZE  # payload per DataBlock; own Stream Object above
@@ -27,18 +31,46 @@ from walctl.defaults import DEFAULT_BLOCK_SIZE, DEFAULT_SPLIT_SIZE  # payload pe
 DEFAULT_TRIM_TIMEOUT_S = 30.0  # how long upload waits for a running writer to take its trim
 
 
+class Segment:
+    """A contiguous run of one stream's batches in the WAL, kept compact: 12 bytes a record.
+
+    Upload remembers where each batch is (its WAL offset) and its record body's crc, not its
+    bytes: the objects are built by reading the batches again (``_WalBatches``), which checks
+    each is still the record scanned, so memory does not grow with the WAL's bytes.
+    """
+
+    __slots__ = ("stream_id", "start", "end", "wal", "crcs", "bytes")
+
+    def __init__(self, stream_id: int, start: int):
+        self.stream_id = stream_id
+        self.start = start  # the first batch's base offset
+        self.end = start  # the stream offset after the last batch
+        self.wal = array("q")
+        self.crcs = array("I")
+        self.bytes = 0  # the batches' sizes (= their record bodies)
+
+    def add(self, wal_offset: int, end: int, size: int, crc: int) -> None:
+        self.wal.append(wal_offset)
+        self.crcs.append(crc)
+        self.end = end
+        self.bytes += size
+
+    def __len__(self) -> int:
+        return len(self.wal)
+
+
 @dataclass
 class PlannedObject:
     kind: str  # "SO" or "SSO"
-    streams: list[tuple[int, list[StreamRecordBatch]]]
+    streams: list[tuple[int, Segment]]
 
     @property
     def data_bytes(self) -> int:
-        return sum(b.size for _, batches in self.streams for b in batches)
+        return sum(seg.bytes for _, seg in self.streams)
 
     def ranges(self) -> list[dict]:
-        return [{"stream_id": sid, "start": batches[0].base_offset, "end": batches[-1].end_offset,
-                 "bytes": sum(b.size for b in batches)} for sid, batches in self.streams]
+        return [{"stream_id": sid, "start": seg.start, "end": seg.end, "bytes": seg.bytes}
+                for sid, seg in self.streams]
 
 
 @dataclass
@@ -66,8 +98,8 @@ class UploadResult:
         }
 
 
-def plan_objects(streams: dict[int, list[StreamRecordBatch]], split_size: int,
-                 after_gaps: list[tuple[int, list[StreamRecordBatch]]] = ()) -> list[PlannedObject]:
+def plan_objects(streams: dict[int, Segment], split_size: int,
+                 after_gaps: list[tuple[int, Segment]] = ()) -> list[PlannedObject]:
     """One stream: one SO. Several: an SO per stream of >= split_size data bytes, the rest in one SSO.
 
     ``after_gaps`` are the parts of streams after a crash gap: an object holds each stream
@@ -81,7 +113,7 @@ def plan_objects(streams: dict[int, list[StreamRecordBatch]], split_size: int,
         return [PlannedObject("SO", ordered)] + extra
     plan, rest = [], []
     for sid, batches in ordered:
-        if sum(b.size for b in batches) >= split_size:
+        if batches.bytes >= split_size:
             plan.append(PlannedObject("SO", [(sid, batches)]))
         else:
             rest.append((sid, batches))
@@ -90,68 +122,224 @@ def plan_objects(streams: dict[int, list[StreamRecordBatch]], split_size: int,
     return plan + extra
 
 
-def _check_streams(entries, manifest: dict, holes, accepted: set[tuple[int, int, int]],
-                   before: dict[int, int], where: str, warnings: list[str],
-                   gaps_out: list[dict]) -> tuple[dict[int, list[StreamRecordBatch]], list]:
-    """Group records by stream; refuse overlaps and unexplained gaps (against the store and inside the WAL).
+class _Bad(NamedTuple):
+    offset: int
+    body_bytes: int
 
-    A gap is accepted where a crash explains it (walctl.wal.gaps.explain: a crash hole, sealed
-    or not, lies between the stream's two records: the lost batches were never acknowledged)
-    or where the operator accepted exactly that gap (``accepted``: (stream, from, to), from
-    ``upload --accept-gap``). Each accepted gap is kept as a gap, with a warning and an entry
-    in ``gaps_out`` (the manifest records it); what follows a gap inside the WAL is returned as
-    a separate segment (an object holds each stream contiguously).
 
-    Args:
-        before: stream -> WAL offset of its last record already in the store (still in the WAL).
-    Returns (first segment of each stream, [(stream, later segment), ...]).
+class _Records:
+    """What upload keeps of the WAL's records while the scan streams past: no record's bytes.
+
+    Each live record is sorted as it is read: skipped (at or below the uploaded mark; checked
+    to be in the store), bad (no StreamRecordBatch), or to upload (appended to its stream's
+    current Segment). Overlaps and offset gaps are noted as events in log order and judged by
+    ``streams`` after the scan (the first error in log order wins, as in a pass over a list).
+    ``stop`` ends the upload before the next record (a live writer's blocks in flight: the
+    scan yields a finding before the records after it).
     """
-    from walctl.wal import gaps
 
-    segments: dict[int, list[list[StreamRecordBatch]]] = {}
-    last: dict[int, tuple[int, int]] = {}  # stream -> (WAL offset, end offset) of its last batch
+    def __init__(self, doc: dict, mark: dict | None, scan):
+        self.doc = doc
+        self.mark = mark
+        self.uploaded = mark["offset"] if mark else -1
+        self.scan = scan
+        self.skipped = array("q")  # WAL offsets of records already uploaded
+        self.not_in_store: int | None = None  # the first skipped record the store does not hold
+        self.mark_found: tuple[int, dict] | None = None  # (offset, upload_mark) of the mark's record
+        self.bad: list[_Bad] = []
+        self.segments: dict[int, list[Segment]] = {}
+        self.events: list[tuple] = []  # (WAL offset, kind, details): overlaps and gaps, in log order
+        self._last: dict[int, tuple[int, int, int]] = {}  # stream -> (WAL offset, base, end) of its last batch
+        self._before: dict[int, int] | None = None
+        self.stopped = False
+        self.last_mark: dict | None = None  # upload_mark of the last record to upload
+        self.last_good: int | None = None  # WAL offset of the last good record (skipped or to upload)
+        self.good_before_bad: int | None = None  # ... of the last one before the first bad record
 
-    def allow(gap) -> None:
-        hole = gaps.explain(gap, holes)
-        key = (gap.stream_id, gap.from_offset, gap.to_offset)
-        if hole is None and key not in accepted:
-            raise CorruptionError(
-                f"stream {gap.stream_id}: offset gap ({gap.from_offset} to {gap.to_offset}) that no crash "
-                f"explains, before the record at WAL offset {gap.after_wal_offset}; nothing was uploaded",
-                where=where, offset=gap.after_wal_offset,
-                hint=f"a wrong --base-offset, or damage; if these offsets are really gone: rerun with "
-                     f"--accept-gap {gap.spec} (recorded in the manifest; nothing else is skipped)")
-        warnings.append(gaps.explanation(gap, hole, accepted=hole is None))
-        item = gaps.gap_to_json(gap, hole, accepted=hole is None)
-        gaps_out.append({k: item[k] for k in ("stream_id", "from", "to", "cause", "hole_start", "sealed",
-                                               "sealed_at_ns", "before_wal_offset", "after_wal_offset")})
+    def stop(self) -> None:
+        """Take no more records: the upload ends before the next one."""
+        self.stopped = True
 
-    for entry in entries:
-        batch = entry.batch
-        sid = batch.stream_id
-        if sid not in segments:
-            known = manifest["streams"].get(str(sid))
-            if known is not None and batch.base_offset != known["end"]:
-                if batch.base_offset < known["end"]:
-                    raise CorruptionError(
-                        f"stream {sid}: offset overlap against the store: the store ends at {known['end']}, "
-                        f"the WAL continues at {batch.base_offset}", where=where, offset=entry.offset,
-                        hint="the WAL and the store disagree; nothing was uploaded")
-                allow(gaps.StreamGap(sid, known["end"], batch.base_offset, before.get(sid), entry.offset))
-            segments[sid] = [[batch]]
+    def add(self, entry) -> None:
+        if self.stopped:
+            return
+        offset, batch = entry.offset, entry.batch
+        if self.mark is not None and offset == self.uploaded:
+            self.mark_found = (offset, upload_mark(entry))
+        if batch is None:
+            if not self.bad:
+                self.good_before_bad = self.last_good
+            self.bad.append(_Bad(offset, len(entry.body)))
+            return
+        self.last_good = offset
+        if self._before is None:
+            # The record at trimOffset (deleted, read before any live one) and the skipped ones
+            # say where each stream's last batch already in the store lies in the WAL.
+            trim_entry = self.scan.trim_entry
+            self._before = {}
+            if trim_entry is not None and trim_entry.batch is not None:
+                self._before[trim_entry.batch.stream_id] = trim_entry.offset
+        if offset <= self.uploaded:
+            self.skipped.append(offset)
+            self._before[batch.stream_id] = offset
+            if self.not_in_store is None and not _in_store(self.doc, batch):
+                self.not_in_store = offset
+            return
+        sid, base, end = batch.stream_id, batch.base_offset, batch.end_offset
+        segs = self.segments.get(sid)
+        if segs is None:
+            known = self.doc["streams"].get(str(sid))
+            if known is not None and base != known["end"]:
+                if base < known["end"]:
+                    self.events.append((offset, "store_overlap", (sid, known["end"], base)))
+                else:
+                    self.events.append((offset, "gap", (sid, known["end"], base, self._before.get(sid))))
+            segs = self.segments[sid] = [Segment(sid, base)]
         else:
-            prev_offset, prev_end = last[sid]
-            if batch.base_offset < prev_end:
-                prev = segments[sid][-1][-1]
-                raise CorruptionError(f"stream {sid}: offsets overlap in the WAL ({prev.base_offset}..{prev.end_offset} "
-                                      f"then {batch.base_offset})", where=where, offset=entry.offset)
-            if batch.base_offset > prev_end:
-                allow(gaps.StreamGap(sid, prev_end, batch.base_offset, prev_offset, entry.offset))
-                segments[sid].append([])
-            segments[sid][-1].append(batch)
-        last[sid] = (entry.offset, batch.end_offset)
-    later = [(sid, seg) for sid, segs in sorted(segments.items()) for seg in segs[1:]]
-    return {sid: segs[0] for sid, segs in segments.items()}, later
+            prev_offset, prev_base, prev_end = self._last[sid]
+            if base < prev_end:
+                self.events.append((offset, "wal_overlap", (sid, prev_base, prev_end, base)))
+            elif base > prev_end:
+                self.events.append((offset, "gap", (sid, prev_end, base, prev_offset)))
+                segs.append(Segment(sid, base))
+        crc = _body_crc(entry)
+        segs[-1].add(offset, end, len(entry.body), crc)
+        self._last[sid] = (offset, base, end)
+        self.last_mark = {"offset": offset, "stream_id": sid, "base_offset": base, "body_crc": crc}
+
+    @property
+    def todo_count(self) -> int:
+        return sum(len(seg) for segs in self.segments.values() for seg in segs)
+
+    @property
+    def todo_bytes(self) -> int:
+        return sum(seg.bytes for segs in self.segments.values() for seg in segs)
+
+    def streams(self, holes, accepted: set[tuple[int, int, int]], where: str, warnings: list[str],
+                gaps_out: list[dict]) -> tuple[dict[int, Segment], list[tuple[int, Segment]]]:
+        """Judge the overlaps and gaps seen (in log order); refuse overlaps and unexplained gaps.
+
+        A gap is accepted where a crash explains it (walctl.wal.gaps.explain: a crash hole, sealed
+        or not, lies between the stream's two records: the lost batches were never acknowledged)
+        or where the operator accepted exactly that gap (``accepted``: (stream, from, to), from
+        ``upload --accept-gap``). Each accepted gap is kept as a gap, with a warning and an entry
+        in ``gaps_out`` (the manifest records it); what follows a gap inside the WAL is returned as
+        a separate segment (an object holds each stream contiguously).
+
+        Returns (first segment of each stream, [(stream, later segment), ...]).
+        """
+        from walctl.wal import gaps
+
+        for offset, kind, details in self.events:
+            if kind == "store_overlap":
+                sid, store_end, base = details
+                raise CorruptionError(
+                    f"stream {sid}: offset overlap against the store: the store ends at {store_end}, "
+                    f"the WAL continues at {base}", where=where, offset=offset,
+                    hint="the WAL and the store disagree; nothing was uploaded")
+            if kind == "wal_overlap":
+                sid, prev_base, prev_end, base = details
+                raise CorruptionError(f"stream {sid}: offsets overlap in the WAL ({prev_base}..{prev_end} "
+                                      f"then {base})", where=where, offset=offset)
+            sid, lo, hi, before_offset = details
+            gap = gaps.StreamGap(sid, lo, hi, before_offset, offset)
+            hole = gaps.explain(gap, holes)
+            key = (gap.stream_id, gap.from_offset, gap.to_offset)
+            if hole is None and key not in accepted:
+                raise CorruptionError(
+                    f"stream {gap.stream_id}: offset gap ({gap.from_offset} to {gap.to_offset}) that no crash "
+                    f"explains, before the record at WAL offset {gap.after_wal_offset}; nothing was uploaded",
+                    where=where, offset=gap.after_wal_offset,
+                    hint=f"a wrong --base-offset, or damage; if these offsets are really gone: rerun with "
+                         f"--accept-gap {gap.spec} (recorded in the manifest; nothing else is skipped)")
+            warnings.append(gaps.explanation(gap, hole, accepted=hole is None))
+            item = gaps.gap_to_json(gap, hole, accepted=hole is None)
+            gaps_out.append({k: item[k] for k in ("stream_id", "from", "to", "cause", "hole_start", "sealed",
+                                                   "sealed_at_ns", "before_wal_offset", "after_wal_offset")})
+        later = [(sid, seg) for sid, segs in sorted(self.segments.items()) for seg in segs[1:]]
+        return {sid: segs[0] for sid, segs in self.segments.items()}, later
+
+
+def _body_crc(entry) -> int:
+    from walctl.format.crc import crc32c
+
+    return crc32c(entry.body)
+
+
+_BATCH_HEAD = struct.Struct(">BqqqI")  # magic, streamId, epoch, baseOffset, count (FORMATS.md 2)
+
+
+class _Batch(NamedTuple):
+    """A batch read back from the WAL for an object: its encoded bytes (the record body) and offsets."""
+
+    base_offset: int
+    count: int
+    end_offset: int
+    size: int
+    data: bytes
+
+
+class _WalBatches:
+    """Reads the batches of a Segment back from the WAL, checking each is still the one scanned.
+
+    One aligned 1 MiB chunk is cached (reader.LogReader): a stream's batches are read in log
+    order, so a Stream Object costs one pass over its bytes; streams interleaved in the WAL cost
+    a read of the chunks they share per stream.
+    """
+
+    def __init__(self, wal_path: str, header):
+        self.where = wal_path
+        self.header = header
+
+    def _changed(self, seg: Segment, offset: int, what: str) -> RefusedError:
+        return RefusedError(f"the WAL changed during the upload: the record of stream {seg.stream_id} at WAL "
+                            f"offset {offset} {what}; nothing was committed", where=self.where, offset=offset,
+                            hint="another upload or trim ran meanwhile? rerun upload: it skips what is "
+                                 "already uploaded")
+
+    def batches(self, seg: Segment) -> Iterator[_Batch]:
+        """The segment's batches in order; the WAL is open (read-only, no lock) while they are read."""
+        from walctl.device import open_device
+        from walctl.wal import reader
+
+        dev = open_device(self.where, writable=False)
+        try:
+            log = reader.LogReader(dev, reader.Ring(self.header.capacity))
+            yield from self._read(seg, log.data_record)  # header and body checked as the scan checks them
+        finally:
+            dev.close()
+
+    def _read(self, seg: Segment, data_record) -> Iterator[_Batch]:
+        from walctl.format.crc import crc32c
+
+        expected = seg.start
+        crcs = seg.crcs
+        offset = None
+        for i, offset in enumerate(seg.wal):
+            found = data_record(offset)
+            if found is None:
+                raise self._changed(seg, offset, "is no intact record now")
+            data = found[0]
+            if crc32c(data) != crcs[i]:
+                raise self._changed(seg, offset, "is another record now")
+            magic, sid, _, base, count = _BATCH_HEAD.unpack_from(data)
+            end = base + count
+            if sid != seg.stream_id or base != expected:
+                raise self._changed(seg, offset, "holds another batch now")
+            expected = end
+            yield _Batch(base, count, end, len(data), data)
+        if expected != seg.end:
+            raise self._changed(seg, offset, "holds another batch now")
+
+
+def _object_chunks(builder, planned: PlannedObject, fetch: _WalBatches, block_size: int) -> Iterator[bytes]:
+    """The object's bytes, a DataBlock at a time, then its index and footer."""
+    from walctl.format.object import iter_block_groups
+
+    for sid, seg in planned.streams:
+        for block in iter_block_groups(fetch.batches(seg), block_size):
+            yield builder.add_block(sid, block[0].base_offset, block[-1].end_offset, [b.data for b in block])
+    yield builder.finish()
 
 
 def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block_size: int = DEFAULT_BLOCK_SIZE,
@@ -168,7 +356,6 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
     Returns an UploadResult; ``bad_records`` lists records whose body is no StreamRecordBatch:
     they are not uploaded and the WAL is not trimmed past the first of them (see 'recover').
     """
-    from walctl.format.object import build_object
     from walctl.wal import gaps, reader
     from walctl.wal.ops import read_wal_state
 
@@ -179,10 +366,21 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
         header = read_wal_state(dev, wal_path).header
         if header.flavour != "walctl":
             raise RefusedError(f"{header.flavour} WAL: upload reads only walctl's WALs", where=wal_path)
+        # The manifest first: the scan sorts each record as it reads it and keeps no record's bytes.
+        doc = mf.load_latest(store)
+        node_key = str(header.node_id)
+        mark = doc["wal_uploads"].get(node_key)
         scan = reader.ScanResult(header, reader.Ring(header.capacity))
-        entries, findings = [], []
+        records = _Records(doc, mark, scan)
+        findings = []
         for event in reader.scan(dev, header, result=scan, probe=locked):
-            (findings if isinstance(event, reader.Finding) else entries).append(event)
+            if isinstance(event, reader.Finding):
+                findings.append(event)
+                if not locked and event.kind != reader.BAD_BATCH:
+                    # A live writer's blocks in flight read as holes: upload only the prefix before them.
+                    records.stop()
+            else:
+                records.add(event)
     finally:
         dev.close()  # the lock only covered the read: appends may go on during the upload
     # A bad batch (a valid record whose body is no StreamRecordBatch) stops only itself: the
@@ -195,40 +393,24 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
     bad_findings = {f.offset: f for f in findings if f.kind == reader.BAD_BATCH}
     findings = [f for f in findings if f.kind != reader.BAD_BATCH]
     if not locked and findings:
-        # A live writer's blocks in flight read as holes: upload only the prefix before them.
-        cut = min(f.offset for f in findings)
-        entries = [e for e in entries if e.offset < cut]
-        findings = []
-    bad = [e for e in entries if e.batch is None]
-    entries = [e for e in entries if e.batch is not None]
-    result.bad_records = [{"offset": e.offset, "body_bytes": len(e.body),
+        findings = []  # a live writer's blocks in flight: the upload stopped before them (below)
+    bad = records.bad
+    result.bad_records = [{"offset": e.offset, "body_bytes": e.body_bytes,
                            "reason": bad_findings[e.offset].reason if e.offset in bad_findings
                            else "body is not a StreamRecordBatch"} for e in bad]
     holes = gaps.holes_of(findings, scan.sealed_holes)
     accepted = {tuple(a) for a in accept_gaps}
 
-    doc = mf.load_latest(store)
-    node_key = str(header.node_id)
-    mark = doc["wal_uploads"].get(node_key)
     uploaded = mark["offset"] if mark else -1
     if mark:
-        _check_same_wal(mark, entries, scan, wal_path, node_key)
-    skipped = [e for e in entries if e.offset <= uploaded]
-    todo = [e for e in entries if e.offset > uploaded]
-    for e in skipped:
-        if not _in_store(doc, e.batch):
-            raise CorruptionError(
-                f"the store says this WAL (node {node_key}) is uploaded up to offset {uploaded}, but the record "
-                f"at {e.offset} is not in the store", where=wal_path, offset=e.offset,
-                hint="the WAL was re-initialised, or two WALs share a node id: give each WAL its own --node-id")
-    result.skipped_records = len(skipped)
-    before: dict[int, int] = {}
-    if scan.trim_entry is not None and scan.trim_entry.batch is not None:
-        before[scan.trim_entry.batch.stream_id] = scan.trim_entry.offset
-    for e in skipped:
-        before[e.batch.stream_id] = e.offset
-    streams, after_gaps = _check_streams(todo, doc, holes, accepted, before, wal_path, result.warnings,
-                                         result.gaps)
+        _check_same_wal(mark, records.mark_found, scan, wal_path, node_key)
+    if records.not_in_store is not None:
+        raise CorruptionError(
+            f"the store says this WAL (node {node_key}) is uploaded up to offset {uploaded}, but the record "
+            f"at {records.not_in_store} is not in the store", where=wal_path, offset=records.not_in_store,
+            hint="the WAL was re-initialised, or two WALs share a node id: give each WAL its own --node-id")
+    result.skipped_records = len(records.skipped)
+    streams, after_gaps = records.streams(holes, accepted, wal_path, result.warnings, result.gaps)
     used = {(g["stream_id"], g["from"], g["to"]) for g in result.gaps if g["cause"] == "accepted"}
     recorded = {(g["stream_id"], g["from"], g["to"]) for g in doc.get("stream_gaps", [])}
     for sid, lo, hi in sorted(accepted - used):
@@ -239,9 +421,11 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
                          where=wal_path, hint="'walctl recover' and 'walctl status' list the gaps; "
                                               "give exactly stream:from-to of one")
     plan = plan_objects(streams, split_size, after_gaps)
-    result.records = len(todo)
-    result.payload_bytes = sum(len(e.batch.payload) for e in todo)
-    result.last_offset = todo[-1].offset if todo else (skipped[-1].offset if skipped else None)
+    result.records = records.todo_count
+    result.payload_bytes = records.todo_bytes - result.records * BATCH_HEADER_SIZE
+    last_todo_mark = records.last_mark
+    result.last_offset = (last_todo_mark["offset"] if last_todo_mark
+                          else (records.skipped[-1] if records.skipped else None))
 
     if dry_run:
         result.objects = [{"id": None, "key": None, "kind": p.kind, "size_bytes": None,
@@ -258,16 +442,19 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
 
         mf.commit(store, prepare, command="upload (prepare)")
         made = []
+        # Objects are built and sent a DataBlock at a time from a second read of the WAL (no
+        # lock: the records are checked to be the ones scanned), so memory stays bounded.
+        fetch = _WalBatches(wal_path, header)
         try:
             failpoint("upload-after-prepare")
             for planned, reservation in zip(plan, prepared):
-                built = build_object(planned.streams, block_size=block_size)
-                store.put_large(reservation["key"], built.data)
+                built = ObjectBuilder()
+                store.put_large(reservation["key"], _object_chunks(built, planned, fetch, block_size))
                 # bytes: the stream's span in the object (its DataBlocks, headers included)
                 ranges = [{"stream_id": sid, "start": rg.start_offset, "end": rg.end_offset,
                            "bytes": rg.size_bytes} for sid, rg in sorted(built.ranges.items())]
                 made.append({"id": reservation["id"], "key": reservation["key"], "kind": planned.kind,
-                             "size": len(built.data), "order_id": reservation["id"],
+                             "size": built.size, "order_id": reservation["id"],
                              "data_time": time.time(), "ranges": ranges})
                 if progress is not None:
                     progress(sum(p.data_bytes for p in plan[:len(made)]), sum(p.data_bytes for p in plan))
@@ -297,7 +484,7 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
                     s = m["streams"].setdefault(str(r["stream_id"]), {"start": r["start"], "end": r["end"]})
                     s["start"] = min(s["start"], r["start"])
                     s["end"] = max(s["end"], r["end"])
-            m["wal_uploads"][node_key] = upload_mark(todo[-1])
+            m["wal_uploads"][node_key] = last_todo_mark
             if result.gaps:  # why these streams have gaps: a crash, or the operator's --accept-gap
                 now = time.time()
                 m.setdefault("stream_gaps", []).extend(
@@ -312,14 +499,13 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
     trim_to = result.last_offset
     if bad:
         # Leave the first bad record live for 'recover': trim only to the last record before it.
-        kept = [e.offset for e in skipped + todo if e.offset < bad[0].offset]
-        trim_to = kept[-1] if kept else None
+        trim_to = records.good_before_bad
         first = bad[0]
         result.warnings.append(
             f"{len(bad)} record(s) are not StreamRecordBatches and were not uploaded (first at WAL offset "
             f"{first.offset}); the WAL is not trimmed past it: save it with 'walctl recover {wal_path} "
             f"--from {first.offset} --to {first.offset + 1} --payload hex', then drop it with "
-            f"'walctl trim {wal_path} {max(e.offset for e in skipped + todo + bad)}'")
+            f"'walctl trim {wal_path} {max(records.last_good or -1, bad[-1].offset)}'")
     if trim and trim_to is not None and trim_to > header.trim_offset:
         try:
             result.trimmed_to = _trim_after(wal_path, trim_to, result.warnings, trim_timeout_s)
@@ -348,15 +534,18 @@ def _release(store, prepared: list[dict], warnings: list[str]) -> None:
                         f"they expire within an hour and gc deletes them")
 
 
-def upload_mark(entry) -> dict:
+def upload_mark(entry) -> dict | None:
     """What the manifest remembers of a WAL's last uploaded record: enough to know it again."""
     from walctl.format.crc import crc32c
+
+    if entry.batch is None:
+        return None
 
     return {"offset": entry.offset, "stream_id": entry.batch.stream_id, "base_offset": entry.batch.base_offset,
             "body_crc": crc32c(entry.body)}
 
 
-def _check_same_wal(mark: dict, entries, scan, wal_path: str, node_key: str) -> None:
+def _check_same_wal(mark: dict, found_mark: tuple[int, dict] | None, scan, wal_path: str, node_key: str) -> None:
     """Refuse unless this WAL still holds the record it last uploaded (or was trimmed past it).
 
     A re-initialised WAL (or another WAL with the same node id) reuses small offsets: without
@@ -366,9 +555,11 @@ def _check_same_wal(mark: dict, entries, scan, wal_path: str, node_key: str) -> 
     if offset < scan.start_offset:
         return  # trimmed past the mark: everything left is newer than it
     found = scan.trim_entry if scan.trim_entry is not None and scan.trim_entry.offset == offset else None
-    if found is None:
-        found = next((e for e in entries if e.offset == offset), None)
-    if found is None or found.batch is None or upload_mark(found) != mark:
+    if found is not None:
+        seen = upload_mark(found) if found.batch is not None else None
+    else:
+        seen = found_mark[1] if found_mark is not None else None
+    if seen != mark:
         raise CorruptionError(
             f"this WAL does not hold the record that node {node_key} last uploaded (offset {offset}, stream "
             f"{mark['stream_id']}, stream offset {mark['base_offset']}): refusing to skip or trim anything",

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""append, recover and upload throughput against fio / dd / cp in the same run (issue 19).
+
+    python bench/throughput_bench.py [--dir /var/tmp] [--loop]
+        [--record-sizes 100,1KiB,4KiB,64KiB] [--wal-sizes 64MiB,256MiB,1GiB] [--json]
+
+For each WAL size and record size, in this order on the same target:
+  1. append: `walctl append --input FILE --framing length-prefixed` of records of that size
+     until about that much payload is in the WAL (records/s, payload MiB/s, device MiB/s);
+  2. recover: `walctl recover --stats` (records/s, MiB/s of the log's bytes), against
+     `dd iflag=direct bs=1M` of the same bytes of the device;
+  3. upload: `walctl upload --store DIR` into a local directory store (records/s, payload
+     MiB/s), against `cp` of the input file (the same payload bytes) into that directory
+     followed by `sync` of the copy (upload fsyncs its objects too);
+  4. fio: sequential writes at the average block size append submitted (bytes written /
+     blocks written), with append's durability (--direct=1 --sync=dsync), --iodepth 4 as
+     append's default, the same number of bytes: the reference for append.
+Ratios are walctl / reference (higher is better for walctl): append device MiB/s / fio MiB/s,
+recover seconds of dd / seconds of walctl, upload payload MiB/s / cp MiB/s. Peak RSS is each
+walctl process's VmHWM (from /proc, read by a wrapper inside the process).
+
+The target is a file in --dir (O_DIRECT where the filesystem has it), or with --loop (root) a
+loop device with --direct-io=on over that file, detached after. Times are wall-clock on a
+shared machine: compare the ratios of one run, not absolute figures across runs.
+Needs fio and dd (Debian: apt-get install -y fio).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, REPO_ROOT)
+
+from walctl.sizes import parse_size  # noqa: E402
+
+KiB, MiB = 1 << 10, 1 << 20
+RECORD_OVERHEAD = 24 + 33 + 4  # record header + StreamRecordBatch header + the input's length prefix
+
+# Runs walctl's CLI, then writes its own peak RSS (VmHWM, /proc) to the fd given in argv[1].
+_WRAPPER = """
+import atexit, os, sys
+fd = int(sys.argv.pop(1))
+def _report():
+    with open("/proc/self/status") as f:
+        os.write(fd, next(line for line in f if line.startswith("VmHWM:")).encode())
+atexit.register(_report)
+from walctl.cli import main
+sys.argv = ["walctl"] + sys.argv[1:]
+main()
+"""
+
+
+def walctl(*args: str) -> tuple[float, int, list[str]]:
+    """Run walctl; returns (seconds, peak RSS bytes, stdout lines). Exits on failure."""
+    read_fd, write_fd = os.pipe()
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT}
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.run([sys.executable, "-c", _WRAPPER, str(write_fd), *args], stdout=out,
+                              stderr=subprocess.PIPE, pass_fds=(write_fd,), env=env)
+        seconds = time.monotonic() - started
+        os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as f:
+            hwm = f.read().decode()
+        out.seek(0)
+        lines = out.read().decode().splitlines()
+    if proc.returncode != 0:
+        raise SystemExit(f"walctl {' '.join(args)} failed ({proc.returncode}): {proc.stderr.decode().strip()}")
+    return seconds, int(hwm.split()[1]) * KiB, lines
+
+
+def timed(cmd: list[str]) -> float:
+    started = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{cmd[0]} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return time.monotonic() - started
+
+
+def fio_write(target: str, block_size: int, size: int) -> float:
+    """MiB/s of fio's sequential O_DIRECT|O_DSYNC writes of ``size`` bytes at ``block_size``."""
+    size = max(block_size, size - size % block_size)
+    cmd = ["fio", "--name=walctl-throughput", f"--filename={target}", "--rw=write", f"--bs={block_size}",
+           f"--size={size}", "--direct=1", "--sync=dsync", "--ioengine=libaio", "--iodepth=4",
+           "--output-format=json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"fio failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+    job = json.loads(proc.stdout[proc.stdout.index("{"):])["jobs"][0]["write"]
+    return job["bw_bytes"] / MiB
+
+
+def make_input(path: str, record: int, payload_bytes: int) -> int:
+    """A length-prefixed input of ``record``-byte payloads totalling about ``payload_bytes``; returns records."""
+    count = max(1, payload_bytes // record)
+    prefix = record.to_bytes(4, "big")
+    block = b"".join(prefix + os.urandom(record) for _ in range(min(count, max(1, (4 * MiB) // record))))
+    per_block = len(block) // (4 + record)
+    written = 0
+    with open(path, "wb") as f:
+        while written + per_block <= count:
+            f.write(block)
+            written += per_block
+        rest = count - written
+        f.write(block[:rest * (4 + record)])
+    return count
+
+
+def one_case(workdir: str, record: int, wal_size: int, use_loop: bool) -> dict:
+    inp = os.path.join(workdir, "input.bin")
+    backing = os.path.join(workdir, "wal.img")
+    store = os.path.join(workdir, "store")
+    # The device has room for the payload with the headers and some block padding to spare.
+    payload = int(wal_size * record / (record + RECORD_OVERHEAD))
+    capacity = wal_size * 2 + 16 * MiB
+    records = make_input(inp, record, payload)
+    with open(backing, "wb") as f:
+        f.truncate(capacity)  # sparse: not pre-written
+    loop = None
+    target = backing
+    try:
+        if use_loop:
+            loop = subprocess.run(["losetup", "--direct-io=on", "-f", "--show", backing], capture_output=True,
+                                  text=True, check=True).stdout.strip()
+            target = loop
+        walctl("init", target, *([] if use_loop else ["--capacity", str(capacity)]))
+        secs, rss, lines = walctl("append", target, "--stream", "1", "--input", inp, "--framing",
+                                  "length-prefixed", "--json")
+        s = json.loads(lines[-1])
+        assert s["records"] == records, s
+        append = {"records_per_s": records / secs, "payload_mib_s": s["payload_bytes"] / MiB / secs,
+                  "device_mib_s": s["bytes_written"] / MiB / secs, "seconds": secs, "rss": rss,
+                  "write_size": s["bytes_written"] // max(1, s["blocks_written"]),
+                  "bytes_written": s["bytes_written"]}
+        secs, rss, lines = walctl("recover", target, "--stats", "--json")
+        s = json.loads(lines[-1])
+        assert s["records"] == records, s
+        log_bytes = s["end_offset"] - s["start_offset"]
+        dd_secs = timed(["dd", f"if={target}", "of=/dev/null", "bs=1M", "iflag=direct",
+                         f"count={-(-(log_bytes + 8192) // MiB)}"])
+        recover = {"records_per_s": records / secs, "mib_s": log_bytes / MiB / secs, "seconds": secs, "rss": rss,
+                   "dd_seconds": dd_secs, "dd_mib_s": log_bytes / MiB / dd_secs, "ratio": dd_secs / secs}
+        secs, rss, lines = walctl("upload", target, "--store", store, "--json", "--no-trim")
+        s = json.loads(lines[-1])
+        assert s["records"] == records, s
+        up_payload = s["payload_bytes"]
+        copy = os.path.join(store, "cp-copy")
+        cp_secs = timed(["sh", "-c", f'cp "{inp}" "{copy}" && sync "{copy}"'])
+        cp_mib_s = os.path.getsize(inp) / MiB / cp_secs
+        upload = {"records_per_s": records / secs, "payload_mib_s": up_payload / MiB / secs, "seconds": secs,
+                  "rss": rss, "cp_seconds": cp_secs, "cp_mib_s": cp_mib_s,
+                  "ratio": up_payload / MiB / secs / cp_mib_s}
+        fio_mib_s = fio_write(target, max(4 * KiB, append["write_size"] - append["write_size"] % (4 * KiB)),
+                              append["bytes_written"])
+        append["fio_mib_s"] = fio_mib_s
+        append["ratio"] = append["device_mib_s"] / fio_mib_s
+        return {"record_bytes": record, "wal_bytes": wal_size, "records": records, "append": append,
+                "recover": recover, "upload": upload}
+    finally:
+        if loop:
+            subprocess.run(["losetup", "-d", loop], check=False)
+        for path in (inp, backing):
+            if os.path.exists(path):
+                os.unlink(path)
+        shutil.rmtree(store, ignore_errors=True)
+
+
+def size_text(n: int) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", MiB), ("KiB", KiB)):
+        if n >= div and n % div == 0:
+            return f"{n // div} {unit}"
+    return f"{n} B"
+
+
+def print_header() -> None:
+    print(f"{'WAL':>7} {'record':>7} | {'append rec/s':>12} {'MiB/s':>7} {'fio':>7} {'ratio':>5} {'RSS':>5} | "
+          f"{'recover rec/s':>13} {'MiB/s':>7} {'dd':>7} {'ratio':>5} {'RSS':>5} | "
+          f"{'upload rec/s':>12} {'MiB/s':>7} {'cp':>7} {'ratio':>5} {'RSS':>5}", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", default="/var/tmp", help="where the WAL file, input and store go")
+    parser.add_argument("--loop", action="store_true", help="a loop device (--direct-io=on) over the WAL file")
+    parser.add_argument("--record-sizes", default="100,1KiB,4KiB,64KiB", help="payload bytes per record")
+    parser.add_argument("--wal-sizes", default="64MiB,256MiB,1GiB", help="bytes of log per case")
+    parser.add_argument("--json", action="store_true", help="also print every result as one JSON line")
+    opts = parser.parse_args()
+    for tool in ("fio", "dd", "cp", "sync") + (("losetup",) if opts.loop else ()):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is not installed (Debian: apt-get install -y fio)")
+    records = [parse_size(x) for x in opts.record_sizes.split(",")]
+    wals = [parse_size(x) for x in opts.wal_sizes.split(",")]
+    workdir = tempfile.mkdtemp(prefix="walctl-throughput-", dir=opts.dir)
+    print(f"# target: {'loop device (--direct-io=on) over ' if opts.loop else ''}a file in {opts.dir}; "
+          f"MiB/s: append = device bytes, recover = log bytes, upload = payload; RSS in MiB", flush=True)
+    results = []
+    try:
+        for wal in wals:
+            for record in records:
+                if not results:
+                    print_header()
+                results.append(one_case(workdir, record, wal, opts.loop))
+                print_row(results[-1])
+                if opts.json:
+                    print(json.dumps(results[-1]), flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+def print_row(r: dict) -> None:
+    a, rc, u = r["append"], r["recover"], r["upload"]
+    print(f"{size_text(r['wal_bytes']):>7} {size_text(r['record_bytes']):>7} | "
+          f"{a['records_per_s']:>12,.0f} {a['device_mib_s']:>7.1f} {a['fio_mib_s']:>7.1f} {a['ratio']:>5.2f} "
+          f"{a['rss'] // MiB:>5} | "
+          f"{rc['records_per_s']:>13,.0f} {rc['mib_s']:>7.1f} {rc['dd_mib_s']:>7.1f} {rc['ratio']:>5.2f} "
+          f"{rc['rss'] // MiB:>5} | "
+          f"{u['records_per_s']:>12,.0f} {u['payload_mib_s']:>7.1f} {u['cp_mib_s']:>7.1f} {u['ratio']:>5.2f} "
+          f"{u['rss'] // MiB:>5}", flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
