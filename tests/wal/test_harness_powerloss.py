@@ -5,13 +5,15 @@ flight whose writes complete in random order; in most rounds the power fails at 
 moment: a random subset of the blocks then in flight reaches the device (not only a
 tail: a later block may survive an earlier one), the rest never does, and nothing after
 the cut is written (header writes included). Between rounds, sometimes an upload. The
-next writer reopens (recovers, seals), appends more; at the end one last upload.
+next writer reopens (recovers, seals), appends more; at the end one last upload. Uploads
+cut streams into Stream Objects at a random split size, and between rounds (and at the end)
+Stream Object compaction merges consecutive SOs (server-side copy, no Spark).
 
 Checked per seed: every acknowledged record is in the store exactly once with its exact
 payload; no record of any stream appears twice; every stored record is one that was
-written (no phantom); the WAL holds no live record after the last upload. Compaction is
-not part of this harness: it needs a Spark session (tests/spark), far beyond this
-harness's few-seconds budget; the compaction pipeline's own kill tests cover it.
+written (no phantom); the WAL holds no live record after the last upload. SSO compaction
+(the Spark job) is not part of this harness: a Spark session is far beyond its few-seconds
+budget; tests/spark covers that job's kills and reruns.
 
 Seeds: WALCTL_POWERLOSS_SEEDS (default 12); WALCTL_SOAK=1 makes it 300.
 """
@@ -23,6 +25,7 @@ import random
 import threading
 
 
+from walctl.compaction.so import compact_stream_objects
 from walctl.errors import FullError, IOFailure
 from walctl.format.batch import StreamRecordBatch
 from walctl.store import manifest as mf
@@ -160,7 +163,17 @@ def _trial(tmp_path, seed: int, monkeypatch, path: str | None = None) -> dict:
     store = open_store(str(tmp_path / f"store-{seed}"))
     acked: dict[tuple[int, int], bytes] = {}
     written: dict[tuple[int, int], set[bytes]] = {}
-    counts = {"cuts": 0, "survivors": 0, "lost": 0, "acked": 0, "max_in_flight": 0, "uploads": 0, "full": 0}
+    counts = {"cuts": 0, "survivors": 0, "lost": 0, "acked": 0, "max_in_flight": 0, "uploads": 0, "full": 0,
+              "so_compacted": 0}
+
+    def drain() -> None:  # an upload; small split sizes make Stream Objects for SO compaction
+        upload(wal, store, split_size=rng.choice([256, 4096, 16 << 20]))
+        counts["uploads"] += 1
+
+    def compact() -> None:
+        result = compact_stream_objects(store, target_size=rng.choice([8192, 64 << 10]))
+        counts["so_compacted"] += 0 if result.idle else len(result.plan.inputs)
+
     queues: list[HeldQueue] = []
 
     def held_queue(dev, depth, *args, **kwargs):
@@ -172,8 +185,9 @@ def _trial(tmp_path, seed: int, monkeypatch, path: str | None = None) -> dict:
 
     for round_no in range(rng.randint(3, 6)):
         if rng.random() < 0.4:
-            upload(wal, store)
-            counts["uploads"] += 1
+            drain()
+        if rng.random() < 0.3:
+            compact()
 
         def on_ack(offset, token):
             key, data = token
@@ -220,8 +234,8 @@ def _trial(tmp_path, seed: int, monkeypatch, path: str | None = None) -> dict:
     monkeypatch.undo()
     opened = open_writer(wal)
     opened.writer.close()
-    upload(wal, store)
-    counts["uploads"] += 1
+    drain()
+    compact()
 
     stored = read_back(store)
     seen: set[tuple[int, int]] = set()
@@ -259,6 +273,7 @@ def test_power_loss_harness_on_files(tmp_path, monkeypatch):
     assert total["cuts"] >= SEEDS and total["max_in_flight"] >= 3
     assert total["survivors"] > 0 and total["lost"] > 0 and total["gaps"] > 0
     assert total["acked"] > 0 and total["stored"] >= total["acked"]
+    assert total["so_compacted"] > 0  # Stream Objects were merged, and nothing was lost by it
 
 
 def test_power_loss_harness_on_a_loop_device(tmp_path, monkeypatch, loop_device):
