@@ -135,12 +135,12 @@ def _record(json_out: bool, payload: Payload, entry, placed) -> None:
 def _render(footer: dict, rows: list[dict], problems) -> None:
     from rich.table import Table
 
+    from walctl import human
+
     console = stdout_console()
-    head = Table(title=f"object {footer['key']}", show_header=False, title_justify="left")
-    for k, v in footer.items():
-        if k not in ("type", "key", "members"):
-            head.add_row(k, str(v))
-    console.print(head)
+    # Labels and sizes as people read them (docs/CLI.md); --json keeps the raw fields.
+    console.print(human.kv_table(human.json_rows(footer, skip=("type", "key", "members")),
+                                 title=f"object {footer['key']}"))
     if footer.get("members"):
         members = Table(title="members (AutoMQ composite object: the index points into these)", title_justify="left")
         for col in ("object id", "key", "entries", "bucket"):
