@@ -16,6 +16,7 @@ import threading
 from walctl.device.base import WriteDone, io_failure
 from walctl.device.buffers import ALIGN, buffer_address, check_aligned, check_buffer
 from walctl.device.fdio import DirectDevice
+from walctl.device.signals import signals_deferred
 from walctl.errors import IOFailure
 
 # (io_setup, io_destroy, io_getevents, io_submit) syscall numbers per architecture.
@@ -262,7 +263,16 @@ class AioWriteQueue:
             done += 1
 
     def _reap(self, min_nr: int = 0, timeout: _Timespec | None = None) -> int:
-        """Collect completions (by default those waiting, without blocking) and finish them."""
+        """Collect completions (by default those waiting, without blocking) and finish them.
+
+        SIGINT/SIGTERM are held meanwhile (signals_deferred): the exception they raise must not
+        land between io_getevents taking completions off the ring and their callbacks, or those
+        completions are lost and a drain after the interrupt waits for them forever.
+        """
+        with signals_deferred():
+            return self._reap_and_finish(min_nr, timeout)
+
+    def _reap_and_finish(self, min_nr: int, timeout: _Timespec | None) -> int:
         local = self._local
         events = getattr(local, "events", None)
         if events is None:

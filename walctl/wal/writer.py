@@ -19,7 +19,6 @@ recorded in ``stages``.
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from collections import deque
@@ -35,11 +34,7 @@ from walctl.format.header import SHUTDOWN_GRACEFUL
 from walctl.wal.headers import KEEP, HeaderState, write_header
 from walctl.wal.layout import Ring, align_up
 from walctl.wal.pacing import Budget, Pacer, StageRecorder
-
-try:  # the C function behind signal.pthread_sigmask, without its conversion of the mask to enums
-    from _signal import pthread_sigmask as _sigmask  # (twice as fast: it runs twice per block)
-except ImportError:  # pragma: no cover - other Pythons
-    from signal import pthread_sigmask as _sigmask
+from walctl.device.signals import signals_deferred as _signals_deferred
 
 BLOCK_SOFT_LIMIT = 256 << 10  # AutoMQ's block size soft limit: big enough to batch, small enough for latency
 WINDOW_INITIAL = 1 << 20  # sliding window: initial 1 MiB,
@@ -48,29 +43,6 @@ WINDOW_UPPER_LIMIT = 512 << 20  # up to 512 MiB (all capped at the ring size)
 DEFAULT_IODEPTH = 4
 
 AckCallback = Callable[[int, Any], None]
-
-
-_HELD_SIGNALS = {int(signal.SIGINT), int(signal.SIGTERM)}
-
-
-class _signals_deferred:
-    """Hold SIGINT/SIGTERM (main thread only) for a few statements that must not be split.
-
-    A class rather than a generator context manager: it runs twice per block.
-    """
-
-    __slots__ = ("previous",)
-
-    def __enter__(self):
-        self.previous = None
-        if threading.get_ident() == threading.main_thread().ident:
-            self.previous = _sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
-        return self
-
-    def __exit__(self, *exc):
-        if self.previous is not None:
-            _sigmask(signal.SIG_SETMASK, self.previous)
-        return False
 
 
 @dataclass
