@@ -17,4 +17,7 @@ if [ -z "${JAVA_HOME:-}" ] && ! command -v java >/dev/null 2>&1 && [ "$(id -u)" 
   { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; } >/dev/null 2>&1 \
     || echo "walctl: warning: could not install openjdk-17-jre-headless; compaction tests will fail" >&2
 fi
-exec .venv/bin/python -m pytest "$@"
+# Two workers (pytest-xdist): most tests wait on subprocesses, devices and Spark, so two
+# share 2 cores well; each worker has its own moto server and Spark session. WALCTL_TEST_WORKERS=0
+# runs in one process (pytest -s output, pdb).
+exec .venv/bin/python -m pytest -n "${WALCTL_TEST_WORKERS:-2}" "$@"
