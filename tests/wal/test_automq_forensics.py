@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import struct
 import zlib
@@ -485,3 +486,20 @@ def test_v0_hole_then_next_lap_resets_the_first_invalid_block(tmp_path):
     # no "beyond_window": the reset cleared the first invalid block; and a V0 lap tail left
     # unwritten is what V0 does when a block does not fit, so the missing block is no finding
     assert findings == []
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_a_ring_that_ends_inside_a_4k_block_recovers_exactly(tmp_path, version):
+    """With 512-byte blocks an AutoMQ device (and its ring) may end inside a 4 KiB block, and
+    the file with it: the last records there are read too, never an internal error (exit 1)."""
+    img = AutoMQImage(64 * KiB + 5 * 512, version, seed=3, block_size=512)  # 5 x 512 B past a 4 KiB boundary
+    rng = random.Random(3)
+    while img.next + 3000 < img.ring:  # fill the lap to its last 512-byte blocks
+        img.block([rng.choice([10, 200, 900]) for _ in range(rng.randint(1, 3))])
+    img.headers(clean=True)
+    path = img.save(tmp_path / "amq.img")
+    assert os.path.getsize(path) % 4096 == 2560
+    code, records, findings, summary, stderr = recover(path, "--block-size", "512")
+    assert code == 0 and findings == [], (code, findings, stderr)
+    expect(records, img.records)
+    assert img.records[-1][0] + img.hs > 64 * KiB  # the last record lies in the unaligned tail

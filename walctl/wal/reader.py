@@ -17,7 +17,8 @@ from typing import Iterator
 import crc32c as _crc32c_module
 
 from walctl.device.buffers import aligned_buffer
-from walctl.errors import BadMagicError, BoundsError, ChecksumError, FormatError, TruncatedError, ZeroedError
+from walctl.errors import (BadMagicError, BoundsError, ChecksumError, FormatError, IOFailure, TruncatedError,
+                           ZeroedError)
 from walctl.format import batch as batch_format
 from walctl.format import record as rec
 from walctl.format.batch import StreamRecordBatch
@@ -183,10 +184,18 @@ class LogReader:
             size = min(max(CHUNK_BYTES, align_up(phys + length) - start), self.ring.capacity - start)
             if self.stop is not None and offset < self.stop + ALIGN:
                 size = min(size, align_up(phys - start + max(length, self.stop + ALIGN - offset)))
-            if self._chunk is None or len(self._chunk) < size:
+            if self._chunk is None or len(self._chunk) < align_up(size):
                 self._chunk = aligned_buffer(align_up(size))
-            view = memoryview(self._chunk)[:size]
-            self.dev.pread_into(start, view)
+            # Direct reads take whole 4 KiB blocks, but an AutoMQ ring (a multiple of its 512-byte
+            # blocks) may end inside one, and the device with it: the last read then stops at the
+            # device's end (a short read, no I/O error), and what it got is kept.
+            device_end = self.dev.size_bytes
+            readable = align_up(min(size, device_end - start))
+            try:
+                self.dev.pread_into(start, memoryview(self._chunk)[:readable])
+            except IOFailure as exc:
+                if start + readable <= device_end or exc.__cause__ is not None:
+                    raise  # a real I/O error, not the device's unaligned end
             self.bytes_read += size
             if self.account is not None:
                 self.account.bytes_read = self.bytes_read
