@@ -224,29 +224,6 @@ class IterationSpec:
     read_rate_bps: float | None = None  # bytes/s, None = unlimited
 
 
-class ByteRate:
-    """Paces reads to ``rate`` bytes/s on average: after each read, wait until the bytes read so far
-    could have been read at that rate (throttle by bytes, not by requests)."""
-
-    def __init__(self, rate_bps: float | None):
-        import threading
-
-        self.rate = rate_bps
-        self.start = time.monotonic()
-        self.done = 0
-        self.lock = threading.Lock()
-
-    def paid(self, nbytes: int) -> None:
-        if not self.rate:
-            return
-        with self.lock:
-            self.done += nbytes
-            due = self.start + self.done / self.rate
-        delay = due - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-
-
 def open_task_store(url: str, endpoint_url: str | None):
     """The store as an executor opens it: a local store directory must exist there (never created)."""
     from urllib.parse import unquote, urlsplit
@@ -280,7 +257,9 @@ def _run_iteration(spec: IterationSpec) -> dict:
     started = time.monotonic()
     store = open_task_store(spec.store_url, spec.endpoint_url)
     read_started = time.time()  # wall clock: comparable across processes (bench figures)
-    limiter = ByteRate(spec.read_rate_bps)
+    from walctl.compaction.common import Pacer  # one byte-rate pacer for every compaction level
+
+    limiter = Pacer(spec.read_rate_bps)
 
     def fetch(read):
         data = store.read_range(read.key, read.start, read.end)
