@@ -102,10 +102,12 @@ def run_bench(options: BenchOptions, progress: Progress | None = None) -> BenchR
     if "bandwidth" in modes:
         plan += [("bandwidth", size) for size in ((options.block_size,) if options.block_size
                                                   else BANDWIDTH_BLOCK_SIZES)]
-    tgt = target.open_target(options.path, options.size_bytes, force=options.force)
-    report = BenchReport(options.path, tgt.size_bytes, tgt.created, False, tgt.dev.direct, warnings=tgt.warnings)
-    wal_capacity = min(tgt.size_bytes, WAL_MAX_CAPACITY)
+    created: list[str] = []  # a file bench creates is removed on the way out, whatever interrupts it
+    report = None
     try:
+        tgt = target.open_target(options.path, options.size_bytes, force=options.force, created_paths=created)
+        report = BenchReport(options.path, tgt.size_bytes, tgt.created, False, tgt.dev.direct, warnings=tgt.warnings)
+        wal_capacity = min(tgt.size_bytes, WAL_MAX_CAPACITY)
         try:
             _run_raw_modes(tgt, plan, options, report, progress)
             if "wal" in modes and not tgt.created:  # a created file is all zeros already
@@ -115,8 +117,10 @@ def run_bench(options: BenchOptions, progress: Progress | None = None) -> BenchR
         if "wal" in modes:
             _run_wal_mode(options, wal_capacity, report, progress)
     finally:
-        if tgt.created and not options.keep:
-            report.removed = target.remove_file(options.path)
+        if created and not options.keep:
+            removed = target.remove_file(options.path)
+            if report is not None:
+                report.removed = removed
     return report
 
 

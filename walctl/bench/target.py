@@ -26,7 +26,7 @@ class Target:
     warnings: list[str] = field(default_factory=list)
 
 
-def open_target(path: str, size_bytes: int | None, *, force: bool) -> Target:
+def open_target(path: str, size_bytes: int | None, *, force: bool, created_paths: list[str] | None = None) -> Target:
     """Open ``path`` for destructive writes, creating it as a file of ``size_bytes`` if missing.
 
     A new file is written once with zeros (like fio's layout), so the runs measure
@@ -46,7 +46,16 @@ def open_target(path: str, size_bytes: int | None, *, force: bool) -> Target:
     if not os.path.lexists(path):
         if size_bytes is None:
             raise UsageError("--size is required to create a new file", where=path)
-        create_file(path, size_bytes)
+        # The caller learns of the file before it exists, so that an interrupt landing anywhere
+        # from here on still removes it (remove_file tolerates a file that never came to be).
+        if created_paths is not None:
+            created_paths.append(path)
+        try:
+            create_file(path, size_bytes)
+        except RefusedError:
+            if created_paths is not None:
+                created_paths.remove(path)  # someone else's file appeared meanwhile: never ours to remove
+            raise
         created = True
     else:
         warnings += safety.check_safe_to_overwrite(path, force=force)

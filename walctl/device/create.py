@@ -58,6 +58,12 @@ def create_file(path: str, size_bytes: int) -> None:
         except OSError:
             pass
         raise io_failure(f"cannot create: {exc.strerror}", where=path, exc=exc) from exc
+    except BaseException:  # SIGTERM/SIGINT (walctl.cli.Interrupted) mid-way: no half-made file stays
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        raise
 
 
 def zero_fill(dev: Device, offset: int, length: int,
