@@ -198,6 +198,28 @@ def test_sigterm_init_leaves_no_half_made_wal(tmp_path):
     assert not target.exists()
 
 
+def _bench_signalled(target, delay_s: float, poll_s: float) -> tuple[int, str, str]:
+    """Start an iops bench creating ``target``, SIGTERM it ``delay_s`` after the file appears
+    (looked for every ``poll_s``); returns (exit code, stdout, stderr). A run that does not end
+    within 20 s after the signal fails the test (it is killed)."""
+    proc = subprocess.Popen([sys.executable, "-m", "walctl", "bench", str(target), "--size", "8MiB",
+                             "--duration", "30s", "--mode", "iops", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env({}), cwd=str(REPO_ROOT))
+    try:
+        deadline = time.monotonic() + 30
+        while not target.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(poll_s)
+        time.sleep(delay_s)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out.decode(), err.decode()
+
+
 def test_sigterm_at_random_moments_of_an_aio_bench_never_hangs(tmp_path):
     """The signal's exception must never land between io_getevents and the completions'
     callbacks (device/aio.py holds SIGINT/SIGTERM there): a lost completion left the drain
@@ -205,22 +227,9 @@ def test_sigterm_at_random_moments_of_an_aio_bench_never_hangs(tmp_path):
     rng = random.Random(5)
     for trial in range(8):
         target = tmp_path / f"bench-{trial}.img"
-        proc = subprocess.Popen([sys.executable, "-m", "walctl", "bench", str(target), "--size", "8MiB",
-                                 "--duration", "30s", "--mode", "iops", "--json"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env({}), cwd=str(REPO_ROOT))
-        try:
-            deadline = time.monotonic() + 30
-            while not target.exists():
-                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-                time.sleep(0.01)
-            time.sleep(rng.uniform(0.0, 0.8))  # somewhere in the writes, at a random completion
-            proc.send_signal(signal.SIGTERM)
-            out, err = proc.communicate(timeout=20)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        assert proc.returncode == 143, (trial, err.decode()[-500:])
+        # somewhere in the writes, at a random completion
+        code, out, err = _bench_signalled(target, delay_s=rng.uniform(0.0, 0.8), poll_s=0.01)
+        assert code == 143, (trial, err[-500:])
         assert json.loads(out)["error"]["signal"] == "SIGTERM" and not target.exists()
 
 
@@ -229,19 +238,6 @@ def test_sigterm_as_bench_creates_its_file_never_leaves_it(tmp_path):
     bench created is still removed (it was left behind about one run in six before)."""
     for trial in range(12):
         target = tmp_path / f"new-{trial}.img"
-        proc = subprocess.Popen([sys.executable, "-m", "walctl", "bench", str(target), "--size", "8MiB",
-                                 "--duration", "30s", "--mode", "iops", "--json"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env({}), cwd=str(REPO_ROOT))
-        try:
-            deadline = time.monotonic() + 30
-            while not target.exists():
-                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-                time.sleep(0.001)
-            proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=20)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        assert proc.returncode == 143, (trial, err.decode()[-500:])
+        code, _, err = _bench_signalled(target, delay_s=0.0, poll_s=0.001)
+        assert code == 143, (trial, err[-500:])
         assert not target.exists(), f"trial {trial}: the file bench created was left behind"
