@@ -132,8 +132,12 @@ def fence_and_prepare(store, count: int, namespace: str, command: str) -> tuple[
 
 
 def commit_replacement(store, *, epoch: int, inputs: list[dict], prepared: list[dict], made: list[dict],
-                       command: str) -> int:
+                       command: str, sso_order_id: int | None = None, also=None) -> int:
     """Replace ``inputs`` by ``made`` (each {key, kind, size, ranges}) in one commit; returns its number.
+
+    Every compaction level commits through here. ``sso_order_id``: the order id a new SSO takes
+    (SSO compaction gives it its oldest input's, so it sorts where they did); an SO takes its own
+    id. ``also(manifest)``: a further change made in the same commit (retention starts).
 
     Refused (RefusedError, nothing committed) when another compactor started since
     ``fence_and_prepare``, an input is no longer live, or gc collected a prepared id.
@@ -161,8 +165,11 @@ def commit_replacement(store, *, epoch: int, inputs: list[dict], prepared: list[
         m["prepared"] = [p for p in m["prepared"] if p["id"] not in ours]
         for out in made:
             oid = by_key[out["key"]]
+            order_id = sso_order_id if out["kind"] == "SSO" and sso_order_id is not None else oid
             m["objects"].append({"id": oid, "key": out["key"], "kind": out["kind"], "size": out["size"],
-                                 "order_id": oid, "data_time": data_time, "ranges": out["ranges"]})
+                                 "order_id": order_id, "data_time": data_time, "ranges": out["ranges"]})
+        if also is not None:
+            also(m)
 
     return mf.commit(store, finish, command=command).number
 

@@ -27,8 +27,9 @@ import contextlib
 import signal
 import threading
 
+from walctl.compaction.common import check_made, commit_replacement
 from walctl.defaults import DEFAULT_MEMORY_LIMIT, DEFAULT_SPLIT_SIZE
-from walctl.errors import CorruptionError, NotFoundError, RefusedError, UsageError
+from walctl.errors import NotFoundError, UsageError
 from walctl.failpoints import failpoint
 from walctl.store import manifest as mf
 
@@ -221,53 +222,20 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
     result.driver_puts = ran.driver_puts
     made = ran.made
     failpoint("compact-before-commit")
-    _check_made(plan, made)
-    input_ids = {o["id"] for o in plan.inputs}
-    by_key = {p["key"]: p["id"] for p in state["prepared"]}
-    first_order = min(o["order_id"] for o in plan.inputs)
-    data_time = max(o.get("data_time", 0) for o in plan.inputs)
+    check_made(plan, made)
 
-    def finish(m: dict) -> None:
-        if m["compactor_epoch"] != state["epoch"]:
-            raise RefusedError(f"fenced: another compactor started (epoch {state['epoch']} -> "
-                               f"{m['compactor_epoch']}); this run commits nothing", where=store.url,
-                               hint="its objects are left for gc")
-        live = {o["id"] for o in m["objects"]}
-        gone = sorted(input_ids - live)
-        if gone:
-            raise RefusedError(f"input objects {gone} are no longer live; this run commits nothing",
-                               where=store.url, hint="rerun compact")
-        ours = set(by_key.values())
-        if not ours <= {p["id"] for p in m["prepared"]}:
-            raise RefusedError("the prepared output ids were collected by gc during the run",
-                               where=store.url, hint="rerun compact with a longer gc --grace")
-        now = time.time()
-        m["deleting"].extend({"id": o["id"], "key": o["key"], "marked_at": now}
-                             for o in m["objects"] if o["id"] in input_ids)
-        m["objects"] = [o for o in m["objects"] if o["id"] not in input_ids]
-        m["prepared"] = [p for p in m["prepared"] if p["id"] not in ours]
-        for out in made:
-            oid = by_key[out["key"]]
-            m["objects"].append({"id": oid, "key": out["key"], "kind": out["kind"], "size": out["size"],
-                                 "order_id": first_order if out["kind"] == "SSO" else oid,
-                                 "data_time": data_time, "ranges": out["ranges"]})
+    def set_retention(m: dict) -> None:
         for sid, start_offset in retention.items():
             s = m["streams"].get(str(sid))
             if s is not None:
                 s["start"] = max(s["start"], start_offset)
 
     with signals_deferred():  # an interrupt waits for the commit, then finds the result complete
-        committed = mf.commit(store, finish, command="compact")
-        result.commit_number = committed.number
+        result.commit_number = commit_replacement(
+            store, epoch=state["epoch"], inputs=list(plan.inputs), prepared=state["prepared"], made=made,
+            command="compact", sso_order_id=min(o["order_id"] for o in plan.inputs), also=set_retention)
         result.made = made
         result.seconds = time.monotonic() - started
     return result
 
 
-def _check_made(plan, made: list[dict]) -> None:
-    """The uploaded objects must hold exactly what the plan said (no double, no hole)."""
-    want = sorted((sid, s, e) for out in plan.outputs for (sid, s, e, _) in out.streams)
-    got = sorted((r["stream_id"], r["start"], r["end"]) for m in made for r in m["ranges"])
-    if want != got:
-        raise CorruptionError("compaction outputs do not match the plan; nothing committed",
-                              hint=f"planned {len(want)} stream ranges, made {len(got)}")
