@@ -3,15 +3,14 @@
 A value the format cannot hold must be refused before anything is written (exit 2,
 naming the field and its bound), never acknowledged and then found "out of bounds" by
 every later reader, and never left to ``struct.pack`` (exit 1). Each function takes the
-option's name for the message and returns the value; ``callback`` adapts one to a typer
-option's ``callback=``. The bounds are the decoders' (walctl.format): what a reader
+option's name for the message and returns the value; ``walctl.options.bounds_callback`` adapts
+one to a typer option's ``callback=``. The bounds are the decoders' (walctl.format): what a reader
 accepts is exactly what these let through.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Callable
 
 from walctl.errors import UsageError
 from walctl.format import record as rec
@@ -79,21 +78,3 @@ def stream_gap(spec: str, option: str = "--accept-gap") -> tuple[int, int, int]:
         raise UsageError(f"{option} {spec!r}: FROM must be below TO", hint="the gap is offsets FROM up to TO")
     return sid, low, high
 
-
-def callback(check: Callable[..., object]) -> Callable:
-    """A typer option callback running ``check(value, option_name)`` (None and lists handled)."""
-
-    def run(ctx, param, value):
-        import typer  # click reports BadParameter as a usage error: one line, exit 2
-
-        if value is None:
-            return value
-        name = param.opts[0] if getattr(param, "opts", None) else param.name
-        try:
-            if isinstance(value, (list, tuple)):
-                return [check(v, name) for v in value]
-            return check(value, name)
-        except UsageError as exc:
-            raise typer.BadParameter(exc.what + (f" ({exc.hint})" if exc.hint else "")) from None
-
-    return run

@@ -29,9 +29,7 @@ import re
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Annotated, Callable
-
-import typer
+from typing import Callable
 
 from walctl.errors import IOFailure, UsageError
 
@@ -60,14 +58,6 @@ AMOUNTS: dict[str, dict[str, str]] = {
         "requests": "Object store requests made",
     },
 }
-
-# The option upload, compact and gc share (declared once, like the shared options in walctl.cli).
-MetricsFileOpt = Annotated[str | None, typer.Option(
-    "--metrics-file", metavar="PATH",
-    help="After the run, write Prometheus text-format metrics here for node_exporter's textfile "
-         "collector (name it *.prom): success, last success and failure timestamps (seconds), bytes, "
-         "objects, requests and seconds of the run and summed over runs. Replaced atomically; a failed "
-         "run keeps the last success timestamp. Not written by --dry-run.")]
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[^}\"]|\"(?:[^\"\\]|\\.)*\")*\})?\s+(\S+)(\s+\S+)?\s*$")
 
@@ -409,7 +399,7 @@ class MetricsRun:
                 write_atomic(self.path, text)
             except IOFailure as failure:
                 failure.hint = f"the {self.job} run itself succeeded"
-                failure.summary = self.summary
+                failure.summary = self.summary  # WalctlError.summary: the JSON line still carries the result
                 raise
             return False
         try:

@@ -15,6 +15,7 @@ Options other branches add fit in by using these parsers: ``typer.Option(..., pa
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 try:  # typer >= 0.29 carries its own copy of click
     from typer._click.exceptions import BadParameter
@@ -106,6 +107,24 @@ def spark_master(value: str) -> str:
         raise OptionError(f"{value!r} is not a Spark master URL",
                           "local, local[4], local[*], spark://host:7077, k8s://https://host, yarn")
     return value
+
+
+def bounds_callback(check: Callable[..., object]) -> Callable:
+    """A typer option callback running ``check(value, option_name)`` (a walctl.bounds function;
+    None and lists handled); its UsageError becomes click's usage error (one line, exit 2)."""
+
+    def run(ctx, param, value):
+        if value is None:
+            return value
+        name = param.opts[0] if getattr(param, "opts", None) else param.name
+        try:
+            if isinstance(value, (list, tuple)):
+                return [check(v, name) for v in value]
+            return check(value, name)
+        except UsageError as exc:
+            raise BadParameter(exc.what + (f" ({exc.hint})" if exc.hint else "")) from None
+
+    return run
 
 
 def check_order(low: int | float | None, high: int | float | None, low_name: str, high_name: str) -> None:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from walctl import selftest as st
+from walctl.selftest import runner as st
 
 FAST = ("selftest", "--no-compact")
 
@@ -61,14 +61,14 @@ def test_keep_leaves_the_files(cli, tmp_path):
 
 
 def test_a_wrong_answer_is_exit_3_and_still_cleans_up(cli, tmp_path, monkeypatch):
-    real = st._Run.expected_in_store
+    real = st.Run.expected_in_store
 
     def tampered(self):
         want = real(self)
         want[2][0] = b"not what was appended"
         return want
 
-    monkeypatch.setattr(st._Run, "expected_in_store", tampered)
+    monkeypatch.setattr(st.Run, "expected_in_store", tampered)
     res = cli(*FAST, "--json", "--dir", tmp_path)
     assert res.exit_code == 3, res
     line = res.error_line()
@@ -86,14 +86,14 @@ def test_a_wrong_answer_is_exit_3_and_still_cleans_up(cli, tmp_path, monkeypatch
 
 
 def test_a_command_exiting_non_zero_fails_its_check(cli, tmp_path, monkeypatch):
-    real = st._Run.cli
+    real = st.Run.cli
 
     def failing_trim(self, *args, input=None):
         if args and args[0] == "trim":
             args = ("trim", args[1], "1")  # not a record's offset: exit 2
         return real(self, *args, input=input)
 
-    monkeypatch.setattr(st._Run, "cli", failing_trim)
+    monkeypatch.setattr(st.Run, "cli", failing_trim)
     res = cli(*FAST, "--json", "--dir", tmp_path)
     assert res.exit_code == 3, res
     trim = next(c for c in res.json_lines()[0]["checks"] if c["name"] == "trim")
@@ -113,7 +113,7 @@ def test_an_io_failure_is_exit_6(cli, tmp_path, monkeypatch):
 
 
 def test_a_command_exiting_6_is_an_io_failure(cli, tmp_path, monkeypatch):
-    real = st._Run.cli
+    real = st.Run.cli
 
     def eio_on_upload(self, *args, input=None):
         answer = real(self, *args, input=input)
@@ -121,7 +121,7 @@ def test_a_command_exiting_6_is_an_io_failure(cli, tmp_path, monkeypatch):
             return st.Answer(list(args), 6, "", "walctl: error: Input/output error, STORE\n")
         return answer
 
-    monkeypatch.setattr(st._Run, "cli", eio_on_upload)
+    monkeypatch.setattr(st.Run, "cli", eio_on_upload)
     res = cli(*FAST, "--json", "--dir", tmp_path)
     assert res.exit_code == 6, res
     assert res.json_lines()[0]["error"]["code"] == 6
@@ -131,7 +131,7 @@ def test_interrupted_run_cleans_up(cli, tmp_path, monkeypatch):
     def interrupt(self):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(st._Run, "read_back", interrupt)
+    monkeypatch.setattr(st.Run, "read_back", interrupt)
     res = cli(*FAST, "--dir", tmp_path)
     assert res.exit_code == 130
     assert list(tmp_path.iterdir()) == []

@@ -342,16 +342,17 @@ def test_init_node_id_out_of_int32_is_a_usage_error_and_creates_nothing(cli, tmp
 
 
 def test_bounds_callback_turns_a_bound_into_a_usage_error():
-    """The validator module's typer adapter (for options that declare callback=bounds.callback(...))."""
+    """The validator module's typer adapter (for options that declare callback=bounds_callback(...))."""
     import typer
     from typer.testing import CliRunner
 
     from walctl import bounds
+    from walctl.options import bounds_callback
 
     app = typer.Typer()
 
     @app.command()
-    def main(stream: int = typer.Option(0, "--stream", callback=bounds.callback(bounds.stream_id))):
+    def main(stream: int = typer.Option(0, "--stream", callback=bounds_callback(bounds.stream_id))):
         print(stream)
 
     runner = CliRunner()

@@ -10,8 +10,9 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import (EXIT_BROKEN_PIPE, DeviceArg, EndpointOpt, JsonOpt, StreamOpt, app, command, emit_json,
-                        silence_stdout, warn)
+from walctl.commands._shared import (DeviceArg, EndpointOpt, JsonOpt, StreamOpt, command, emit_json, silence_stdout,
+                                     warn)
+from walctl.errors import EXIT_BROKEN_PIPE
 
 
 class Framing(str, enum.Enum):
@@ -20,8 +21,7 @@ class Framing(str, enum.Enum):
     raw = "raw"
 
 
-@app.command("append")
-@command(stream=True)
+@command("append", stream=True)
 def append_cmd(
     device: DeviceArg,
     data: Annotated[list[str] | None, typer.Argument(
@@ -79,7 +79,7 @@ def append_cmd(
             bounds.base_offset(base_offset, count=len(data) if data else 1)
     except UsageError as exc:
         raise exc.at(device)
-    # SIGTERM and SIGINT (walctl.cli.command) drain and close: queued records still become durable.
+    # SIGTERM and SIGINT (walctl.cli boundary) drain and close: queued records still become durable.
     _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
             iops, bandwidth, upload_at)
 

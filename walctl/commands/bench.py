@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, stdout_console, warn
+from walctl.commands._shared import DeviceArg, JsonOpt, command, emit_json, stdout_console, warn
 from walctl.options import Duration, Size
 
 
@@ -25,8 +25,7 @@ class Engine(str, enum.Enum):
     threads = "threads"
 
 
-@app.command("bench")
-@command()
+@command("bench")
 def bench_cmd(
     device: DeviceArg,
     mode: Annotated[Mode, typer.Option(

@@ -8,18 +8,19 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import EndpointOpt, JsonOpt, NamespaceOpt, StoreOpt, app, command, emit_json, stdout_console, warn
-from walctl.metrics import MetricsFileOpt
+from walctl.commands._shared import (EndpointOpt, JsonOpt, MetricsFileOpt, NamespaceOpt, StoreOpt, command, emit_json,
+                                     stdout_console, warn)
 from walctl.options import spark_master
 
-def _debug() -> bool:
-    from walctl.cli import _state
 
-    return bool(_state.get("debug"))
+def _debug() -> bool:
+    from walctl.commands._shared import debug_requested
+
+    return debug_requested()
 
 
 def _interrupted_summary(store: str, result) -> dict:
-    """The JSON summary of a run that SIGTERM/SIGINT stopped (walctl.cli.command adds the error)."""
+    """The JSON summary of a run that SIGTERM/SIGINT stopped (the walctl.cli boundary adds the error)."""
     summary = {"store": store, **result.to_json()} if result is not None else {"store": store}
     summary["interrupted"] = True
     summary["rolled_back"] = "the Spark job was cancelled, its uploads aborted, nothing committed"
@@ -36,8 +37,7 @@ RATE_HELP = ("bytes per second (a size: 50MiB = 50 MiB/s); default unlimited. Th
              "and the expected duration.")
 
 
-@app.command("compact")
-@command()
+@command("compact")
 def compact_cmd(
     store: StoreOpt,
     master: Annotated[str | None, typer.Option(
@@ -157,8 +157,8 @@ def compact_cmd(
     from walctl.spark.compact import compact
 
     executor_store = store_for_executors(store, master, shared_path=shared_path)
-    # SIGTERM and SIGINT raise walctl.cli.Interrupted (a KeyboardInterrupt) here, through
-    # walctl.cli.command: the job is cancelled and rolled back on the way out, then one line, exit 143/130.
+    # SIGTERM and SIGINT raise walctl.cli's Interrupted (a KeyboardInterrupt) here, through
+    # the walctl.cli boundary: the job is cancelled and rolled back on the way out, then one line, exit 143/130.
     started: list = []
     with MetricsRun(metrics_file, "compact", enabled=not dry_run, on_warning=warn,
                     labels={"store": store} if metrics_file else None) as metrics:

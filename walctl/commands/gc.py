@@ -6,13 +6,11 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import EndpointOpt, JsonOpt, StoreOpt, app, command, emit_json, stdout_console, warn
-from walctl.metrics import MetricsFileOpt
+from walctl.commands._shared import EndpointOpt, JsonOpt, MetricsFileOpt, StoreOpt, command, emit_json, stdout_console, warn
 from walctl.options import Duration
 
 
-@app.command("gc")
-@command()
+@command("gc")
 def gc_cmd(
     store: StoreOpt,
     grace: Annotated[float, typer.Option(

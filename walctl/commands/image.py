@@ -6,11 +6,10 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, progress_bar, stdout_console, warn
+from walctl.commands._shared import DeviceArg, JsonOpt, command, emit_json, progress_bar, stdout_console, warn
 
 
-@app.command("image")
-@command()
+@command("image")
 def image_cmd(
     device: DeviceArg,
     file: Annotated[str, typer.Argument(

@@ -6,12 +6,11 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, progress_bar, stdout_console, warn
+from walctl.commands._shared import DeviceArg, JsonOpt, command, emit_json, progress_bar, stdout_console, warn
 from walctl.options import Size
 
 
-@app.command("init")
-@command()
+@command("init")
 def init_cmd(
     device: DeviceArg,
     capacity: Annotated[int | None, typer.Option(

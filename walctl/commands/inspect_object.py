@@ -6,12 +6,11 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import EndpointOpt, JsonOpt, StreamOpt, app, command, emit_json, stdout_console, warn
+from walctl.commands._shared import EndpointOpt, JsonOpt, StreamOpt, command, emit_json, stdout_console, warn
 from walctl.commands.recover import Payload, encode_payload
 
 
-@app.command("inspect-object")
-@command(stream=True)
+@command("inspect-object", stream=True)
 def inspect_object_cmd(
     target: Annotated[str, typer.Argument(
         metavar="TARGET", help="An object id, its key (full, or relative to the store prefix), or a local file path.")],

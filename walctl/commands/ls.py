@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from walctl.cli import EndpointOpt, JsonOpt, StoreOpt, app, command, emit_json, stdout_console
+from walctl.commands._shared import EndpointOpt, JsonOpt, StoreOpt, command, emit_json, stdout_console
 
 
 def ls_cmd(store: StoreOpt, endpoint_url: EndpointOpt = None, json_out: JsonOpt = False) -> None:
@@ -67,5 +67,4 @@ def ls_cmd(store: StoreOpt, endpoint_url: EndpointOpt = None, json_out: JsonOpt 
     console.print(history)
 
 
-command_ls = app.command("ls")(command()(ls_cmd))
-command_objects = app.command("objects", help="Alias of 'ls'.")(command()(ls_cmd))
+command("objects", help="Alias of 'ls'.")(command("ls")(ls_cmd))

@@ -7,12 +7,11 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import EndpointOpt, JsonOpt, StoreOpt, app, command, emit_json
+from walctl.commands._shared import EndpointOpt, JsonOpt, StoreOpt, command, emit_json
 from walctl.commands.recover import Payload, encode_payload
 
 
-@app.command("read")
-@command(stream=True)
+@command("read", stream=True)
 def read_cmd(
     store: StoreOpt,
     stream: Annotated[int, typer.Option(

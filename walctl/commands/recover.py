@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import DeviceArg, JsonOpt, StreamOpt, app, command, emit_json, progress_bar, warn
+from walctl.commands._shared import DeviceArg, JsonOpt, StreamOpt, command, emit_json, progress_bar, warn
 
 
 class Payload(str, enum.Enum):
@@ -30,8 +30,7 @@ def encode_payload(data: bytes, how: Payload) -> str | None:
     return None
 
 
-@app.command("recover")
-@command(stream=True)
+@command("recover", stream=True)
 def recover_cmd(
     device: DeviceArg,
     from_offset: Annotated[int | None, typer.Option(
@@ -268,7 +267,7 @@ class _Printer:
     """Renders records/findings as they come: NDJSON lines, or a streamed human table."""
 
     def __init__(self, json_out: bool, payload: Payload, stats: bool):
-        from walctl.cli import stdout_console
+        from walctl.commands._shared import stdout_console
 
         self.json_out = json_out
         self.payload = payload

@@ -6,11 +6,10 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import JsonOpt, app, command, emit_json, stdout_console, warn
+from walctl.commands._shared import JsonOpt, command, emit_json, stdout_console, warn
 
 
-@app.command("selftest")
-@command()
+@command("selftest")
 def selftest_cmd(
     loop: Annotated[bool, typer.Option(
         "--loop", help="Use a fresh loop device with direct I/O (losetup --direct-io=on) instead of a "
@@ -38,7 +37,7 @@ def selftest_cmd(
     import os
     import sys
 
-    from walctl.cli import _state
+    from walctl.commands._shared import debug_requested, running_app
     from walctl.errors import CorruptionError, IOFailure, NotFoundError
     from walctl.selftest import FAIL, IO_FAILED, PREREQ_MISSING, selftest
 
@@ -52,8 +51,8 @@ def selftest_cmd(
             sys.stderr.write(f"  {check.status.upper():4}  {check.name}\n")
             sys.stderr.flush()
 
-    result = selftest(loop=loop, keep=keep, compact=not no_compact, base_dir=directory, on_step=progress,
-                      debug=_state["debug"])
+    result = selftest(running_app(), loop=loop, keep=keep, compact=not no_compact, base_dir=directory,
+                      on_step=progress, debug=debug_requested())
     for message in result.warnings:
         warn(message)
     out = result.to_json()
@@ -69,8 +68,8 @@ def selftest_cmd(
     exc = cls(f"selftest failed: {count} check(s) failed; first: {first.name}: {first.detail}",
               where=result.device or result.work_dir,
               hint=("install it, or skip the step with --no-compact" if first.failure == PREREQ_MISSING
-                    else "rerun with --keep to look at the files" if not keep else f"files kept in {result.work_dir}"))
-    exc.summary = out
+                    else "rerun with --keep to look at the files" if not keep else f"files kept in {result.work_dir}"),
+              summary=out)
     raise exc
 
 

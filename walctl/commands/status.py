@@ -6,11 +6,10 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, stdout_console, warn
+from walctl.commands._shared import DeviceArg, JsonOpt, command, emit_json, stdout_console, warn
 
 
-@app.command("status")
-@command()
+@command("status")
 def status_cmd(
     device: DeviceArg,
     metrics_file: Annotated[str | None, typer.Option(

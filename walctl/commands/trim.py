@@ -6,11 +6,10 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import DeviceArg, JsonOpt, app, command, emit_json, stdout_console
+from walctl.commands._shared import DeviceArg, JsonOpt, command, emit_json, stdout_console
 
 
-@app.command("trim")
-@command()
+@command("trim")
 def trim_cmd(
     device: DeviceArg,
     offset: Annotated[int | None, typer.Argument(

@@ -6,14 +6,12 @@ from typing import Annotated
 
 import typer
 
-from walctl.cli import (DeviceArg, EndpointOpt, JsonOpt, NamespaceOpt, StoreOpt, app, command, emit_json,
-                        progress_bar, stdout_console, warn)
-from walctl.metrics import MetricsFileOpt
+from walctl.commands._shared import (DeviceArg, EndpointOpt, JsonOpt, MetricsFileOpt, NamespaceOpt, StoreOpt, command,
+                                     emit_json, progress_bar, stdout_console, warn)
 from walctl.options import Duration, Size
 
 
-@app.command("upload")
-@command()
+@command("upload")
 def upload_cmd(
     device: DeviceArg,
     store: StoreOpt,

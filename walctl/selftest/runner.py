@@ -1,27 +1,16 @@
-"""walctl selftest: the whole pipeline, run and checked on this machine, in a temporary directory.
+"""The machinery of a selftest run: its result, one run's state, running a command, set-up and clean-up.
 
-On a regular file or, with ``loop``, on a fresh loop device with direct I/O, and a
-temporary local object store, it runs the real commands in-process through typer's
-CliRunner on ``walctl.cli.app``, so the checks see exactly what an operator or a cron job
-sees (exit codes and JSON). ``compact`` alone runs as a child process in a session of its
-own: Spark's JVM is its child, so stopping that session on Ctrl-C or SIGTERM stops the JVM
-too (in-process, a JVM still starting would be orphaned), and Spark's console noise goes
-to a log in the temporary directory.
-
-    init, status, append (arguments; length-prefixed stdin), recover, trim, recover,
-    status, upload, append --store, upload --metrics-file, ls, inspect-object --deep, read,
-    read back every object, compact (Spark local[1]; optional), gc, status
-
-and checks every answer against what it wrote. It stops at the first failed check
-(the later ones depend on it) and always cleans up: the loop device is detached and
-the temporary directory removed (unless ``keep``), on failure and on Ctrl-C/SIGTERM too.
-
-It sits above the CLI (it runs it), so it imports ``walctl.cli`` lazily; it never prints.
+The commands run in-process through typer's CliRunner on the app the selftest command itself
+runs in (handed in as ``app``: nothing here imports ``walctl.cli``), so the checks see exactly
+what an operator or a cron job sees (exit codes and JSON). ``compact`` alone runs as a child
+process in a session of its own: Spark's JVM is its child, so stopping that session on Ctrl-C
+or SIGTERM stops the JVM too (in-process, a JVM still starting would be orphaned), and Spark's
+console noise goes to a log in the temporary directory. The steps themselves are the table in
+walctl.selftest.steps. Nothing here prints.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -35,14 +24,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from walctl.errors import RefusedError, WalctlError
+from walctl.errors import (EXIT_CORRUPT, EXIT_IO, EXIT_NOT_FOUND, EXIT_SIGINT, EXIT_SIGTERM, RefusedError,
+                           WalctlError)
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 # What a failed check means for the exit status (documented in the command's help and README).
 CHECK_FAILED = "check"  # a wrong answer, wrong data or an unexpected exit code: exit 3
 IO_FAILED = "io"  # an I/O or store failure (a command exited 6, or the file/loop device set-up): exit 6
 PREREQ_MISSING = "prerequisite"  # a step's prerequisite is not installed (pyspark, Java): exit 4
-EXIT_CODES = {CHECK_FAILED: 3, IO_FAILED: 6, PREREQ_MISSING: 4}
+EXIT_CODES = {CHECK_FAILED: EXIT_CORRUPT, IO_FAILED: EXIT_IO, PREREQ_MISSING: EXIT_NOT_FOUND}
 
 FILE_CAPACITY = "4MiB"  # a small WAL: the run stays well under a second without compaction
 LOOP_BACKING_BYTES = 16 << 20  # the loop device's size; init takes the whole device
@@ -174,13 +164,15 @@ def _payloads() -> dict[int, list[bytes]]:
     }
 
 
-class _Run:
+class Run:
     """The state one selftest carries from step to step."""
 
-    def __init__(self, result: SelftestResult, on_step: Callable[[Check], None] | None, debug: bool):
+    def __init__(self, result: SelftestResult, on_step: Callable[[Check], None] | None, debug: bool, app):
         self.result = result
         self.on_step = on_step
         self.debug = debug
+        self.app = app  # the typer app the commands run in
+        self.state: dict = {}  # what a step found that a later one checks against
         self.payloads = _payloads()
         self.appended: list[tuple[int, int, int]] = []  # (wal offset, stream id, stream offset), in order
         self.trimmed: set[tuple[int, int]] = set()  # (stream id, stream offset) deleted before any upload
@@ -191,18 +183,16 @@ class _Run:
     def cli(self, *args: str, input: bytes | None = None) -> Answer:
         from typer.testing import CliRunner
 
-        from walctl.cli import app
-
         argv = [str(a) for a in args]
         env = {k: None for k in os.environ if k.startswith("WALCTL_")}  # the operator's settings stay out
         runner = CliRunner()
-        res = runner.invoke(app, (["--debug"] if self.debug else []) + argv, input=input, env=env)
+        res = runner.invoke(self.app, (["--debug"] if self.debug else []) + argv, input=input, env=env)
         stderr = res.stderr
         if res.exception is not None and not isinstance(res.exception, SystemExit):
             stderr += f"\nwalctl: error: {type(res.exception).__name__}: {res.exception}"
         if self.debug and stderr.strip():
             sys.__stderr__.write(stderr if stderr.endswith("\n") else stderr + "\n")
-        if res.exit_code in (130, 143):  # SIGINT, SIGTERM (walctl.cli.command)
+        if res.exit_code in (EXIT_SIGINT, EXIT_SIGTERM):  # the command was interrupted
             # The command caught Ctrl-C or SIGTERM (and turned it into its exit status): the
             # whole selftest stops, cleaning up, rather than failing one check and going on.
             raise KeyboardInterrupt
@@ -233,7 +223,7 @@ class _Run:
                     raise StepFailed(f"no answer after {timeout_s:.0f} s (stopped)") from exc
                 raise
         _reap_group(proc.pid)
-        if proc.returncode in (130, 143, -signal.SIGINT, -signal.SIGTERM):
+        if proc.returncode in (EXIT_SIGINT, EXIT_SIGTERM, -signal.SIGINT, -signal.SIGTERM):
             raise KeyboardInterrupt
         return Answer(argv, proc.returncode, stdout.decode("utf-8", "replace"), _tail(log, 1))
 
@@ -242,7 +232,7 @@ class _Run:
         answer = self.cli(*args, input=input)
         check.exit_code = answer.exit_code
         if answer.exit_code != 0:
-            kind = IO_FAILED if answer.exit_code == 6 else CHECK_FAILED
+            kind = IO_FAILED if answer.exit_code == EXIT_IO else CHECK_FAILED
             raise StepFailed(f"exit {answer.exit_code}: {answer.error_line()}", kind)
         return answer
 
@@ -273,7 +263,7 @@ class _Run:
             check.status, check.detail, check.failure = FAIL, f"{type(exc).__name__}: {exc}", IO_FAILED
         except WalctlError as exc:  # raised by the read-back through the engine
             check.status, check.detail = FAIL, exc.line().removeprefix("walctl: error: ")
-            check.failure = IO_FAILED if exc.exit_code == 6 else CHECK_FAILED
+            check.failure = IO_FAILED if exc.exit_code == EXIT_IO else CHECK_FAILED
         except (KeyError, IndexError, TypeError) as exc:  # an answer without a field its contract promises
             check.status, check.failure = FAIL, CHECK_FAILED
             check.detail = f"unexpected answer ({type(exc).__name__}: {exc})"
@@ -441,11 +431,13 @@ def _tail(path: str | None, lines: int = 3) -> str:
 
 # -- the run --------------------------------------------------------------------------------------
 
-def selftest(*, loop: bool = False, keep: bool = False, compact: bool = True, base_dir: str | None = None,
+def selftest(app, steps, *, loop: bool = False, keep: bool = False, compact: bool = True, base_dir: str | None = None,
              on_step: Callable[[Check], None] | None = None, debug: bool = False) -> SelftestResult:
     """Run every check; return the result (it never raises for a failed check).
 
     Args:
+        app: the typer app whose commands the steps run (the one ``walctl selftest`` runs in).
+        steps: the table of steps (walctl.selftest.steps.STEPS).
         loop: use a fresh loop device with direct I/O (needs root and losetup).
         keep: leave the temporary directory (WAL or loop backing file, store, logs) in place.
         compact: run the compaction step (Spark local[1], ~10-15 s).
@@ -463,7 +455,7 @@ def selftest(*, loop: bool = False, keep: bool = False, compact: bool = True, ba
             raise RefusedError("selftest --loop needs losetup, which is not installed",
                                hint="install util-linux, or run without --loop")
     result = SelftestResult(loop=loop, compact=compact, keep=keep)
-    run = _Run(result, on_step, debug)
+    run = Run(result, on_step, debug, app)
     started = time.monotonic()
     try:
         with _sigterm_as_interrupt():
@@ -471,7 +463,7 @@ def selftest(*, loop: bool = False, keep: bool = False, compact: bool = True, ba
                 set_up = run.step("set-up", lambda check: _set_up(run, base_dir),
                                   command="mkdtemp" + (" + losetup --direct-io=on -f --show" if loop else ""))
                 if set_up:
-                    _steps(run)
+                    run_steps(run, steps)
             finally:
                 if run.loop_device is not None or result.work_dir:
                     _cleanup(run)
@@ -480,7 +472,7 @@ def selftest(*, loop: bool = False, keep: bool = False, compact: bool = True, ba
     return result
 
 
-def _set_up(run: _Run, base_dir: str | None) -> str:
+def _set_up(run: Run, base_dir: str | None) -> str:
     """The temporary directory, and the WAL's path in it or a loop device backed by a file in it."""
     result = run.result
     result.work_dir = tempfile.mkdtemp(prefix="walctl-selftest-", dir=base_dir)
@@ -501,7 +493,7 @@ def _set_up(run: _Run, base_dir: str | None) -> str:
             f"TMP/loop-backing.img, STORE = TMP/store")
 
 
-def _cleanup(run: _Run) -> None:
+def _cleanup(run: Run) -> None:
     result = run.result
     loop_device = run.loop_device
 
@@ -529,272 +521,20 @@ def _cleanup(run: _Run) -> None:
     run.step("clean-up", clean, command=" + ".join(actions))
 
 
-def _merged(ranges) -> list[tuple[int, int, int]]:
-    """(stream, start, end) ranges with contiguous ones of a stream joined (an index has one per block)."""
-    out: list[list[int]] = []
-    for sid, start, end in sorted(ranges):
-        if out and out[-1][0] == sid and out[-1][2] == start:
-            out[-1][2] = end
-        else:
-            out.append([sid, start, end])
-    return [tuple(r) for r in out]
+def run_steps(run: Run, steps) -> None:
+    """The steps in order; the first failure stops the run (later steps depend on earlier ones).
 
-
-def _steps(run: _Run) -> None:
-    """The checks in order; the first failure stops the run (later steps depend on earlier ones)."""
-    r = run.result
-    dev, store = r.device, r.store
-    state: dict = {}
-    steps: list[tuple[str, str, Callable[[Check], str | None] | None]] = []
-
-    def add(name: str, args: list[str] | str, fn: Callable[[Check], str | None] | None) -> None:
-        """A step; ``args`` the walctl command line it runs (or a description), ``fn`` None: skipped."""
-        steps.append((name, run.shown(*args) if isinstance(args, list) else args, fn))
-
-    init_args = ["init", dev, "--json"] + ([] if r.loop else ["--capacity", FILE_CAPACITY])
-
-    def init(check: Check) -> str:
-        out = run.ok(*init_args, check=check).one()
-        header = out["header"]
-        capacity = LOOP_BACKING_BYTES if r.loop else 4 << 20
-        expect_eq(header["capacity_bytes"], capacity, "header capacity")
-        expect_eq(header["trim_offset"], -1, "trim offset of a new WAL")
-        expect_eq(header["shutdown_type"], "graceful", "shutdown type of a new WAL")
-        expect_eq(out["created"], not r.loop, "created")
-        state["ring"] = header["ring_bytes"]
-        return f"{header['capacity_bytes']} bytes, ring {header['ring_bytes']} bytes"
-    add("init", init_args, init)
-
-    def status_empty(check: Check) -> str:
-        out = run.ok("status", dev, "--json", check=check).one()
-        expect_eq((out["end_offset"], out["used_bytes"], out["free_bytes"]), (0, 0, state["ring"]),
-                  "end of log, used and free bytes of an empty WAL")
-        expect_eq((out["scanned"], out["records"]), (False, None), "answered from the checkpoint, records not counted")
-        expect_eq(out["lock_holder_pid"], None, "lock holder")
-        expect_eq(sum(1 for s in out["slots"] if s["valid"]), 2, "valid header slots")
-        expect_eq(out["shutdown_type"], "graceful", "shutdown type")
-        return "empty, both header slots valid, no lock holder"
-    add("status (empty)", ["status", dev, "--json"], status_empty)
-
-    def append_stream(stream: int, indexes: range, *, stdin: bool, extra: tuple = ()) -> Callable[[Check], str]:
-        def do(check: Check) -> str:
-            payloads = run.payloads[stream]
-            if stdin:
-                data = b"".join(len(payloads[i]).to_bytes(4, "big") + payloads[i] for i in indexes)
-                args = ["append", dev, "--stream", str(stream), "--input", "-", "--framing", "length-prefixed",
-                        "--json", *extra]
-                answer = run.ok(*args, input=data, check=check)
-            else:
-                args = ["append", dev, "--stream", str(stream), "--json", *extra,
-                        *[payloads[i].decode() for i in indexes]]
-                answer = run.ok(*args, check=check)
-            lines = answer.lines()
-            records = [o for o in lines if o["type"] == "record"]
-            expect_eq(len(records), len(indexes), "records acknowledged")
-            expect_eq([o["base_offset"] for o in records], list(indexes), "stream offsets")
-            expect_eq([o["payload_bytes"] for o in records], [len(payloads[i]) for i in indexes], "payload bytes")
-            offsets = [o["offset"] for o in records]
-            previous = run.appended[-1][0] if run.appended else -1
-            expect(all(a < b for a, b in zip([previous] + offsets, offsets)),
-                   f"WAL offsets must increase: {offsets} after {previous}")
-            summary = lines[-1]
-            expect_eq(summary["records"], len(indexes), "summary records")
-            expect_eq(summary["next_base_offset"], indexes[-1] + 1, "summary next_base_offset")
-            run.appended += [(off, stream, i) for off, i in zip(offsets, indexes)]
-            return f"{len(indexes)} records at WAL offsets {offsets[0]}..{offsets[-1]}"
-        return do
-
-    def stream1_args(indexes, extra=()) -> str:
-        return run.shown("append", dev, "--stream", "1", "--json", *extra) + f" DATA x{len(indexes)}"
-
-    add("append (arguments)", stream1_args(range(3)), append_stream(1, range(3), stdin=False))
-    add("append (stdin)", ["append", dev, "--stream", "2", "--input", "-", "--framing", "length-prefixed", "--json"],
-        append_stream(2, range(3), stdin=True))
-
-    def recover_check(label: str) -> Callable[[Check], str]:
-        def do(check: Check) -> str:
-            lines = run.ok("recover", dev, "--json", "--payload", "base64", check=check).lines()
-            records = [o for o in lines if o["type"] == "record"]
-            findings = [o for o in lines if o["type"] == "finding"]
-            expect_eq(findings, [], "findings in a clean log")
-            live = [(off, sid, soff) for off, sid, soff in run.appended
-                    if (sid, soff) not in run.trimmed and off > state.get("trim", -1)]
-            expect_eq([o["offset"] for o in records], [off for off, _, _ in live], "record offsets")
-            for o, (off, sid, soff) in zip(records, live):
-                expect_eq((o["stream_id"], o["base_offset"]), (sid, soff), f"stream and offset of record {off}")
-                expect(base64.b64decode(o["payload"]) == run.payloads[sid][soff],
-                       f"payload of record {off} differs from what was appended")
-            summary = lines[-1]
-            expect_eq(summary["records"], len(live), "summary records")
-            expect_eq(summary["corrupt_findings"], 0, "summary corrupt findings")
-            state["end"] = summary["end_offset"]
-            return f"{len(records)} records{label}, payloads as appended, no findings"
-        return do
-    add("recover", ["recover", dev, "--json", "--payload", "base64"], recover_check(""))
-
-    def trim(check: Check) -> str:
-        first, sid, soff = run.appended[0]
-        out = run.ok("trim", dev, str(first), "--scan", "--json", check=check).one()
-        expect_eq((out["trim_offset"], out["records_deleted"], out["records_left"]), (first, 1, len(run.appended) - 1),
-                  "trim offset, records deleted and left")
-        run.trimmed.add((sid, soff))
-        state["trim"] = first
-        return f"trimmed to WAL offset {first}: 1 record deleted"
-    add("trim", ["trim", dev, "FIRST-OFFSET", "--scan", "--json"], trim)
-    add("recover (after trim)", ["recover", dev, "--json", "--payload", "base64"], recover_check(" after the trim"))
-
-    def status_used(check: Check) -> str:
-        out = run.ok("status", dev, "--scan", "--json", check=check).one()
-        expect_eq(out["trim_offset"], state["trim"], "trim point")
-        expect_eq(out["end_offset"], state["end"], "end of log (as recover found it)")
-        expect_eq(out["used_bytes"], state["end"] - state["trim"], "used bytes (end of log - trim point)")
-        expect_eq(out["used_bytes"] + out["free_bytes"], state["ring"], "used + free bytes")
-        expect_eq(out["records"], len(run.appended) - 1, "records")
-        expect_eq(out["shutdown_type"], "graceful", "shutdown type after clean runs")
-        return f"used {out['used_bytes']} bytes ({out['used_percent']}%), free {out['free_bytes']}"
-    add("status", ["status", dev, "--scan", "--json"], status_used)
-
-    def upload(label_round: int, metrics: str | None = None) -> Callable[[Check], str]:
-        def do(check: Check) -> str:
-            args = ["upload", dev, "--store", store, "--json"] + (["--metrics-file", metrics] if metrics else [])
-            out = run.ok(*args, check=check).one()
-            pending = [a for a in run.appended if a[0] > state.get("uploaded", state["trim"])]
-            expect_eq(out["records"], len(pending), "records uploaded")
-            expect_eq(out["payload_bytes"], sum(len(run.payloads[s][o]) for _, s, o in pending), "payload bytes")
-            expect(out["objects_made"] >= 1, "no object made")
-            expect_eq(out["trimmed_to"], pending[-1][0], "WAL trimmed to the last uploaded record")
-            expect(out["commit_number"] is not None, "no commit number")
-            state["uploaded"] = pending[-1][0]
-            state.setdefault("objects", []).extend(o["key"] for o in out["objects"])
-            detail = f"{out['records']} records in {out['objects_made']} object(s), commit {out['commit_number']}"
-            if metrics:
-                from walctl.metrics import parse_values
-
-                with open(metrics, encoding="utf-8") as f:
-                    values = parse_values(f.read())
-                expect_eq(values.get("walctl_upload_success"), 1.0, "walctl_upload_success in the metrics file")
-                expect_eq(values.get("walctl_upload_records_total"), float(out["records"]),
-                          "walctl_upload_records_total in the metrics file")
-                detail += "; metrics file written"
-            return detail
-        return do
-    add("upload", ["upload", dev, "--store", store, "--json"], upload(1))
-    add("append --store (stream 1)", stream1_args(range(3, 5), ("--store", store)),
-        append_stream(1, range(3, 5), stdin=False, extra=("--store", store)))
-    add("append --store (stream 2)", ["append", dev, "--stream", "2", "--input", "-", "--framing", "length-prefixed",
-                                      "--json", "--store", store],
-        append_stream(2, range(3, 5), stdin=True, extra=("--store", store)))
-    metrics_path = os.path.join(r.work_dir, "walctl-upload.prom")
-    add("upload --metrics-file", ["upload", dev, "--store", store, "--json", "--metrics-file", metrics_path],
-        upload(2, metrics_path))
-
-    def ls(check: Check) -> str:
-        out = run.ok("ls", "--store", store, "--json", check=check).one()
-        want = run.expected_in_store()
-        streams = {s["stream_id"]: (s["start_offset"], s["end_offset"]) for s in out["streams"]}
-        expect_eq(streams, {sid: (min(v), max(v) + 1) for sid, v in want.items()}, "stream ranges")
-        keys = sorted(o["key"] for o in out["objects"])
-        expect_eq(keys, sorted(state["objects"]), "live objects")
-        expect_eq(out["prepared"], [], "prepared ids left after clean uploads")
-        state["live"] = out["objects"]
-        return f"{len(streams)} streams, {len(keys)} live objects"
-    add("ls", ["ls", "--store", store, "--json"], ls)
-
-    def inspect_all(check: Check) -> str:
-        entries = 0
-        for o in state["live"]:
-            lines = run.ok("inspect-object", str(o["id"]), "--store", store, "--deep", "--json", check=check).lines()
-            summary = lines[-1]
-            expect_eq(summary["problems"], 0, f"problems in object {o['key']}")
-            expect_eq(summary["key"], o["key"], f"key of object {o['id']}")
-            rows = [x for x in lines if x["type"] == "index_entry"]
-            expect_eq(_merged((x["stream_id"], x["start_offset"], x["end_offset"]) for x in rows),
-                      _merged((s["stream_id"], s["start"], s["end"]) for s in o["streams"]),
-                      f"stream ranges of object {o['key']}'s index against the manifest")
-            entries += len(rows)
-        return f"{len(state['live'])} objects verified block by block, {entries} index entries"
-    add("inspect-object --deep", ["inspect-object", "ID", "--store", store, "--deep", "--json"], inspect_all)
-    add("read back objects", "read every live object in full, compare with what was appended",
-        lambda check: run.read_back())
-
-    def read_streams(check: Check) -> str:
-        """`walctl read` of every stream: every payload in offset order, one summary, no finding."""
-        want = run.expected_in_store()
-        gets = 0
-        for sid, payloads in sorted(want.items()):
-            lines = run.ok("read", "--store", store, "--stream", str(sid), "--payload", "base64", "--json",
-                           check=check).lines()
-            recs = [x for x in lines if x["type"] == "record"]
-            summary = lines[-1]
-            expect_eq(summary["type"], "summary", f"last line of read --stream {sid}")
-            expect_eq(summary["findings"], 0, f"findings reading stream {sid}")
-            expect_eq([x["base_offset"] for x in recs], sorted(payloads), f"offsets read of stream {sid}")
-            for x in recs:
-                expect(base64.b64decode(x["payload"]) == payloads[x["base_offset"]],
-                       f"stream {sid} offset {x['base_offset']}: read returned other bytes than appended")
-            gets += summary["gets"]
-        return f"{len(want)} streams read back in offset order, every payload as appended, {gets} GETs"
-    add("read", ["read", "--store", store, "--stream", "ID", "--payload", "base64", "--json"], read_streams)
-
-    compact_args = ["compact", "--store", store, "--master", COMPACT_MASTER, "--json"]
-
-    def compact(check: Check) -> str:
-        from walctl.spark.job import MissingPrerequisite, check_java, check_pyspark
-
-        try:  # a machine without Spark's prerequisites is not a wrong answer
-            check_pyspark()
-            check_java()
-        except MissingPrerequisite as exc:
-            check.exit_code = exc.exit_code
-            raise StepFailed(f"missing prerequisite: {exc.line().removeprefix('walctl: error: ')}; "
-                             "--no-compact skips this step", PREREQ_MISSING) from None
-        run.spark_log = os.path.join(r.work_dir, "spark.log")
-        answer = run.process(*compact_args, log=run.spark_log)
-        check.exit_code = answer.exit_code
-        if answer.exit_code != 0:
-            kind = (IO_FAILED if answer.exit_code == 6 else PREREQ_MISSING
-                    if answer.exit_code == 4 and "executors cannot import" in answer.error_line() else CHECK_FAILED)
-            raise StepFailed(f"exit {answer.exit_code}: {answer.error_line()} (Spark log: {_tail(run.spark_log)}; "
-                             f"Spark needs Java 17; --no-compact skips this step)", kind)
-        out = answer.one()
-        expect(not out["idle"], "compaction found nothing to do with two Stream Set Objects")
-        expect_eq(out["objects_in"], len(state["objects"]), "objects compacted")
-        expect(out["commit_number"] is not None, "no commit")
-        state["replaced"] = sorted(state["objects"])
-        state["objects"] = [o["key"] for o in out["objects"]]
-        return (f"{out['objects_in']} objects into {out['objects_out']}, commit {out['commit_number']}, "
-                f"{out['seconds']} s; " + run.read_back())
-
-    add("compact", compact_args, compact if r.compact else None)
-    if r.compact:
-        add("ls + inspect-object --deep (compacted)", ["inspect-object", "ID", "--store", store, "--deep", "--json"],
-            lambda check: (ls(check), inspect_all(check))[1])
-
-    def gc(check: Check) -> str:
-        out = run.ok("gc", "--store", store, "--grace", "0s", "--json", check=check).one()
-        replaced = state.get("replaced", [])
-        expect_eq(sorted(out["deleted_objects"]), replaced, "objects deleted (those compaction replaced)")
-        from walctl.store import open_store
-
-        st = open_store(store)
-        for key in replaced:
-            expect(not any(i.key == key for i in st.list(key)), f"replaced object {key} still in the store")
-        return f"{len(out['deleted_objects'])} replaced objects deleted; " + run.read_back()
-    add("gc", ["gc", "--store", store, "--grace", "0s", "--json"], gc)
-
-    def status_final(check: Check) -> str:
-        out = run.ok("status", dev, "--scan", "--json", check=check).one()
-        expect_eq(out["trim_offset"], state["uploaded"], "trim point after the uploads")
-        expect_eq(out["records"], 0, "live records after everything was uploaded")
-        expect_eq((out["findings"], out["shutdown_type"]), (0, "graceful"), "findings and shutdown type")
-        return f"every record uploaded and trimmed; {out['used_bytes']} bytes used (the trimmed last record)"
-    add("status (final)", ["status", dev, "--scan", "--json"], status_final)
-
+    A step with ``compact`` set is shown as skipped under --no-compact (so a reader of the table
+    sees what was not covered); one with ``after_compact`` set is left out then.
+    """
     failed = False
-    for name, command, fn in steps:
-        if fn is None:  # shown, so a reader of the table sees what was not covered
-            run.skip(name, "--no-compact", command)
+    for step in steps:
+        if step.after_compact and not run.result.compact:
+            continue
+        command = step.command(run)
+        if step.compact and not run.result.compact:
+            run.skip(step.name, "--no-compact", command)
         elif failed:
-            run.skip(name, "not run: an earlier check failed", command)
+            run.skip(step.name, "not run: an earlier check failed", command)
         else:
-            failed = not run.step(name, fn, command=command)
+            failed = not run.step(step.name, lambda check, fn=step.check: fn(run, check), command=command)

@@ -1,0 +1,201 @@
+"""The one place errors become exit codes (docs/CLI.md "Exit codes").
+
+``boundary(fn, stream)`` wraps every command function at registration: a WalctlError becomes
+one stderr line and its exit code (with --json, the error object added to the error's
+``summary``); SIGTERM/SIGINT the same, exit 143/130, after the command's own cleanup ran; any
+other exception is a bug (exit 1, a traceback only with --debug). ``WalctlGroup`` does the same
+for click's usage errors (exit 2) and bare ``walctl``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import traceback
+from typing import Any, Callable
+
+import typer
+from typer.core import TyperGroup
+
+try:  # typer >= 0.29 carries its own copy of click and raises that copy's exceptions
+    from typer import _click as click
+    from typer._click.exceptions import UsageError as ClickUsageError
+except ImportError:  # pragma: no cover - older typer uses the click package
+    import click
+    from click.exceptions import UsageError as ClickUsageError
+
+from walctl.cli.conventions import apply_conventions, json_requested, normalise_args
+from walctl.cli.render import report_error
+from walctl.commands._shared import debug_requested
+from walctl.errors import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_OK, EXIT_SIGINT, EXIT_USAGE, WalctlError
+
+
+class WalctlGroup(TyperGroup):
+    """The app's click group: CLI conventions on every command, and click's usage errors in the
+    one-line ``walctl: error: ...`` form, exit 2."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        apply_conventions(self)
+        for sub in self.commands.values():
+            apply_conventions(sub)
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if args is None:
+            args = sys.argv[1:]
+        args = normalise_args(list(args), self)
+        try:
+            if not args and not os.environ.get(complete_var or "_WALCTL_COMPLETE"):
+                raise _NoCommand()
+            rv = super().main(args=args, prog_name=prog_name or "walctl", complete_var=complete_var,
+                              standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) else EXIT_OK
+        except _NoCommand:
+            # Bare `walctl`: the usage on stdout for the person, one error line for the rule.
+            with self.make_context("walctl", ["--help"], resilient_parsing=True) as ctx:
+                click.echo(self.get_help(ctx))
+            click.echo("walctl: error: no command given (see 'walctl --help'; "
+                       "'walctl COMMAND --help' for one command)", err=True)
+            code = EXIT_USAGE
+        except ClickUsageError as exc:
+            line = usage_line(exc)
+            report_error(line, {"code": EXIT_USAGE, "message": line.removeprefix("walctl: error: ")},
+                         json_requested(args), _is_stream(exc), None)
+            code = EXIT_USAGE
+        except typer.Abort:
+            click.echo("walctl: error: aborted (interrupted at a prompt)", err=True)
+            code = EXIT_SIGINT
+        except typer.Exit as exc:
+            code = exc.exit_code
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+class _NoCommand(Exception):
+    pass
+
+
+def _is_stream(exc) -> bool:
+    ctx = getattr(exc, "ctx", None)
+    callback = getattr(getattr(ctx, "command", None), "callback", None)
+    return bool(getattr(callback, "walctl_stream", False))
+
+
+def usage_line(exc) -> str:
+    """One line for a click usage error: ``walctl: error: <what>, <option> (<hint>; see --help)``."""
+    see = f"see '{exc.ctx.command_path} --help'" if getattr(exc, "ctx", None) is not None else "see 'walctl --help'"
+    hint = getattr(exc, "hint", None)
+    param = getattr(exc, "param", None)
+    if hint is not None and param is not None:
+        opts = [o for o in getattr(param, "opts", []) if o.startswith("--")] or [param.name]
+        what = f"invalid value for {opts[0]}: {exc.message}"
+        return f"walctl: error: {what} ({hint}; {see})"
+    text = " ".join(exc.format_message().split())  # never more than one line
+    return f"walctl: error: {text} ({see})"
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGINT arrived: raised where the command was, so every ``finally`` and
+    rollback on the way out runs (a KeyboardInterrupt, so code that handles Ctrl-C handles it).
+    A command may set ``summary`` (its result so far) for the JSON line the boundary prints."""
+
+    summary: dict | None = None
+
+    def __init__(self, signum: int):
+        import signal
+
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # what a shell reports: 130 for SIGINT, 143 for SIGTERM
+
+
+class signals_interrupt:
+    """While active, SIGTERM and SIGINT raise ``Interrupted`` in the main thread, once: a second
+    signal while the command winds down is ignored (SIGKILL still ends it). Used by every
+    command through ``boundary()``; the previous handlers come back on exit."""
+
+    SIGNALS = ("SIGTERM", "SIGINT")
+
+    def __init__(self):
+        self.previous: dict = {}
+        self.received: int | None = None
+
+    def _handler(self, signum, frame):
+        if self.received is not None:
+            return
+        self.received = signum
+        raise Interrupted(signum)
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for name in self.SIGNALS:
+                num = getattr(signal, name)
+                self.previous[num] = signal.signal(num, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        for num, handler in self.previous.items():
+            signal.signal(num, handler)
+        return False
+
+
+def interrupted_error(exc: BaseException) -> tuple[str, dict, int]:
+    """The stderr line, JSON error object and exit code of an interruption (SIGINT when unknown)."""
+    import signal
+
+    signum = getattr(exc, "signum", signal.SIGINT)
+    name = signal.Signals(signum).name
+    line = (f"walctl: error: interrupted by {name} (the step in progress was finished or rolled back; "
+            f"rerun the command to continue)")
+    return line, {"code": 128 + signum, "message": line.removeprefix("walctl: error: "), "signal": name}, 128 + signum
+
+
+def boundary(fn: Callable, stream: bool = False) -> Callable:
+    """Wrap a command body: WalctlError -> one stderr line + its exit code (+ JSON error object);
+    SIGTERM/SIGINT -> the same, exit 143/130, after the body's own cleanup ran.
+
+    Args:
+        stream: the command prints NDJSON; its error object is the closing summary line.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        json_out = bool(kwargs.get("json_out"))
+        try:
+            with signals_interrupt():
+                return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, ClickUsageError):
+            raise
+        except WalctlError as exc:
+            report_error(exc.line(), exc.to_json(), json_out, stream, exc.summary)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt as exc:  # Interrupted (SIGTERM/SIGINT), or Ctrl-C outside the handler
+            line, error, code = interrupted_error(exc)
+            report_error(line, error, json_out, stream, getattr(exc, "summary", None))
+            raise typer.Exit(code) from None
+        except BrokenPipeError:
+            from walctl.commands._shared import silence_stdout
+
+            silence_stdout()
+            raise typer.Exit(EXIT_BROKEN_PIPE) from None  # stdout's reader went away
+        except Exception as exc:  # a bug: the only case that may print a traceback
+            if debug_requested():
+                traceback.print_exc()
+            line = (f"walctl: error: internal error: {type(exc).__name__}: {exc} "
+                    f"(a bug; rerun with --debug for the traceback)")
+            report_error(line, {"code": EXIT_INTERNAL, "message": line.removeprefix("walctl: error: ")},
+                         json_out, stream, None)
+            raise typer.Exit(EXIT_INTERNAL) from None
+
+    wrapper.walctl_stream = stream
+    return wrapper

@@ -1,0 +1,173 @@
+"""What every command shares: its option types, its output helpers, and the mark that registers it.
+
+Commands never import ``walctl.cli`` (docs/STYLE.md layers): the cli package imports them,
+finds the functions marked with ``command(...)`` here, wraps each in the one error -> exit
+boundary and adds it to the app. What the app knows of one run (``--debug``, the app itself,
+for selftest) reaches a command through click's context (``debug_requested``, ``running_app``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Callable
+
+import typer
+
+# Keys of click's ``Context.meta`` (shared by the whole run) the app's root callback fills.
+DEBUG_KEY = "walctl.debug"
+APP_KEY = "walctl.app"
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """How the cli package registers a command function: its name, whether it streams NDJSON (its
+    error object is then the closing summary line), and typer's ``app.command`` keywords."""
+
+    name: str
+    stream: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def command(name: str, *, stream: bool = False, **options: Any) -> Callable:
+    """Mark ``fn`` as the command ``name`` (several marks: several names, e.g. an alias).
+
+    Only marks: walctl.cli's registration adds it to the app inside the error -> exit boundary.
+    """
+
+    def mark(fn: Callable) -> Callable:
+        fn.walctl_commands = [*getattr(fn, "walctl_commands", []), CommandSpec(name, stream, options)]
+        return fn
+
+    return mark
+
+
+def _current_context():
+    try:  # typer >= 0.29 carries its own copy of click
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover
+        from click import get_current_context
+    return get_current_context(silent=True)
+
+
+def debug_requested() -> bool:
+    """``--debug`` (or WALCTL_DEBUG) was given to this run (False outside a CLI run)."""
+    ctx = _current_context()
+    return bool(ctx is not None and ctx.meta.get(DEBUG_KEY))
+
+
+def running_app() -> Any:
+    """The typer app this command runs in (selftest runs the other commands through it)."""
+    ctx = _current_context()
+    if ctx is None or ctx.meta.get(APP_KEY) is None:
+        raise RuntimeError("not inside a walctl CLI run")
+    return ctx.meta[APP_KEY]
+
+
+# -- shared options (declared once, reused by every command) ---------------------------
+# Every option also gets WALCTL_<OPTION> (shown in --help) and -j/-n/-s from the cli package's
+# conventions: declare an option's envvar only to keep an older name working.
+DeviceArg = Annotated[str, typer.Argument(
+    metavar="DEVICE", envvar="WALCTL_DEVICE",
+    help="WAL device: a block device (/dev/...) or a regular file.")]
+JsonOpt = Annotated[bool, typer.Option(
+    "--json", envvar="WALCTL_JSON",
+    help="Machine output on stdout (NDJSON for record streams, ending with one summary line); "
+         "also before the command name.")]
+StreamOpt = Annotated[int | None, typer.Option(
+    "--stream", envvar="WALCTL_STREAM", min=0, help="Stream id (a non-negative integer).")]
+StoreOpt = Annotated[str, typer.Option(
+    "--store", envvar="WALCTL_STORE", metavar="URL",
+    help="Object store: a local directory (the embedded default: a path or file:///path) or "
+         "s3://bucket[/prefix].")]
+EndpointOpt = Annotated[str | None, typer.Option(
+    "--endpoint-url", envvar="AWS_ENDPOINT_URL", metavar="URL",
+    help="S3 endpoint (MinIO, Ceph, R2, moto); credentials come from boto3's usual chain.")]
+NamespaceOpt = Annotated[str, typer.Option(
+    "--namespace", envvar="WALCTL_NAMESPACE", help="Namespace part of object keys (<rev-hex>/<namespace>/<id>).")]
+# upload, compact and gc (walctl.metrics writes the file).
+MetricsFileOpt = Annotated[str | None, typer.Option(
+    "--metrics-file", metavar="PATH",
+    help="After the run, write Prometheus text-format metrics here for node_exporter's textfile "
+         "collector (name it *.prom): success, last success and failure timestamps (seconds), bytes, "
+         "objects, requests and seconds of the run and summed over runs. Replaced atomically; a failed "
+         "run keeps the last success timestamp. Not written by --dry-run.")]
+
+
+# -- output ---------------------------------------------------------------------------
+def emit_json(obj: dict) -> None:
+    """One JSON object per line on stdout, flushed at once (callers may be cut off any moment)."""
+    sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+# Width of stdout when it is not a terminal: wide enough that no table or line ever wraps, so
+# `grep` and `awk` see one line per row.
+PIPE_WIDTH = 10_000
+
+
+def stdout_console():
+    """Human output on stdout: rich tables fitted to a terminal; never wrapped when piped."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, width=PIPE_WIDTH)
+
+
+class progress_bar:
+    """A rich progress bar on stderr for long work: shown only when stderr is a terminal, never with
+    --json. ``with progress_bar(total, "copying", json_out=...) as update:`` gives a callable
+    ``update(done)`` (bytes done so far), or None when no bar is shown, so engines take it as
+    their optional ``progress`` callback. ``total`` None: the bar pulses (size unknown)."""
+
+    def __init__(self, total: int | None, description: str, *, json_out: bool = False, streaming: bool = False):
+        """``streaming``: the command prints its data to stdout as it goes; the bar is then shown
+        only when stdout is not the same terminal (data never passes through the bar's console)."""
+        self.bar = None
+        if not json_out and sys.stderr.isatty() and not (streaming and sys.stdout.isatty()):
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+            self.bar = Progress(TextColumn(description), BarColumn(), DownloadColumn(binary_units=True),
+                                TransferSpeedColumn(), console=stderr_console(), transient=True,
+                                redirect_stdout=False, redirect_stderr=False)
+            self.task = self.bar.add_task(description, total=total)
+
+    def __enter__(self):
+        if self.bar is None:
+            return None
+        self.bar.start()
+        return self.update
+
+    def update(self, done: int, total: int | None = None) -> None:
+        if total is not None:
+            self.bar.update(self.task, completed=done, total=total)
+        else:
+            self.bar.update(self.task, completed=done)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null once its reader is gone, so nothing else fails writing to it."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def warn(message: str) -> None:
+    typer.echo(f"walctl: warning: {message}", err=True)
