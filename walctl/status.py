@@ -126,9 +126,11 @@ class StatusResult:
                 "stream_gaps": [gaps.gap_to_json(g, gaps.explain(g, holes)) for g in self.scan.stream_gaps]}
 
 
-def wal_status(path: str, *, scan: bool = False) -> StatusResult:
+def wal_status(path: str, *, scan: bool = False, progress=None) -> StatusResult:
     """Read both header slots, and scan the log to its end unless a trusted checkpoint answers
     (a cleanly closed walctl WAL, FORMATS.md 1.6) or ``scan`` is False; never writes, takes no lock.
+    ``progress(done, total)``, if given, is called as the scan goes (log bytes past the trim point;
+    ``total`` the header's end of log, None when unknown); not at all when no scan runs.
 
     Raises:
         NotFoundError: no such device, or no valid WAL header.
@@ -152,7 +154,12 @@ def wal_status(path: str, *, scan: bool = False) -> StatusResult:
         scan = reader.ScanResult(header, reader.Ring(header.capacity))
         # With a live writer, blocks may land while we read: the probe beyond the window
         # would take them for mid-log damage, so (as recover) it runs only with no writer.
+        start, end = max(header.trim_offset, 0), getattr(header, "next_offset", None)
+        if progress is not None:
+            progress(0, end - start if end and end > start else None)
         for event in reader.scan(session.dev, header, result=scan, probe=session.writer_pid is None):
+            if progress is not None:
+                progress(max(event.offset - start, 0))
             if isinstance(event, reader.Entry) and event.batch is not None:
                 streams.add(event.batch.stream_id)
         # A live writer: the device layer's warning already says the figures may be moving.

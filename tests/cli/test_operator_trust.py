@@ -427,6 +427,34 @@ def test_progress_bar_on_a_terminal_only(tmp_path, wal, command, label, run):
     assert piped.exit_code == 0 and label not in piped.stderr, "a progress bar on a pipe"
 
 
+@pytest.mark.parametrize("command,label", [("status", "scanning the WAL"), ("read", "reading the stream"),
+                                           ("inspect-object", "verifying the object")])
+def test_progress_bar_of_long_reads_on_a_terminal_only(tmp_path, wal, command, label, run):
+    """status --scan, read and inspect-object --deep: a bar on a terminal's stderr; none with --json
+    or on a pipe (read's data goes to stdout, never through the bar)."""
+    store = tmp_path / "store"
+    assert run("upload", wal, "--store", store, "--no-trim").exit_code == 0
+    object_id = json.loads(run("ls", "--store", store, "--json").stdout)["objects"][0]["id"]
+    args = {"status": [wal, "--scan"], "read": ["--store", store, "--stream", "1"],
+            "inspect-object": [object_id, "--store", store, "--deep"]}[command]
+    code, out, err = _with_tty_stderr([command, *args])
+    assert code == 0, err
+    assert label in err, "no progress bar on a terminal"
+    if command == "read":
+        assert "OFFSET" in out and "OFFSET" not in err  # data stays on stdout
+    code, out, err = _with_tty_stderr([command, *args, "--json"])
+    assert code == 0 and label not in err, "a progress bar with --json"
+    piped = run(command, *args)
+    assert piped.exit_code == 0 and label not in piped.stderr, "a progress bar on a pipe"
+
+
+def test_no_progress_bar_when_nothing_long_runs(wal, run):
+    """status answered from the checkpoint (no --scan) reads two header slots: no bar at all."""
+    code, out, err = _with_tty_stderr(["status", wal])
+    assert code == 0, err
+    assert "scanning the WAL" not in err
+
+
 def test_no_such_bucket_has_a_hint(cli, s3_server):
     res = cli("ls", "--store", "s3://no-such-bucket-walctl/wal", "--endpoint-url", s3_server)
     line = error_with_hint(res, 4)

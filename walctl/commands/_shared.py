@@ -128,10 +128,14 @@ class progress_bar:
     ``update(done)`` (bytes done so far), or None when no bar is shown, so engines take it as
     their optional ``progress`` callback. ``total`` None: the bar pulses (size unknown)."""
 
-    def __init__(self, total: int | None, description: str, *, json_out: bool = False, streaming: bool = False):
+    def __init__(self, total: int | None, description: str, *, json_out: bool = False, streaming: bool = False,
+                 lazy: bool = False):
         """``streaming``: the command prints its data to stdout as it goes; the bar is then shown
-        only when stdout is not the same terminal (data never passes through the bar's console)."""
+        only when stdout is not the same terminal (data never passes through the bar's console).
+        ``lazy``: the bar appears at the first ``update`` (an engine that may do no long work)."""
         self.bar = None
+        self.lazy = lazy
+        self.started = False
         if not json_out and sys.stderr.isatty() and not (streaming and sys.stdout.isatty()):
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
@@ -143,17 +147,22 @@ class progress_bar:
     def __enter__(self):
         if self.bar is None:
             return None
-        self.bar.start()
+        if not self.lazy:
+            self.bar.start()
+            self.started = True
         return self.update
 
     def update(self, done: int, total: int | None = None) -> None:
+        if not self.started:
+            self.bar.start()
+            self.started = True
         if total is not None:
             self.bar.update(self.task, completed=done, total=total)
         else:
             self.bar.update(self.task, completed=done)
 
     def __exit__(self, *exc) -> None:
-        if self.bar is not None:
+        if self.started:
             self.bar.stop()
 
 

@@ -92,6 +92,7 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
     from walctl.errors import UsageError, WalctlError
     from walctl.format import batch as batch_format
     from walctl.format import record as rec
+    from walctl.pipeline.append import first_base_offset
     from walctl.wal.ops import open_writer
     from walctl.wal.pacing import Budget
 
@@ -210,7 +211,8 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
 
     next_base = 0
     try:
-        next_base = _first_base_offset(opened, stream_id, base_offset, device, store, endpoint_url)
+        next_base = first_base_offset(opened, stream_id, base_offset, device=device, store_url=store,
+                                      endpoint_url=endpoint_url, on_warning=warn)
         epoch = max(writer.header.epoch, 0)
         payloads = (d.encode() for d in data) if data else _records(source, framing)
         if data:
@@ -282,33 +284,6 @@ def _close_after(writer) -> None:
         writer.close()
     except Exception:
         writer.abort()
-
-
-def _first_base_offset(opened, stream_id: int, base_offset: int | None, device: str,
-                       store_url: str | None, endpoint_url: str | None) -> int:
-    from walctl.errors import UsageError
-
-    if base_offset is not None:
-        return base_offset
-    checkpoint = opened.checkpoint  # the log's stream ends, from its checkpoint or the open's scan
-    ends = checkpoint.streams if checkpoint is not None else {}
-    if stream_id in ends:
-        return ends[stream_id]
-    if store_url is not None:
-        # Not in the WAL (uploaded and trimmed, or the WAL is new): the store knows the stream.
-        from walctl.store import manifest, open_store, store_exists
-
-        # append only reads the store: it never creates it
-        st = open_store(store_url, endpoint_url=endpoint_url, create=False, missing_ok=True)
-        if not store_exists(st):
-            warn(f"{store_url}: the store does not exist yet, so stream {stream_id} starts at offset 0")
-            return 0
-        known = manifest.load_latest(st)["streams"].get(str(stream_id))
-        return known["end"] if known else 0
-    if opened.header.trim_offset < 0 or (checkpoint is not None and checkpoint.complete):
-        return 0  # the log has never held this stream (and no store named): the stream is new
-    raise UsageError(f"stream {stream_id} has no record left in the WAL after trimming", where=device,
-                     hint="pass --store (where it was uploaded) or --base-offset with the stream's next offset")
 
 
 def _open_input(path: str):

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from walctl.commands._shared import EndpointOpt, JsonOpt, StreamOpt, command, emit_json, stdout_console, warn
+from walctl.commands._shared import (EndpointOpt, JsonOpt, StreamOpt, command, emit_json, progress_bar, stdout_console,
+                                     warn)
 from walctl.commands.recover import Payload, encode_payload
 
 
@@ -47,7 +48,8 @@ def inspect_object_cmd(
     from walctl.store.inspect import index_rows, inspect, iter_records, primary_problem, problem_json, resolve
 
     st, key, known = resolve(target, store, endpoint_url, namespace)
-    result = inspect(st, key, deep=deep, known=known)
+    with progress_bar(None, "verifying the object", json_out=json_out or not deep, lazy=True) as progress:
+        result = inspect(st, key, deep=deep, known=known, progress=progress)
     footer = result.footer
     rows = [r for r in index_rows(result.entries) if stream is None or r["stream_id"] == stream]
     key = result.key

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from walctl.commands._shared import EndpointOpt, JsonOpt, StoreOpt, command, emit_json
+from walctl.commands._shared import EndpointOpt, JsonOpt, StoreOpt, command, emit_json, progress_bar
 from walctl.commands.recover import Payload, encode_payload
 
 
@@ -67,8 +67,13 @@ def read_cmd(
     out = _Printer(json_out, payload)
     interrupted = False
     try:
-        for event in reader.events(follow=follow, idle_timeout_s=idle_timeout):
-            out.event(event)
+        # Bytes read from the store so far (the size to read is not known up front); not while following.
+        with progress_bar(None, "reading the stream", json_out=json_out or follow, streaming=True) as progress:
+            read_before = st.stats.bytes_read
+            for event in reader.events(follow=follow, idle_timeout_s=idle_timeout):
+                if progress is not None:
+                    progress(st.stats.bytes_read - read_before)
+                out.event(event)
     except KeyboardInterrupt:
         interrupted = True  # Ctrl-C is how a follow ends; otherwise exit 130, after the summary
     summary = reader.summary.to_json()

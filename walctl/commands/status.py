@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from walctl.commands._shared import DeviceArg, JsonOpt, command, emit_json, stdout_console, warn
+from walctl.commands._shared import DeviceArg, JsonOpt, command, emit_json, progress_bar, stdout_console, warn
 
 
 @command("status")
@@ -46,7 +46,8 @@ def status_cmd(
     if metrics_file is not None:
         metrics.check_path(metrics_file)
     try:
-        result = wal_status(device, scan=scan)
+        with progress_bar(None, "scanning the WAL", json_out=json_out, lazy=True) as progress:
+            result = wal_status(device, scan=scan, progress=progress)
     except WalctlError:
         if metrics_file is not None:  # the WAL is unreadable: say so to the alerting too
             metrics.write_wal_status(metrics_file, None, device=device, node_id="")

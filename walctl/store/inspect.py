@@ -101,8 +101,9 @@ def _resolve(target: str, store_url: str | None, endpoint_url: str | None, names
     return store, key.lstrip("/")
 
 
-def inspect(store: Store, key: str, *, deep: bool = False, known: bool = False) -> InspectResult:
-    """Footer and index (and with ``deep`` every byte) of the object at ``key``.
+def inspect(store: Store, key: str, *, deep: bool = False, known: bool = False, progress=None) -> InspectResult:
+    """Footer and index (and with ``deep`` every byte) of the object at ``key``. ``progress(done,
+    total)``, if given, is called as ``deep`` reads the object (bytes read of its size).
 
     Raises:
         NotFoundError: no such object, or not an object of this format (unless ``known``).
@@ -133,6 +134,8 @@ def inspect(store: Store, key: str, *, deep: bool = False, known: bool = False) 
         data = bytearray()
         for start in range(0, size, DEEP_READ_BYTES):
             data += store.read_range(key, start, min(size, start + DEEP_READ_BYTES))
+            if progress is not None:
+                progress(len(data), size)
         result.report = obj.verify_report(bytes(data))
         result.problems = result.report.problems
         result.reads = store.stats.get - before
