@@ -28,10 +28,7 @@ OVERSIZED = {
     ("walctl/commands/append.py", "_append"): "item 2: framing and base-offset logic move into the engine",
     ("walctl/commands/compact.py", "compact_cmd"): "item 2: thin commands; choosing the level and its budgets "
                                                    "moves into the engine, rendering into the cli package",
-    ("walctl/commands/inspect_object.py", "inspect_object_cmd"): "item 2: thin commands; the records/deep "
-                                                                 "walk moves into the engine, rendering into the cli package",
     ("walctl/commands/recover.py", "recover_cmd"): "item 2: the 70-line body moves into the engine (one verdict)",
-    ("walctl/commands/status.py", "_render"): "item 2: rendering of tables moves into the cli package",
     ("walctl/commands/upload.py", "upload_cmd"): "item 2/3: thin commands; upload becomes a pipeline the "
                                                  "command calls once, rendering moves into the cli package",
     ("walctl/wal/ops.py", "init_wal"): "item 1: ops.py splits by what it holds (WAL lifecycle); init's "

@@ -44,27 +44,15 @@ def inspect_object_cmd(
     With --deep a verdict line says whether the object is healthy and, when not, names the
     damaged block. Exit 3 when a check fails, 4 when TARGET is not an object of this format.
     """
-    from walctl.errors import CorruptionError, FormatError
-    from walctl.store.inspect import index_rows, inspect, iter_records, primary_problem, problem_json, resolve
+    from walctl.errors import CorruptionError
+    from walctl.store.inspect import index_rows, inspect, primary_problem, problem_json, resolve
 
     st, key, known = resolve(target, store, endpoint_url, namespace)
     with progress_bar(None, "verifying the object", json_out=json_out or not deep, lazy=True) as progress:
         result = inspect(st, key, deep=deep, known=known, progress=progress)
-    footer = result.footer
     rows = [r for r in index_rows(result.entries) if stream is None or r["stream_id"] == stream]
     key = result.key
-    footer_json = {"type": "footer", "key": key, "size_bytes": result.size_bytes,
-                   "kind": "composite" if result.composite is not None else "object",
-                   "index_start_position": footer.index_start_position,
-                   "index_block_length_bytes": footer.index_block_length, "version": footer.version,
-                   "index_crc": footer.index_crc if footer.version else None,
-                   "data_crc": footer.data_crc if footer.version else None, "entries": len(result.entries)}
-    if result.composite is not None:
-        from walctl.store.inspect import member_key
-
-        footer_json["members"] = [{"object_id": m.object_id, "key": member_key(key, m.object_id),
-                                   "block_start_index": m.block_start_index, "block_end_index": m.block_end_index,
-                                   "bucket_id": m.bucket_id} for m in result.composite.members]
+    footer_json = _footer_json(result)
     summary = {"type": "summary", "key": key, "entries": len(result.entries), "entries_shown": len(rows),
                "streams": len({e.stream_id for e in result.entries}), "deep": deep,
                "problems": len(result.problems), "reads": result.reads}
@@ -83,23 +71,7 @@ def inspect_object_cmd(
             warn(note)
         _render(footer_json, rows, result.problems)
     if records:
-        shown = 0
-        before = st.stats.get
-        try:
-            for entry, placed in iter_records(st, key, result.entries, stream=stream, composite=result.composite):
-                shown += 1
-                _record(json_out, payload, entry, placed)
-        except FormatError as exc:
-            from walctl.format.object import Problem
-
-            p = Problem.of(exc)
-            problems.append(p)
-            if json_out:
-                emit_json(problem_json(p))
-            else:
-                stdout_console().print(f"PROBLEM at byte {p.position}: {p.message} (records stop here)", markup=False)
-        summary["records"] = shown
-        summary["record_reads"] = st.stats.get - before
+        summary.update(_dump_records(st, result, stream, json_out, payload, problems))
     if deep and not json_out:
         stdout_console().print(result.verdict(), markup=False)
     if problems:
@@ -111,6 +83,48 @@ def inspect_object_cmd(
         raise exc
     if json_out:
         emit_json(summary)
+
+
+def _footer_json(result) -> dict:
+    """The object's footer as its JSON line (a composite's members too)."""
+    footer = result.footer
+    out = {"type": "footer", "key": result.key, "size_bytes": result.size_bytes,
+           "kind": "composite" if result.composite is not None else "object",
+           "index_start_position": footer.index_start_position,
+           "index_block_length_bytes": footer.index_block_length, "version": footer.version,
+           "index_crc": footer.index_crc if footer.version else None,
+           "data_crc": footer.data_crc if footer.version else None, "entries": len(result.entries)}
+    if result.composite is not None:
+        from walctl.store.inspect import member_key
+
+        out["members"] = [{"object_id": m.object_id, "key": member_key(result.key, m.object_id),
+                           "block_start_index": m.block_start_index, "block_end_index": m.block_end_index,
+                           "bucket_id": m.bucket_id} for m in result.composite.members]
+    return out
+
+
+def _dump_records(st, result, stream: int | None, json_out: bool, payload: Payload, problems: list) -> dict:
+    """--records: every batch of the object (of ``stream``); a decoding problem ends the dump and
+    joins ``problems``. Returns the summary's record fields."""
+    from walctl.errors import FormatError
+    from walctl.store.inspect import iter_records, problem_json
+
+    shown = 0
+    before = st.stats.get
+    try:
+        for entry, placed in iter_records(st, result.key, result.entries, stream=stream, composite=result.composite):
+            shown += 1
+            _record(json_out, payload, entry, placed)
+    except FormatError as exc:
+        from walctl.format.object import Problem
+
+        p = Problem.of(exc)
+        problems.append(p)
+        if json_out:
+            emit_json(problem_json(p))
+        else:
+            stdout_console().print(f"PROBLEM at byte {p.position}: {p.message} (records stop here)", markup=False)
+    return {"records": shown, "record_reads": st.stats.get - before}
 
 
 def _record(json_out: bool, payload: Payload, entry, placed) -> None:

@@ -95,15 +95,7 @@ def _render(out: dict) -> None:
 
     row("flavour", out["flavour"])
     for slot in out["slots"]:
-        mark = " (current)" if slot["current"] else ""
-        if slot["valid"]:
-            h = slot["header"]
-            following = "" if h["next_offset"] is None else f", next {h['next_offset']}"  # AutoMQ: no nextOffset
-            text = (f"valid{mark}: written {human.iso_ns(slot['last_write_timestamp_ns'])}, trim "
-                    f"{h['trim_offset'] if h['trim_offset'] >= 0 else human.NONE}{following}, {h['shutdown_type']}")
-        else:
-            text = f"INVALID: {slot.get('error', '')}"
-        row(f"header slot {slot['slot']}", text)
+        row(f"header slot {slot['slot']}", _slot_text(slot))
     row("capacity", size(out["capacity_bytes"]))
     row("ring", size(out["ring_bytes"]))
     row("trim point", "- (never trimmed)" if out["trim_offset"] < 0 else f"WAL offset {out['trim_offset']}")
@@ -121,12 +113,8 @@ def _render(out: dict) -> None:
         row("checkpoint", f"log end {cp['log_end_offset']}, {cp['streams']} streams"
                           + (" (all the log ever held)" if cp["complete"] else "")
                           + ("" if out["scanned"] else ", used for this answer"))
-    for hole in out.get("sealed_holes") or []:
-        cost = ", ".join(f"stream {c['stream_id']} offsets {c['from']}..{c['to']}" for c in hole["streams"])
-        row("sealed hole", f"{hole['hole_start']}..{hole['hole_end']}: a crash lost it, sealed at "
-                           f"{hole['sealed_at']}; cost {cost or 'no stream offsets'}")
-    for gap in out.get("stream_gaps") or []:
-        row("stream gap", gap["explanation"])
+    for name, text in _scan_rows(out):
+        row(name, text)
     row("last shutdown", out["shutdown_type"] +
                   (" (the last writer did not close cleanly, or is still running)"
                    if out["shutdown_type"] == "ungraceful" else ""))
@@ -136,3 +124,26 @@ def _render(out: dict) -> None:
     row("lock holder", "none" if holder is None else
                   f"pid {holder}" + (f" ({out['lock_holder_command']})" if out["lock_holder_command"] else ""))
     stdout_console().print(table)
+
+
+def _slot_text(slot: dict) -> str:
+    from walctl import human
+
+    if not slot["valid"]:
+        return f"INVALID: {slot.get('error', '')}"
+    mark = " (current)" if slot["current"] else ""
+    h = slot["header"]
+    following = "" if h["next_offset"] is None else f", next {h['next_offset']}"  # AutoMQ: no nextOffset
+    return (f"valid{mark}: written {human.iso_ns(slot['last_write_timestamp_ns'])}, trim "
+            f"{h['trim_offset'] if h['trim_offset'] >= 0 else human.NONE}{following}, {h['shutdown_type']}")
+
+
+def _scan_rows(out: dict) -> list[tuple[str, str]]:
+    """The sealed crash holes and stream gaps a scan found, one row each."""
+    rows = []
+    for hole in out.get("sealed_holes") or []:
+        cost = ", ".join(f"stream {c['stream_id']} offsets {c['from']}..{c['to']}" for c in hole["streams"])
+        rows.append(("sealed hole", f"{hole['hole_start']}..{hole['hole_end']}: a crash lost it, sealed at "
+                                    f"{hole['sealed_at']}; cost {cost or 'no stream offsets'}"))
+    rows += [("stream gap", gap["explanation"]) for gap in out.get("stream_gaps") or []]
+    return rows
