@@ -118,64 +118,111 @@ def compact_cmd(
     "error"); a commit in flight is finished first.
     """
     from walctl.errors import UsageError
-    from walctl.metrics import MetricsRun
-    from walctl.sizes import parse_duration, parse_size
-    from walctl.store import open_store
-
-    def rate(text: str | None) -> float | None:
-        return float(parse_size(text.removesuffix("/s"))) or None if text else None
 
     if older_than is not None and not force_split:
         raise UsageError("--older-than needs --force-split", hint="add --force-split")
+    metrics_options = dict(enabled=not dry_run, on_warning=warn, labels={"store": store} if metrics_file else None)
+    so_options = dict(target_size=so_target_size, read_rate=so_read_rate, write_rate=so_write_rate)
     if force_split or level is Level.so:
-        with MetricsRun(metrics_file, "compact", enabled=not dry_run, on_warning=warn,
-                        labels={"store": store} if metrics_file else None) as metrics:
-            st = open_store(store, endpoint_url=endpoint_url, create=False)
-            if force_split:
-                from walctl.compaction.split import force_split as run_split
-
-                result = run_split(st, older_than_s=parse_duration(older_than) if older_than else None,
-                                   max_objects=max_objects, dry_run=dry_run, namespace=namespace,
-                                   read_rate_bps=rate(split_read_rate), write_rate_bps=rate(split_write_rate))
-            else:
-                from walctl.compaction.so import compact_stream_objects
-
-                result = compact_stream_objects(st, target_size=parse_size(so_target_size), dry_run=dry_run,
-                                                namespace=namespace, read_rate_bps=rate(so_read_rate),
-                                                write_rate_bps=rate(so_write_rate))
-            metrics.summary = out = {"store": store, **result.to_json()}
-            metrics.record(bytes=out["through_written_bytes"], read_bytes=out["through_read_bytes"],
-                           objects=0 if result.idle else out["objects_out"],
-                           input_objects=0 if result.idle else out["objects_in"], requests=st.stats.requests)
+        split_options = dict(older_than=older_than, max_objects=max_objects, read_rate=split_read_rate,
+                             write_rate=split_write_rate) if force_split else None
+        out = _copy_level(store, endpoint_url, namespace, dry_run, metrics_file, metrics_options, split_options,
+                          so_options)
         if json_out:
             emit_json(out)
         else:
             _render_copy(out)
         return
+    sso_options = dict(master=master, memory_limit=memory_limit, read_rate_bps=read_rate * (1 << 20) if read_rate
+                       else None, interval=interval, split_size=split_size, max_objects=max_objects,
+                       retention_start=retention_start, shared_path=shared_path)
+    out = _sso_level(store, endpoint_url, namespace, dry_run, metrics_file, metrics_options, sso_options,
+                     so_options if level is Level.all else None)
+    if json_out:
+        emit_json(out)
+        return
+    _render(out)
+    if "so" in out:
+        _render_copy(out["so"])
 
+
+def _rate(text: str | None) -> float | None:
+    """A --*-rate value (``50MiB`` or ``50MiB/s``) in bytes per second; None (unlimited) for none or 0."""
+    from walctl.sizes import parse_size
+
+    return float(parse_size(text.removesuffix("/s"))) or None if text else None
+
+
+def _retention(items: list[str] | None) -> dict[int, int]:
+    """--retention-start STREAM=OFFSET, repeated, as {stream: offset}."""
+    from walctl.errors import UsageError
+
+    retention: dict[int, int] = {}
+    for item in items or []:
+        stream, _, offset = item.partition("=")
+        if not (stream.isdigit() and offset.isdigit()):
+            raise UsageError(f"bad --retention-start {item!r}", hint="use STREAM=OFFSET, e.g. 7=1000")
+        retention[int(stream)] = int(offset)
+    return retention
+
+
+def _so_compaction(st, namespace: str, dry_run: bool, so_options: dict):
+    from walctl.compaction.so import compact_stream_objects
+    from walctl.sizes import parse_size
+
+    return compact_stream_objects(st, target_size=parse_size(so_options["target_size"]), dry_run=dry_run,
+                                  namespace=namespace, read_rate_bps=_rate(so_options["read_rate"]),
+                                  write_rate_bps=_rate(so_options["write_rate"]))
+
+
+def _copy_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_file, metrics_options: dict,
+                split_options: dict | None, so_options: dict) -> dict:
+    """Force split (``split_options``) or SO compaction: server-side copies, no Spark."""
+    from walctl.metrics import MetricsRun
+    from walctl.store import open_store
+
+    with MetricsRun(metrics_file, "compact", **metrics_options) as metrics:
+        st = open_store(store, endpoint_url=endpoint_url, create=False)
+        if split_options is not None:
+            from walctl.compaction.split import force_split as run_split
+            from walctl.sizes import parse_duration
+
+            older_than = split_options["older_than"]
+            result = run_split(st, older_than_s=parse_duration(older_than) if older_than else None,
+                               max_objects=split_options["max_objects"], dry_run=dry_run, namespace=namespace,
+                               read_rate_bps=_rate(split_options["read_rate"]),
+                               write_rate_bps=_rate(split_options["write_rate"]))
+        else:
+            result = _so_compaction(st, namespace, dry_run, so_options)
+        metrics.summary = out = {"store": store, **result.to_json()}
+        metrics.record(bytes=out["through_written_bytes"], read_bytes=out["through_read_bytes"],
+                       objects=0 if result.idle else out["objects_out"],
+                       input_objects=0 if result.idle else out["objects_in"], requests=st.stats.requests)
+    return out
+
+
+def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_file, metrics_options: dict,
+               sso: dict, so_options: dict | None) -> dict:
+    """SSO compaction with Spark, then (``so_options``: --level all) SO compaction."""
     from walctl.compaction.cluster import store_for_executors
+    from walctl.metrics import MetricsRun
+    from walctl.sizes import parse_duration, parse_size
     from walctl.spark.compact import compact
+    from walctl.store import open_store
 
-    executor_store = store_for_executors(store, master, shared_path=shared_path)
+    executor_store = store_for_executors(store, sso["master"], shared_path=sso["shared_path"])
     # SIGTERM and SIGINT raise walctl.cli's Interrupted (a KeyboardInterrupt) here, through
     # the walctl.cli boundary: the job is cancelled and rolled back on the way out, then one line, exit 143/130.
     started: list = []
-    with MetricsRun(metrics_file, "compact", enabled=not dry_run, on_warning=warn,
-                    labels={"store": store} if metrics_file else None) as metrics:
-        retention: dict[int, int] = {}
-        for item in retention_start or []:
-            stream, _, offset = item.partition("=")
-            if not (stream.isdigit() and offset.isdigit()):
-                raise UsageError(f"bad --retention-start {item!r}", hint="use STREAM=OFFSET, e.g. 7=1000")
-            retention[int(stream)] = int(offset)
+    with MetricsRun(metrics_file, "compact", **metrics_options) as metrics:
+        retention = _retention(sso["retention_start"])
         st = open_store(store, endpoint_url=endpoint_url, create=False)
-        interval_s = parse_duration(interval)
+        interval_s = parse_duration(sso["interval"])
         try:
-            result = compact(st, executor_store, endpoint_url=endpoint_url, master=master,
-                             memory_limit=parse_size(memory_limit),
-                             read_rate_bps=read_rate * (1 << 20) if read_rate else None,
-                             interval_s=interval_s or None,
-                             split_size=parse_size(split_size), max_objects=max_objects, retention=retention,
+            result = compact(st, executor_store, endpoint_url=endpoint_url, master=sso["master"],
+                             memory_limit=parse_size(sso["memory_limit"]), read_rate_bps=sso["read_rate_bps"],
+                             interval_s=interval_s or None, split_size=parse_size(sso["split_size"]),
+                             max_objects=sso["max_objects"], retention=retention,
                              dry_run=dry_run, namespace=namespace, on_result=started.append,
                              spark_log_level="WARN" if _debug() else "OFF")
         except KeyboardInterrupt as exc:
@@ -186,38 +233,36 @@ def compact_cmd(
                 exc.summary = _interrupted_summary(store, started[0] if started else None)
                 raise
         metrics.summary = out = {"store": store, **result.to_json()}
-        if dry_run and not result.idle:  # the SSO level's budget and expected duration, as the job would pace
-            from walctl.spark.compact import MIN_DERIVED_READ_RATE_BPS
-
-            planned = result.plan.bytes_read
-            sso_rate = (read_rate * (1 << 20) if read_rate else
-                        max(planned / (0.8 * interval_s), MIN_DERIVED_READ_RATE_BPS) if interval_s else None)
-            out["read_rate_bytes_per_s"] = sso_rate
-            out["expected_seconds"] = round(planned / sso_rate, 3) if sso_rate else None
-        if level is Level.all:  # then merge the Stream Objects, the SSO run's included
-            from walctl.compaction.so import compact_stream_objects
-
-            so = compact_stream_objects(st, target_size=parse_size(so_target_size), dry_run=dry_run,
-                                        namespace=namespace, read_rate_bps=rate(so_read_rate),
-                                        write_rate_bps=rate(so_write_rate)).to_json()
+        if dry_run and not result.idle:
+            out.update(_planned_budget(result.plan.bytes_read, sso["read_rate_bps"], interval_s))
+        if so_options is not None:  # then merge the Stream Objects, the SSO run's included
+            so = _so_compaction(st, namespace, dry_run, so_options).to_json()
             out["so"] = so
             out["idle"] = out["idle"] and so["idle"]
-        # The tasks' requests happen in executors, with store clients of their own.
-        so_out = out.get("so") or {}
-        so_done = not so_out.get("idle", True)  # the SO level's share (its requests are in st.stats)
-        metrics.record(bytes=out["bytes_written"] + so_out.get("through_written_bytes", 0),
-                       read_bytes=out["bytes_read"] + so_out.get("through_read_bytes", 0),
-                       objects=len(result.made) + (so_out["objects_out"] if so_done else 0),
-                       input_objects=(0 if result.idle else out["objects_in"])
-                       + (so_out["objects_in"] if so_done else 0),
-                       requests=st.stats.requests + sum(t["gets"] + t["puts"] for t in result.tasks))
-        # (st.stats already counts the driver's multipart creates and completes, and the SO level's requests)
-    if json_out:
-        emit_json(out)
-        return
-    _render(out)
-    if "so" in out:
-        _render_copy(out["so"])
+        _record_metrics(metrics, out, result, st)
+    return out
+
+
+def _planned_budget(planned: int, read_rate_bps: float | None, interval_s: float) -> dict:
+    """The SSO level's read budget and expected duration, as the job would pace them (--dry-run)."""
+    from walctl.spark.compact import MIN_DERIVED_READ_RATE_BPS
+
+    sso_rate = (read_rate_bps if read_rate_bps else
+                max(planned / (0.8 * interval_s), MIN_DERIVED_READ_RATE_BPS) if interval_s else None)
+    return {"read_rate_bytes_per_s": sso_rate, "expected_seconds": round(planned / sso_rate, 3) if sso_rate else None}
+
+
+def _record_metrics(metrics, out: dict, result, st) -> None:
+    # The tasks' requests happen in executors, with store clients of their own.
+    so_out = out.get("so") or {}
+    so_done = not so_out.get("idle", True)  # the SO level's share (its requests are in st.stats)
+    metrics.record(bytes=out["bytes_written"] + so_out.get("through_written_bytes", 0),
+                   read_bytes=out["bytes_read"] + so_out.get("through_read_bytes", 0),
+                   objects=len(result.made) + (so_out["objects_out"] if so_done else 0),
+                   input_objects=(0 if result.idle else out["objects_in"])
+                   + (so_out["objects_in"] if so_done else 0),
+                   requests=st.stats.requests + sum(t["gets"] + t["puts"] for t in result.tasks))
+    # (st.stats already counts the driver's multipart creates and completes, and the SO level's requests)
 
 
 def _render_copy(out: dict) -> None:
