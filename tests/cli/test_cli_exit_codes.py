@@ -341,3 +341,25 @@ def test_debug_flag_is_accepted(cli, new_wal):
     dev = new_wal("64KiB")
     res = cli("--debug", "recover", dev, "--json")
     assert res.exit_code == 0, res
+
+
+def test_one_exit_code_table_behind_the_docs_the_errors_and_the_man_pages():
+    """walctl.errors.EXIT_CODES is the one table: docs/CLI.md lists its codes, every error class and
+    the man pages take theirs from it, and selftest's failure kinds map into it."""
+    import re
+    from pathlib import Path
+
+    import manpage
+    from walctl import errors
+    from walctl.selftest import EXIT_CODES as SELFTEST_EXIT_CODES
+
+    table = {e.code for e in errors.EXIT_CODES}
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "CLI.md").read_text(encoding="utf-8")
+    section = docs.split("## Exit codes", 1)[1].split("\n\n", 1)[0]
+    documented = {int(c) for c in re.findall(r"^\| (\d+) \|", section, re.M)}
+    assert documented == table
+    classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.WalctlError)]
+    assert {c.exit_code for c in classes} <= table
+    assert manpage.EXIT_STATUS == tuple((e.code, e.meaning) for e in errors.EXIT_CODES)
+    assert set(SELFTEST_EXIT_CODES.values()) <= table
+    assert errors.UsageError("x").summary is None and errors.IOFailure("x", summary={"a": 1}).summary == {"a": 1}
