@@ -89,12 +89,93 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
     import time
 
     from walctl import bounds
-    from walctl.errors import UsageError, WalctlError
-    from walctl.format import batch as batch_format
-    from walctl.format import record as rec
+    from walctl.device.blockio import bytes_read_total
+    from walctl.errors import WalctlError
     from walctl.pipeline.append import first_base_offset
+
+    data, input_path, upload_at_bytes = _check_arguments(device, data, input_path, store, upload_at)
+    source = _open_input(input_path) if input_path is not None else None
+    stats, on_ack, flush_acks = _acknowledger(stream_id, json_out)
+    started, read_before = time.monotonic(), bytes_read_total()
+    opened, budget = _open_writer(device, stream_id, base_offset, iodepth, on_ack, iops, bandwidth)
+    writer = opened.writer
+    listener, uploader = _start_background(device, writer, store, endpoint_url, upload_at_bytes)
+
+    def summary() -> dict:
+        return _summary(device, stream_id, stats, next_base, writer, opened, budget, time.monotonic() - started,
+                        bytes_read_total() - read_before, listener, uploader)
+
+    next_base = 0
+    try:
+        next_base = first_base_offset(opened, stream_id, base_offset, device=device, store_url=store,
+                                      endpoint_url=endpoint_url, on_warning=warn)
+        epoch = max(writer.header.epoch, 0)
+        payloads = (d.encode() for d in data) if data else _records(source, framing)
+        if data:
+            bounds.base_offset(next_base, count=len(data), option="stream offset")
+        # The checks of bounds.base_offset and bounds.record_payload, inlined: called (for
+        # their error) only when a value is out of range.
+        base_limit, payload_limit, pack_head, magic = _batch_packing()
+        append = writer.append
+        for payload in payloads:
+            if stats["stdout_closed"]:
+                break
+            # --input: the records counted so far are durable; the one that would overflow is not written.
+            if not 0 <= next_base <= base_limit:
+                bounds.base_offset(next_base, option="stream offset")
+            length = len(payload)
+            if length > payload_limit:
+                bounds.record_payload(length)
+            # StreamRecordBatch(stream_id, epoch, next_base, 1, payload).encode(), packed directly
+            append(pack_head(magic, stream_id, epoch, next_base, 1, length) + payload, (next_base, 1, length),
+                   (stream_id, next_base + 1))
+            next_base += 1
+            flush_acks()
+        writer.close()
+        flush_acks()
+    except WalctlError as exc:
+        _close_after(writer)
+        exc.summary = summary()
+        raise exc.at(device) if exc.where is None else exc
+    except BaseException as exc:  # SIGTERM/SIGINT: every record taken is made durable first
+        _close_after(writer)
+        exc.summary = summary()
+        raise
+    finally:
+        if source is not None and source is not sys.stdin.buffer:
+            source.close()
+    _report(stats, summary(), stream_id, json_out)
+
+
+def _open_writer(device: str, stream_id: int, base_offset, iodepth: int, on_ack, iops, bandwidth):
+    """(opened, budget): the WAL opened for appending (sealing a crashed writer's window), its warnings said."""
     from walctl.wal.ops import open_writer
     from walctl.wal.pacing import Budget
+
+    budget = Budget.from_options(iops, bandwidth)
+    opened = open_writer(device, need_stream=stream_id if base_offset is None else None, iodepth=iodepth,
+                         on_ack=on_ack, budget=budget)
+    for message in opened.warnings:
+        warn(message)
+    if opened.sealed_ranges:
+        warn(f"{device}: the last writer did not close cleanly; sealed {opened.sealed_ranges} damaged "
+             f"range(s) of its last window before appending")
+    return opened, budget
+
+
+def _batch_packing() -> tuple:
+    """(largest base offset, largest payload, StreamRecordBatch header packer, magic) for the append loop."""
+    from walctl import bounds
+    from walctl.format import batch as batch_format
+    from walctl.format import record as rec
+
+    return (bounds.OFFSET_END_LIMIT - 2, min(bounds.UINT32_MAX, rec.MAX_BODY_LENGTH) - batch_format.HEADER_SIZE,
+            batch_format.STRUCT.pack, batch_format.MAGIC)
+
+
+def _check_arguments(device: str, data, input_path, store, upload_at) -> tuple:
+    """(data, input_path, upload_at bytes) once DATA, --input and --upload-at agree (UsageError if not)."""
+    from walctl.errors import UsageError
 
     if data == ["-"] and input_path is None:
         data, input_path = None, "-"  # `-` is standard input, as everywhere in Unix
@@ -115,8 +196,12 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
         upload_at_bytes = parse_size(upload_at)
         if upload_at_bytes <= 0:
             raise UsageError(f"--upload-at must be positive, got {upload_at}")
-    source = _open_input(input_path) if input_path is not None else None
+    return data, input_path, upload_at_bytes
 
+
+def _acknowledger(stream_id: int, json_out: bool):
+    """(stats, on_ack, flush_acks): the writer's acknowledgement callback printing each durable
+    record's offset, the counts it keeps, and the flush the append loop calls after each record."""
     stats = {"records": 0, "payload_bytes": 0, "first_offset": None, "last_offset": None, "stdout_closed": False}
 
     main_thread = threading.get_ident()
@@ -158,14 +243,12 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
             stats["stdout_closed"] = True
             silence_stdout()
 
-    from walctl.device.blockio import bytes_read_total
+    return stats, on_ack, flush_acks
 
-    budget = Budget.from_options(iops, bandwidth)
-    started = time.monotonic()
-    read_before = bytes_read_total()
-    opened = open_writer(device, need_stream=stream_id if base_offset is None else None, iodepth=iodepth,
-                         on_ack=on_ack, budget=budget)
-    writer = opened.writer
+
+def _start_background(device: str, writer, store, endpoint_url, upload_at_bytes):
+    """(listener, uploader): the trim hand-off socket, and with --upload-at the writer-side uploader;
+    each stopped by the writer's close (the uploader first: a running upload commits and trims)."""
     from walctl.wal.handoff import start_listener
 
     # Trims from another process (walctl upload, walctl trim) reach this writer through its
@@ -189,79 +272,36 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
         writer.before_close.append(uploader.stop)  # finish a running upload (commit + trim) first
     if listener is not None:
         writer.before_close.append(listener.close)
-    for message in opened.warnings:
-        warn(message)
-    if opened.sealed_ranges:
-        warn(f"{device}: the last writer did not close cleanly; sealed {opened.sealed_ranges} damaged "
-             f"range(s) of its last window before appending")
+    return listener, uploader
 
-    def summary() -> dict:
-        seconds = time.monotonic() - started
-        shown = {k: v for k, v in stats.items() if k != "stdout_closed"}
-        return {"type": "summary", "device": device, "stream_id": stream_id, **shown,
-                "next_base_offset": next_base, "blocks_written": writer.blocks_written,
-                "bytes_written": writer.bytes_written, "sealed_ranges": opened.sealed_ranges,
-                "seconds": round(seconds, 6),
-                "mib_per_s": round(stats["payload_bytes"] / (1 << 20) / seconds, 3) if seconds > 0 else 0.0,
-                "budget": budget.to_json(), "io_engine": writer.io_engine,
-                "scanned": opened.scan is not None, "device_bytes_read": bytes_read_total() - read_before,
-                "trims_taken": listener.trims if listener is not None else 0,
-                "background_upload": uploader.stats.to_json() if uploader is not None else None,
-                "stages_us": writer.stages.summary()}
 
-    next_base = 0
-    try:
-        next_base = first_base_offset(opened, stream_id, base_offset, device=device, store_url=store,
-                                      endpoint_url=endpoint_url, on_warning=warn)
-        epoch = max(writer.header.epoch, 0)
-        payloads = (d.encode() for d in data) if data else _records(source, framing)
-        if data:
-            bounds.base_offset(next_base, count=len(data), option="stream offset")
-        # The checks of bounds.base_offset and bounds.record_payload, inlined: called (for
-        # their error) only when a value is out of range.
-        base_limit = bounds.OFFSET_END_LIMIT - 2
-        payload_limit = min(bounds.UINT32_MAX, rec.MAX_BODY_LENGTH) - batch_format.HEADER_SIZE
-        pack_head = batch_format.STRUCT.pack
-        magic = batch_format.MAGIC
-        append = writer.append
-        for payload in payloads:
-            if stats["stdout_closed"]:
-                break
-            # --input: the records counted so far are durable; the one that would overflow is not written.
-            if not 0 <= next_base <= base_limit:
-                bounds.base_offset(next_base, option="stream offset")
-            length = len(payload)
-            if length > payload_limit:
-                bounds.record_payload(length)
-            # StreamRecordBatch(stream_id, epoch, next_base, 1, payload).encode(), packed directly
-            append(pack_head(magic, stream_id, epoch, next_base, 1, length) + payload, (next_base, 1, length),
-                   (stream_id, next_base + 1))
-            next_base += 1
-            flush_acks()
-        writer.close()
-        flush_acks()
-    except WalctlError as exc:
-        _close_after(writer)
-        exc.summary = summary()
-        raise exc.at(device) if exc.where is None else exc
-    except BaseException as exc:  # SIGTERM/SIGINT: every record taken is made durable first
-        _close_after(writer)
-        exc.summary = summary()
-        raise
-    finally:
-        if source is not None and source is not sys.stdin.buffer:
-            source.close()
+def _summary(device: str, stream_id: int, stats: dict, next_base: int, writer, opened, budget, seconds: float,
+             device_bytes_read: int, listener, uploader) -> dict:
+    """The closing summary line (also carried by an error's JSON)."""
+    shown = {k: v for k, v in stats.items() if k != "stdout_closed"}
+    return {"type": "summary", "device": device, "stream_id": stream_id, **shown,
+            "next_base_offset": next_base, "blocks_written": writer.blocks_written,
+            "bytes_written": writer.bytes_written, "sealed_ranges": opened.sealed_ranges,
+            "seconds": round(seconds, 6),
+            "mib_per_s": round(stats["payload_bytes"] / (1 << 20) / seconds, 3) if seconds > 0 else 0.0,
+            "budget": budget.to_json(), "io_engine": writer.io_engine,
+            "scanned": opened.scan is not None, "device_bytes_read": device_bytes_read,
+            "trims_taken": listener.trims if listener is not None else 0,
+            "background_upload": uploader.stats.to_json() if uploader is not None else None,
+            "stages_us": writer.stages.summary()}
+
+
+def _report(stats: dict, summary: dict, stream_id: int, json_out: bool) -> None:
+    """After a clean close: exit 141 if stdout's reader left, else the summary (JSON, or one stderr line)."""
     if stats["stdout_closed"]:
         raise typer.Exit(EXIT_BROKEN_PIPE)
     if json_out:
-        emit_json(summary())
-    else:
-        s = summary()
-        from walctl import human
+        emit_json(summary)
+        return
+    from walctl import human
 
-        warn_line = (f"appended {human.plural(s['records'], 'record')} ({human.size(s['payload_bytes'])} payload) "
-                     f"to stream {stream_id} in {human.duration(s['seconds'])}")
-        print(warn_line, file=sys.stderr)
+    print(f"appended {human.plural(summary['records'], 'record')} ({human.size(summary['payload_bytes'])} payload) "
+          f"to stream {stream_id} in {human.duration(summary['seconds'])}", file=sys.stderr)
 
 
 def _device_comes_first(device: str, data) -> None:
