@@ -152,6 +152,20 @@ def test_no_import_cycle_but_through_the_allowed_upward_imports():
     assert not gone, f"fixed, so remove from ALLOWED_CYCLE_EDGES in {__file__}: {gone}"
 
 
+def test_only_the_registration_imports_the_commands_and_nothing_imports_the_cli():
+    """Issue 12 item 2: walctl/cli/app.py is the one module that imports the command modules;
+    no module outside the cli package (but ``python -m walctl``) imports walctl.cli."""
+    graph = import_graph()
+    cli_users = sorted(a for a, targets in graph.items() for b in targets
+                       if (b == "walctl.cli" or b.startswith("walctl.cli.")) and layer(a) != "cli")
+    assert cli_users == [], f"modules importing walctl.cli: {cli_users}"
+    command_modules = {name for name in graph if name.startswith("walctl.commands.")
+                       and not name.rsplit(".", 1)[1].startswith("_")}
+    importers = sorted({a for a, targets in graph.items() for b in targets
+                        if b in command_modules and not a.startswith("walctl.commands.")})
+    assert importers == ["walctl.cli.app"], importers
+
+
 def _find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
     state: dict[str, int] = {}  # 1 on the stack, 2 done
     stack: list[str] = []

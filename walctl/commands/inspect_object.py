@@ -76,11 +76,8 @@ def inspect_object_cmd(
         stdout_console().print(result.verdict(), markup=False)
     if problems:
         first = primary_problem(problems)
-        exc = CorruptionError(f"{len(problems)} problem(s); first at byte {first.position}: {first.message}",
-                              where=key, offset=first.position)
-        if json_out:
-            exc.summary = summary
-        raise exc
+        raise CorruptionError(f"{len(problems)} problem(s); first at byte {first.position}: {first.message}",
+                              where=key, offset=first.position, summary=summary if json_out else None)
     if json_out:
         emit_json(summary)
 

@@ -90,10 +90,9 @@ def read_cmd(
         first = corrupt[0]
         exc = CorruptionError(f"{len(corrupt)} finding(s); first: {first.kind}: {first.message}",
                               where=first.key or st.url, offset=first.position,
-                              hint="'walctl inspect-object --deep' shows an object's damage")
-        if json_out:
-            exc.summary = summary
-        else:
+                              hint="'walctl inspect-object --deep' shows an object's damage",
+                              summary=summary if json_out else None)
+        if not json_out:
             out.summary(summary)
         raise exc
     out.summary(summary)

@@ -64,11 +64,9 @@ def status_cmd(
     corrupt = result.corrupt
     if corrupt:
         first = corrupt[0]
-        exc = CorruptionError(f"{len(corrupt)} finding(s) a crash does not explain; first: {first.kind} at "
+        raise CorruptionError(f"{len(corrupt)} finding(s) a crash does not explain; first: {first.kind} at "
                               f"offset {first.offset} ({first.reason})", where=device, offset=first.offset,
-                              hint="see 'walctl recover'")
-        exc.summary = out
-        raise exc
+                              hint="see 'walctl recover'", summary=out)
     if json_out:
         emit_json(out)
 
