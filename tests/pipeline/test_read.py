@@ -12,7 +12,7 @@ from walctl.cli import app
 from walctl.format import object as obj
 from walctl.pipeline.read import DAMAGE, GAP, MISSING, ReadFinding, ReadRecord, StreamReader, read_stream
 from walctl.store import manifest as mf
-from walctl.store.upload import upload
+from walctl.pipeline.upload import upload
 
 from storehelpers import append, make_wal
 

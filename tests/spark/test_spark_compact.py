@@ -14,7 +14,7 @@ from walctl.errors import RefusedError
 from walctl.store import manifest as mf
 from walctl.store import open_store
 from walctl.store.gc import gc
-from walctl.store.upload import upload
+from walctl.pipeline.upload import upload
 from walctl.spark.compact import compact
 
 from storehelpers import append, expect, make_wal, merge, read_back

@@ -18,7 +18,7 @@ from walctl.spark.job import (CREDENTIALS_HINT, PYTHON_HINT, SHARED_PATH_HINT, I
 from walctl.store import manifest as mf
 
 from storehelpers import append, expect, make_wal, merge, read_back
-from walctl.store.upload import upload
+from walctl.pipeline.upload import upload
 from test_spark_compact import fill
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ import pytest
 
 from walctl.pipeline.read import ReadFinding, ReadRecord, read_stream
 from walctl.store import manifest as mf
-from walctl.store.upload import upload
+from walctl.pipeline.upload import upload
 
 from storehelpers import append, make_wal
 

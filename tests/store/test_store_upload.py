@@ -14,7 +14,7 @@ from walctl.format.batch import StreamRecordBatch
 from walctl.store import manifest as mf
 from walctl.store.gc import gc
 from walctl.store.inspect import inspect
-from walctl.store.upload import upload
+from walctl.pipeline.upload import upload
 from walctl.wal.ops import init_wal, open_writer
 
 from storehelpers import append, expect, make_wal, merge, read_back

@@ -119,7 +119,7 @@ def test_upload_of_a_512_mib_wal_stays_under_256_mib_rss(big_tmp):
 
 def test_a_large_object_goes_to_s3_in_parts_streamed_from_the_wal(tmp_path, s3_server, s3_bucket):
     from walctl.store.s3 import S3Store
-    from walctl.store.upload import upload
+    from walctl.pipeline.upload import upload
 
     store = S3Store(s3_bucket, "walctl-test", endpoint_url=s3_server, multipart_threshold_bytes=6 * MiB)
     wal = str(tmp_path / "wal")
@@ -145,7 +145,7 @@ def test_a_record_that_changed_after_the_scan_is_refused_and_nothing_is_committe
                                                                                   monkeypatch):
     """The objects are built from a second read of the WAL: each record must still be the one scanned."""
     from walctl.errors import RefusedError
-    from walctl.store import upload as upload_mod
+    from walctl.pipeline import upload as upload_mod
 
     wal = str(tmp_path / "wal")
     init_wal(wal, 4 * MiB)

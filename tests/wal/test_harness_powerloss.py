@@ -30,7 +30,7 @@ from walctl.errors import FullError, IOFailure
 from walctl.format.batch import StreamRecordBatch
 from walctl.store import manifest as mf
 from walctl.store import open_store
-from walctl.store.upload import upload
+from walctl.pipeline.upload import upload
 from walctl.wal import writer as writer_module
 from walctl.wal.ops import init_wal, open_writer
 

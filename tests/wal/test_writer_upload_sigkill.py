@@ -21,7 +21,7 @@ import time
 import pytest
 
 from walctl.store import open_store
-from walctl.store.upload import upload
+from walctl.pipeline.upload import upload
 from walctl.wal.ops import init_wal
 
 from storehelpers import read_back
@@ -32,7 +32,7 @@ RECORDS_PER_RUN = 2000
 _SERVER = textwrap.dedent("""
     import json, os, sys
     import walctl.cli  # every command imported once, here, before the forks
-    import walctl.store.upload, walctl.store.local, walctl.format.object
+    import walctl.pipeline.upload, walctl.store.local, walctl.format.object
     print("ready", flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)

@@ -173,7 +173,7 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
     uploader = None
     if upload_at_bytes is not None:
         from walctl.store import open_store
-        from walctl.store.upload import BackgroundUploader
+        from walctl.pipeline.upload import BackgroundUploader
 
         try:
             # Capped at half the ring: an upload must be able to run while the other half fills.
