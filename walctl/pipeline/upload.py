@@ -7,7 +7,8 @@ Crash safety, step by step:
 3. commit a manifest that *prepares* the object ids;
 4. write the objects;
 5. commit a manifest that makes them live and advances the WAL's uploaded offset;
-6. trim the WAL to the last uploaded record (with the writer lock).
+6. trim the WAL to the last uploaded record (with the writer lock; its header is checked,
+   the log is not scanned again).
 A kill anywhere leaves either prepared ids (gc removes their objects) or records
 that the rerun skips; the WAL is never trimmed past what a commit holds.
 """
@@ -287,9 +288,10 @@ class _WalBatches:
     a read of the chunks they share per stream.
     """
 
-    def __init__(self, wal_path: str, header):
+    def __init__(self, wal_path: str, header, end: int):
         self.where = wal_path
         self.header = header
+        self.end = end  # the end of the scanned log: no chunk reads more than a 4 KiB block past it
 
     def _changed(self, seg: Segment, offset: int, what: str) -> RefusedError:
         return RefusedError(f"the WAL changed during the upload: the record of stream {seg.stream_id} at WAL "
@@ -305,6 +307,7 @@ class _WalBatches:
         dev = open_device(self.where, writable=False)
         try:
             log = reader.LogReader(dev, reader.Ring(self.header.capacity))
+            log.stop = self.end
             yield from self._read(seg, log.data_record)  # header and body checked as the scan checks them
         finally:
             dev.close()
@@ -444,7 +447,7 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
         made = []
         # Objects are built and sent a DataBlock at a time from a second read of the WAL (no
         # lock: the records are checked to be the ones scanned), so memory stays bounded.
-        fetch = _WalBatches(wal_path, header)
+        fetch = _WalBatches(wal_path, header, scan.end_offset)
         try:
             failpoint("upload-after-prepare")
             for planned, reservation in zip(plan, prepared):
@@ -599,10 +602,11 @@ def _trim_after(wal_path: str, offset: int, warnings: list[str], timeout_s: floa
     socket (FORMATS.md 1.7), retrying up to ``timeout_s``; TrimPendingError when neither happened.
     A moved trim point (someone trimmed past it) only costs a warning (upload is idempotent)."""
     from walctl.wal.handoff import trim_or_hand_off
-    from walctl.wal.ops import trim_wal
+    from walctl.wal.ops import trim_scanned
 
     try:
-        how = trim_or_hand_off(wal_path, offset, timeout_s, trim_wal)
+        # The upload's scan has just read the record at ``offset``: the trim checks its header only.
+        how = trim_or_hand_off(wal_path, offset, timeout_s, trim_scanned)
         if how == "writer":
             warnings.append(f"{wal_path}: a writer is active; it took the trim to {offset}")
         return offset
