@@ -105,12 +105,12 @@ def generate(store, sizes: dict[int, list[int]]) -> int:
             oid += 1
 
     def add(m):
-        m["next_object_id"] = oid
-        m["objects"].extend(made)
+        m.next_object_id = oid
+        m.objects.extend(made)
         for o in made:
             r = o["ranges"][0]
-            s = m["streams"].setdefault(str(r["stream_id"]), {"start": r["start"], "end": r["end"]})
-            s["end"] = max(s["end"], r["end"])
+            s = m.streams.setdefault(r["stream_id"], mf.StreamSpan(r["start"], r["end"]))
+            s.end = max(s.end, r["end"])
 
     mf.commit(store, add, command="bench generate")
     return total
@@ -153,7 +153,7 @@ def run(backend: str, store, args, sizes) -> None:
     sampler.join()
     through = out["through_read_bytes"] + out["through_written_bytes"] + out["crc_read_bytes"]
     small = sum(o["ranges"][0]["bytes"] for o in doc["objects"] if o["ranges"][0]["bytes"] < 5 * MiB)
-    after = len(mf.load_latest(store)["objects"])
+    after = len(mf.load_latest(store).objects)
     print(f"SO compaction: {out['objects_in']} SOs in, {out['objects_out']} out ({after} live objects now), "
           f"{out['seconds']:.2f} s = {data / MiB / out['seconds']:.0f} MiB/s of data; "
           f"plain copy of the same objects {copy_s:.2f} s = {data / MiB / copy_s:.0f} MiB/s "

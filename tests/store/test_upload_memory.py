@@ -106,9 +106,9 @@ def test_upload_of_a_512_mib_wal_stays_under_256_mib_rss(big_tmp):
     # what was uploaded is all there: every stream complete in the manifest, objects whole
     store = LocalStore(str(store_dir), create=False)
     doc = mf.load_latest(store)
-    assert {int(s): v["end"] for s, v in doc["streams"].items()} == ends
-    assert sum(o["size"] for o in doc["objects"]) > 512 * MiB
-    for o in doc["objects"]:
+    assert {sid: span.end for sid, span in doc.streams.items()} == ends
+    assert sum(o["size"] for o in doc.objects) > 512 * MiB
+    for o in doc.objects:
         data = store.read_all(o["key"])
         assert len(data) == o["size"] and obj.verify_object(data) == []
         footer = obj.Footer.decode(data, len(data) - obj.FOOTER_SIZE)
@@ -169,7 +169,7 @@ def test_a_record_that_changed_after_the_scan_is_refused_and_nothing_is_committe
         upload_mod.upload(wal, local_store)
     assert calls[0] == "upload (prepare)" and "upload" not in calls  # never made live (a roll-back may follow)
     doc = mf.load_latest(local_store)
-    assert doc["objects"] == [] and doc["wal_uploads"] == {}
+    assert doc.objects == [] and doc.wal_uploads == {}
 
 
 @pytest.mark.slow

@@ -145,9 +145,9 @@ def test_sigkill_during_writer_side_uploads_loses_and_duplicates_nothing(tmp_pat
     assert len(acked) > KILLS  # the writers did make progress
     from walctl.store import manifest as mf
     doc = mf.load_latest(open_store(store_dir))
-    background_commits = doc["number"] - rerun_commits
+    background_commits = doc.number - rerun_commits
     # a kill between an upload's prepare and its commit leaves the prepared ids behind (gc's job)
-    interrupted = len(doc["prepared"])
+    interrupted = len(doc.prepared)
     assert background_commits >= KILLS // 2  # the writers uploaded themselves, again and again
     assert interrupted >= 1  # and some kills landed in the middle of one
     print(f"\nwriter-side upload harness: {KILLS} kills, {background_commits} commits by the writers, "

@@ -139,7 +139,7 @@ class _Records:
     scan yields a finding before the records after it).
     """
 
-    def __init__(self, doc: dict, mark: dict | None, scan):
+    def __init__(self, doc: mf.Manifest, mark: dict | None, scan):
         self.doc = doc
         self.mark = mark
         self.uploaded = mark["offset"] if mark else -1
@@ -183,18 +183,19 @@ class _Records:
         if offset <= self.uploaded:
             self.skipped.append(offset)
             self._before[batch.stream_id] = offset
-            if self.not_in_store is None and not _in_store(self.doc, batch):
+            if self.not_in_store is None and not self.doc.holds(batch.stream_id, batch.base_offset,
+                                                                batch.end_offset):
                 self.not_in_store = offset
             return
         sid, base, end = batch.stream_id, batch.base_offset, batch.end_offset
         segs = self.segments.get(sid)
         if segs is None:
-            known = self.doc["streams"].get(str(sid))
-            if known is not None and base != known["end"]:
-                if base < known["end"]:
-                    self.events.append((offset, "store_overlap", (sid, known["end"], base)))
+            known = self.doc.stream(sid)
+            if known is not None and base != known.end:
+                if base < known.end:
+                    self.events.append((offset, "store_overlap", (sid, known.end, base)))
                 else:
-                    self.events.append((offset, "gap", (sid, known["end"], base, self._before.get(sid))))
+                    self.events.append((offset, "gap", (sid, known.end, base, self._before.get(sid))))
             segs = self.segments[sid] = [Segment(sid, base)]
         else:
             prev_offset, prev_base, prev_end = self._last[sid]
@@ -372,7 +373,7 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
         # The manifest first: the scan sorts each record as it reads it and keeps no record's bytes.
         doc = mf.load_latest(store)
         node_key = str(header.node_id)
-        mark = doc["wal_uploads"].get(node_key)
+        mark = doc.upload_mark(node_key)
         scan = reader.ScanResult(header, reader.Ring(header.capacity))
         records = _Records(doc, mark, scan)
         findings = []
@@ -415,7 +416,7 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
     result.skipped_records = len(records.skipped)
     streams, after_gaps = records.streams(holes, accepted, wal_path, result.warnings, result.gaps)
     used = {(g["stream_id"], g["from"], g["to"]) for g in result.gaps if g["cause"] == "accepted"}
-    recorded = {(g["stream_id"], g["from"], g["to"]) for g in doc.get("stream_gaps", [])}
+    recorded = {(g["stream_id"], g["from"], g["to"]) for g in doc.stream_gaps or ()}
     for sid, lo, hi in sorted(accepted - used):
         if (sid, lo, hi) in recorded:
             result.warnings.append(f"--accept-gap {sid}:{lo}-{hi}: already recorded in the manifest")
@@ -437,11 +438,11 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
         return result
 
     if plan:
-        expected_ends = {sid: (doc["streams"].get(str(sid)) or {}).get("end") for sid in streams}
+        expected_ends = {sid: _end(doc, sid) for sid in streams}
         prepared: list[dict] = []
 
-        def prepare(m: dict) -> None:
-            prepared[:] = mf.prepare_ids(m, len(plan), namespace)
+        def prepare(m: mf.Manifest) -> None:
+            prepared[:] = m.prepare(len(plan), namespace)
 
         mf.commit(store, prepare, command="upload (prepare)")
         made = []
@@ -466,32 +467,23 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
             _release(store, prepared, result.warnings)
             raise
 
-        def make_live(m: dict) -> None:
-            ids = {o["id"] for o in made}
-            still = {p["id"] for p in m["prepared"]}
-            if not ids <= still:
+        def make_live(m: mf.Manifest) -> None:
+            if not {o["id"] for o in made} <= m.prepared_ids():
                 raise RefusedError("the prepared object ids were collected by gc during the upload",
                                    where=store.url, hint="rerun upload; nothing was lost")
-            if m["wal_uploads"].get(node_key) != mark:
+            if m.upload_mark(node_key) != mark:
                 raise RefusedError(f"another upload of this WAL (node {node_key}) committed first",
                                    where=store.url, hint="rerun upload: it skips what is already uploaded")
             for sid, end in expected_ends.items():
-                now_end = (m["streams"].get(str(sid)) or {}).get("end")
+                now_end = _end(m, sid)
                 if now_end != end:
                     raise RefusedError(f"stream {sid} changed in the store during the upload "
                                        f"(end {end} -> {now_end})", where=store.url, hint="rerun upload")
-            m["prepared"] = [p for p in m["prepared"] if p["id"] not in ids]
-            m["objects"].extend(made)
-            for obj in made:
-                for r in obj["ranges"]:
-                    s = m["streams"].setdefault(str(r["stream_id"]), {"start": r["start"], "end": r["end"]})
-                    s["start"] = min(s["start"], r["start"])
-                    s["end"] = max(s["end"], r["end"])
-            m["wal_uploads"][node_key] = last_todo_mark
+            m.make_live(made)
+            m.advance(node_key, last_todo_mark)
             if result.gaps:  # why these streams have gaps: a crash, or the operator's --accept-gap
                 now = time.time()
-                m.setdefault("stream_gaps", []).extend(
-                    {**g, "node_id": header.node_id, "time": now} for g in result.gaps)
+                m.add_gaps([{**g, "node_id": header.node_id, "time": now} for g in result.gaps])
 
         committed = mf.commit(store, make_live, command="upload")
         result.commit_number = committed.number
@@ -527,11 +519,7 @@ def _release(store, prepared: list[dict], warnings: list[str]) -> None:
     try:
         for p in prepared:
             store.delete(p["key"])
-
-        def release(m: dict) -> None:
-            m["prepared"] = [p for p in m["prepared"] if p["id"] not in ids]
-
-        mf.commit(store, release, command="upload (roll back)")
+        mf.commit(store, lambda m: m.release(ids), command="upload (roll back)")
     except Exception as exc:  # the original error is the one to report
         warnings.append(f"could not roll back the prepared objects {sorted(ids)} ({exc}); "
                         f"they expire within an hour and gc deletes them")
@@ -570,15 +558,10 @@ def _check_same_wal(mark: dict, found_mark: tuple[int, dict] | None, scan, wal_p
             hint="the WAL was re-initialised, or two WALs share a node id: give each WAL its own --node-id")
 
 
-def _in_store(doc: dict, batch) -> bool:
-    """A batch is in the store when a live object's range holds it, or retention dropped it."""
-    stream = doc["streams"].get(str(batch.stream_id))
-    if stream is None:
-        return False
-    if batch.end_offset <= stream["start"]:
-        return True
-    return any(r["stream_id"] == batch.stream_id and r["start"] <= batch.base_offset and batch.end_offset <= r["end"]
-               for o in doc["objects"] for r in o["ranges"])
+def _end(doc: mf.Manifest, stream_id: int) -> int | None:
+    """The stream's end offset in the store, or None: the store has no such stream."""
+    span = doc.stream(stream_id)
+    return span.end if span is not None else None
 
 
 def _open_for_upload(wal_path: str, warnings: list[str]):
