@@ -147,6 +147,8 @@ def test_a_record_that_changed_after_the_scan_is_refused_and_nothing_is_committe
     from walctl.errors import RefusedError
     from walctl.pipeline import upload as upload_mod
 
+    monkeypatch.setattr(upload_mod, "KEEP_SCANNED_BYTES", 0)  # the read-again path (larger uploads)
+
     wal = str(tmp_path / "wal")
     init_wal(wal, 4 * MiB)
     _fill(wal, streams=2, record=10 * KiB, total=200 * KiB)

@@ -4,13 +4,16 @@ Bytes read are deterministic here: one stream, each record appended and drained 
 each record fills one 64 KiB block. One upload reads:
   - the two header slots (8 KiB),
   - the scan: the log, and one 4 KiB block past its end (a clean header's nextOffset),
-  - the objects, built a DataBlock at a time: the log again, up to the same block past its end,
+  - the objects, built a DataBlock at a time: nothing more when the scan kept the bodies (up to
+    KEEP_SCANNED_BYTES of them), else the log again, up to the same block past its end,
   - the trim: the two header slots and the 4 KiB block holding the last uploaded record's header.
-So each WAL byte is read twice; the trim scans nothing (it used to scan the whole log again
-when the WAL had no trusted checkpoint, e.g. after a writer's crash).
+So each WAL byte is read once (twice above KEEP_SCANNED_BYTES); the trim scans nothing (it used
+to scan the whole log again when the WAL had no trusted checkpoint, e.g. after a writer's crash).
 """
 
 from __future__ import annotations
+
+import pytest
 
 from walctl.device.blockio import bytes_read_total
 from walctl.format.batch import StreamRecordBatch
@@ -49,15 +52,21 @@ def _header(wal: str):
         dev.close()
 
 
-def test_one_upload_reads_each_wal_byte_twice_and_the_trim_one_header(tmp_path, store):
+@pytest.mark.parametrize("keep", ["kept", "read again"])
+def test_one_upload_reads_each_wal_byte_once_and_the_trim_one_header(tmp_path, store, keep, monkeypatch):
+    from walctl.pipeline import upload as upload_mod
+
+    if keep == "read again":  # as an upload of more than KEEP_SCANNED_BYTES does
+        monkeypatch.setattr(upload_mod, "KEEP_SCANNED_BYTES", RECORDS * RECORD_BLOCK // 2)
     wal = make_wal(tmp_path)
     log = _fill(wal, crash=False)
-    assert log == RECORDS * RECORD_BLOCK
+    assert log == RECORDS * RECORD_BLOCK <= upload_mod.KEEP_SCANNED_BYTES or keep == "read again"
     before = bytes_read_total()
     result = upload(wal, store)
     read = bytes_read_total() - before
     assert result.records == RECORDS and result.trimmed_to == log - RECORD_BLOCK
-    assert read == HEADERS_SIZE + (log + BLOCK) + (log + BLOCK) + (HEADERS_SIZE + BLOCK)
+    objects = 0 if keep == "kept" else log + BLOCK
+    assert read == HEADERS_SIZE + (log + BLOCK) + objects + (HEADERS_SIZE + BLOCK)
     assert sorted(o for o, _ in read_back(store)[1]) == list(range(RECORDS))
 
 
@@ -72,7 +81,7 @@ def test_the_trim_after_a_crashed_writer_reads_one_header_not_the_log(tmp_path, 
     read = bytes_read_total() - before
     assert result.trimmed_to == log - RECORD_BLOCK
     ring = capacity - HEADERS_SIZE
-    assert read == HEADERS_SIZE + ring + (log + BLOCK) + (HEADERS_SIZE + BLOCK)
+    assert read == HEADERS_SIZE + ring + (HEADERS_SIZE + BLOCK)  # the bodies were kept: no second read
     header = _header(wal)
     assert header.trim_offset == log - RECORD_BLOCK and not header.clean  # the next writer recovers
     opened = open_writer(wal)  # recovers from the new trim point: one record left, nothing damaged

@@ -30,6 +30,10 @@ from walctl.store import manifest as mf
 from walctl.defaults import DEFAULT_BLOCK_SIZE, DEFAULT_SPLIT_SIZE  # payload per DataBlock; own Stream Object above
 
 DEFAULT_TRIM_TIMEOUT_S = 30.0  # how long upload waits for a running writer to take its trim
+# An upload of at most this many record bytes keeps the bodies the scan read and builds its
+# objects from them: each WAL byte is read once. A larger one keeps none (memory must not grow
+# with the WAL) and reads the records again, object by object. Well under issue 19's 256 MiB.
+KEEP_SCANNED_BYTES = 64 << 20
 
 
 class Segment:
@@ -129,7 +133,8 @@ class _Bad(NamedTuple):
 
 
 class _Records:
-    """What upload keeps of the WAL's records while the scan streams past: no record's bytes.
+    """What upload keeps of the WAL's records while the scan streams past: where each one is,
+    and their bodies only while they add up to at most ``keep_bytes`` (then none).
 
     Each live record is sorted as it is read: skipped (at or below the uploaded mark; checked
     to be in the store), bad (no StreamRecordBatch), or to upload (appended to its stream's
@@ -139,8 +144,10 @@ class _Records:
     scan yields a finding before the records after it).
     """
 
-    def __init__(self, doc: mf.Manifest, mark: dict | None, scan):
+    def __init__(self, doc: mf.Manifest, mark: dict | None, scan, keep_bytes: int = 0):
         self.doc = doc
+        self.kept: dict[int, bytes] | None = {} if keep_bytes > 0 else None  # WAL offset -> body
+        self._keep_left = keep_bytes
         self.mark = mark
         self.uploaded = mark["offset"] if mark else -1
         self.scan = scan
@@ -206,6 +213,12 @@ class _Records:
                 segs.append(Segment(sid, base))
         crc = _body_crc(entry)
         segs[-1].add(offset, end, len(entry.body), crc)
+        if self.kept is not None:
+            self._keep_left -= len(entry.body)
+            if self._keep_left >= 0:
+                self.kept[offset] = entry.body
+            else:
+                self.kept = None  # too many bytes to hold: the objects read the WAL again
         self._last[sid] = (offset, base, end)
         self.last_mark = {"offset": offset, "stream_id": sid, "base_offset": base, "body_crc": crc}
 
@@ -289,10 +302,11 @@ class _WalBatches:
     a read of the chunks they share per stream.
     """
 
-    def __init__(self, wal_path: str, header, end: int):
+    def __init__(self, wal_path: str, header, end: int, kept: dict[int, bytes] | None = None):
         self.where = wal_path
         self.header = header
         self.end = end  # the end of the scanned log: no chunk reads more than a 4 KiB block past it
+        self.kept = kept  # the bodies the scan kept (WAL offset -> body): not read again
 
     def _changed(self, seg: Segment, offset: int, what: str) -> RefusedError:
         return RefusedError(f"the WAL changed during the upload: the record of stream {seg.stream_id} at WAL "
@@ -301,9 +315,15 @@ class _WalBatches:
                                  "already uploaded")
 
     def batches(self, seg: Segment) -> Iterator[_Batch]:
-        """The segment's batches in order; the WAL is open (read-only, no lock) while they are read."""
+        """The segment's batches in order; the WAL is open (read-only, no lock) while they are read,
+        unless the scan kept their bodies."""
         from walctl.device import open_device
         from walctl.wal import reader
+
+        kept = self.kept
+        if kept is not None and all(offset in kept for offset in seg.wal):
+            yield from self._read(seg, lambda offset: (kept[offset], None))
+            return
 
         dev = open_device(self.where, writable=False)
         try:
@@ -375,7 +395,7 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
         node_key = str(header.node_id)
         mark = doc.upload_mark(node_key)
         scan = reader.ScanResult(header, reader.Ring(header.capacity))
-        records = _Records(doc, mark, scan)
+        records = _Records(doc, mark, scan, KEEP_SCANNED_BYTES)
         findings = []
         for event in reader.scan(dev, header, result=scan, probe=locked):
             if isinstance(event, reader.Finding):
@@ -446,9 +466,10 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
 
         mf.commit(store, prepare, command="upload (prepare)")
         made = []
-        # Objects are built and sent a DataBlock at a time from a second read of the WAL (no
-        # lock: the records are checked to be the ones scanned), so memory stays bounded.
-        fetch = _WalBatches(wal_path, header, scan.end_offset)
+        # Objects are built and sent a DataBlock at a time from the bodies the scan kept, or (more
+        # than KEEP_SCANNED_BYTES) from a second read of the WAL (no lock: the records are checked
+        # to be the ones scanned), so memory stays bounded.
+        fetch = _WalBatches(wal_path, header, scan.end_offset, records.kept)
         try:
             failpoint("upload-after-prepare")
             for planned, reservation in zip(plan, prepared):
