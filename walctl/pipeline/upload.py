@@ -39,9 +39,10 @@ KEEP_SCANNED_BYTES = 64 << 20
 class Segment:
     """A contiguous run of one stream's batches in the WAL, kept compact: 12 bytes a record.
 
-    Upload remembers where each batch is (its WAL offset) and its record body's crc, not its
-    bytes: the objects are built by reading the batches again (``_WalBatches``), which checks
-    each is still the record scanned, so memory does not grow with the WAL's bytes.
+    Upload remembers where each batch is (its WAL offset) and its record body's crc; its bytes
+    only while the upload's bodies fit KEEP_SCANNED_BYTES. Beyond that the objects are built by
+    reading the batches again (``_WalBatches``), which checks each is still the record scanned,
+    so memory does not grow with the WAL's bytes.
     """
 
     __slots__ = ("stream_id", "start", "end", "wal", "crcs", "bytes")
@@ -295,7 +296,8 @@ class _Batch(NamedTuple):
 
 
 class _WalBatches:
-    """Reads the batches of a Segment back from the WAL, checking each is still the one scanned.
+    """The batches of a Segment: the bodies the scan kept, else read back from the WAL, checking
+    each is still the one scanned.
 
     One aligned 1 MiB chunk is cached (reader.LogReader): a stream's batches are read in log
     order, so a Stream Object costs one pass over its bytes; streams interleaved in the WAL cost
