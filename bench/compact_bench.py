@@ -108,9 +108,9 @@ def generate(store, ssos: int, streams: int, size: int, zipf: float, batch_bytes
                                    for s, r in sorted(built.ranges.items())]})
 
     def install(m):
-        m["objects"] = objects
-        m["next_object_id"] = ssos + 1
-        m["streams"] = {str(s): {"start": 0, "end": e} for s, e in enumerate(next_offset) if e}
+        m.objects = objects
+        m.next_object_id = ssos + 1
+        m.streams = {s: mf.StreamSpan(0, e) for s, e in enumerate(next_offset) if e}
 
     mf.commit(store, install, command="bench generate")
     return total
@@ -120,7 +120,7 @@ def floor_seconds(store, directory: str) -> float:
     """`cat INPUTS | dd of=OUT bs=1M conv=fsync`: the inputs' bytes read and written once, synced."""
     import subprocess
 
-    paths = [store._path(o["key"]) for o in mf.load_latest(store)["objects"]]
+    paths = [store._path(o["key"]) for o in mf.load_latest(store).objects]
     out = os.path.join(directory, "floor.out")
     started = time.monotonic()
     subprocess.run(f"cat {' '.join(paths)} | dd of={out} bs=1M conv=fsync status=none", shell=True, check=True)

@@ -60,10 +60,10 @@ def generate(store, size: int, objects: int, batch_bytes: int) -> tuple[int, int
         offset += batches_per_object
         total += batches_per_object * batch_bytes
 
-    def commit(m: dict) -> None:
-        m["next_object_id"] = objects + 1
-        m["objects"] = made
-        m["streams"] = {str(STREAM): {"start": 0, "end": offset}}
+    def commit(m: mf.Manifest) -> None:
+        m.next_object_id = objects + 1
+        m.objects = made
+        m.streams = {STREAM: mf.StreamSpan(0, offset)}
 
     mf.commit(store, commit, command="read_bench (generate)")
     return total, offset, made

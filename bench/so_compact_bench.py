@@ -105,12 +105,12 @@ def generate(store, sizes: dict[int, list[int]]) -> int:
             oid += 1
 
     def add(m):
-        m["next_object_id"] = oid
-        m["objects"].extend(made)
+        m.next_object_id = oid
+        m.objects.extend(made)
         for o in made:
             r = o["ranges"][0]
-            s = m["streams"].setdefault(str(r["stream_id"]), {"start": r["start"], "end": r["end"]})
-            s["end"] = max(s["end"], r["end"])
+            s = m.streams.setdefault(r["stream_id"], mf.StreamSpan(r["start"], r["end"]))
+            s.end = max(s.end, r["end"])
 
     mf.commit(store, add, command="bench generate")
     return total
@@ -118,7 +118,7 @@ def generate(store, sizes: dict[int, list[int]]) -> int:
 
 def plain_copy_seconds(store, doc) -> float:
     started = time.monotonic()
-    for o in doc["objects"]:
+    for o in doc.objects:
         if isinstance(store, LocalStore):
             src = os.path.join(store.root, *o["key"].split("/"))
             shutil.copyfile(src, src + ".benchcopy")
@@ -126,7 +126,7 @@ def plain_copy_seconds(store, doc) -> float:
             store.client.copy_object(Bucket=store.bucket, Key=f"{store.prefix}/{o['key']}.benchcopy",
                                      CopySource={"Bucket": store.bucket, "Key": f"{store.prefix}/{o['key']}"})
     seconds = time.monotonic() - started
-    for o in doc["objects"]:
+    for o in doc.objects:
         if isinstance(store, LocalStore):
             os.unlink(os.path.join(store.root, *o["key"].split("/")) + ".benchcopy")
         else:
@@ -139,7 +139,7 @@ def run(backend: str, store, args, sizes) -> None:
     started = time.monotonic()
     data = generate(store, sizes)
     doc = mf.load_latest(store)
-    print(f"generated {len(doc['objects'])} SOs of {args.streams} streams, {format_size(data)} of data "
+    print(f"generated {len(doc.objects)} SOs of {args.streams} streams, {format_size(data)} of data "
           f"in {time.monotonic() - started:.1f} s", flush=True)
     copy_s = plain_copy_seconds(store, doc)
     store.stats.reset()
@@ -152,8 +152,8 @@ def run(backend: str, store, args, sizes) -> None:
     sampler.stop.set()
     sampler.join()
     through = out["through_read_bytes"] + out["through_written_bytes"] + out["crc_read_bytes"]
-    small = sum(o["ranges"][0]["bytes"] for o in doc["objects"] if o["ranges"][0]["bytes"] < 5 * MiB)
-    after = len(mf.load_latest(store)["objects"])
+    small = sum(o["ranges"][0]["bytes"] for o in doc.objects if o["ranges"][0]["bytes"] < 5 * MiB)
+    after = len(mf.load_latest(store).objects)
     print(f"SO compaction: {out['objects_in']} SOs in, {out['objects_out']} out ({after} live objects now), "
           f"{out['seconds']:.2f} s = {data / MiB / out['seconds']:.0f} MiB/s of data; "
           f"plain copy of the same objects {copy_s:.2f} s = {data / MiB / copy_s:.0f} MiB/s "

@@ -30,8 +30,8 @@ def append(path: str, plan: dict[int, tuple[int, int]], store=None) -> dict[int,
     """
     opened = open_writer(path, scan=True)
     writer = opened.writer
-    known = mf.load_latest(store)["streams"] if store is not None else {}
-    ends = {int(s): v["end"] for s, v in known.items()}
+    known = mf.load_latest(store).streams if store is not None else {}
+    ends = {sid: span.end for sid, span in known.items()}
     ends.update(opened.scan.stream_ends)
     out: dict[int, list[bytes]] = {s: [] for s in plan}
     for i in range(max(c for c, _ in plan.values())):
@@ -50,7 +50,7 @@ def read_back(store) -> dict[int, list[tuple[int, bytes]]]:
     """Every batch of every live object, per stream, in offset order, read through the index."""
     doc = mf.load_latest(store)
     streams: dict[int, list[tuple[int, bytes]]] = {}
-    for o in doc["objects"]:
+    for o in doc.objects:
         data = store.read_all(o["key"])
         footer, entries = obj.parse_tail(data, len(data))
         for entry in entries:
@@ -75,10 +75,10 @@ def put_objects(store, specs, *, version=obj.VERSION_WALCTL, block_size=256 * Ki
 
     Offsets continue from the manifest per stream. Returns the payloads per stream."""
     doc = mf.load_latest(store)
-    ends = {int(s): v["end"] for s, v in doc["streams"].items()}
+    ends = {sid: span.end for sid, span in doc.streams.items()}
     out: dict[int, list[tuple[int, bytes]]] = {}
     made = []
-    ids = list(range(doc["next_object_id"], doc["next_object_id"] + len(specs)))
+    ids = list(range(doc.next_object_id, doc.next_object_id + len(specs)))
     for oid, spec in zip(ids, specs):
         streams = []
         for sid, count, size in spec:
@@ -99,21 +99,21 @@ def put_objects(store, specs, *, version=obj.VERSION_WALCTL, block_size=256 * Ki
                                 for s, r in sorted(built.ranges.items())]})
 
     def add(m):
-        m["next_object_id"] = ids[-1] + 1
-        m["objects"].extend(made)
+        m.next_object_id = ids[-1] + 1
+        m.objects.extend(made)
         for o in made:
             for r in o["ranges"]:
-                s = m["streams"].setdefault(str(r["stream_id"]), {"start": r["start"], "end": r["end"]})
-                s["end"] = max(s["end"], r["end"])
+                s = m.streams.setdefault(r["stream_id"], mf.StreamSpan(r["start"], r["end"]))
+                s.end = max(s.end, r["end"])
 
     mf.commit(store, add, command="test put")
     return out
 
 
 def so_count(store, sid):
-    return sum(1 for o in mf.load_latest(store)["objects"] if o["ranges"][0]["stream_id"] == sid)
+    return sum(1 for o in mf.load_latest(store).objects if o["ranges"][0]["stream_id"] == sid)
 
 
 def live_keys_only(store):
-    live = {o["key"] for o in mf.load_latest(store)["objects"]}
+    live = {o["key"] for o in mf.load_latest(store).objects}
     return {i.key for i in store.list() if not i.key.startswith("manifest/")} == live

@@ -29,10 +29,10 @@ def test_force_split_leaves_no_sso_and_loses_nothing(request, backend):
     result = force_split(store)
     doc = mf.load_latest(store)
     assert result.commit_number is not None
-    assert [o for o in doc["objects"] if o["kind"] == "SSO"] == []
+    assert [o for o in doc.objects if o["kind"] == "SSO"] == []
     assert read_back(store) == before
-    assert len(doc["objects"]) == 3 + 2 + 1  # one SO per stream of each SSO, and the SO that was there
-    for o in doc["objects"]:
+    assert len(doc.objects) == 3 + 2 + 1  # one SO per stream of each SSO, and the SO that was there
+    for o in doc.objects:
         assert obj.verify_object(store.read_all(o["key"])) == [], o["key"]
     out = result.to_json()
     # each SSO's last stream had its crc derived from the footer, not read
@@ -69,7 +69,7 @@ def test_deleted_streams_are_dropped(local_store):
     put_objects(local_store, [[(1, 2, 100), (2, 2, 100)], [(1, 1, 100), (2, 1, 100)]])
 
     def forget(m):
-        del m["streams"]["2"]
+        del m.streams[2]
 
     mf.commit(local_store, forget, command="test delete stream")
     before = read_back(local_store)
@@ -91,7 +91,7 @@ def test_kill_before_commit_leaves_the_store_plus_garbage(tmp_path, point):
     proc = subprocess.run([sys.executable, "-m", "walctl", "compact", "--force-split", "--store", str(store_dir)],
                           capture_output=True, env=env, timeout=120)
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
-    assert mf.load_latest(store)["objects"] == doc["objects"] and read_back(store) == before
+    assert mf.load_latest(store).objects == doc.objects and read_back(store) == before
     gc(store, grace_s=0, now=LATER)
     assert live_keys_only(store) and read_back(store) == before
 

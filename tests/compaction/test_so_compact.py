@@ -37,9 +37,9 @@ def test_plan_groups_follows_automq_group0():
         return {"id": oid, "key": f"k{oid}", "kind": "SO", "size": size,
                 "ranges": [{"stream_id": sid, "start": start, "end": end, "bytes": size}]}
 
-    doc = {"streams": {"1": {"start": 10, "end": 100}, "2": {"start": 0, "end": 9}},
-           "objects": [so(1, 1, 0, 10, 5), so(2, 1, 10, 20, 5), so(3, 1, 20, 30, 5), so(4, 1, 30, 40, 5),
-                       so(5, 1, 50, 60, 5), so(6, 1, 60, 70, 5), so(7, 2, 0, 9, 5), so(8, 3, 0, 5, 5)]}
+    doc = mf.Manifest(streams={1: mf.StreamSpan(10, 100), 2: mf.StreamSpan(0, 9)},
+                      objects=[so(1, 1, 0, 10, 5), so(2, 1, 10, 20, 5), so(3, 1, 20, 30, 5), so(4, 1, 30, 40, 5),
+                               so(5, 1, 50, 60, 5), so(6, 1, 60, 70, 5), so(7, 2, 0, 9, 5), so(8, 3, 0, 5, 5)])
     plan = plan_groups(doc, 10)
     # 1 expired (end 10 <= start 10); [2,3], [4] alone (size), gap before 5: [5,6]; 7 alone; 8 deleted
     assert [[o["id"] for o in g] for g in plan.groups] == [[2, 3], [5, 6]]
@@ -104,14 +104,14 @@ def test_so_compaction_of_ten_small_sos_is_byte_identical(request, backend):
     store = request.getfixturevalue(f"{backend}_store")
     appended = put_objects(store, [[(1, 4, 3000)] for _ in range(12)] + [[(2, 2, 500)]])
     before = read_back(store)
-    total = sum(o["size"] for o in mf.load_latest(store)["objects"] if o["ranges"][0]["stream_id"] == 1)
+    total = sum(o["size"] for o in mf.load_latest(store).objects if o["ranges"][0]["stream_id"] == 1)
     target = 40 * KiB
     result = compact_stream_objects(store, target_size=target)
     assert result.commit_number is not None
     assert read_back(store) == before == {s: sorted(v) for s, v in appended.items()}
     assert so_count(store, 1) <= math.ceil(total / target)
     assert so_count(store, 2) == 1
-    for o in mf.load_latest(store)["objects"]:
+    for o in mf.load_latest(store).objects:
         data = store.read_all(o["key"])
         assert obj.verify_object(data) == [], o["key"]  # both footer checksums right
     out = result.to_json()
@@ -131,8 +131,8 @@ def test_s3_copies_every_part_of_5_mib_and_gets_none_of_those_bytes(faulty_s3):
     put_objects(store, [[(1, 2, s * MiB // 2)] for s in sizes_mib], block_size=1 * MiB)
     before = read_back(store)
     doc = mf.load_latest(store)
-    keys = {o["key"] for o in doc["objects"]}
-    data_bytes = sum(o["ranges"][0]["bytes"] for o in doc["objects"])
+    keys = {o["key"] for o in doc.objects}
+    data_bytes = sum(o["ranges"][0]["bytes"] for o in doc.objects)
     faulty_s3.proxy.clear()
     result = compact_stream_objects(store, target_size=DEFAULT_SO_TARGET_SIZE)
     assert so_count(store, 1) == 1 and read_back(store) == before
@@ -140,7 +140,7 @@ def test_s3_copies_every_part_of_5_mib_and_gets_none_of_those_bytes(faulty_s3):
     uploads = [e for e in faulty_s3.proxy.seen("PUT", query="partNumber") if "x-amz-copy-source" not in e.headers]
     gets = [e for e in faulty_s3.proxy.seen("GET") if any(e.path.endswith(k) for k in keys)]
 
-    sizes = {o["key"].rsplit("/", 1)[-1]: o["size"] for o in doc["objects"]}
+    sizes = {o["key"].rsplit("/", 1)[-1]: o["size"] for o in doc.objects}
 
     def span(header, size=None):
         a, b = header.split("=")[1].split("-")
@@ -164,11 +164,11 @@ def test_s3_copies_every_part_of_5_mib_and_gets_none_of_those_bytes(faulty_s3):
             assert b <= ca or a >= cb, "a GET read bytes that were copied server-side"
     out = result.to_json()
     assert out["through_read_bytes"] == out["planned_get_bytes"]  # the plan said what would pass through
-    index_bytes = sum(o["size"] - o["ranges"][0]["bytes"] for o in doc["objects"])
+    index_bytes = sum(o["size"] - o["ranges"][0]["bytes"] for o in doc.objects)
     assert read_bytes == out["through_read_bytes"] + index_bytes  # indexes and footers read exactly
     # only the two small SOs pass through us (laid out last, they join the index and footer
     # in the last part), re-put with the new index and footer
-    small = sum(o["ranges"][0]["bytes"] for o in doc["objects"] if o["ranges"][0]["bytes"] < 5 * MiB)
+    small = sum(o["ranges"][0]["bytes"] for o in doc.objects if o["ranges"][0]["bytes"] < 5 * MiB)
     assert out["through_read_bytes"] == small
     assert out["through_written_bytes"] == out["through_read_bytes"] + out["output_bytes"] - out["data_bytes"]
     assert out["bytes_copied"] == data_bytes - out["through_read_bytes"]
@@ -177,7 +177,7 @@ def test_s3_copies_every_part_of_5_mib_and_gets_none_of_those_bytes(faulty_s3):
 def test_small_sources_laid_out_last_still_read_back_and_compact_again(local_store):
     put_objects(local_store, [[(1, 2, 3 * MiB)], [(1, 1, 1 * MiB)], [(1, 2, 3 * MiB)]], block_size=1 * MiB)
     compact_stream_objects(local_store, target_size=1 << 30)
-    (only,) = mf.load_latest(local_store)["objects"]
+    (only,) = mf.load_latest(local_store).objects
     data = local_store.read_all(only["key"])
     _, entries = obj.parse_tail(data, len(data))
     positions = [e.block_position for e in entries]
@@ -187,7 +187,7 @@ def test_small_sources_laid_out_last_still_read_back_and_compact_again(local_sto
     before = read_back(local_store)
     compact_stream_objects(local_store, target_size=1 << 30)  # a reordered SO is a valid source
     assert so_count(local_store, 1) == 1 and read_back(local_store) == before
-    (only,) = mf.load_latest(local_store)["objects"]
+    (only,) = mf.load_latest(local_store).objects
     assert obj.verify_object(local_store.read_all(only["key"])) == []
 
 
@@ -198,14 +198,14 @@ def test_automq_sources_are_read_for_the_footer_crc(local_store):
     out = result.to_json()
     assert out["crc_read_bytes"] == out["data_bytes"] > 0  # said, and only for that reason
     assert read_back(local_store) == before
-    only = mf.load_latest(local_store)["objects"][0]
+    only = mf.load_latest(local_store).objects[0]
     assert obj.verify_object(local_store.read_all(only["key"])) == []
 
 
 def test_damaged_index_position_refuses_and_commits_nothing(local_store):
     put_objects(local_store, [[(1, 2, 1000)] for _ in range(3)])
     doc = mf.load_latest(local_store)
-    victim = doc["objects"][1]
+    victim = doc.objects[1]
     data = bytearray(local_store.read_all(victim["key"]))
     footer, entries = obj.parse_tail(bytes(data), len(data))
     bad = obj.IndexEntry(entries[0].stream_id, entries[0].start_offset, entries[0].end_offset_delta,
@@ -217,7 +217,7 @@ def test_damaged_index_position_refuses_and_commits_nothing(local_store):
     local_store.put(victim["key"], bytes(data))
     with pytest.raises(CorruptionError):
         compact_stream_objects(local_store, target_size=1 * MiB)
-    assert mf.load_latest(local_store)["objects"] == doc["objects"]
+    assert mf.load_latest(local_store).objects == doc.objects
 
 
 def test_dry_run_shows_the_budget_and_writes_nothing(local_store):
@@ -252,10 +252,10 @@ def test_kill_before_commit_leaves_the_store_plus_garbage(tmp_path, point):
                            "16KiB", "--store", str(store_dir)], capture_output=True, env=env, timeout=120)
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
     after = mf.load_latest(store)
-    assert after["objects"] == doc["objects"] and read_back(store) == before
+    assert after.objects == doc.objects and read_back(store) == before
     gc(store, grace_s=0, now=LATER)
     assert live_keys_only(store) and read_back(store) == before
-    assert mf.load_latest(store)["prepared"] == []
+    assert mf.load_latest(store).prepared == []
 
 
 def test_kill_during_the_multipart_copy_on_s3_leaves_an_upload_that_gc_aborts(s3_store, s3_server):
@@ -266,7 +266,7 @@ def test_kill_during_the_multipart_copy_on_s3_leaves_an_upload_that_gc_aborts(s3
                            f"s3://{s3_store.bucket}/{s3_store.prefix}", "--endpoint-url", s3_server],
                           capture_output=True, env=env, timeout=120)
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
-    assert mf.load_latest(s3_store)["objects"] == doc["objects"] and read_back(s3_store) == before
+    assert mf.load_latest(s3_store).objects == doc.objects and read_back(s3_store) == before
     assert len(s3_store.open_multipart_uploads()) == 1  # the killed copy's parts
     result = gc(s3_store, grace_s=0, now=LATER)
     assert len(result.aborted_uploads) == 1 and s3_store.open_multipart_uploads() == []

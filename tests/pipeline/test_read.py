@@ -12,7 +12,7 @@ from walctl.cli import app
 from walctl.format import object as obj
 from walctl.pipeline.read import DAMAGE, GAP, MISSING, ReadFinding, ReadRecord, StreamReader, read_stream
 from walctl.store import manifest as mf
-from walctl.store.upload import upload
+from walctl.pipeline.upload import upload
 
 from storehelpers import append, make_wal
 
@@ -43,7 +43,7 @@ def many_uploads(tmp_path, store, rounds=4, plan=None, block_size=2 * KiB):
 def test_many_uploads_read_back_byte_identical(tmp_path, store):
     _, appended = many_uploads(tmp_path, store)
     doc = mf.load_latest(store)
-    assert len(doc["objects"]) == 4
+    assert len(doc.objects) == 4
     for sid, payloads in appended.items():
         events, summary = read_stream(store, sid)
         assert findings(events) == []
@@ -92,14 +92,14 @@ def test_sso_stream_in_the_middle_is_one_run(tmp_path, local_store):
     appended = append(wal, {1: (10, 1000), 2: (10, 1000), 3: (10, 1000)})  # ~30 KiB: stream 2 is not in the tail
     upload(wal, local_store, block_size=1 * KiB, split_size=1 * MiB)
     doc = mf.load_latest(local_store)
-    assert [o["kind"] for o in doc["objects"]] == ["SSO"]
+    assert [o["kind"] for o in doc.objects] == ["SSO"]
     events, s = read_stream(local_store, 2)
     assert [r.batch.payload for r in records(events)] == appended[2]
     assert s.block_gets == 1
-    size = doc["objects"][0]["size"]
-    stream2 = next(r for r in doc["objects"][0]["ranges"] if r["stream_id"] == 2)
+    size = doc.objects[0]["size"]
+    stream2 = next(r for r in doc.objects[0]["ranges"] if r["stream_id"] == 2)
     # only stream 2's blocks and the object's tail were read, not streams 1 and 3
-    assert s.bytes_read - len(local_store.read_all(mf.manifest_key(doc["number"]))) <= stream2["bytes"] + \
+    assert s.bytes_read - len(local_store.read_all(mf.manifest_key(doc.number))) <= stream2["bytes"] + \
         obj.tail_length_hint(object_size=size)
 
 
@@ -128,12 +128,12 @@ def test_a_whole_stream_object_is_one_get(tmp_path, local_store):
     """Wanted whole, a Stream Object is read in one GET (blocks, index and footer together)."""
     _, appended = many_uploads(tmp_path, local_store, rounds=3, plan={6: (30, 2000)}, block_size=8 * KiB)
     doc = mf.load_latest(local_store)
-    assert all(o["size"] > obj.tail_length_hint() for o in doc["objects"])  # the tail alone would not do
+    assert all(o["size"] > obj.tail_length_hint() for o in doc.objects)  # the tail alone would not do
     events, s = read_stream(local_store, 6)
     assert [r.batch.payload for r in records(events)] == appended[6]
     assert s.gets == 1 + 3 and s.block_gets == 0
-    assert s.bytes_read == len(local_store.read_all(mf.manifest_key(doc["number"]))) + sum(
-        o["size"] for o in doc["objects"])
+    assert s.bytes_read == len(local_store.read_all(mf.manifest_key(doc.number))) + sum(
+        o["size"] for o in doc.objects)
     # from the middle of the first object: that one is read as tail + blocks, the others whole
     events, s = read_stream(local_store, 6, from_offset=15)
     assert [r.batch.base_offset for r in records(events)] == list(range(15, 90))
@@ -147,7 +147,7 @@ def test_limit_reads_only_what_it_needs(tmp_path, local_store):
     events, s = read_stream(local_store, 1, limit=2)
     assert len(records(events)) == 2
     doc = mf.load_latest(local_store)
-    overhead = len(local_store.read_all(mf.manifest_key(doc["number"]))) + obj.tail_length_hint()
+    overhead = len(local_store.read_all(mf.manifest_key(doc.number))) + obj.tail_length_hint()
     assert s.block_gets == 1 and s.bytes_read == overhead + 2 * (10 + 33 + 1000)  # two blocks, not fifty
     events, s = read_stream(local_store, 1, from_offset=40, limit=1)
     assert [r.batch.base_offset for r in records(events)] == [40]
@@ -170,7 +170,7 @@ def test_damaged_block_is_a_finding_and_the_rest_is_served(tmp_path, local_store
     appended += append(wal, {1: (6, 100)}, store=local_store)[1]
     upload(wal, local_store, block_size=1)
     doc = mf.load_latest(local_store)
-    first = min(doc["objects"], key=lambda o: o["id"])
+    first = min(doc.objects, key=lambda o: o["id"])
     entry = obj.parse_tail(local_store.read_all(first["key"]), first["size"])[1][2]
     _flip(local_store, first["key"], entry.block_position)  # the third block's magic
     events, s = read_stream(local_store, 1)
@@ -187,7 +187,7 @@ def test_payload_flip_is_caught_by_the_data_crc_before_serving(tmp_path, local_s
     wal = make_wal(tmp_path)
     append(wal, {1: (4, 100)})
     upload(wal, local_store)
-    o = mf.load_latest(local_store)["objects"][0]
+    o = mf.load_latest(local_store).objects[0]
     _flip(local_store, o["key"], 10 + 33 + 50)  # inside the first batch's payload: structure intact
     events, _ = read_stream(local_store, 1)
     assert isinstance(events[0], ReadFinding) and events[0].kind == DAMAGE and "data crc" in events[0].message
@@ -197,7 +197,7 @@ def test_payload_flip_is_caught_by_the_data_crc_before_serving(tmp_path, local_s
 def test_missing_object_and_gap_are_findings(tmp_path, local_store):
     many_uploads(tmp_path, local_store, rounds=3, plan={1: (4, 100)})
     doc = mf.load_latest(local_store)
-    middle = sorted(doc["objects"], key=lambda o: o["id"])[1]
+    middle = sorted(doc.objects, key=lambda o: o["id"])[1]
     os.unlink(os.path.join(local_store.root, middle["key"]))
     events, s = read_stream(local_store, 1)
     bad = findings(events)
@@ -205,7 +205,7 @@ def test_missing_object_and_gap_are_findings(tmp_path, local_store):
     assert [r.batch.base_offset for r in records(events)] == [0, 1, 2, 3, 8, 9, 10, 11]
 
     def drop(m):
-        m["objects"] = [o for o in m["objects"] if o["id"] != middle["id"]]
+        m.objects = [o for o in m.objects if o["id"] != middle["id"]]
 
     mf.commit(local_store, drop, command="test: lose an object")
     events, _ = read_stream(local_store, 1)
@@ -279,7 +279,7 @@ def test_cli_json_contract_and_exit_codes(tmp_path, local_store):
 
 def test_cli_damage_exits_3_with_findings_and_summary(tmp_path, local_store):
     many_uploads(tmp_path, local_store, rounds=2, plan={4: (3, 20)})
-    o = sorted(mf.load_latest(local_store)["objects"], key=lambda o: o["id"])[0]
+    o = sorted(mf.load_latest(local_store).objects, key=lambda o: o["id"])[0]
     _flip(local_store, o["key"], 0)
     r = run_read("--store", local_store.root, "--stream", 4, "--json")
     assert r.exit_code == 3
@@ -329,12 +329,12 @@ def test_follow_ends_on_ctrl_c_with_a_summary(tmp_path, local_store):
 def test_overlapping_objects_are_a_finding_and_served_once(tmp_path, local_store):
     _, appended = many_uploads(tmp_path, local_store, rounds=2, plan={1: (4, 100)})
     doc = mf.load_latest(local_store)
-    first = min(doc["objects"], key=lambda o: o["id"])
+    first = min(doc.objects, key=lambda o: o["id"])
     copy_key = mf.object_key(99)
     local_store.put(copy_key, local_store.read_all(first["key"]))
 
     def add_copy(m):
-        m["objects"].append(dict(first, id=99, key=copy_key, order_id=99))
+        m.objects.append(dict(first, id=99, key=copy_key, order_id=99))
 
     mf.commit(local_store, add_copy, command="test: two objects with the same range")
     events, s = read_stream(local_store, 1)

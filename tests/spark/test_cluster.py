@@ -95,7 +95,7 @@ def test_compact_s3_store_on_a_standalone_cluster(standalone, s3_server, s3_buck
     store = S3Store(s3_bucket, "walctl-test", endpoint_url=s3_server)
     put_objects(store, [[(1, 3, 2000), (2, 2, 700), (3, 1, 300)] for _ in range(4)])
     before = read_back(store)
-    count = len(mf.load_latest(store)["objects"])
+    count = len(mf.load_latest(store).objects)
     proc = subprocess.run([sys.executable, "-m", "walctl", "compact", "--store", f"s3://{s3_bucket}/walctl-test",
                            "--endpoint-url", s3_server, "--master", standalone.url, "--level", "sso", "--json"],
                           capture_output=True, env=standalone.env, timeout=600)
@@ -103,7 +103,7 @@ def test_compact_s3_store_on_a_standalone_cluster(standalone, s3_server, s3_buck
     out = json.loads(proc.stdout)
     assert not out["idle"] and out["commit_number"] is not None and out["objects_in"] == count
     assert read_back(store) == before
-    assert len(mf.load_latest(store)["objects"]) < count
+    assert len(mf.load_latest(store).objects) < count
     # the tasks ran in the worker's executor, which fetched the walctl zip the job shipped
     shipped = glob.glob(str(standalone.work_dir / "app-*" / "*" / "walctl.zip"))
     assert shipped, sorted(glob.glob(str(standalone.work_dir / "**"), recursive=True))[:50]

@@ -14,7 +14,7 @@ from walctl.errors import RefusedError
 from walctl.store import manifest as mf
 from walctl.store import open_store
 from walctl.store.gc import gc
-from walctl.store.upload import upload
+from walctl.pipeline.upload import upload
 from walctl.spark.compact import compact
 
 from storehelpers import append, expect, make_wal, merge, read_back
@@ -38,7 +38,7 @@ def fill(tmp_path, store, rounds=6, streams=(1, 2, 3, 4), count=8, size=700):
 def objects_per_stream(store) -> dict[int, int]:
     doc = mf.load_latest(store)
     out: dict[int, int] = {}
-    for o in doc["objects"]:
+    for o in doc.objects:
         for r in o["ranges"]:
             out[r["stream_id"]] = out.get(r["stream_id"], 0) + 1
     return out
@@ -46,17 +46,17 @@ def objects_per_stream(store) -> dict[int, int]:
 
 def test_compaction_keeps_every_byte_with_fewer_objects(tmp_path, spark, local_store):
     _, appended = fill(tmp_path, local_store)
-    before_objects = len(mf.load_latest(local_store)["objects"])
+    before_objects = len(mf.load_latest(local_store).objects)
     before_reads = objects_per_stream(local_store)
     result = compact(local_store, local_store.url, spark=spark, split_size=1 * MiB)
     assert not result.idle and result.commit_number is not None
     doc = mf.load_latest(local_store)
-    assert len(doc["objects"]) < before_objects and len(doc["deleting"]) == before_objects
+    assert len(doc.objects) < before_objects and len(doc.deleting) == before_objects
     assert read_back(local_store) == expect(appended)
     after_reads = objects_per_stream(local_store)
     assert all(after_reads[s] < before_reads[s] for s in before_reads)  # fewer GETs per stream
     summary = result.to_json()
-    assert summary["objects_in"] == before_objects and summary["objects_out"] == len(doc["objects"])
+    assert summary["objects_in"] == before_objects and summary["objects_out"] == len(doc.objects)
     assert summary["gets"] > 0 and summary["puts"] == summary["objects_out"]
     # the replaced objects stay for readers until gc's grace has passed
     assert gc(local_store, grace_s=3600).deleted_objects == []
@@ -67,7 +67,7 @@ def test_compaction_keeps_every_byte_with_fewer_objects(tmp_path, spark, local_s
 def test_big_streams_become_stream_objects(tmp_path, spark, local_store):
     _, appended = fill(tmp_path, local_store, streams=(1, 2), count=10, size=3000)
     result = compact(local_store, local_store.url, spark=spark, split_size=100 * KiB)
-    kinds = sorted((o["kind"], tuple(r["stream_id"] for r in o["ranges"])) for o in mf.load_latest(local_store)["objects"])
+    kinds = sorted((o["kind"], tuple(r["stream_id"] for r in o["ranges"])) for o in mf.load_latest(local_store).objects)
     assert kinds == [("SO", (1,)), ("SO", (2,))]
     assert read_back(local_store) == expect(appended)
     assert result.objects_out == 2
@@ -98,9 +98,9 @@ def test_retention_drops_exactly_the_expired_blocks(tmp_path, spark, local_store
     assert got[2] == expect(appended)[2]
     first_kept = got[1][0][0]
     assert first_kept <= 10 and got[1] == expect(appended)[1][first_kept:]
-    assert all(end > 10 for s, _, end in [(1, 0, r["end"]) for o in mf.load_latest(local_store)["objects"]
+    assert all(end > 10 for s, _, end in [(1, 0, r["end"]) for o in mf.load_latest(local_store).objects
                                           for r in o["ranges"] if r["stream_id"] == 1])
-    assert mf.load_latest(local_store)["streams"]["1"]["start"] == 10
+    assert mf.load_latest(local_store).stream(1).start == 10
 
 
 def test_idle_store_exits_without_spark(tmp_path, local_store):
@@ -145,12 +145,12 @@ def test_two_compactors_one_commits_the_other_is_fenced(tmp_path, spark, local_s
     assert "fenced" in str(info.value)
     assert second["result"].commit_number is not None
     assert read_back(local_store) == expect(appended)
-    orphans = len(mf.load_latest(local_store)["prepared"])
+    orphans = len(mf.load_latest(local_store).prepared)
     assert orphans >= 1  # the fenced run's outputs
     gc(local_store, grace_s=0, now=LATER)
-    assert mf.load_latest(local_store)["prepared"] == []
+    assert mf.load_latest(local_store).prepared == []
     assert read_back(local_store) == expect(appended)
-    live = {o["key"] for o in mf.load_latest(local_store)["objects"]}
+    live = {o["key"] for o in mf.load_latest(local_store).objects}
     assert {i.key for i in local_store.list() if not i.key.startswith("manifest/")} == live
 
 
@@ -160,7 +160,7 @@ def test_compaction_on_s3(tmp_path, spark, s3_store, s3_server):
     result = compact(s3_store, url, endpoint_url=s3_server, spark=spark, split_size=1 * MiB)
     assert result.commit_number is not None
     assert read_back(s3_store) == expect(appended)
-    assert len(mf.load_latest(s3_store)["objects"]) < 4
+    assert len(mf.load_latest(s3_store).objects) < 4
 
 
 def test_cli_killed_mid_way_commits_nothing_then_rerun(tmp_path, spark):
@@ -173,14 +173,14 @@ def test_cli_killed_mid_way_commits_nothing_then_rerun(tmp_path, spark):
                            "local[1]", "--json"], capture_output=True, env=env, timeout=300)
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
     after = mf.load_latest(store)
-    assert after["objects"] == before["objects"]  # nothing replaced
-    assert after["compactor_epoch"] == before["compactor_epoch"] + 1 and after["prepared"]
+    assert after.objects == before.objects  # nothing replaced
+    assert after.compactor_epoch == before.compactor_epoch + 1 and after.prepared
     result = compact(store, str(store_dir), spark=spark, split_size=1 * MiB)
     assert result.commit_number is not None
     assert read_back(store) == expect(appended)
     gc(store, grace_s=0, now=LATER)
     assert read_back(store) == expect(appended)
-    assert mf.load_latest(store)["prepared"] == []
+    assert mf.load_latest(store).prepared == []
     # idle now (one SSO), and the CLI says so at once, as JSON
     proc = subprocess.run([sys.executable, "-m", "walctl", "compact", "--store", str(store_dir), "--json"],
                           capture_output=True, timeout=120)

@@ -18,7 +18,7 @@ from walctl.spark.job import (CREDENTIALS_HINT, PYTHON_HINT, SHARED_PATH_HINT, I
 from walctl.store import manifest as mf
 
 from storehelpers import append, expect, make_wal, merge, read_back
-from walctl.store.upload import upload
+from walctl.pipeline.upload import upload
 from test_spark_compact import fill
 
 pytestmark = pytest.mark.slow
@@ -27,7 +27,7 @@ KiB, MiB = 1 << 10, 1 << 20
 
 def kinds(store) -> list[tuple[str, tuple[int, ...]]]:
     return sorted((o["kind"], tuple(r["stream_id"] for r in o["ranges"]))
-                  for o in mf.load_latest(store)["objects"])
+                  for o in mf.load_latest(store).objects)
 
 
 def walctl(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -47,14 +47,14 @@ def test_second_compaction_of_a_compacted_store_writes_nothing(tmp_path, spark, 
     assert len(first.plan.iterations) >= 3
     assert kinds(local_store) == [("SO", (1,)), ("SSO", (2, 3, 4))]  # at most one SSO, one SO per stream
     assert read_back(local_store) == expect(appended)
-    before = (mf.load_latest(local_store)["number"], sorted(i.key for i in local_store.list()))
+    before = (mf.load_latest(local_store).number, sorted(i.key for i in local_store.list()))
     # the rerun, as cron would do it: idle, exit 0, nothing written, Spark never started
     proc = walctl("compact", "--store", local_store.url, "--memory-limit", "40KiB", "--split-size", "100KiB",
                   "--master", "spark://127.0.0.1:1", "--shared-path", "--json")
     assert proc.returncode == 0, proc.stderr.decode()
     out = json.loads(proc.stdout)
     assert out["idle"] is True and out["bytes_written"] == 0 and out["puts"] == 0
-    assert (mf.load_latest(local_store)["number"], sorted(i.key for i in local_store.list())) == before
+    assert (mf.load_latest(local_store).number, sorted(i.key for i in local_store.list())) == before
 
 
 def test_a_stream_object_spans_iterations_as_one_multipart_object(tmp_path, spark, local_store):
@@ -102,7 +102,7 @@ def test_gets_equal_the_plans_minimum(tmp_path, spark, faulty_s3, fault_proxy):
 def test_retention_past_a_streams_end_is_refused(tmp_path, local_store):
     fill(tmp_path, local_store, rounds=2, streams=(1, 2), count=4, size=500)
     doc = mf.load_latest(local_store)
-    end = doc["streams"]["1"]["end"]
+    end = doc.stream(1).end
     with pytest.raises(UsageError, match="past the end of stream 1"):
         compact(local_store, local_store.url, retention={1: end + 1000}, master="bogus://never")
     with pytest.raises(NotFoundError, match="no stream 9"):
@@ -110,7 +110,7 @@ def test_retention_past_a_streams_end_is_refused(tmp_path, local_store):
     proc = walctl("compact", "--store", local_store.url, "--retention-start", f"1={end + 1000}", "--json")
     assert proc.returncode == 2 and proc.stderr.decode().count("\n") == 1
     assert json.loads(proc.stdout)["error"]["code"] == 2
-    assert mf.load_latest(local_store)["number"] == doc["number"]  # nothing written
+    assert mf.load_latest(local_store).number == doc.number  # nothing written
     plan = compact(local_store, local_store.url, retention={1: end}, dry_run=True).plan  # at the end: all dropped
     assert all(d.range.stream_id == 1 for d in plan.dropped) and plan.dropped
 
@@ -146,7 +146,7 @@ def test_executor_without_walctls_dependencies_exits_4_with_the_pyspark_python_h
     if not os.path.exists(bare) or probe.returncode == 0:
         pytest.skip("needs a Python 3.11 without crc32c at /usr/bin/python3")
     fill(tmp_path, local_store, rounds=2, streams=(1, 2), count=4, size=500)
-    before = mf.load_latest(local_store)["objects"]
+    before = mf.load_latest(local_store).objects
     env = dict(os.environ, PYSPARK_PYTHON=bare)
     proc = walctl("compact", "--store", local_store.url, "--master", "local[1]", "--json", env=env)
     err = proc.stderr.decode()
@@ -155,7 +155,7 @@ def test_executor_without_walctls_dependencies_exits_4_with_the_pyspark_python_h
     assert len(lines) == 1 and "cannot import 'crc32c'" in lines[0] and "PYSPARK_PYTHON" in lines[0]
     assert "Traceback" not in err
     assert json.loads(proc.stdout)["error"]["code"] == 4
-    assert mf.load_latest(local_store)["objects"] == before
+    assert mf.load_latest(local_store).objects == before
 
 
 def test_on_s3_a_stream_object_spans_iterations_in_parts_of_at_least_5_mib(tmp_path, spark, s3_store, s3_server):

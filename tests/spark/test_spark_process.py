@@ -142,7 +142,7 @@ def test_sigterm_mid_job_rolls_back_reports_and_leaves_nothing(tmp_path, two_sso
                             env=env_with(TMPDIR=str(tmpdir)), start_new_session=True)
     try:
         deadline = time.monotonic() + 120
-        while mf.load_latest(store)["number"] == before["number"]:  # the fence + prepare commit
+        while mf.load_latest(store).number == before.number:  # the fence + prepare commit
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.1)
         while not any("pyspark.daemon" in p for p in session_processes(proc.pid)):  # the task's worker is up
@@ -164,7 +164,7 @@ def test_sigterm_mid_job_rolls_back_reports_and_leaves_nothing(tmp_path, two_sso
     assert wait_empty(lambda: session_processes(proc.pid)) == []  # its JVM and Python workers too
     assert wait_empty(lambda: sorted(p.name for p in tmpdir.iterdir())) == []
     after = mf.load_latest(store)
-    assert after["objects"] == before["objects"]  # nothing replaced
+    assert after.objects == before.objects  # nothing replaced
     # no output left behind: finished ones deleted, open multipart objects aborted
     assert sorted(i.key for i in store.list() if not i.key.startswith("manifest/")) == keys_before
     assert read_back(store) == expect(appended)

@@ -7,7 +7,7 @@ import pytest
 
 from walctl.pipeline.read import ReadFinding, ReadRecord, read_stream
 from walctl.store import manifest as mf
-from walctl.store.upload import upload
+from walctl.pipeline.upload import upload
 
 from storehelpers import append, make_wal
 
@@ -27,10 +27,10 @@ def test_compacted_store_reads_back_byte_identical(tmp_path, request, spark, bac
         for sid, payloads in append(wal, {1: (6, 300), 2: (4, 200), 3: (3, 100)}, store=store).items():
             appended.setdefault(sid, []).extend(payloads)
         upload(wal, store, block_size=1 * KiB, split_size=1 * MiB)
-    before = len(mf.load_latest(store)["objects"])
+    before = len(mf.load_latest(store).objects)
     result = compact(store, store.url, endpoint_url=endpoint, spark=spark, split_size=4 * KiB)
     doc = mf.load_latest(store)
-    assert result.commit_number and len(doc["objects"]) < before
+    assert result.commit_number and len(doc.objects) < before
     for sid, payloads in appended.items():
         events, _ = read_stream(store, sid)
         assert [e for e in events if isinstance(e, ReadFinding)] == []

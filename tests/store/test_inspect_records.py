@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from walctl.cli import app
 from walctl.format import object as obj
 from walctl.format.batch import StreamRecordBatch
-from walctl.store.upload import upload
+from walctl.pipeline.upload import upload
 
 from storehelpers import append, make_wal
 

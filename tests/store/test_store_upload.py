@@ -14,7 +14,7 @@ from walctl.format.batch import StreamRecordBatch
 from walctl.store import manifest as mf
 from walctl.store.gc import gc
 from walctl.store.inspect import inspect
-from walctl.store.upload import upload
+from walctl.pipeline.upload import upload
 from walctl.wal.ops import init_wal, open_writer
 
 from storehelpers import append, expect, make_wal, merge, read_back
@@ -38,8 +38,8 @@ def test_upload_round_trip_byte_for_byte(tmp_path, store):
     deep = inspect(store, key, deep=True)
     assert deep.problems == []
     doc = mf.load_latest(store)
-    assert doc["streams"] == {"1": {"start": 0, "end": 30}, "2": {"start": 0, "end": 10}, "3": {"start": 0, "end": 5}}
-    assert doc["prepared"] == [] and doc["wal_uploads"]["-1"]["offset"] == result.last_offset
+    assert doc.streams == {1: mf.StreamSpan(0, 30), 2: mf.StreamSpan(0, 10), 3: mf.StreamSpan(0, 5)}
+    assert doc.prepared == [] and doc.wal_uploads["-1"]["offset"] == result.last_offset
 
 
 def test_split_size_and_single_stream(tmp_path, store):
@@ -80,7 +80,7 @@ def test_gap_against_the_store_is_refused(tmp_path, store):
     with pytest.raises(CorruptionError) as info:
         upload(wal, store)
     assert "gap" in str(info.value) and "stream 1" in str(info.value)
-    assert len(mf.load_latest(store)["objects"]) == 1
+    assert len(mf.load_latest(store).objects) == 1
 
 
 def test_reinitialised_wal_is_not_silently_skipped(tmp_path, store):
@@ -168,15 +168,15 @@ def test_killed_at_each_step_then_rerun(tmp_path, point):
         assert out["records"] == 40
     assert read_back(store) == expect(appended)  # nothing lost, nothing twice
     doc = mf.load_latest(store)
-    orphans = len(doc["prepared"])
+    orphans = len(doc.prepared)
     assert orphans == (0 if point == "upload-after-commit" else 1)
     result = gc(store, grace_s=0, now=LATER)
-    assert result.forgotten_prepared == [p["id"] for p in doc["prepared"]]
+    assert result.forgotten_prepared == [p["id"] for p in doc.prepared]
     if point == "upload-before-commit":
         assert len(result.deleted_objects) == 1  # the object written before the kill
-    assert mf.load_latest(store)["prepared"] == []
+    assert mf.load_latest(store).prepared == []
     assert read_back(store) == expect(appended)
-    live_keys = {o["key"] for o in mf.load_latest(store)["objects"]}
+    live_keys = {o["key"] for o in mf.load_latest(store).objects}
     assert {i.key for i in store.list() if not i.key.startswith("manifest/")} == live_keys
 
 
@@ -205,7 +205,7 @@ def test_persistent_s3_failure_loses_nothing(tmp_path, faulty_s3):
     assert result.records == 20
     assert read_back(faulty_s3.store) == expect(appended)
     gc(faulty_s3.store, grace_s=0, now=LATER)
-    assert mf.load_latest(faulty_s3.store)["prepared"] == []
+    assert mf.load_latest(faulty_s3.store).prepared == []
 
 
 class _RacingStore:
@@ -340,10 +340,10 @@ def test_manifest_argv_never_holds_secrets():
 
 def test_gc_grace_does_not_expire_an_upload_in_progress(local_store):
     def prepare(m):
-        mf.prepare_ids(m, 2, "default")
+        m.prepare(2, "default")
 
     mf.commit(local_store, prepare, command="test prepare")
     result = gc(local_store, grace_s=0)
-    assert result.forgotten_prepared == [] and len(mf.load_latest(local_store)["prepared"]) == 2
+    assert result.forgotten_prepared == [] and len(mf.load_latest(local_store).prepared) == 2
     result = gc(local_store, grace_s=0, now=LATER)
     assert sorted(result.forgotten_prepared) == [1, 2]

@@ -29,7 +29,7 @@ def _drained(wal: str) -> bool:
 
 
 def _only_live_objects(store) -> bool:
-    live = {o["key"] for o in mf.load_latest(store)["objects"]}
+    live = {o["key"] for o in mf.load_latest(store).objects}
     return {i.key for i in store.list() if not i.key.startswith("manifest/")} == live
 
 
@@ -47,7 +47,7 @@ def test_upload_killed_at_each_step_rerun_drains_the_wal(tmp_path, point):
     store = open_store(str(store_dir))
     assert read_back(store) == expect(appended) and _drained(wal)
     gc(store, grace_s=0, now=LATER)
-    assert mf.load_latest(store)["prepared"] == [] and _only_live_objects(store)
+    assert mf.load_latest(store).prepared == [] and _only_live_objects(store)
     assert read_back(store) == expect(appended)
 
 
@@ -71,11 +71,11 @@ def test_gc_killed_then_rerun(tmp_path, point):
         assert killed.returncode == -9, killed.stderr
     assert walctl("upload", wal, "--store", store_dir).returncode == 0
     store = open_store(str(store_dir))
-    assert len(mf.load_latest(store)["prepared"]) == 2 and not _only_live_objects(store)
+    assert len(mf.load_latest(store).prepared) == 2 and not _only_live_objects(store)
     proc = subprocess.run([sys.executable, "-c", _GC_SCRIPT, str(store_dir), str(LATER)],
                           env={**_env(), "WALCTL_FAILPOINT": point}, capture_output=True, timeout=60)
     assert proc.returncode == -9, proc.stderr
-    assert mf.load_latest(store)["prepared"] == []  # the forget committed first
+    assert mf.load_latest(store).prepared == []  # the forget committed first
     assert not _only_live_objects(store)  # an orphan is left for the rerun
     assert read_back(store) == expect(appended)
     result = gc(store, grace_s=0, now=LATER)

@@ -106,9 +106,9 @@ def test_upload_of_a_512_mib_wal_stays_under_256_mib_rss(big_tmp):
     # what was uploaded is all there: every stream complete in the manifest, objects whole
     store = LocalStore(str(store_dir), create=False)
     doc = mf.load_latest(store)
-    assert {int(s): v["end"] for s, v in doc["streams"].items()} == ends
-    assert sum(o["size"] for o in doc["objects"]) > 512 * MiB
-    for o in doc["objects"]:
+    assert {sid: span.end for sid, span in doc.streams.items()} == ends
+    assert sum(o["size"] for o in doc.objects) > 512 * MiB
+    for o in doc.objects:
         data = store.read_all(o["key"])
         assert len(data) == o["size"] and obj.verify_object(data) == []
         footer = obj.Footer.decode(data, len(data) - obj.FOOTER_SIZE)
@@ -119,7 +119,7 @@ def test_upload_of_a_512_mib_wal_stays_under_256_mib_rss(big_tmp):
 
 def test_a_large_object_goes_to_s3_in_parts_streamed_from_the_wal(tmp_path, s3_server, s3_bucket):
     from walctl.store.s3 import S3Store
-    from walctl.store.upload import upload
+    from walctl.pipeline.upload import upload
 
     store = S3Store(s3_bucket, "walctl-test", endpoint_url=s3_server, multipart_threshold_bytes=6 * MiB)
     wal = str(tmp_path / "wal")
@@ -145,7 +145,9 @@ def test_a_record_that_changed_after_the_scan_is_refused_and_nothing_is_committe
                                                                                   monkeypatch):
     """The objects are built from a second read of the WAL: each record must still be the one scanned."""
     from walctl.errors import RefusedError
-    from walctl.store import upload as upload_mod
+    from walctl.pipeline import upload as upload_mod
+
+    monkeypatch.setattr(upload_mod, "KEEP_SCANNED_BYTES", 0)  # the read-again path (larger uploads)
 
     wal = str(tmp_path / "wal")
     init_wal(wal, 4 * MiB)
@@ -169,7 +171,7 @@ def test_a_record_that_changed_after_the_scan_is_refused_and_nothing_is_committe
         upload_mod.upload(wal, local_store)
     assert calls[0] == "upload (prepare)" and "upload" not in calls  # never made live (a roll-back may follow)
     doc = mf.load_latest(local_store)
-    assert doc["objects"] == [] and doc["wal_uploads"] == {}
+    assert doc.objects == [] and doc.wal_uploads == {}
 
 
 @pytest.mark.slow

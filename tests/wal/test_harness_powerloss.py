@@ -30,7 +30,7 @@ from walctl.errors import FullError, IOFailure
 from walctl.format.batch import StreamRecordBatch
 from walctl.store import manifest as mf
 from walctl.store import open_store
-from walctl.store.upload import upload
+from walctl.pipeline.upload import upload
 from walctl.wal import writer as writer_module
 from walctl.wal.ops import init_wal, open_writer
 
@@ -197,7 +197,7 @@ def _trial(tmp_path, seed: int, monkeypatch, path: str | None = None) -> dict:
         writer = opened.writer
         queue = queues[-1]
         writer.dev = CutDevice(writer.dev, queue)
-        known = {int(s): v["end"] for s, v in mf.load_latest(store)["streams"].items()}
+        known = {sid: span.end for sid, span in mf.load_latest(store).streams.items()}
         ends = {**known, **opened.scan.stream_ends}
         records = rng.randint(5, 80)
         cut_at = rng.randrange(records) if rng.random() < 0.75 else None
@@ -251,7 +251,7 @@ def _trial(tmp_path, seed: int, monkeypatch, path: str | None = None) -> dict:
     assert entries == [] and scan.corrupt == [], f"seed {seed}: the WAL did not drain"
     counts["acked"] = len(acked)
     counts["stored"] = len(seen)
-    counts["gaps"] = len(mf.load_latest(store).get("stream_gaps", []))
+    counts["gaps"] = len(mf.load_latest(store).stream_gaps or [])
     return counts
 
 

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from walctl.store import open_store
-from walctl.store.upload import upload
+from walctl.pipeline.upload import upload
 from walctl.wal.ops import init_wal
 
 from storehelpers import read_back
@@ -32,7 +32,7 @@ RECORDS_PER_RUN = 2000
 _SERVER = textwrap.dedent("""
     import json, os, sys
     import walctl.cli  # every command imported once, here, before the forks
-    import walctl.store.upload, walctl.store.local, walctl.format.object
+    import walctl.pipeline.upload, walctl.store.local, walctl.format.object
     print("ready", flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -145,9 +145,9 @@ def test_sigkill_during_writer_side_uploads_loses_and_duplicates_nothing(tmp_pat
     assert len(acked) > KILLS  # the writers did make progress
     from walctl.store import manifest as mf
     doc = mf.load_latest(open_store(store_dir))
-    background_commits = doc["number"] - rerun_commits
+    background_commits = doc.number - rerun_commits
     # a kill between an upload's prepare and its commit leaves the prepared ids behind (gc's job)
-    interrupted = len(doc["prepared"])
+    interrupted = len(doc.prepared)
     assert background_commits >= KILLS // 2  # the writers uploaded themselves, again and again
     assert interrupted >= 1  # and some kills landed in the middle of one
     print(f"\nwriter-side upload harness: {KILLS} kills, {background_commits} commits by the writers, "

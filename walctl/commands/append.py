@@ -257,7 +257,7 @@ def _start_background(device: str, writer, store, endpoint_url, upload_at_bytes)
     uploader = None
     if upload_at_bytes is not None:
         from walctl.store import open_store
-        from walctl.store.upload import BackgroundUploader
+        from walctl.pipeline.upload import BackgroundUploader
 
         try:
             # Capped at half the ring: an upload must be able to run while the other half fills.

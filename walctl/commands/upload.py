@@ -62,7 +62,7 @@ def upload_cmd(
     from walctl.metrics import MetricsRun
     from walctl.sizes import format_size, parse_size
     from walctl.store import open_store, store_exists
-    from walctl.store.upload import upload
+    from walctl.pipeline.upload import upload
 
     labels = {"device": device, "store": store, "node_id": _node_id(device)} if metrics_file else None
     with MetricsRun(metrics_file, "upload", enabled=not dry_run, on_warning=warn, labels=labels) as metrics:

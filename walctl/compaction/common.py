@@ -122,10 +122,9 @@ def fence_and_prepare(store, count: int, namespace: str, command: str) -> tuple[
     """Bump ``compactor_epoch`` (fencing older compactors) and prepare ``count`` output ids."""
     state: dict = {}
 
-    def start(m: dict) -> None:
-        m["compactor_epoch"] += 1
-        state["epoch"] = m["compactor_epoch"]
-        state["prepared"] = mf.prepare_ids(m, count, namespace)
+    def start(m: mf.Manifest) -> None:
+        state["epoch"] = m.fence()
+        state["prepared"] = m.prepare(count, namespace)
 
     mf.commit(store, start, command=f"{command} (fence + prepare)")
     return state["epoch"], state["prepared"]
@@ -146,28 +145,25 @@ def commit_replacement(store, *, epoch: int, inputs: list[dict], prepared: list[
     by_key = {p["key"]: p["id"] for p in prepared}
     data_time = max((o.get("data_time", 0) for o in inputs), default=0)
 
-    def finish(m: dict) -> None:
-        if m["compactor_epoch"] != epoch:
-            raise RefusedError(f"fenced: another compactor started (epoch {epoch} -> {m['compactor_epoch']}); "
+    def finish(m: mf.Manifest) -> None:
+        if m.compactor_epoch != epoch:
+            raise RefusedError(f"fenced: another compactor started (epoch {epoch} -> {m.compactor_epoch}); "
                                "this run commits nothing", where=store.url, hint="its objects are left for gc")
-        gone = sorted(input_ids - {o["id"] for o in m["objects"]})
+        gone = sorted(input_ids - m.live_ids())
         if gone:
             raise RefusedError(f"input objects {gone} are no longer live; this run commits nothing",
                                where=store.url, hint="rerun compact")
         ours = set(by_key.values())
-        if not ours <= {p["id"] for p in m["prepared"]}:
+        if not ours <= m.prepared_ids():
             raise RefusedError("the prepared output ids were collected by gc during the run",
                                where=store.url, hint="rerun compact with a longer gc --grace")
-        now = time.time()
-        m["deleting"].extend({"id": o["id"], "key": o["key"], "marked_at": now}
-                             for o in m["objects"] if o["id"] in input_ids)
-        m["objects"] = [o for o in m["objects"] if o["id"] not in input_ids]
-        m["prepared"] = [p for p in m["prepared"] if p["id"] not in ours]
+        outputs = []
         for out in made:
             oid = by_key[out["key"]]
             order_id = sso_order_id if out["kind"] == "SSO" and sso_order_id is not None else oid
-            m["objects"].append({"id": oid, "key": out["key"], "kind": out["kind"], "size": out["size"],
-                                 "order_id": order_id, "data_time": data_time, "ranges": out["ranges"]})
+            outputs.append({"id": oid, "key": out["key"], "kind": out["kind"], "size": out["size"],
+                            "order_id": order_id, "data_time": data_time, "ranges": out["ranges"]})
+        m.replace(input_ids, outputs, reserved=ours, now=time.time())
         if also is not None:
             also(m)
 

@@ -87,20 +87,18 @@ def _so_range(obj: dict) -> tuple[int, int, int]:
     return int(r["stream_id"]), int(r["start"]), int(r["end"])
 
 
-def plan_groups(doc: dict, target_size: int, *, max_group_objects: int = MAX_GROUP_OBJECTS) -> SoPlan:
+def plan_groups(doc: mf.Manifest, target_size: int, *, max_group_objects: int = MAX_GROUP_OBJECTS) -> SoPlan:
     """Which SOs merge into which (AutoMQ's group0) and which are dropped as expired. Pure."""
     if not isinstance(target_size, int) or target_size < 1:
         raise UsageError(f"SO target size must be a positive number of bytes, got {target_size!r}")
     per_stream: dict[int, list[tuple[int, int, dict]]] = {}
     expired: list[tuple[dict, str]] = []
-    for o in doc["objects"]:
-        if o["kind"] != "SO":
-            continue
+    for o in doc.live("SO"):
         sid, start, end = _so_range(o)
-        known = doc["streams"].get(str(sid))
+        known = doc.stream(sid)
         if known is None:
             expired.append((o, DROP_DELETED))
-        elif end <= known["start"]:
+        elif end <= known.start:
             expired.append((o, DROP_EXPIRED))
         else:
             per_stream.setdefault(sid, []).append((start, end, o))

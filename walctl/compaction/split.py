@@ -62,14 +62,14 @@ class Run:
         return self.end - self.start
 
 
-def _runs(sso: dict, index: ObjectIndex, streams: dict) -> tuple[list[Run], list[tuple[IndexEntry, str]]]:
+def _runs(sso: dict, index: ObjectIndex, doc: mf.Manifest) -> tuple[list[Run], list[tuple[IndexEntry, str]]]:
     per_stream: dict[int, list[IndexEntry]] = {}
     dropped: list[tuple[IndexEntry, str]] = []
     for e in index.entries:
-        known = streams.get(str(e.stream_id))
+        known = doc.stream(e.stream_id)
         if known is None:
             dropped.append((e, DROP_DELETED))
-        elif e.end_offset <= known["start"]:
+        elif e.end_offset <= known.start:
             dropped.append((e, DROP_STREAM_START))
         else:
             per_stream.setdefault(e.stream_id, []).append(e)
@@ -163,8 +163,8 @@ def force_split(store, *, older_than_s: float | None = None, max_objects: int = 
     started = time.monotonic()
     now = time.time() if now is None else now
     doc = mf.load_latest(store)
-    ssos = sorted((o for o in doc["objects"] if o["kind"] == "SSO"
-                   and (older_than_s is None or o.get("data_time", 0) <= now - older_than_s)),
+    ssos = sorted((o for o in doc.live("SSO")
+                   if (older_than_s is None or o.get("data_time", 0) <= now - older_than_s)),
                   key=lambda o: (o["order_id"], o["id"]))[:max_objects]
     result = SplitResult(ssos, dry_run, read_rate_bps=read_rate_bps, write_rate_bps=write_rate_bps,
                          older_than_s=older_than_s)
@@ -175,7 +175,7 @@ def force_split(store, *, older_than_s: float | None = None, max_objects: int = 
     runs: list[Run] = []
     dropped: list[tuple[dict, IndexEntry, str]] = []
     for o in ssos:
-        rs, ds = _runs(o, indexes[o["id"]], doc["streams"])
+        rs, ds = _runs(o, indexes[o["id"]], doc)
         runs.extend(rs)
         dropped.extend((o, e, why) for e, why in ds)
     plan = coverage_plan(ssos, runs, dropped)

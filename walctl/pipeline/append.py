@@ -36,8 +36,8 @@ def first_base_offset(opened, stream_id: int, base_offset: int | None, *, device
             if on_warning is not None:
                 on_warning(f"{store_url}: the store does not exist yet, so stream {stream_id} starts at offset 0")
             return 0
-        known = manifest.load_latest(st)["streams"].get(str(stream_id))
-        return known["end"] if known else 0
+        known = manifest.load_latest(st).stream(stream_id)
+        return known.end if known else 0
     if opened.header.trim_offset < 0 or (checkpoint is not None and checkpoint.complete):
         return 0  # the log has never held this stream (and no store named): the stream is new
     raise UsageError(f"stream {stream_id} has no record left in the WAL after trimming", where=device,

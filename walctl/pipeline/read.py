@@ -226,23 +226,22 @@ class StreamReader:
             yield from self._wal_pass(doc)
         self._update_stats()
 
-    def _store_pass(self, doc: dict, *, first: bool, follow: bool) -> Iterator[ReadRecord | ReadFinding]:
+    def _store_pass(self, doc: mf.Manifest, *, first: bool, follow: bool) -> Iterator[ReadRecord | ReadFinding]:
         sid = self.stream_id
-        stream = doc["streams"].get(str(sid))
+        stream = doc.stream(sid)
         if stream is None:
             if first and self.wal is None and not follow:
                 raise NotFoundError(f"no stream {sid} in the store", where=self.store.url,
                                     hint="'walctl ls --store URL' lists the streams")
             return
         if self.next is None:
-            self.next = stream["start"]
-        elif self.next < stream["start"]:
-            yield self._finding(ReadFinding(TRIMMED, f"offsets [{self.next}, {stream['start']}) are below the "
+            self.next = stream.start
+        elif self.next < stream.start:
+            yield self._finding(ReadFinding(TRIMMED, f"offsets [{self.next}, {stream.start}) are below the "
                                             f"stream's start (deleted by retention or compaction)",
-                                            self.next, stream["start"]))
-            self.next = stream["start"]
-        ranges = sorted(((r["start"], r["end"], o) for o in doc["objects"] for r in o["ranges"]
-                         if r["stream_id"] == sid), key=lambda t: (t[0], t[2].get("order_id", t[2]["id"])))
+                                            self.next, stream.start))
+            self.next = stream.start
+        ranges = sorted(doc.ranges_of(sid), key=lambda t: (t[0], t[2].get("order_id", t[2]["id"])))
         pass_end = None  # end of the previous range of this manifest: ranges must not overlap
         for start, end, o in ranges:
             if self._done():
@@ -272,7 +271,7 @@ class StreamReader:
             yield from self._read_object(o, end, later)
         if self._done():
             return
-        end = stream["end"]
+        end = stream.end
         stop = end if self.to_offset is None else min(end, self.to_offset)
         if self.next < stop:
             yield self._finding(ReadFinding(GAP, f"stream {sid}: the manifest says the stream ends at {end}, but "
@@ -530,7 +529,7 @@ class StreamReader:
 
     # -- the WAL's tail -----------------------------------------------------------------------
 
-    def _wal_pass(self, doc: dict) -> Iterator[ReadRecord | ReadFinding]:
+    def _wal_pass(self, doc: mf.Manifest) -> Iterator[ReadRecord | ReadFinding]:
         """The stream's records in the WAL after its last uploaded record (read-only, no lock)."""
         from walctl.wal import reader
         from walctl.wal.ops import open_reader
@@ -538,7 +537,7 @@ class StreamReader:
         session = open_reader(self.wal)
         try:
             header = session.state.header
-            mark = doc["wal_uploads"].get(str(header.node_id))
+            mark = doc.upload_mark(header.node_id)
             uploaded = mark["offset"] if mark else -1
             result = reader.ScanResult(header, reader.Ring(header.capacity))
             for event in reader.scan(session.dev, header, result=result, probe=session.writer_pid is None):

@@ -300,7 +300,7 @@ class Run:
         store = open_store(self.result.store)
         doc = mf.load_latest(store)
         got: dict[int, dict[int, bytes]] = {}
-        for o in doc["objects"]:
+        for o in doc.objects:
             data = store.read_all(o["key"])
             expect_eq(len(data), o["size"], f"size of object {o['key']}")
             footer, entries = obj.parse_tail(data, len(data))
@@ -323,12 +323,12 @@ class Run:
                 expect(got[sid][soff] == payload, f"stream {sid} offset {soff}: payload differs from what was "
                                                   f"appended ({len(got[sid][soff])} bytes read, {len(payload)} "
                                                   f"written)")
-        for sid, ranges in ((int(k), v) for k, v in doc["streams"].items()):
+        for sid, span in doc.streams.items():
             if sid in want:
-                expect_eq((ranges["start"], ranges["end"]), (min(want[sid]), max(want[sid]) + 1),
+                expect_eq((span.start, span.end), (min(want[sid]), max(want[sid]) + 1),
                           f"manifest range of stream {sid}")
         records = sum(len(v) for v in want.values())
-        return f"{len(doc['objects'])} objects, {records} records, every payload as appended"
+        return f"{len(doc.objects)} objects, {records} records, every payload as appended"
 
 
 # -- set-up and clean-up ------------------------------------------------------------------------

@@ -88,7 +88,7 @@ def read_indexes(store, objects: list[dict]) -> tuple[dict, int]:
     return indexes, gets
 
 
-def check_retention(doc: dict, retention: dict[int, int]) -> None:
+def check_retention(doc: mf.Manifest, retention: dict[int, int]) -> None:
     """--retention-start must name a known stream and an offset within it (never past its end).
 
     Raises:
@@ -96,13 +96,13 @@ def check_retention(doc: dict, retention: dict[int, int]) -> None:
         UsageError: the offset is past the stream's end offset.
     """
     for sid, offset in sorted(retention.items()):
-        known = doc["streams"].get(str(sid))
+        known = doc.stream(sid)
         if known is None:
             raise NotFoundError(f"--retention-start {sid}={offset}: no stream {sid} in the store",
                                 hint="see the streams with walctl ls")
-        if offset > known["end"]:
-            raise UsageError(f"--retention-start {sid}={offset} is past the end of stream {sid} ({known['end']})",
-                             hint=f"give an offset <= {known['end']}; {known['end']} drops all its data")
+        if offset > known.end:
+            raise UsageError(f"--retention-start {sid}={offset} is past the end of stream {sid} ({known.end})",
+                             hint=f"give an offset <= {known.end}; {known.end} drops all its data")
 
 
 def min_part_for(store) -> int:
@@ -167,10 +167,10 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
     doc = mf.load_latest(store)
     retention = dict(retention or {})
     check_retention(doc, retention)
-    candidates = sorted((o for o in doc["objects"] if o["kind"] == "SSO"), key=lambda o: (o["order_id"], o["id"]))
+    candidates = sorted(doc.live("SSO"), key=lambda o: (o["order_id"], o["id"]))
     candidates = candidates[:max_objects]
     indexes, index_gets = read_indexes(store, candidates)
-    plan = plan_compaction(doc, indexes, memory_limit=memory_limit, split_size=split_size,
+    plan = plan_compaction(doc.to_json(), indexes, memory_limit=memory_limit, split_size=split_size,
                            max_objects=max_objects, retention=retention, min_part=min_part_for(store))
     result = CompactResult(plan, plan.idle, dry_run, objects_in=len(plan.inputs),
                            objects_out=len(plan.outputs), index_gets=index_gets)
@@ -190,10 +190,9 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
     outputs = plan.outputs
     state: dict = {}
 
-    def start(m: dict) -> None:
-        m["compactor_epoch"] += 1
-        state["epoch"] = m["compactor_epoch"]
-        state["prepared"] = mf.prepare_ids(m, len(outputs), namespace)
+    def start(m: mf.Manifest) -> None:
+        state["epoch"] = m.fence()
+        state["prepared"] = m.prepare(len(outputs), namespace)
 
     with signals_deferred():
         mf.commit(store, start, command="compact (fence + prepare)")
@@ -224,11 +223,9 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
     failpoint("compact-before-commit")
     check_made(plan, made)
 
-    def set_retention(m: dict) -> None:
+    def set_retention(m: mf.Manifest) -> None:
         for sid, start_offset in retention.items():
-            s = m["streams"].get(str(sid))
-            if s is not None:
-                s["start"] = max(s["start"], start_offset)
+            m.retain(sid, start_offset)
 
     with signals_deferred():  # an interrupt waits for the commit, then finds the result complete
         result.commit_number = commit_replacement(

@@ -56,13 +56,13 @@ def gc(store: Store, *, grace_s: float = DEFAULT_GRACE_S, dry_run: bool = False,
     now = time.time() if now is None else now
     result = GcResult(dry_run=dry_run)
 
-    def expired_prepared(m: dict) -> list[dict]:
+    def expired_prepared(m: mf.Manifest) -> list[dict]:
         # Prepared ids expire by the TTL set when they were reserved (an upload or compaction may
         # still be writing them), not by --grace, which is the readers' grace for replaced objects.
-        return [p for p in m["prepared"] if p["expires_at"] <= now]
+        return [p for p in m.prepared if p["expires_at"] <= now]
 
-    def expired_deleting(m: dict) -> list[dict]:
-        return [d for d in m["deleting"] if now - d["marked_at"] >= grace_s]
+    def expired_deleting(m: mf.Manifest) -> list[dict]:
+        return [d for d in m.deleting if now - d["marked_at"] >= grace_s]
 
     doc = mf.load_latest(store, required=True)  # no manifest: not a walctl store, delete nothing
     if expired_prepared(doc) or expired_deleting(doc):
@@ -70,24 +70,22 @@ def gc(store: Store, *, grace_s: float = DEFAULT_GRACE_S, dry_run: bool = False,
             result.forgotten_prepared = [p["id"] for p in expired_prepared(doc)]
             result.forgotten_deleting = [d["id"] for d in expired_deleting(doc)]
         else:
-            def forget(m: dict) -> None:
-                gone_p, gone_d = expired_prepared(m), expired_deleting(m)
-                result.forgotten_prepared = [p["id"] for p in gone_p]
-                result.forgotten_deleting = [d["id"] for d in gone_d]
-                m["prepared"] = [p for p in m["prepared"] if p not in gone_p]
-                m["deleting"] = [d for d in m["deleting"] if d not in gone_d]
+            def forget(m: mf.Manifest) -> None:
+                result.forgotten_prepared = [p["id"] for p in expired_prepared(m)]
+                result.forgotten_deleting = [d["id"] for d in expired_deleting(m)]
+                m.forget(result.forgotten_prepared, result.forgotten_deleting)
 
             committed = mf.commit(store, forget, command="gc")
             result.commit_number = committed.number
             doc = committed.manifest
             failpoint("gc-after-commit")  # a rerun deletes what this run would have
     failpoint("gc-before-delete")
-    referenced = mf.referenced_ids(doc)
+    referenced = doc.referenced_ids()
     if dry_run:
         referenced -= set(result.forgotten_prepared) | set(result.forgotten_deleting)
     for info in store.list():
         object_id = _object_id_of(info.key)
-        if object_id is None or object_id in referenced or object_id >= doc["next_object_id"]:
+        if object_id is None or object_id in referenced or object_id >= doc.next_object_id:
             continue
         result.deleted_objects.append(info.key)
         if not dry_run:
@@ -99,7 +97,7 @@ def gc(store: Store, *, grace_s: float = DEFAULT_GRACE_S, dry_run: bool = False,
     if open_uploads is not None:
         for key in open_uploads():
             object_id = _object_id_of(key)
-            if object_id is None or object_id in referenced or object_id >= doc["next_object_id"]:
+            if object_id is None or object_id in referenced or object_id >= doc.next_object_id:
                 continue
             result.aborted_uploads.append(key)
             if not dry_run:

@@ -53,7 +53,7 @@ def resolve(target: str, store_url: str | None, endpoint_url: str | None, namesp
         from walctl.store import manifest as mf
 
         doc = mf.load_latest(store)
-        known = any(e["key"] == key for e in doc["objects"] + doc["deleting"])
+        known = doc.names(key)
     return store, key, known
 
 
@@ -75,9 +75,9 @@ def _resolve(target: str, store_url: str | None, endpoint_url: str | None, names
     if target.isdigit():
         doc = mf.load_latest(store)
         object_id = int(target)
-        for entry in doc["objects"] + doc["prepared"] + doc["deleting"]:
-            if entry["id"] == object_id:
-                return store, entry["key"]
+        entry = doc.entry(object_id)
+        if entry is not None:
+            return store, entry["key"]
         # Not in a walctl manifest (an AutoMQ bucket has none): look under the namespace given, else
         # walctl's "default" and AutoMQ's "DEFAULT" (ObjectUtils' namespace).
         spaces = [namespace] if namespace else [mf.DEFAULT_NAMESPACE, AUTOMQ_NAMESPACE]

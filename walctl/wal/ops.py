@@ -406,6 +406,49 @@ def trim_wal(path: str, offset: int, *, scan: bool = False) -> TrimResult:
     return TrimResult(previous, offset, deleted, len(offsets) - deleted, writer.header, end, True)
 
 
+def trim_scanned(path: str, offset: int) -> TrimResult:
+    """Trim to ``offset``, a record the caller has just read in a scan of its own (upload).
+
+    Nothing of the log is scanned again: with the writer lock, the record header at ``offset``
+    is checked (it carries its own logical offset, so bytes of an earlier lap never pass) and
+    one header slot is written with the new trim point; the shutdown type and checkpoint stay
+    as they are (nextOffset too, unless it lay behind the record). A crashed writer's log
+    stays marked ungraceful: the next writer recovers (scans and seals) it, from the new trim
+    point on.
+
+    Raises:
+        RefusedError: a writer holds the lock. UsageError: ``offset`` is not after the trim
+        point, past the log's end (a clean log), or no data record.
+    """
+    dev = open_device(path, writable=True)
+    try:
+        state = read_wal_state(dev, path)
+        header = state.header
+        if header.flavour != "walctl":
+            raise RefusedError(f"{header.flavour} WAL: walctl reads it for forensics but never writes to it",
+                               where=path)
+        previous = header.trim_offset
+        if offset <= previous:
+            raise UsageError(f"trim offset {offset} is not after the current trim point {previous}",
+                             where=path, hint="the trim point only moves forward")
+        checkpoint = trusted_checkpoint(state)
+        end = checkpoint.log_end if checkpoint is not None else header.next_offset
+        if header.clean and offset >= end:
+            raise UsageError(f"no live record starts at offset {offset}: the log ends at {end}", where=path,
+                             hint="give an offset that append, upload or recover printed")
+        try:
+            head = check_record_at(dev, Ring(header.capacity), offset)
+        except UsageError as exc:
+            raise exc.at(path)
+        # A crashed writer's nextOffset is not trusted, but it must not fall behind the trim
+        # point (as a running writer's trim keeps it): the record's end is a true lower bound.
+        state = write_header(dev, state, header.with_(trim_offset=offset,
+                                                      next_offset=max(header.next_offset, align_up(head.end))))
+    finally:
+        dev.close()
+    return TrimResult(previous, offset, None, None, state.header, end, False)
+
+
 NEAR_SEARCH_BYTES = 1 << 20  # how far before a wrong trim offset to look for a block start (the hint)
 
 

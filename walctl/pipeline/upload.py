@@ -7,7 +7,8 @@ Crash safety, step by step:
 3. commit a manifest that *prepares* the object ids;
 4. write the objects;
 5. commit a manifest that makes them live and advances the WAL's uploaded offset;
-6. trim the WAL to the last uploaded record (with the writer lock).
+6. trim the WAL to the last uploaded record (with the writer lock; its header is checked,
+   the log is not scanned again).
 A kill anywhere leaves either prepared ids (gc removes their objects) or records
 that the rerun skips; the WAL is never trimmed past what a commit holds.
 """
@@ -29,14 +30,19 @@ from walctl.store import manifest as mf
 from walctl.defaults import DEFAULT_BLOCK_SIZE, DEFAULT_SPLIT_SIZE  # payload per DataBlock; own Stream Object above
 
 DEFAULT_TRIM_TIMEOUT_S = 30.0  # how long upload waits for a running writer to take its trim
+# An upload of at most this many record bytes keeps the bodies the scan read and builds its
+# objects from them: each WAL byte is read once. A larger one keeps none (memory must not grow
+# with the WAL) and reads the records again, object by object. Well under issue 19's 256 MiB.
+KEEP_SCANNED_BYTES = 64 << 20
 
 
 class Segment:
     """A contiguous run of one stream's batches in the WAL, kept compact: 12 bytes a record.
 
-    Upload remembers where each batch is (its WAL offset) and its record body's crc, not its
-    bytes: the objects are built by reading the batches again (``_WalBatches``), which checks
-    each is still the record scanned, so memory does not grow with the WAL's bytes.
+    Upload remembers where each batch is (its WAL offset) and its record body's crc; its bytes
+    only while the upload's bodies fit KEEP_SCANNED_BYTES. Beyond that the objects are built by
+    reading the batches again (``_WalBatches``), which checks each is still the record scanned,
+    so memory does not grow with the WAL's bytes.
     """
 
     __slots__ = ("stream_id", "start", "end", "wal", "crcs", "bytes")
@@ -128,7 +134,8 @@ class _Bad(NamedTuple):
 
 
 class _Records:
-    """What upload keeps of the WAL's records while the scan streams past: no record's bytes.
+    """What upload keeps of the WAL's records while the scan streams past: where each one is,
+    and their bodies only while they add up to at most ``keep_bytes`` (then none).
 
     Each live record is sorted as it is read: skipped (at or below the uploaded mark; checked
     to be in the store), bad (no StreamRecordBatch), or to upload (appended to its stream's
@@ -138,8 +145,10 @@ class _Records:
     scan yields a finding before the records after it).
     """
 
-    def __init__(self, doc: dict, mark: dict | None, scan):
+    def __init__(self, doc: mf.Manifest, mark: dict | None, scan, keep_bytes: int = 0):
         self.doc = doc
+        self.kept: dict[int, bytes] | None = {} if keep_bytes > 0 else None  # WAL offset -> body
+        self._keep_left = keep_bytes
         self.mark = mark
         self.uploaded = mark["offset"] if mark else -1
         self.scan = scan
@@ -182,18 +191,19 @@ class _Records:
         if offset <= self.uploaded:
             self.skipped.append(offset)
             self._before[batch.stream_id] = offset
-            if self.not_in_store is None and not _in_store(self.doc, batch):
+            if self.not_in_store is None and not self.doc.holds(batch.stream_id, batch.base_offset,
+                                                                batch.end_offset):
                 self.not_in_store = offset
             return
         sid, base, end = batch.stream_id, batch.base_offset, batch.end_offset
         segs = self.segments.get(sid)
         if segs is None:
-            known = self.doc["streams"].get(str(sid))
-            if known is not None and base != known["end"]:
-                if base < known["end"]:
-                    self.events.append((offset, "store_overlap", (sid, known["end"], base)))
+            known = self.doc.stream(sid)
+            if known is not None and base != known.end:
+                if base < known.end:
+                    self.events.append((offset, "store_overlap", (sid, known.end, base)))
                 else:
-                    self.events.append((offset, "gap", (sid, known["end"], base, self._before.get(sid))))
+                    self.events.append((offset, "gap", (sid, known.end, base, self._before.get(sid))))
             segs = self.segments[sid] = [Segment(sid, base)]
         else:
             prev_offset, prev_base, prev_end = self._last[sid]
@@ -204,6 +214,12 @@ class _Records:
                 segs.append(Segment(sid, base))
         crc = _body_crc(entry)
         segs[-1].add(offset, end, len(entry.body), crc)
+        if self.kept is not None:
+            self._keep_left -= len(entry.body)
+            if self._keep_left >= 0:
+                self.kept[offset] = entry.body
+            else:
+                self.kept = None  # too many bytes to hold: the objects read the WAL again
         self._last[sid] = (offset, base, end)
         self.last_mark = {"offset": offset, "stream_id": sid, "base_offset": base, "body_crc": crc}
 
@@ -280,16 +296,19 @@ class _Batch(NamedTuple):
 
 
 class _WalBatches:
-    """Reads the batches of a Segment back from the WAL, checking each is still the one scanned.
+    """The batches of a Segment: the bodies the scan kept, else read back from the WAL, checking
+    each is still the one scanned.
 
     One aligned 1 MiB chunk is cached (reader.LogReader): a stream's batches are read in log
     order, so a Stream Object costs one pass over its bytes; streams interleaved in the WAL cost
     a read of the chunks they share per stream.
     """
 
-    def __init__(self, wal_path: str, header):
+    def __init__(self, wal_path: str, header, end: int, kept: dict[int, bytes] | None = None):
         self.where = wal_path
         self.header = header
+        self.end = end  # the end of the scanned log: no chunk reads more than a 4 KiB block past it
+        self.kept = kept  # the bodies the scan kept (WAL offset -> body): not read again
 
     def _changed(self, seg: Segment, offset: int, what: str) -> RefusedError:
         return RefusedError(f"the WAL changed during the upload: the record of stream {seg.stream_id} at WAL "
@@ -298,18 +317,26 @@ class _WalBatches:
                                  "already uploaded")
 
     def batches(self, seg: Segment) -> Iterator[_Batch]:
-        """The segment's batches in order; the WAL is open (read-only, no lock) while they are read."""
+        """The segment's batches in order; the WAL is open (read-only, no lock) while they are read,
+        unless the scan kept their bodies."""
         from walctl.device import open_device
         from walctl.wal import reader
+
+        kept = self.kept
+        if kept is not None and all(offset in kept for offset in seg.wal):
+            # The scan's own bytes: no need to check they are still the records it read.
+            yield from self._read(seg, lambda offset: (kept[offset], None), recheck=False)
+            return
 
         dev = open_device(self.where, writable=False)
         try:
             log = reader.LogReader(dev, reader.Ring(self.header.capacity))
+            log.stop = self.end
             yield from self._read(seg, log.data_record)  # header and body checked as the scan checks them
         finally:
             dev.close()
 
-    def _read(self, seg: Segment, data_record) -> Iterator[_Batch]:
+    def _read(self, seg: Segment, data_record, recheck: bool = True) -> Iterator[_Batch]:
         from walctl.format.crc import crc32c
 
         expected = seg.start
@@ -320,7 +347,7 @@ class _WalBatches:
             if found is None:
                 raise self._changed(seg, offset, "is no intact record now")
             data = found[0]
-            if crc32c(data) != crcs[i]:
+            if recheck and crc32c(data) != crcs[i]:
                 raise self._changed(seg, offset, "is another record now")
             magic, sid, _, base, count = _BATCH_HEAD.unpack_from(data)
             end = base + count
@@ -369,9 +396,9 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
         # The manifest first: the scan sorts each record as it reads it and keeps no record's bytes.
         doc = mf.load_latest(store)
         node_key = str(header.node_id)
-        mark = doc["wal_uploads"].get(node_key)
+        mark = doc.upload_mark(node_key)
         scan = reader.ScanResult(header, reader.Ring(header.capacity))
-        records = _Records(doc, mark, scan)
+        records = _Records(doc, mark, scan, KEEP_SCANNED_BYTES)
         findings = []
         for event in reader.scan(dev, header, result=scan, probe=locked):
             if isinstance(event, reader.Finding):
@@ -412,7 +439,7 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
     result.skipped_records = len(records.skipped)
     streams, after_gaps = records.streams(holes, accepted, wal_path, result.warnings, result.gaps)
     used = {(g["stream_id"], g["from"], g["to"]) for g in result.gaps if g["cause"] == "accepted"}
-    recorded = {(g["stream_id"], g["from"], g["to"]) for g in doc.get("stream_gaps", [])}
+    recorded = {(g["stream_id"], g["from"], g["to"]) for g in doc.stream_gaps or ()}
     for sid, lo, hi in sorted(accepted - used):
         if (sid, lo, hi) in recorded:
             result.warnings.append(f"--accept-gap {sid}:{lo}-{hi}: already recorded in the manifest")
@@ -434,17 +461,18 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
         return result
 
     if plan:
-        expected_ends = {sid: (doc["streams"].get(str(sid)) or {}).get("end") for sid in streams}
+        expected_ends = {sid: _end(doc, sid) for sid in streams}
         prepared: list[dict] = []
 
-        def prepare(m: dict) -> None:
-            prepared[:] = mf.prepare_ids(m, len(plan), namespace)
+        def prepare(m: mf.Manifest) -> None:
+            prepared[:] = m.prepare(len(plan), namespace)
 
         mf.commit(store, prepare, command="upload (prepare)")
         made = []
-        # Objects are built and sent a DataBlock at a time from a second read of the WAL (no
-        # lock: the records are checked to be the ones scanned), so memory stays bounded.
-        fetch = _WalBatches(wal_path, header)
+        # Objects are built and sent a DataBlock at a time from the bodies the scan kept, or (more
+        # than KEEP_SCANNED_BYTES) from a second read of the WAL (no lock: the records are checked
+        # to be the ones scanned), so memory stays bounded.
+        fetch = _WalBatches(wal_path, header, scan.end_offset, records.kept)
         try:
             failpoint("upload-after-prepare")
             for planned, reservation in zip(plan, prepared):
@@ -463,32 +491,23 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
             _release(store, prepared, result.warnings)
             raise
 
-        def make_live(m: dict) -> None:
-            ids = {o["id"] for o in made}
-            still = {p["id"] for p in m["prepared"]}
-            if not ids <= still:
+        def make_live(m: mf.Manifest) -> None:
+            if not {o["id"] for o in made} <= m.prepared_ids():
                 raise RefusedError("the prepared object ids were collected by gc during the upload",
                                    where=store.url, hint="rerun upload; nothing was lost")
-            if m["wal_uploads"].get(node_key) != mark:
+            if m.upload_mark(node_key) != mark:
                 raise RefusedError(f"another upload of this WAL (node {node_key}) committed first",
                                    where=store.url, hint="rerun upload: it skips what is already uploaded")
             for sid, end in expected_ends.items():
-                now_end = (m["streams"].get(str(sid)) or {}).get("end")
+                now_end = _end(m, sid)
                 if now_end != end:
                     raise RefusedError(f"stream {sid} changed in the store during the upload "
                                        f"(end {end} -> {now_end})", where=store.url, hint="rerun upload")
-            m["prepared"] = [p for p in m["prepared"] if p["id"] not in ids]
-            m["objects"].extend(made)
-            for obj in made:
-                for r in obj["ranges"]:
-                    s = m["streams"].setdefault(str(r["stream_id"]), {"start": r["start"], "end": r["end"]})
-                    s["start"] = min(s["start"], r["start"])
-                    s["end"] = max(s["end"], r["end"])
-            m["wal_uploads"][node_key] = last_todo_mark
+            m.make_live(made)
+            m.advance(node_key, last_todo_mark)
             if result.gaps:  # why these streams have gaps: a crash, or the operator's --accept-gap
                 now = time.time()
-                m.setdefault("stream_gaps", []).extend(
-                    {**g, "node_id": header.node_id, "time": now} for g in result.gaps)
+                m.add_gaps([{**g, "node_id": header.node_id, "time": now} for g in result.gaps])
 
         committed = mf.commit(store, make_live, command="upload")
         result.commit_number = committed.number
@@ -524,11 +543,7 @@ def _release(store, prepared: list[dict], warnings: list[str]) -> None:
     try:
         for p in prepared:
             store.delete(p["key"])
-
-        def release(m: dict) -> None:
-            m["prepared"] = [p for p in m["prepared"] if p["id"] not in ids]
-
-        mf.commit(store, release, command="upload (roll back)")
+        mf.commit(store, lambda m: m.release(ids), command="upload (roll back)")
     except Exception as exc:  # the original error is the one to report
         warnings.append(f"could not roll back the prepared objects {sorted(ids)} ({exc}); "
                         f"they expire within an hour and gc deletes them")
@@ -567,15 +582,10 @@ def _check_same_wal(mark: dict, found_mark: tuple[int, dict] | None, scan, wal_p
             hint="the WAL was re-initialised, or two WALs share a node id: give each WAL its own --node-id")
 
 
-def _in_store(doc: dict, batch) -> bool:
-    """A batch is in the store when a live object's range holds it, or retention dropped it."""
-    stream = doc["streams"].get(str(batch.stream_id))
-    if stream is None:
-        return False
-    if batch.end_offset <= stream["start"]:
-        return True
-    return any(r["stream_id"] == batch.stream_id and r["start"] <= batch.base_offset and batch.end_offset <= r["end"]
-               for o in doc["objects"] for r in o["ranges"])
+def _end(doc: mf.Manifest, stream_id: int) -> int | None:
+    """The stream's end offset in the store, or None: the store has no such stream."""
+    span = doc.stream(stream_id)
+    return span.end if span is not None else None
 
 
 def _open_for_upload(wal_path: str, warnings: list[str]):
@@ -599,10 +609,11 @@ def _trim_after(wal_path: str, offset: int, warnings: list[str], timeout_s: floa
     socket (FORMATS.md 1.7), retrying up to ``timeout_s``; TrimPendingError when neither happened.
     A moved trim point (someone trimmed past it) only costs a warning (upload is idempotent)."""
     from walctl.wal.handoff import trim_or_hand_off
-    from walctl.wal.ops import trim_wal
+    from walctl.wal.ops import trim_scanned
 
     try:
-        how = trim_or_hand_off(wal_path, offset, timeout_s, trim_wal)
+        # The upload's scan has just read the record at ``offset``: the trim checks its header only.
+        how = trim_or_hand_off(wal_path, offset, timeout_s, trim_scanned)
         if how == "writer":
             warnings.append(f"{wal_path}: a writer is active; it took the trim to {offset}")
         return offset

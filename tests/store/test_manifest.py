@@ -1,0 +1,91 @@
+"""The manifest as a type (issue 12 item 3): the JSON on disk stays byte for byte what walctl wrote
+before it was one, and each named transition makes the edit the raw-dict code made."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from walctl.errors import CorruptionError
+from walctl.store import manifest as mf
+
+# Written by walctl before the manifest was a type (two uploads, one with an accepted gap, an SO
+# compaction, then a prepare): live SO and SSO objects, replaced objects, a prepared id, stream gaps.
+EXISTING = Path(__file__).parent / "data" / "manifest-v1.json"
+
+
+def test_an_existing_document_round_trips_byte_for_byte():
+    raw = EXISTING.read_bytes()
+    doc = mf.parse_manifest(raw, "manifest/00000000000000000009.json")
+    assert doc.encode() == raw
+    assert doc.number == 9 and doc.stream(1) == mf.StreamSpan(0, 21) and doc.stream(3) is None
+    assert doc.upload_mark(-1)["offset"] == 36864 and [g["cause"] for g in doc.stream_gaps] == ["accepted"]
+    assert doc.prepared_ids() == {6} and doc.live_ids() == {2, 4, 5} and doc.referenced_ids() == {1, 2, 3, 4, 5, 6}
+
+
+def test_a_commit_rewrites_an_existing_document_unchanged_but_its_commit_fields(local_store):
+    raw = EXISTING.read_bytes()
+    local_store.put(mf.manifest_key(9), raw, if_absent=True)
+    committed = mf.commit(local_store, lambda m: None, command="test: nothing")
+    new = json.loads(local_store.read_all(mf.manifest_key(10)))
+    old = json.loads(raw)
+    commit_fields = {"number", "parent", "commit_id", "time", "writer"}
+    assert {k: v for k, v in new.items() if k not in commit_fields} == \
+        {k: v for k, v in old.items() if k not in commit_fields}
+    assert (new["number"], new["parent"], committed.number) == (10, 9, 10)
+    assert local_store.read_all(mf.manifest_key(10)) == committed.manifest.encode()
+
+
+def test_no_stream_gaps_key_is_written_where_there_was_none_and_unknown_keys_are_kept():
+    doc = json.loads(EXISTING.read_bytes())
+    del doc["stream_gaps"]
+    doc["from_a_later_walctl"] = {"kept": [1, 2]}
+    raw = json.dumps(doc, indent=1, sort_keys=True).encode()
+    parsed = mf.parse_manifest(raw, "k")
+    assert parsed.stream_gaps is None and parsed.encode() == raw
+    assert mf.Manifest().to_json() == {
+        "version": 1, "number": 0, "parent": None, "commit_id": None, "time": None, "writer": None,
+        "next_object_id": 1, "compactor_epoch": 0, "streams": {}, "objects": [], "prepared": [], "deleting": [],
+        "wal_uploads": {}}
+
+
+@pytest.mark.parametrize("damage", [lambda d: d.pop("streams"), lambda d: d.update(streams={"x": {}}),
+                                    lambda d: d.update(version=2)])
+def test_a_malformed_document_is_corruption(damage):
+    doc = json.loads(EXISTING.read_bytes())
+    damage(doc)
+    with pytest.raises(CorruptionError):
+        mf.parse_manifest(json.dumps(doc).encode(), "k")
+
+
+def _obj(oid: int, sid: int, start: int, end: int) -> dict:
+    return {"id": oid, "key": mf.object_key(oid), "kind": "SO", "size": 10, "order_id": oid, "data_time": 1.0,
+            "ranges": [{"stream_id": sid, "start": start, "end": end, "bytes": 5}]}
+
+
+def test_the_transitions_make_the_documents_edits():
+    m = mf.Manifest()
+    prepared = m.prepare(3, "default", now=100.0)
+    assert prepared == [{"id": i, "key": mf.object_key(i), "prepared_at": 100.0,
+                         "expires_at": 100.0 + mf.PREPARE_TTL_S} for i in (1, 2, 3)]
+    assert m.next_object_id == 4
+    m.make_live([_obj(1, 7, 5, 10), _obj(2, 7, 0, 5)])  # the span grows both ways
+    m.advance(-1, {"offset": 0, "stream_id": 7, "base_offset": 5, "body_crc": 1})
+    assert m.to_json()["streams"] == {"7": {"start": 0, "end": 10}} and m.prepared_ids() == {3}
+    assert m.upload_mark("-1") == m.upload_mark(-1) == m.wal_uploads["-1"]
+    assert m.holds(7, 2, 4) and not m.holds(7, 10, 11) and not m.holds(8, 0, 1)
+    assert m.fence() == 1 and m.compactor_epoch == 1
+    m.replace({1, 2}, [_obj(3, 7, 0, 10)], reserved={3}, now=200.0)
+    assert m.live_ids() == {3} and m.prepared == []
+    assert m.deleting == [{"id": 1, "key": mf.object_key(1), "marked_at": 200.0},
+                          {"id": 2, "key": mf.object_key(2), "marked_at": 200.0}]
+    m.retain(7, 4)
+    m.retain(7, 2)  # never moves back
+    m.retain(9, 4)  # no such stream: nothing
+    assert m.stream(7) == mf.StreamSpan(4, 10) and m.holds(7, 0, 4) and 9 not in m.streams
+    m.forget(prepared_ids=(), deleting_ids={1})
+    assert [d["id"] for d in m.deleting] == [2]
+    m.add_gaps([{"stream_id": 7, "from": 10, "to": 12}])
+    assert m.to_json()["stream_gaps"] == [{"stream_id": 7, "from": 10, "to": 12}]

@@ -1,0 +1,60 @@
+"""What ``walctl ls`` shows of a store: its newest manifest and its last commits (FORMATS.md 5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from walctl.store import manifest as mf
+
+HISTORY = 5  # commits shown
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    number: int
+    commit_id: str | None
+    time: float | None
+    command: str | None  # the writer's command ("upload", "compact (fence + prepare)", ...)
+    host: str | None
+
+    def to_json(self) -> dict:
+        return {"number": self.number, "commit_id": self.commit_id, "time": self.time,
+                "command": self.command, "host": self.host}
+
+
+@dataclass
+class Listing:
+    store: str  # the URL as given
+    manifest: mf.Manifest
+    commits: list[CommitInfo]
+
+    def to_json(self) -> dict:
+        m = self.manifest
+        return {
+            "store": self.store, "manifest_number": m.number, "next_object_id": m.next_object_id,
+            "compactor_epoch": m.compactor_epoch,
+            "streams": [{"stream_id": sid, "start_offset": span.start, "end_offset": span.end}
+                        for sid, span in sorted(m.streams.items())],
+            "objects": [{"id": o["id"], "key": o["key"], "kind": o["kind"], "size_bytes": o["size"],
+                         "streams": o["ranges"]} for o in m.objects],
+            "prepared": m.prepared, "deleting": m.deleting, "wal_uploads": m.wal_uploads,
+            "last_commits": [c.to_json() for c in self.commits],
+        }
+
+
+def list_store(url: str, *, endpoint_url: str | None = None, history: int = HISTORY) -> Listing:
+    """The newest manifest of the store at ``url`` and its last ``history`` commits (read-only).
+
+    Raises:
+        NotFoundError: no store there, or no manifest (nothing uploaded yet).
+    """
+    from walctl.store import open_store
+
+    store = open_store(url, endpoint_url=endpoint_url, create=False)
+    doc = mf.load_latest(store, required=True)
+    commits = []
+    for number in mf.manifest_numbers(store)[-history:]:
+        m = mf.load(store, number)
+        writer = m.writer or {}
+        commits.append(CommitInfo(number, m.commit_id, m.time, writer.get("command"), writer.get("host")))
+    return Listing(url, doc, commits)
