@@ -64,13 +64,11 @@ def batches(source, framing: Framing, chunk: int = CHUNK) -> Iterator[tuple[memo
         data = read(chunk)
         if not data:
             break
-        buf = carry.add(data)
-        if buf is None:
-            continue  # the carried record is still incomplete
-        found = split(buf)
-        if found.count:
-            yield memoryview(buf), found
-        carry.keep(buf, found.next_pos)
+        for buf, start in carry.add(data):
+            found = split(buf, start)
+            if found.count:
+                yield memoryview(buf), found
+            carry.keep(buf, start, found.next_pos)
     tail = carry.rest()
     if not tail:
         return
@@ -87,47 +85,47 @@ def batches(source, framing: Framing, chunk: int = CHUNK) -> Iterator[tuple[memo
 class _Carry:
     """The bytes of the one record a read cut, kept until its end has arrived.
 
-    ``need`` is how many carried bytes make it parseable: for a length-prefixed record 4 (its
-    prefix), then 4 + its length; for a line, a newline in the newest read. Until then reads
-    are only collected (no join), so a record of n bytes costs O(n) whatever the read sizes.
+    Reads are only collected while it is incomplete (its length prefix, then its length, or a
+    newline still to come); when its end arrives, its bytes alone are joined (one copy of the
+    record, not of the read), and the read goes on from right after it.
     """
 
     def __init__(self, lines: bool):
         self.lines = lines
         self.parts: list = []
         self.size = 0
-        self.need = 1 if lines else 4
+        self.need: int | None = None  # length-prefixed: bytes of the carried record, once its prefix is known
         self.consumed = 0  # input bytes before the carried ones
 
-    def add(self, data: bytes):
-        """The buffer to parse now (carried bytes + data), or None while the carried record is incomplete."""
+    def add(self, data: bytes) -> list[tuple[bytes, int]]:
+        """The buffers to parse now, each with the position to start from."""
         if not self.parts:
-            return data
-        self.parts.append(data)
-        self.size += len(data)
+            return [(data, 0)]
         if self.lines:
-            if data.find(b"\n") < 0:
-                return None
-        elif self.size < self.need:
-            return None
-        buf = self._join()
-        if not self.lines and len(buf) >= 4:
-            needed = 4 + int.from_bytes(buf[:4], "big")
-            if len(buf) < needed:  # the prefix is complete now, the record not yet: wait for it
-                self.parts, self.size, self.need = [buf], len(buf), needed
-                return None
-        return buf
+            cut = data.find(b"\n") + 1  # the carried line ends at the read's first newline
+        else:
+            if self.need is None:  # the length prefix was cut: known once 4 bytes are here
+                prefix = (b"".join(self.parts) + data[:4])[:4]  # the carried part is < 4 bytes
+                if len(prefix) == 4:
+                    self.need = 4 + int.from_bytes(prefix, "big")
+            missing = self.need - self.size if self.need is not None else len(data) + 1
+            cut = missing if missing <= len(data) else 0
+        if not cut:
+            self.parts.append(data)
+            self.size += len(data)
+            return []
+        self.parts.append(memoryview(data)[:cut])
+        return [(self._join(), 0), (data, cut)]
 
-    def keep(self, buf: bytes, next_pos: int) -> None:
+    def keep(self, buf: bytes, start: int, next_pos: int) -> None:
         """Carry ``buf[next_pos:]`` (the incomplete record) over to the next read."""
-        self.consumed += next_pos
-        rest = len(buf) - next_pos
-        if not rest:
-            self.need = 1 if self.lines else 4
-            return
-        tail = memoryview(buf)[next_pos:]
-        self.parts, self.size = [tail], rest
-        self.need = 1 if self.lines or rest < 4 else 4 + int.from_bytes(tail[:4], "big")
+        self.consumed += next_pos - start
+        self.need = None
+        if next_pos < len(buf):
+            tail = memoryview(buf)[next_pos:]
+            self.parts, self.size = [tail], len(tail)
+            if len(tail) >= 4 and not self.lines:
+                self.need = 4 + int.from_bytes(tail[:4], "big")
 
     def _join(self) -> bytes:
         buf = b"".join(self.parts)
