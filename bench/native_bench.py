@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import struct
 import sys
 import time
@@ -174,11 +175,80 @@ def bench_size(size: int, buffer_bytes: int, rounds: int) -> list[tuple]:
     return rows
 
 
+def scan_compare(size: int, wal_mib: int, rounds: int) -> tuple:
+    """A WAL file of ``wal_mib`` MiB of ``size``-byte records (written by walctl append): the
+    recovery scan of today (walctl.wal.reader.scan) against 1 MiB preads + decode_records, and
+    a plain pread of the same bytes (page cache: the CPU cost only). -> (records, and the three
+    times, and append's records/s)."""
+    import os
+    import subprocess
+    import tempfile
+
+    from walctl.device import open_device
+    from walctl.wal.layout import Ring
+    from walctl.wal.ops import init_wal, read_wal_state
+    from walctl.wal.reader import ScanResult, scan
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wal = os.path.join(tmp, "wal")
+        init_wal(wal, (wal_mib + 16) << 20)
+        count = (wal_mib << 20) // (size + 24 + 33 + 4)
+        framed = b"".join(struct.pack(">I", size) + bytes([i % 251]) * size for i in range(count))
+        out = subprocess.run([sys.executable, "-m", "walctl", "append", wal, "--input", "-", "--framing",
+                              "length-prefixed", "--json"], input=framed, check=True, capture_output=True)
+        summary = json.loads(out.stdout.splitlines()[-1])
+        append_rate = summary["records"] / summary["seconds"]  # walctl's own clock: no interpreter start
+        dev = open_device(wal, writable=False)
+        try:
+            header = read_wal_state(dev, wal).header
+            ring = Ring(header.capacity, header.block_size)
+            res = ScanResult(header, ring)
+
+            def today():
+                return sum(1 for _ in scan(dev, header, result=ScanResult(header, ring)))
+
+            assert today() >= count
+            list(scan(dev, header, result=res))
+            end = res.end_offset
+            fd = os.open(wal, os.O_RDONLY)
+
+            def plain():
+                for o in range(0, end, 1 << 20):
+                    os.pread(fd, min(1 << 20, end - o), 8192 + o)
+
+            def bulk_scan():
+                records = payload = 0
+                ends = {}
+                o = 0
+                while o < end:
+                    chunk = os.pread(fd, min(1 << 20, end - o), 8192 + o)
+                    got = bulk.decode_records(chunk, o, align=4096)
+                    rows = got.rows
+                    records += got.count
+                    payload += sum(rows[2::bulk.ROW]) - 33 * got.count
+                    ends.update(zip(rows[4::bulk.ROW], rows[6::bulk.ROW]))
+                    if got.stop.clean or got.stop.pos == 0:
+                        o += len(chunk) if got.stop.clean else 4096
+                    else:
+                        o += got.stop.pos  # a record cut by the chunk's end: read again from it
+                return records, payload, ends
+
+            records, _, _ = bulk_scan()
+            assert records == res.records, (records, res.records)
+            times = (best(today, rounds), best(bulk_scan, rounds), best(plain, rounds))
+            os.close(fd)
+        finally:
+            dev.close()
+    return (res.records, *times, append_rate)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,1024,65536", help="payload sizes in bytes, comma-separated")
     parser.add_argument("--buffer-mib", type=float, default=4.0, help="MiB of records per buffer")
     parser.add_argument("--rounds", type=int, default=3, help="timed runs per case (the fastest counts)")
+    parser.add_argument("--scan-mib", type=int, default=16,
+                        help="MiB of records in the scan comparison's WAL (0: skip it)")
     args = parser.parse_args(argv)
     if not bulk.NATIVE:
         print("walctl.format._native is not built (or WALCTL_NO_NATIVE is set): 'bulk, C' runs the Python twins",
@@ -189,6 +259,15 @@ def main(argv=None) -> int:
         for row in bench_size(size, int(args.buffer_mib * (1 << 20)), args.rounds):
             print(f"{row[0]:>6} {row[1]:<7} {row[2]:<19} {row[3]:>9.1f} {row[4]:>8.0f} {row[5]:>9.3f} {row[6]:>7.3f} "
                   f"{row[7]:>9.1f}")
+    if args.scan_mib:
+        print(f"\nscan of a {args.scan_mib} MiB WAL file (page cache): the scan of today vs 1 MiB preads + "
+              "decode_records, against preads alone")
+        print(f"{'size':>6} {'records':>8} {'scan rec/s':>11} {'bulk rec/s':>11} {'scan x read':>12} "
+              f"{'bulk x read':>12} {'append rec/s':>13}")
+        for size in (int(s) for s in args.sizes.split(",")):
+            records, today, fast, plain, append_rate = scan_compare(size, args.scan_mib, args.rounds)
+            print(f"{size:>6} {records:>8} {records / today:>11.0f} {records / fast:>11.0f} {plain / today:>12.3f} "
+                  f"{plain / fast:>12.3f} {append_rate:>13.0f}")
     return 0
 
 

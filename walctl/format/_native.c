@@ -248,8 +248,20 @@ static PyObject *i64s_bytes(I64s *a)
 
 static int all_zero(const uint8_t *p, Py_ssize_t n)
 {
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (p[i])
+    /* 32 bytes a step: a block's zero padding is up to 4 KiB per block */
+    while (n >= 32) {
+        uint64_t a, b, c, d;
+        memcpy(&a, p, 8);
+        memcpy(&b, p + 8, 8);
+        memcpy(&c, p + 16, 8);
+        memcpy(&d, p + 24, 8);
+        if (a | b | c | d)
+            return 0;
+        p += 32;
+        n -= 32;
+    }
+    while (n-- > 0)
+        if (*p++)
             return 0;
     return 1;
 }
