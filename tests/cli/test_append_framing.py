@@ -63,12 +63,16 @@ def test_truncated_input_names_the_byte(cut, message):
         list(_records(Trickle(data, 2, 33), Framing.length_prefixed))
 
 
-def test_every_acknowledgement_line_arrives(tmp_path):
+@pytest.mark.parametrize("no_native", ["0", "1"])  # the C splitter, then its pure-Python twin
+def test_every_acknowledgement_line_arrives(tmp_path, no_native):
+    import os
+
     wal = str(tmp_path / "wal")
     init_wal(wal, 32 * MiB)
     payloads = [bytes([i % 251]) * (i % 300) for i in range(5000)] + [b"z" * (3 * MiB)]
     proc = subprocess.run([sys.executable, "-m", "walctl", "append", wal, "--input", "-", "--framing",
-                           "length-prefixed", "--json"], input=_framed(payloads), capture_output=True, timeout=120)
+                           "length-prefixed", "--json"], input=_framed(payloads), capture_output=True, timeout=120,
+                          env=dict(os.environ, WALCTL_NO_NATIVE=no_native))
     assert proc.returncode == 0, proc.stderr.decode()
     lines = [json.loads(line) for line in proc.stdout.decode().splitlines()]
     acks = [line for line in lines if line["type"] == "record"]
