@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import json
 import sys
 import threading
@@ -13,12 +12,10 @@ import typer
 from walctl.commands._shared import (DeviceArg, EndpointOpt, JsonOpt, StreamOpt, command, emit_json, silence_stdout,
                                      warn)
 from walctl.errors import EXIT_BROKEN_PIPE
-
-
-class Framing(str, enum.Enum):
-    lines = "lines"
-    length_prefixed = "length-prefixed"
-    raw = "raw"
+# Input framing lives in the engine (walctl.wal.framing: large reads, records found in bulk).
+from walctl.wal.framing import Framing
+from walctl.wal.framing import open_input as _open_input
+from walctl.wal.framing import records as _records
 
 
 @command("append", stream=True)
@@ -326,58 +323,3 @@ def _close_after(writer) -> None:
         writer.abort()
 
 
-def _open_input(path: str):
-    from walctl.errors import UsageError
-
-    if path == "-":
-        return sys.stdin.buffer
-    try:
-        return open(path, "rb")
-    except OSError as exc:
-        raise UsageError(f"cannot read input file: {exc.strerror}", where=path) from exc
-
-
-_INPUT_CHUNK = 1 << 20  # bytes per read of a length-prefixed input
-
-
-def _records(source, framing: Framing):
-    """Yield payloads from ``source`` as they arrive (length-prefixed: read in chunks of up to 1 MiB)."""
-    from walctl.errors import UsageError
-
-    if framing is Framing.raw:
-        yield source.read()
-        return
-    if framing is Framing.lines:
-        while True:
-            line = source.readline()
-            if not line:
-                return
-            yield line[:-1] if line.endswith(b"\n") else line
-    # Length-prefixed: parse records out of large reads (a memoryview, no read per record); a
-    # read returns what is there (read1), so records that arrived are appended without
-    # waiting for a full buffer.
-    read = source.read1 if hasattr(source, "read1") else source.read
-    buf = bytearray()
-    consumed = 0  # input bytes before buf
-    while True:
-        chunk = read(_INPUT_CHUNK)
-        if not chunk:
-            break
-        buf += chunk
-        pos = 0
-        end = len(buf)
-        with memoryview(buf) as view:
-            while pos + 4 <= end:
-                stop = pos + 4 + int.from_bytes(view[pos:pos + 4], "big")
-                if stop > end:
-                    break
-                yield bytes(view[pos + 4:stop])
-                pos = stop
-        del buf[:pos]  # keep only the incomplete record's bytes
-        consumed += pos
-    if not buf:
-        return
-    if len(buf) < 4:
-        raise UsageError(f"truncated length prefix at input byte {consumed}")
-    length = int.from_bytes(buf[:4], "big")
-    raise UsageError(f"truncated record at input byte {consumed}: length {length}, got {len(buf) - 4}")

@@ -1,0 +1,333 @@
+"""walctl.format.bulk (issue 19): the C loops and their pure-Python twins give the same answers,
+and both the answers of the one-record decoders (RecordHeader.decode, check_body,
+StreamRecordBatch.decode) on the same bytes: same records, same stop, same exception."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import crc32c as crc32c_package
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from walctl.errors import (BadMagicError, BoundsError, ChecksumError, FormatError, TruncatedError,
+                           ZeroedError)
+from walctl.format import bulk
+from walctl.format import record as rec
+from walctl.format.batch import StreamRecordBatch
+
+NATIVE = bulk._native
+needs_native = pytest.mark.skipif(NATIVE is None, reason="walctl.format._native is not built here "
+                                  "(test_the_extension_is_built_where_a_compiler_is checks it is where cc exists)")
+
+
+def both(fn, *args, **kwargs):
+    """(native answer, pure-Python answer) of a bulk function."""
+    saved = bulk._native
+    try:
+        native = fn(*args, **kwargs)
+        bulk._native = None
+        python = fn(*args, **kwargs)
+    finally:
+        bulk._native = saved
+    return native, python
+
+
+def test_the_extension_is_built_where_a_compiler_is():
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler on this machine: walctl runs its pure-Python loops")
+    assert importlib.util.find_spec("walctl.format._native") is not None, \
+        "pip install built walctl without walctl.format._native although a compiler is here"
+
+
+def test_walctl_no_native_forces_the_python_loops():
+    code = "from walctl.format import bulk; print(bulk.NATIVE, bulk.CRC_IMPL)"
+    env = dict(os.environ, WALCTL_NO_NATIVE="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split()[0] == "False"
+
+
+# ---- CRC-32C ---------------------------------------------------------------------------------
+
+@needs_native
+@pytest.mark.parametrize("impl", ["default", "soft"])
+def test_crc32c_matches_the_crc32c_package(impl):
+    """Every length around the C loop's 8-byte and 768-byte strides, at every alignment, chained."""
+    code = """
+import os, sys, crc32c
+from walctl.format import _native
+data = os.urandom(5000)
+for start in range(8):
+    for n in list(range(0, 40)) + [767, 768, 769, 1535, 1536, 1537, 2304 + 5, 4096, 4900]:
+        piece = memoryview(data)[start:start + n]
+        assert _native.crc32c(piece) == crc32c.crc32c(piece), (start, n)
+        assert _native.crc32c(piece, 0xDEADBEEF) == crc32c.crc32c(piece, 0xDEADBEEF), (start, n)
+big = os.urandom(3 << 20)
+assert _native.crc32c(big) == crc32c.crc32c(big)
+print(_native.CRC_IMPL)
+"""
+    env = dict(os.environ, WALCTL_NATIVE_CRC=impl)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    if impl == "soft":
+        assert out.stdout.strip() == "slicing-by-8"
+
+
+@needs_native
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=3000), value=st.integers(0, 0xFFFFFFFF))
+def test_crc32c_random(data, value):
+    assert NATIVE.crc32c(data, value) == crc32c_package.crc32c(data, value)
+
+
+# ---- decode ----------------------------------------------------------------------------------
+
+REASON_ERROR = {
+    bulk.TRUNCATED_HEADER: TruncatedError, bulk.ZEROED: ZeroedError, bulk.BAD_MAGIC: BadMagicError,
+    bulk.HEADER_CRC: ChecksumError, bulk.BAD_LENGTH: BoundsError, bulk.BAD_BODY_OFFSET: BoundsError,
+    bulk.LOW_BODY_OFFSET: BoundsError, bulk.CROSSES_LAP: BoundsError, bulk.TRUNCATED_BODY: TruncatedError,
+    bulk.BODY_CRC: ChecksumError,
+}
+
+
+def reference_decode(buf, base, start, end, lap_end, align):
+    """The one-record decoders in the scan's order: (rows, stop pos, exception or None)."""
+    view = memoryview(buf)[:end]
+    rows, pos = [], start
+    while pos < end:
+        o = base + pos
+        try:
+            head = rec.RecordHeader.decode(view, pos, expected_offset=o)
+            if 0 <= lap_end < head.end:
+                raise BoundsError("crosses the lap", offset=pos + 4)
+        except FormatError as exc:
+            if align and o % align:
+                boundary = pos + align - o % align
+                if boundary <= end and not any(view[pos:boundary]):
+                    pos = boundary
+                    continue
+            return rows, pos, exc
+        if head.is_padding:
+            rows.append((o, pos + rec.SIZE, head.body_length, bulk.KIND_PADDING, -1, -1, -1, -1))
+            pos = head.end - base
+            continue
+        try:
+            head.check_body(view[pos + rec.SIZE:], pos + rec.SIZE)
+        except FormatError as exc:
+            return rows, pos, exc
+        body = bytes(view[pos + rec.SIZE:pos + rec.SIZE + head.body_length])
+        try:
+            b = StreamRecordBatch.decode(body, exact=True)
+            rows.append((o, pos + rec.SIZE, head.body_length, bulk.KIND_BATCH, b.stream_id, b.epoch,
+                         b.base_offset, b.count))
+        except FormatError:
+            rows.append((o, pos + rec.SIZE, head.body_length, bulk.KIND_DATA, -1, -1, -1, -1))
+        pos = head.end - base
+    return rows, pos, None
+
+
+item = st.one_of(
+    st.tuples(st.just("batch"), st.binary(max_size=200), st.integers(0, 5), st.integers(-1, 3),
+              st.integers(0, 1 << 40), st.integers(1, 3)),
+    st.tuples(st.just("raw"), st.binary(min_size=1, max_size=120)),
+    st.tuples(st.just("pad"), st.integers(1, 100)),
+    st.tuples(st.just("zeros"), st.integers(1, 70)),
+)
+
+
+def build(base, items) -> bytearray:
+    buf = bytearray()
+    for it in items:
+        o = base + len(buf)
+        if it[0] == "batch":
+            _, payload, sid, epoch, bo, count = it
+            buf += rec.encode_record(o, StreamRecordBatch(sid, epoch, bo, count, payload).encode())
+        elif it[0] == "raw":
+            buf += rec.encode_record(o, it[1])
+        elif it[0] == "pad":
+            buf += rec.RecordHeader.padding(o, rec.SIZE + it[1]).encode() + bytes(it[1])
+        else:
+            buf += bytes(it[1])
+    return buf
+
+
+def check_decode(buf, base, start=0, end=None, lap_end=-1, align=0, max_records=-1):
+    native, python = both(bulk.decode_records, buf, base, start=start, end=end, lap_end=lap_end, align=align,
+                          max_records=max_records)
+    if NATIVE is not None:
+        assert native.tuples() == python.tuples()
+        assert native.stop == python.stop
+    stop_end = len(buf) if end is None else end
+    rows, pos, exc = reference_decode(buf, base, start, stop_end, lap_end, align)
+    got = python
+    if 0 <= max_records <= len(rows):  # stopped right after the last row it may give
+        after = rows[max_records - 1][1] + rows[max_records - 1][2] if max_records else start
+        assert got.tuples() == rows[:max_records]
+        assert (got.stop.reason, got.stop.pos) == (bulk.END if after >= stop_end else bulk.LIMIT, after)
+        return got
+    assert got.tuples() == rows
+    assert got.stop.pos == pos and got.stop.offset == base + pos
+    if exc is None:
+        assert got.stop.reason == bulk.END and got.stop.error(buf, stop_end, lap_end) is None
+    else:
+        assert isinstance(exc, REASON_ERROR[got.stop.reason]), (got.stop.name, exc)
+        err = got.stop.error(buf, stop_end, lap_end)
+        assert type(err) is type(exc) and err.offset == exc.offset
+        if got.stop.reason != bulk.CROSSES_LAP:  # the reference's own message there is shorter
+            assert str(err) == str(exc)
+        if isinstance(exc, ChecksumError):
+            assert (got.stop.expected, got.stop.found) == (exc.expected, exc.found)
+    return got
+
+
+@settings(max_examples=400, deadline=None)
+@given(items=st.lists(item, max_size=12), base=st.integers(0, 1 << 44),
+       flips=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), max_size=2),
+       cut=st.integers(0, 30), align=st.sampled_from([0, 0, 64, 4096]), lap_cut=st.integers(-1, 200),
+       max_records=st.sampled_from([-1, -1, 0, 1, 3]))
+def test_decode_matches_the_one_record_decoders(items, base, flips, cut, align, lap_cut, max_records):
+    buf = build(base, items)
+    for where, value in flips:
+        if buf:
+            buf[int(where * len(buf))] = value
+    end = max(len(buf) - cut, 0)
+    lap_end = -1 if lap_cut < 0 else base + max(len(buf) - lap_cut, 0)
+    check_decode(bytes(buf), base, end=end, lap_end=lap_end, align=align, max_records=max_records)
+
+
+def test_decode_of_an_intact_block_returns_every_record_and_its_batch():
+    base = 4096 * 7
+    payloads = [bytes([i]) * (i * 37 % 500) for i in range(200)]
+    buf = bytearray(1 << 16)
+    count, end = bulk.pack_records(buf, 0, len(buf), base, payloads, batch=(9, 2, 1000))
+    assert count == len(payloads)
+    got = check_decode(bytes(buf[:end]), base)
+    assert got.count == 200 and got.stop.reason == bulk.END and got.stop.pos == end
+    rows = got.tuples()
+    assert [r[3] for r in rows] == [bulk.KIND_BATCH] * 200
+    assert [r[4:] for r in rows] == [(9, 2, 1000 + i, 1) for i in range(200)]
+    assert [bytes(buf[r[1] + 33:r[1] + r[2]]) for r in rows] == payloads
+
+
+def test_zero_padding_between_blocks_is_skipped_only_with_align():
+    base = 4096
+    block = bytearray(8192)
+    _, end = bulk.pack_records(block, 0, 4096, base, [b"a" * 100, b"b" * 100])
+    bulk.pack_records(block, 4096, 8192, base + 4096, [b"c" * 100])
+    without = check_decode(bytes(block), base)
+    assert without.count == 2 and without.stop.reason == bulk.ZEROED and without.stop.pos == end
+    with_align = check_decode(bytes(block), base, align=4096)
+    assert with_align.count == 3 and with_align.stop.reason == bulk.END and with_align.stop.pos == 8192
+    block[5000] = 1  # damage inside the padding: a torn block, not padding
+    torn = check_decode(bytes(block), base, align=4096)
+    assert torn.count == 3 and torn.stop.reason == bulk.ZEROED and torn.stop.pos == 4096 + 124
+    block[4096 + 126] = 7
+    torn = check_decode(bytes(block), base, align=4096)
+    assert torn.count == 3 and torn.stop.reason == bulk.BAD_MAGIC and torn.stop.pos == 4096 + 124
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (lambda b: b.__setitem__(0, 0x11), bulk.BAD_MAGIC),
+    (lambda b: b.__setitem__(10, b[10] ^ 1), bulk.HEADER_CRC),
+    (lambda b: b.__setitem__(30, b[30] ^ 1), bulk.BODY_CRC),
+    (lambda b: b.__setitem__(slice(0, 24), bytes(24)), bulk.ZEROED),
+])
+def test_each_damage_names_its_check(damage, reason):
+    buf = bytearray(rec.encode_record(24, b"x" * 40))
+    damage(buf)
+    got = check_decode(bytes(buf), 24)
+    assert got.count == 0 and got.stop.reason == reason
+
+
+def test_a_record_of_another_lap_is_refused():
+    buf = rec.encode_record(1 << 30, b"old")  # written at offset 2^30: read back at offset 0
+    got = check_decode(buf, 0)
+    assert got.stop.reason == bulk.BAD_BODY_OFFSET and (got.stop.expected, got.stop.found) == (24, (1 << 30) + 24)
+
+
+# ---- encode ----------------------------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(payloads=st.lists(st.binary(max_size=300), max_size=40), offset=st.integers(0, 1 << 40),
+       limit=st.integers(0, 6000), pos=st.integers(0, 100), index=st.integers(0, 5),
+       batch=st.one_of(st.none(), st.tuples(st.integers(0, 1 << 62), st.integers(-1, 1 << 62),
+                                            st.integers(0, 1 << 61))))
+def test_pack_matches_the_one_record_encoders(payloads, offset, limit, pos, index, batch):
+    if batch is None:
+        payloads = [p or b"-" for p in payloads]  # a record body is never empty
+    outs = [bytearray(b"\xaa" * 6000), bytearray(b"\xaa" * 6000)]
+    saved = bulk._native
+    try:
+        results = [bulk.pack_records(outs[0], pos, limit, offset, payloads, index=index, batch=batch)]
+        bulk._native = None
+        results.append(bulk.pack_records(outs[1], pos, limit, offset, payloads, index=index, batch=batch))
+    finally:
+        bulk._native = saved
+    assert results[0] == results[1] and outs[0] == outs[1]
+    count, end = results[1]
+    expected, o = b"", offset
+    for i, p in enumerate(payloads[index:index + count]):
+        body = p if batch is None else StreamRecordBatch(batch[0], batch[1], batch[2] + i, 1, p).encode()
+        expected += rec.encode_record(o, body)
+        o += rec.SIZE + len(body)
+    assert bytes(outs[1][pos:end]) == expected
+    assert outs[1][:pos] == b"\xaa" * pos and outs[1][end:] == b"\xaa" * (6000 - end)  # nothing else touched
+    rest = payloads[index + count:]
+    if rest:  # it stopped because the next record would pass the limit
+        nxt = rec.SIZE + len(rest[0]) + (33 if batch is not None else 0)
+        assert end + nxt > min(limit, 6000)
+
+
+def test_pack_refuses_an_empty_body_in_both():
+    for impl in both(lambda: _pack_error([b"ok", b""])):
+        assert impl == "record body of 0 bytes out of bounds (1 .. 2^32 - 1)"
+
+
+def _pack_error(bodies):
+    try:
+        bulk.pack_records(bytearray(100), 0, 100, 0, bodies)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+# ---- input framing ---------------------------------------------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(payloads=st.lists(st.binary(max_size=100), max_size=30), cut=st.integers(0, 5), start=st.integers(0, 3),
+       max_records=st.sampled_from([-1, 0, 2]))
+def test_split_length_prefixed(payloads, cut, start, max_records):
+    data = b"".join(struct.pack(">I", len(p)) + p for p in payloads)
+    data = bytes(start) + data[:len(data) - cut] if cut < len(data) else bytes(start)
+    native, python = both(bulk.split_length_prefixed, data, start, max_records)
+    assert native.pairs() == python.pairs() and native.next_pos == python.next_pos
+    expected, pos = [], start
+    while len(data) - pos >= 4 and (max_records < 0 or len(expected) < max_records):
+        n = int.from_bytes(data[pos:pos + 4], "big")
+        if pos + 4 + n > len(data):
+            break
+        expected.append((pos + 4, n))
+        pos += 4 + n
+    assert python.pairs() == expected and python.next_pos == pos
+    if cut == 0 and max_records < 0:
+        assert [data[p:p + n] for p, n in expected] == payloads and pos == len(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=200).map(lambda b: b.replace(b"\x01", b"\n")), start=st.integers(0, 5),
+       max_records=st.sampled_from([-1, 0, 2]))
+def test_split_lines(data, start, max_records):
+    start = min(start, len(data))
+    native, python = both(bulk.split_lines, data, start, max_records)
+    assert native.pairs() == python.pairs() and native.next_pos == python.next_pos
+    lines = data[start:].split(b"\n")[:-1]
+    if max_records >= 0:
+        lines = lines[:max_records]
+    assert [data[p:p + n] for p, n in python.pairs()] == lines
+    assert python.next_pos == start + sum(len(line) + 1 for line in lines)

@@ -1,0 +1,668 @@
+/* walctl.format._native: the per-record loops of the WAL's record format in C (issue 19).
+ *
+ * Pure bytes in, bytes out: no I/O, no walctl state. walctl/format/bulk.py wraps every function
+ * here and holds a pure-Python twin of each (WALCTL_NO_NATIVE=1, or no compiler at install);
+ * tests/format/test_native.py checks that both give the same answers. The record layout is
+ * docs/FORMATS.md 1.2 (RecordHeader) and 2 (StreamRecordBatch); every integer is big-endian.
+ *
+ *   crc32c(data, value=0)                                   -> int
+ *   decode_records(buf, base_offset, start, end, lap_end, align, max_records, batches)
+ *                                                           -> (rows: bytes, count, reason, pos, expected, found)
+ *   pack_records(buf, pos, limit, offset, bodies, index, batch)
+ *                                                           -> (count, pos)
+ *   split_length_prefixed(buf, start, max_records)          -> (spans: bytes, count, next_pos)
+ *   split_lines(buf, start, max_records)                    -> (spans: bytes, count, next_pos)
+ *
+ * rows and spans are native-endian int64 arrays (memoryview.cast("q") reads them).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- CRC-32C (Castagnoli): SSE4.2 instruction when the CPU has it, else slicing-by-8 ---- */
+
+static uint32_t crc_table[8][256];
+
+static void crc_init_table(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][n] = (crc_table[t - 1][n] >> 8) ^ crc_table[0][crc_table[t - 1][n] & 0xFF];
+}
+
+static uint32_t crc_soft(uint32_t value, const uint8_t *p, size_t n)
+{
+    uint32_t c = ~value;
+    while (n && ((uintptr_t)p & 7)) {
+        c = (c >> 8) ^ crc_table[0][(c ^ *p++) & 0xFF];
+        n--;
+    }
+    while (n >= 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + 4, 4);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        lo = __builtin_bswap32(lo);
+        hi = __builtin_bswap32(hi);
+#endif
+        lo ^= c;
+        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF] ^
+            crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
+            crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = (c >> 8) ^ crc_table[0][(c ^ *p++) & 0xFF];
+    return ~c;
+}
+
+static uint32_t crc_shift256(uint32_t c, int s);
+
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#define WALCTL_HAVE_SSE42 1
+#include <nmmintrin.h>
+
+__attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t value, const uint8_t *p, size_t n)
+{
+    uint64_t c = (uint32_t)~value;
+    while (n && ((uintptr_t)p & 7)) {
+        c = _mm_crc32_u8((uint32_t)c, *p++);
+        n--;
+    }
+    /* three independent streams hide the instruction's 3-cycle latency on large blocks */
+    while (n >= 3 * 256) {
+        uint64_t c1 = 0, c2 = 0;
+        const uint8_t *p1 = p + 256, *p2 = p + 512;
+        for (int i = 0; i < 256; i += 8) {
+            uint64_t v0, v1, v2;
+            memcpy(&v0, p + i, 8);
+            memcpy(&v1, p1 + i, 8);
+            memcpy(&v2, p2 + i, 8);
+            c = _mm_crc32_u64(c, v0);
+            c1 = _mm_crc32_u64(c1, v1);
+            c2 = _mm_crc32_u64(c2, v2);
+        }
+        /* reg(A||B||C) = shift(reg A, 512) ^ shift(reg B, 256) ^ reg C (the register is linear) */
+        c = crc_shift256((uint32_t)c, 2) ^ crc_shift256((uint32_t)c1, 1) ^ (uint32_t)c2;
+        p += 768;
+        n -= 768;
+    }
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = _mm_crc32_u64(c, v);
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = _mm_crc32_u8((uint32_t)c, *p++);
+    return ~(uint32_t)c;
+}
+#endif
+
+/* Multiplying a raw CRC register by x^(8*256*k) modulo the polynomial: zlib's crc32_combine
+ * idea, with the operator for 256 zero bytes tabulated per byte of the register. */
+static uint32_t shift_table[3][4][256];
+
+static uint32_t gf_multmodp(uint32_t a, uint32_t b)
+{
+    uint32_t m = 1u << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = (b & 1) ? (b >> 1) ^ 0x82F63B78u : b >> 1;
+    }
+    return p;
+}
+
+static uint32_t x8nmodp(size_t len)
+{
+    uint32_t x2n[32];
+    x2n[0] = 1u << 30;
+    for (int i = 1; i < 32; i++)
+        x2n[i] = gf_multmodp(x2n[i - 1], x2n[i - 1]);
+    uint32_t p = 1u << 31;
+    int k = 3;
+    while (len) {
+        if (len & 1)
+            p = gf_multmodp(x2n[k & 31], p);
+        len >>= 1;
+        k++;
+    }
+    return p;
+}
+
+static void shift_init(void)
+{
+    for (int s = 1; s <= 2; s++) {
+        uint32_t op = x8nmodp((size_t)256 * s);
+        for (int byte = 0; byte < 4; byte++)
+            for (uint32_t v = 0; v < 256; v++)
+                shift_table[s][byte][v] = gf_multmodp(op, v << (8 * byte));
+    }
+}
+
+static uint32_t crc_shift256(uint32_t c, int s)
+{
+    return shift_table[s][0][c & 0xFF] ^ shift_table[s][1][(c >> 8) & 0xFF] ^ shift_table[s][2][(c >> 16) & 0xFF] ^
+           shift_table[s][3][c >> 24];
+}
+
+static uint32_t (*crc32c_fn)(uint32_t, const uint8_t *, size_t) = crc_soft;
+
+/* ---- big-endian fields ---- */
+
+static inline uint32_t be32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap32(v);
+#endif
+    return v;
+}
+
+static inline int64_t be64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return (int64_t)v;
+}
+
+static inline void put32(uint8_t *p, uint32_t v)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap32(v);
+#endif
+    memcpy(p, &v, 4);
+}
+
+static inline void put64(uint8_t *p, int64_t s)
+{
+    uint64_t v = (uint64_t)s;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    memcpy(p, &v, 8);
+}
+
+/* ---- constants shared with bulk.py (it checks them at import) ---- */
+
+#define REC_SIZE 24
+#define REC_CRC_SPAN 20
+#define DATA_MAGIC 0x87654321u
+#define PADDING_MAGIC 0x76543210u
+#define BATCH_SIZE 33
+#define BATCH_MAGIC 0x22
+#define ROW 8
+
+enum { KIND_BATCH = 0, KIND_DATA = 1, KIND_PADDING = 2 };
+enum {
+    R_END = 0, R_TRUNCATED_HEADER, R_ZEROED, R_BAD_MAGIC, R_HEADER_CRC, R_BAD_LENGTH, R_BAD_BODY_OFFSET,
+    R_LOW_BODY_OFFSET, R_CROSSES_LAP, R_TRUNCATED_BODY, R_BODY_CRC, R_LIMIT
+};
+
+typedef struct {
+    int64_t *v;
+    Py_ssize_t len, cap;
+} I64s;
+
+static int i64s_grow(I64s *a, Py_ssize_t more)
+{
+    if (a->len + more <= a->cap)
+        return 0;
+    Py_ssize_t cap = a->cap ? a->cap * 2 : 1024;
+    while (cap < a->len + more)
+        cap *= 2;
+    int64_t *v = realloc(a->v, (size_t)cap * sizeof(int64_t));
+    if (v == NULL)
+        return -1;
+    a->v = v;
+    a->cap = cap;
+    return 0;
+}
+
+static PyObject *i64s_bytes(I64s *a)
+{
+    PyObject *out = PyBytes_FromStringAndSize((const char *)a->v, a->len * (Py_ssize_t)sizeof(int64_t));
+    free(a->v);
+    a->v = NULL;
+    return out;
+}
+
+static int all_zero(const uint8_t *p, Py_ssize_t n)
+{
+    /* 32 bytes a step: a block's zero padding is up to 4 KiB per block */
+    while (n >= 32) {
+        uint64_t a, b, c, d;
+        memcpy(&a, p, 8);
+        memcpy(&b, p + 8, 8);
+        memcpy(&c, p + 16, 8);
+        memcpy(&d, p + 24, 8);
+        if (a | b | c | d)
+            return 0;
+        p += 32;
+        n -= 32;
+    }
+    while (n-- > 0)
+        if (*p++)
+            return 0;
+    return 1;
+}
+
+/* ---- crc32c(data, value=0) ---- */
+
+static PyObject *py_crc32c(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    unsigned int value = 0;
+    if (!PyArg_ParseTuple(args, "y*|I", &b, &value))
+        return NULL;
+    uint32_t c;
+    if (b.len >= 65536) {
+        Py_BEGIN_ALLOW_THREADS
+        c = crc32c_fn(value, b.buf, (size_t)b.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        c = crc32c_fn(value, b.buf, (size_t)b.len);
+    }
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(c);
+}
+
+/* ---- decode_records ----
+ * Walks the records of buf[start:end], whose byte 0 sits at logical offset base_offset, doing
+ * RecordHeader.decode(expected_offset=...)'s checks in its order, then the lap check, then
+ * check_body's. A row per record: offset, body_pos, body_length, kind, and for a body that is
+ * an intact StreamRecordBatch (the checks of StreamRecordBatch.decode(exact=True), only when
+ * `batches`) stream_id, epoch, base_offset, count (else -1 each). Stops at the first failure
+ * (its reason and values), at `end`, or after max_records rows (max_records < 0: no limit).
+ * align > 0: a header failing at a logical offset that is not a multiple of align, followed by
+ * zeros up to that multiple, is a block's zero padding: skipped, no row. */
+
+typedef struct {
+    int reason;
+    Py_ssize_t pos;
+    int64_t expected, found;
+} Stop;
+
+static int decode_loop(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, int64_t base, int64_t lap_end,
+                       int64_t align, Py_ssize_t max_records, int batches, I64s *rows, Stop *st)
+{
+    Py_ssize_t count = 0;
+    for (;;) {
+        int64_t o = base + pos;
+        int reason = R_END;
+        int64_t expected = 0, found = 0;
+        if (pos >= end) {
+            st->reason = R_END;
+            st->pos = pos;
+            return 0;
+        }
+        if (max_records >= 0 && count >= max_records) {
+            st->reason = R_LIMIT;
+            st->pos = pos;
+            return 0;
+        }
+        const uint8_t *h = b + pos;
+        uint32_t magic = 0, length = 0, body_crc = 0;
+        int64_t body_offset = 0;
+        if (end - pos < REC_SIZE) {
+            reason = R_TRUNCATED_HEADER;
+            expected = REC_SIZE;
+            found = end - pos;
+        } else if (all_zero(h, REC_SIZE)) {
+            reason = R_ZEROED;
+        } else {
+            magic = be32(h);
+            length = be32(h + 4);
+            body_offset = be64(h + 8);
+            body_crc = be32(h + 16);
+            uint32_t stored = be32(h + 20);
+            if (magic != DATA_MAGIC && magic != PADDING_MAGIC) {
+                reason = R_BAD_MAGIC;
+                expected = DATA_MAGIC;
+                found = magic;
+            } else {
+                uint32_t computed = crc32c_fn(0, h, REC_CRC_SPAN);
+                if (computed != stored) {
+                    reason = R_HEADER_CRC;
+                    expected = computed;
+                    found = stored;
+                } else if (length == 0) {
+                    reason = R_BAD_LENGTH;
+                    found = 0;
+                } else if (body_offset != o + REC_SIZE) {
+                    reason = R_BAD_BODY_OFFSET;
+                    expected = o + REC_SIZE;
+                    found = body_offset;
+                } else if (body_offset < REC_SIZE) {
+                    reason = R_LOW_BODY_OFFSET;
+                    found = body_offset;
+                } else if (lap_end >= 0 && body_offset + (int64_t)length > lap_end) {
+                    reason = R_CROSSES_LAP;
+                    expected = lap_end;
+                    found = body_offset + (int64_t)length;
+                }
+            }
+        }
+        if (reason != R_END) {
+            if (align > 0 && o % align) {
+                Py_ssize_t boundary = pos + (Py_ssize_t)(align - o % align);
+                if (boundary <= end && all_zero(h, boundary - pos)) {
+                    pos = boundary;
+                    continue;
+                }
+            }
+            st->reason = reason;
+            st->pos = pos;
+            st->expected = expected;
+            st->found = found;
+            return 0;
+        }
+        Py_ssize_t body_pos = pos + REC_SIZE;
+        int kind = magic == PADDING_MAGIC ? KIND_PADDING : KIND_DATA;
+        int64_t sid = -1, epoch = -1, bbase = -1, bcount = -1;
+        if (kind == KIND_DATA) {
+            if ((Py_ssize_t)length > end - body_pos) {
+                st->reason = R_TRUNCATED_BODY;
+                st->pos = pos;
+                st->expected = length;
+                st->found = end - body_pos;
+                return 0;
+            }
+            uint32_t computed = crc32c_fn(0, b + body_pos, length);
+            if (computed != body_crc) {
+                st->reason = R_BODY_CRC;
+                st->pos = pos;
+                st->expected = computed;
+                st->found = body_crc;
+                return 0;
+            }
+            if (batches && length >= BATCH_SIZE) {
+                const uint8_t *q = b + body_pos;
+                int64_t s = be64(q + 1), e = be64(q + 9), bo = be64(q + 17);
+                uint32_t cnt = be32(q + 25), plen = be32(q + 29);
+                if (q[0] == BATCH_MAGIC && s >= 0 && bo >= 0 && cnt >= 1 && (uint64_t)bo + cnt < ((uint64_t)1 << 63) &&
+                    (uint64_t)plen == (uint64_t)length - BATCH_SIZE) {
+                    kind = KIND_BATCH;
+                    sid = s;
+                    epoch = e;
+                    bbase = bo;
+                    bcount = cnt;
+                }
+            }
+        }
+        if (i64s_grow(rows, ROW) < 0)
+            return -1;
+        int64_t *r = rows->v + rows->len;
+        r[0] = o;
+        r[1] = body_pos;
+        r[2] = length;
+        r[3] = kind;
+        r[4] = sid;
+        r[5] = epoch;
+        r[6] = bbase;
+        r[7] = bcount;
+        rows->len += ROW;
+        count++;
+        pos = body_pos + (Py_ssize_t)length;
+    }
+}
+
+static PyObject *py_decode_records(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    long long base, lap_end, align;
+    Py_ssize_t start, end, max_records;
+    int batches;
+    if (!PyArg_ParseTuple(args, "y*LnnLLnp", &b, &base, &start, &end, &lap_end, &align, &max_records, &batches))
+        return NULL;
+    if (end < 0 || end > b.len)
+        end = b.len;
+    if (start < 0 || start > end) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "start must lie in [0, end]");
+        return NULL;
+    }
+    I64s rows = {NULL, 0, 0};
+    Stop st = {R_END, start, 0, 0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = decode_loop(b.buf, start, end, base, lap_end, align, max_records, batches, &rows, &st);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&b);
+    if (rc < 0) {
+        free(rows.v);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t count = rows.len / ROW;
+    PyObject *data = i64s_bytes(&rows);
+    if (data == NULL)
+        return NULL;
+    return Py_BuildValue("NninLL", data, count, st.reason, st.pos, (long long)st.expected, (long long)st.found);
+}
+
+/* ---- pack_records ----
+ * Packs bodies[index:] back to back into buf[pos:limit] as records (header + body), the first
+ * at logical offset `offset`, until the next one would pass `limit`. batch = None: each body
+ * is a record body as is; batch = (stream_id, epoch, base_offset): each body is a payload and
+ * gets a StreamRecordBatch header (count 1, baseOffset base_offset + i). Returns (count, pos). */
+
+static PyObject *py_pack_records(PyObject *self, PyObject *args)
+{
+    Py_buffer out;
+    Py_ssize_t pos, limit, index;
+    long long offset;
+    PyObject *bodies, *batch;
+    if (!PyArg_ParseTuple(args, "w*nnLOnO", &out, &pos, &limit, &offset, &bodies, &index, &batch))
+        return NULL;
+    long long sid = 0, epoch = 0, bbase = 0;
+    int with_batch = batch != Py_None;
+    if (with_batch && !PyArg_ParseTuple(batch, "LLL", &sid, &epoch, &bbase)) {
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(bodies, "bodies must be a sequence");
+    if (seq == NULL) {
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    if (limit > out.len)
+        limit = out.len;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i = index < 0 ? 0 : index, done = 0;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    uint8_t *dst = out.buf;
+    int64_t o = offset;
+    int fail = 0;
+    for (; i < n; i++) {
+        Py_buffer body;
+        if (PyObject_GetBuffer(items[i], &body, PyBUF_SIMPLE) < 0) {
+            fail = 1;
+            break;
+        }
+        Py_ssize_t head = with_batch ? BATCH_SIZE : 0;
+        Py_ssize_t body_len = head + body.len;
+        if (body_len == 0 || body_len > (Py_ssize_t)0xFFFFFFFFu) {
+            PyBuffer_Release(&body);
+            PyErr_Format(PyExc_ValueError, "record body of %zd bytes out of bounds (1 .. 2^32 - 1)", body_len);
+            fail = 1;
+            break;
+        }
+        if (pos < 0 || REC_SIZE + body_len > limit - pos) {
+            PyBuffer_Release(&body);
+            break;
+        }
+        uint8_t *h = dst + pos, *q = h + REC_SIZE;
+        uint32_t crc = 0;
+        if (with_batch) {
+            q[0] = BATCH_MAGIC;
+            put64(q + 1, sid);
+            put64(q + 9, epoch);
+            put64(q + 17, bbase + done);
+            put32(q + 25, 1);
+            put32(q + 29, (uint32_t)body.len);
+            crc = crc32c_fn(0, q, BATCH_SIZE);
+        }
+        memcpy(q + head, body.buf, (size_t)body.len);
+        crc = crc32c_fn(crc, q + head, (size_t)body.len);
+        PyBuffer_Release(&body);
+        put32(h, DATA_MAGIC);
+        put32(h + 4, (uint32_t)body_len);
+        put64(h + 8, o + REC_SIZE);
+        put32(h + 16, crc);
+        put32(h + 20, crc32c_fn(0, h, REC_CRC_SPAN));
+        pos += REC_SIZE + body_len;
+        o += REC_SIZE + body_len;
+        done++;
+    }
+    Py_DECREF(seq);
+    PyBuffer_Release(&out);
+    if (fail)
+        return NULL;
+    return Py_BuildValue("nn", done, pos);
+}
+
+/* ---- input framing ----
+ * split_length_prefixed: the (payload position, length) of every complete record (4-byte
+ * big-endian length + bytes) from start; next_pos is where the first incomplete one begins.
+ * split_lines: (position, length without the newline) of every line ending in '\n'; next_pos
+ * is right after the last newline. Both stop after max_records (< 0: no limit). */
+
+static PyObject *spans_result(I64s *spans, Py_ssize_t next)
+{
+    Py_ssize_t count = spans->len / 2;
+    PyObject *data = i64s_bytes(spans);
+    if (data == NULL)
+        return NULL;
+    return Py_BuildValue("Nnn", data, count, next);
+}
+
+static PyObject *py_split_length_prefixed(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    Py_ssize_t pos, max_records;
+    if (!PyArg_ParseTuple(args, "y*nn", &b, &pos, &max_records))
+        return NULL;
+    const uint8_t *p = b.buf;
+    Py_ssize_t end = b.len, count = 0;
+    I64s spans = {NULL, 0, 0};
+    int nomem = 0;
+    if (pos < 0)
+        pos = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (end - pos >= 4 && (max_records < 0 || count < max_records)) {
+        uint32_t len = be32(p + pos);
+        if ((Py_ssize_t)len > end - pos - 4)
+            break;
+        if (i64s_grow(&spans, 2) < 0) {
+            nomem = 1;
+            break;
+        }
+        spans.v[spans.len++] = pos + 4;
+        spans.v[spans.len++] = len;
+        pos += 4 + (Py_ssize_t)len;
+        count++;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&b);
+    if (nomem) {
+        free(spans.v);
+        return PyErr_NoMemory();
+    }
+    return spans_result(&spans, pos);
+}
+
+static PyObject *py_split_lines(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    Py_ssize_t pos, max_records;
+    if (!PyArg_ParseTuple(args, "y*nn", &b, &pos, &max_records))
+        return NULL;
+    const uint8_t *p = b.buf;
+    Py_ssize_t end = b.len, count = 0;
+    I64s spans = {NULL, 0, 0};
+    int nomem = 0;
+    if (pos < 0)
+        pos = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (pos < end && (max_records < 0 || count < max_records)) {
+        const uint8_t *nl = memchr(p + pos, '\n', (size_t)(end - pos));
+        if (nl == NULL)
+            break;
+        if (i64s_grow(&spans, 2) < 0) {
+            nomem = 1;
+            break;
+        }
+        Py_ssize_t at = nl - p;
+        spans.v[spans.len++] = pos;
+        spans.v[spans.len++] = at - pos;
+        pos = at + 1;
+        count++;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&b);
+    if (nomem) {
+        free(spans.v);
+        return PyErr_NoMemory();
+    }
+    return spans_result(&spans, pos);
+}
+
+static PyMethodDef methods[] = {
+    {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0) -> int: CRC-32C of data, continuing value."},
+    {"decode_records", py_decode_records, METH_VARARGS,
+     "decode_records(buf, base_offset, start, end, lap_end, align, max_records, batches)"
+     " -> (rows, count, reason, pos, expected, found)"},
+    {"pack_records", py_pack_records, METH_VARARGS,
+     "pack_records(buf, pos, limit, offset, bodies, index, batch) -> (count, pos)"},
+    {"split_length_prefixed", py_split_length_prefixed, METH_VARARGS,
+     "split_length_prefixed(buf, start, max_records) -> (spans, count, next_pos)"},
+    {"split_lines", py_split_lines, METH_VARARGS, "split_lines(buf, start, max_records) -> (spans, count, next_pos)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "walctl.format._native", "walctl's per-record format loops in C (see bulk.py).", -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void)
+{
+    crc_init_table();
+    shift_init();
+    const char *impl = "slicing-by-8";
+#ifdef WALCTL_HAVE_SSE42
+    /* WALCTL_NATIVE_CRC=soft: the table-driven CRC even on a CPU with SSE4.2 (its tests) */
+    const char *want = getenv("WALCTL_NATIVE_CRC");
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("sse4.2") && !(want && strcmp(want, "soft") == 0)) {
+        crc32c_fn = crc_sse42;
+        impl = "sse4.2";
+    }
+#endif
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddStringConstant(m, "CRC_IMPL", impl) < 0 || PyModule_AddIntConstant(m, "ROW", ROW) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
