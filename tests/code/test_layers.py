@@ -71,6 +71,7 @@ ALLOWED = {
     ("walctl.store.upload", "walctl.wal.handoff"): UPLOAD_IS_A_PIPELINE,
     ("walctl.store.upload", "walctl.wal.ops"): UPLOAD_IS_A_PIPELINE,
     ("walctl.store.upload", "walctl.wal.reader"): UPLOAD_IS_A_PIPELINE,
+    ("walctl.store.upload", "walctl.wal.verdict"): UPLOAD_IS_A_PIPELINE,
     ("walctl.metrics", "typer"): "item 2: the --metrics-file option moves to the cli package's shared options",
     ("walctl.bounds", "typer"): "item 2: the typer callback adapter moves to the cli package",
 }

@@ -37,9 +37,10 @@ def recover_cmd(
     from_offset: Annotated[int | None, typer.Option(
         "--from", min=0,
         help="Show only records whose WAL offset is >= this (bytes, logical). Reading starts at the first "
-             "block at or after it (a 4 KiB aligned offset holding a valid record header that names "
-             "that offset), not at the trim point; the summary's read_from_offset says where, and "
-             "complete is false (what lies before was not checked).")] = None,
+             "record at or after it (found through the block holding it, so none at or after it is "
+             "skipped; if damage breaks that chain, the first block at or after it), not at the trim "
+             "point; the summary's read_from_offset is that record's offset, and complete is false "
+             "(what lies before was not checked).")] = None,
     to_offset: Annotated[int | None, typer.Option(
         "--to", min=0,
         help="Show only records whose WAL offset is < this (bytes, logical); reading stops at the first "
