@@ -251,7 +251,7 @@ def _note_seal(res: ScanResult, reader: LogReader, record: Record) -> None:
 
 _REC_SIZE = rec.SIZE
 SEEK_BACK_BYTES = 1 << 20  # a seek looks this far back for the block holding its offset,
-SEEK_BACK_FIRST = 64 << 10  # in two steps: this far first
+SEEK_BACK_FIRST_BYTES = 64 << 10  # in two steps: this far first
 
 
 def _block_at_or_before(reader: LogReader, offset: int, floor: int) -> int | None:
@@ -259,7 +259,7 @@ def _block_at_or_before(reader: LogReader, offset: int, floor: int) -> int | Non
     holding a valid record header that names it."""
     top = align_down(offset)
     # Most blocks are small: look near first, then one block's span (the writer's soft limit), then 1 MiB.
-    for back in (SEEK_BACK_FIRST, 5 * SEEK_BACK_FIRST, SEEK_BACK_BYTES):
+    for back in (SEEK_BACK_FIRST_BYTES, 5 * SEEK_BACK_FIRST_BYTES, SEEK_BACK_BYTES):
         lowest = max(floor, top - back)
         reader.read(lowest, top + rec.SIZE - lowest)  # one read of the range, then walk it back in memory
         o = top
