@@ -84,11 +84,8 @@ def recover_cmd(
 
     check_order(from_offset, to_offset, "--from", "--to")
     _refuse_short_file(device)
-    forced = _block_size(block_size)
-    session = open_reader(device)
+    session = open_reader(device, block_size=_block_size(block_size))
     try:
-        if forced is not None:
-            _force_block_size(session, forced, device)
         _warn_about(session)
         header = session.state.header
         out = _Printer(json_out, payload, stats)
@@ -145,22 +142,6 @@ def _block_size(text: str | None) -> int | None:
         raise UsageError(f"--block-size {text} is not one of AutoMQ's block sizes", where="recover",
                          hint="a power of two from 512 to 64KiB, as automq.ebswal.blocksize")
     return size
-
-
-def _force_block_size(session, size: int, device: str) -> None:
-    """Re-read the header slots at 0 and ``size`` (AutoMQ WALs only)."""
-    from walctl.errors import UsageError, WalctlError
-    from walctl.wal.headers import read_headers
-
-    if session.state.header.flavour == "walctl":
-        if size == session.state.header.block_size:
-            return
-        raise UsageError("--block-size applies to AutoMQ WALs only; walctl's own use 4096", where=device,
-                         hint="drop --block-size")
-    try:
-        session.state = read_headers(session.dev, block_size=size)
-    except WalctlError as exc:
-        raise exc.at(device)
 
 
 def _refuse_short_file(device: str) -> None:

@@ -406,13 +406,20 @@ class RecoverSession:
     writer_pid: int | None
 
 
-def open_reader(path: str) -> RecoverSession:
-    """Open read-only (no lock, never writes); the device warns when a writer holds it."""
+def open_reader(path: str, *, block_size: int | None = None) -> RecoverSession:
+    """Open read-only (no lock, never writes); the device warns when a writer holds it.
+
+    ``block_size``: an AutoMQ WAL's block size as its JVM ran (recover --block-size): its
+    header slots are read again at 0 and that size. Raises UsageError for a walctl WAL
+    whose block size (4096) it is not.
+    """
     from walctl.device.blockio import lock_holder
 
     dev = open_device(path, writable=False)
     try:
         state = read_wal_state(dev, path)
+        if block_size is not None:
+            state = _with_block_size(dev, state, block_size, path)
     except BaseException:
         dev.close()
         raise
@@ -423,3 +430,16 @@ def open_reader(path: str) -> RecoverSession:
     except OSError:
         pid = None
     return RecoverSession(dev, state, warnings, pid)
+
+
+def _with_block_size(dev, state: HeaderState, size: int, path: str) -> HeaderState:
+    """The header slots read again at 0 and ``size`` (AutoMQ WALs only)."""
+    if state.header.flavour == "walctl":
+        if size == state.header.block_size:
+            return state
+        raise UsageError("--block-size applies to AutoMQ WALs only; walctl's own use 4096", where=path,
+                         hint="drop --block-size")
+    try:
+        return read_headers(dev, block_size=size)
+    except WalctlError as exc:
+        raise exc.at(path)
