@@ -283,3 +283,34 @@ def test_recover_limit_never_hides_damage(tmp_path):
     assert (to.returncode, summary["complete"], summary["stopped_by"], summary["records_shown"]) == (0, False, "to", 5)
     clean_limit = run_walctl("recover", path, "--limit", "100", "--json")  # limit not reached: a full run
     assert clean_limit.returncode == 3
+
+
+@pytest.mark.parametrize("where", ["a record's start", "inside a record", "a block's zero padding"])
+def test_recover_from_starts_at_the_first_record_at_or_after_it(tmp_path, where):
+    """--from inside a block never skips that block's later records: reading starts at the first
+    record at or after --from (the summary's read_from_offset), whatever --from points into."""
+    from walctl.device import open_device
+    from walctl.wal.headers import read_headers
+    from walctl.wal.reader import Entry, Scan
+
+    from walhelpers import append_records, scan_file
+
+    path = str(tmp_path / "w.img")
+    init_wal(path, 1 * MiB)
+    append_records(path, 60, size=300, iodepth=1)  # several records per 4 KiB block
+    ends = {e.offset: e.end for e in scan_file(path)[0]}
+    offsets = sorted(ends)
+    # a record in the middle of a block, and the last record of that block (zero padding after it)
+    inner = next(o for o in offsets[1:] if o % 4096 and ends[o] % 4096 and ends[o] in ends)
+    last = next(o for o in offsets if o > inner and ends[o] not in ends)
+    assert ends[last] % 4096, "the block ends in zero padding"
+    seek = {"a record's start": inner, "inside a record": inner + 30, "a block's zero padding": ends[last] + 1}[where]
+    want = [o for o in offsets if o >= seek]
+    dev = open_device(path, writable=False)
+    try:
+        scan = Scan(dev, read_headers(dev).header, seek=seek)
+        shown = [e.offset for e in scan if isinstance(e, Entry)]
+    finally:
+        dev.close()
+    assert shown == want
+    assert scan.report.read_from_offset == want[0]
