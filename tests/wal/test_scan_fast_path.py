@@ -19,7 +19,7 @@ from walctl.format.batch import StreamRecordBatch
 from walctl.format.header import HEADERS_SIZE
 from walctl.wal import reader
 from walctl.wal.headers import read_headers
-from walctl.wal.ops import open_writer, trim_wal
+from walctl.wal.lifecycle import open_writer, trim_wal
 
 from walhelpers import append_records, new_wal
 
