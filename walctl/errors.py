@@ -109,7 +109,15 @@ class CorruptionError(WalctlError):
 
 
 class FormatError(CorruptionError):
-    """A decoder refused its input; carries the byte position and expected/found values."""
+    """A decoder refused its input; carries the byte position and expected/found values.
+
+    ``field`` names the structure's field a bounds check refused (e.g. "record bodyOffset"),
+    so a reader can tell causes apart without parsing the message.
+    """
+
+    def __init__(self, what: str, *, field: str | None = None, **kwargs):
+        super().__init__(what, **kwargs)
+        self.field = field
 
 
 class TruncatedError(FormatError):

@@ -379,7 +379,7 @@ def test_a_bad_batch_as_the_last_record_can_be_trimmed_too(cli, tmp_path):
 def test_killed_while_sealing_the_next_writer_finishes_it(cli, tmp_path, monkeypatch):
     """Sealing patches hole after hole before the header changes: a kill after the first patch
     leaves one hole sealed (with its evidence) and one not; the next writer seals the rest."""
-    from walctl.wal import ops as wal_ops
+    from walctl.wal import crash_repair as wal_ops
 
     dev, store = str(tmp_path / "wal.img"), tmp_path / "store"
     assert cli("init", dev, "--capacity", "1MiB").exit_code == 0

@@ -25,14 +25,8 @@ MAX_BODY_LINES = 60
 
 # (file, function): why it is still over, and what splits it.
 OVERSIZED = {
-    ("walctl/commands/recover.py", "recover_cmd"): "item 2: the 70-line body moves into the engine (one verdict)",
     ("walctl/commands/upload.py", "upload_cmd"): "item 2/3: thin commands; upload becomes a pipeline the "
                                                  "command calls once, rendering moves into the cli package",
-    ("walctl/wal/ops.py", "init_wal"): "item 1: ops.py splits by what it holds (WAL lifecycle); init's "
-                                       "create/refuse/wipe steps become their own functions there",
-    ("walctl/wal/ops.py", "seal"): "item 1: crash sealing gets its own module, keeping the sectors it overwrites",
-    ("walctl/wal/reader.py", "scan"): "item 1: one step decoder yielding Record or Skip, one scan() returning a report",
-    ("walctl/wal/reader.py", "_scan_automq"): "item 1: the AutoMQ V0/V1 behaviour as a policy over the same decoder",
 }
 
 

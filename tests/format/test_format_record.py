@@ -402,3 +402,17 @@ def test_pack_data_header_into_writes_exactly_the_encoded_header(offset, body, p
     assert buf[:pos] == b"\xee" * pos and buf[pos + rec.SIZE:] == b"\xee" * 8  # nothing else touched
     assert RecordHeader.decode(bytes(buf[pos:pos + rec.SIZE]), expected_offset=offset).body_crc == \
         crc32c_pkg.crc32c(body)
+
+
+def test_bounds_errors_name_their_field():
+    """A reader tells a stale record (bodyOffset) from other bounds failures by the error's field."""
+    from walctl.errors import BoundsError
+
+    raw = encode_record(4096, b"abc")
+    with pytest.raises(BoundsError) as info:
+        RecordHeader.decode(raw, expected_offset=0)
+    assert info.value.field == "record bodyOffset"
+    zero_length = RecordHeader(rec.DATA_MAGIC, 0, 4096 + rec.SIZE, 0).encode()
+    with pytest.raises(BoundsError) as info:
+        RecordHeader.decode(zero_length, expected_offset=4096)
+    assert info.value.field == "record bodyLength"

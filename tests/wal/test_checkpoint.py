@@ -19,7 +19,7 @@ from walctl.format.header import SLOT_SIZE
 from walctl.status import wal_status
 from walctl.wal import reader
 from walctl.wal.headers import read_headers
-from walctl.wal.ops import init_wal, open_writer, trim_wal
+from walctl.wal.lifecycle import init_wal, open_writer, trim_wal
 
 from walhelpers import header_of, payload_for, poke, run_walctl
 
@@ -247,8 +247,9 @@ def test_recover_from_seeks_and_reads_under_two_percent(long_wal):
     records = [x for x in lines if x["type"] == "record"]
     every = sorted(o for offs in acks.values() for o in offs)
     assert [r["offset"] for r in records] == [o for o in every if o >= target]
-    # reading starts at the block holding --from (so its records at or after --from show too)
-    assert target - (1 << 20) <= summary["read_from_offset"] <= target and summary["read_from_offset"] % 4096 == 0
+    # reading starts at the first record at or after --from (found through the block holding
+    # --from, so no record at or after --from is skipped)
+    assert summary["read_from_offset"] == min(o for o in every if o >= target)
     assert summary["complete"] is False  # what lies before the seek point was not checked
     assert summary["bytes_read"] < end * 2 // 100, (summary["bytes_read"], end)
 
@@ -282,3 +283,38 @@ def test_recover_limit_never_hides_damage(tmp_path):
     assert (to.returncode, summary["complete"], summary["stopped_by"], summary["records_shown"]) == (0, False, "to", 5)
     clean_limit = run_walctl("recover", path, "--limit", "100", "--json")  # limit not reached: a full run
     assert clean_limit.returncode == 3
+
+
+@pytest.mark.parametrize("where", ["a record's start", "inside a record", "a block's zero padding"])
+def test_recover_from_starts_at_the_first_record_at_or_after_it(tmp_path, where):
+    """--from inside a block never skips that block's later records: reading starts at the first
+    record at or after --from (the summary's read_from_offset), whatever --from points into."""
+    from walctl.wal.headers import read_headers
+    from walctl.wal.reader import Entry, Scan
+
+    from walhelpers import scan_file
+
+    path = str(tmp_path / "w.img")
+    init_wal(path, 1 * MiB)
+    writer = open_writer(path, iodepth=1).writer
+    for i in range(60):  # five records per block
+        writer.append(StreamRecordBatch(1, 0, i, 1, bytes(300)).encode(), i)
+        if i % 5 == 4:
+            writer.flush()
+    writer.close()
+    ends = {e.offset: e.end for e in scan_file(path)[0]}
+    offsets = sorted(ends)
+    # a record in the middle of a block, and the last record of that block (zero padding after it)
+    inner = next(o for o in offsets[1:] if o % 4096 and ends[o] % 4096 and ends[o] in ends)
+    last = next(o for o in offsets[:-1] if o > inner and ends[o] not in ends)
+    assert ends[last] % 4096, "the block ends in zero padding"
+    seek = {"a record's start": inner, "inside a record": inner + 30, "a block's zero padding": ends[last] + 1}[where]
+    want = [o for o in offsets if o >= seek]
+    dev = open_device(path, writable=False)
+    try:
+        scan = Scan(dev, read_headers(dev).header, seek=seek)
+        shown = [e.offset for e in scan if isinstance(e, Entry)]
+    finally:
+        dev.close()
+    assert shown == want
+    assert scan.report.read_from_offset == want[0]

@@ -32,7 +32,7 @@ from walctl.store import manifest as mf
 from walctl.store import open_store
 from walctl.pipeline.upload import upload
 from walctl.wal import writer as writer_module
-from walctl.wal.ops import init_wal, open_writer
+from walctl.wal.lifecycle import init_wal, open_writer
 
 from storehelpers import read_back
 from walhelpers import scan_file

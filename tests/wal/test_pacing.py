@@ -19,7 +19,7 @@ from walctl.device.blockio import BufferedDevice
 from walctl.errors import UsageError
 from walctl.format.batch import StreamRecordBatch
 from walctl.wal.headers import read_headers
-from walctl.wal.ops import open_writer
+from walctl.wal.lifecycle import open_writer
 from walctl.wal.pacing import BURST_S, STAGES, Budget, Pacer, StageRecorder, TokenBucket
 from walctl.wal.writer import WalWriter
 

@@ -1,4 +1,4 @@
-"""The recovery scan's fast path (LogReader.data_record, issue 19) changes nothing but speed.
+"""The recovery scan's fast path (LogReader.intact_run over decoder.decode_block, issue 19) changes nothing but speed.
 
 Every scan below runs twice on the same bytes: as shipped, and with the fast path switched
 off (every record through RecordHeader.decode / check_body / StreamRecordBatch.decode). The
@@ -19,7 +19,7 @@ from walctl.format.batch import StreamRecordBatch
 from walctl.format.header import HEADERS_SIZE
 from walctl.wal import reader
 from walctl.wal.headers import read_headers
-from walctl.wal.ops import open_writer, trim_wal
+from walctl.wal.lifecycle import open_writer, trim_wal
 
 from walhelpers import append_records, new_wal
 
@@ -34,16 +34,16 @@ def _scan(image: bytes, fast: bool, monkeypatch) -> tuple[list, dict, list]:
     hits = []
     with monkeypatch.context() as m:
         if not fast:
-            m.setattr(reader.LogReader, "data_record", lambda self, offset: None)
+            m.setattr(reader.LogReader, "intact_run", lambda self, offset, max_records=1: [])
         else:
-            real = reader.LogReader.data_record
+            real = reader.LogReader.intact_run
 
-            def counted(self, offset):
-                found = real(self, offset)
-                hits.append(found is not None)
+            def counted(self, offset, max_records=1 << 30):
+                found = real(self, offset, max_records)
+                hits.append(bool(found))
                 return found
 
-            m.setattr(reader.LogReader, "data_record", counted)
+            m.setattr(reader.LogReader, "intact_run", counted)
         result = reader.ScanResult(state.header, reader.Ring(state.header.capacity))
         events = []
         for e in reader.scan(mem, state.header, result=result, keep_offsets=True):

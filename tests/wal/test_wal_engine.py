@@ -9,7 +9,7 @@ from walctl.format import record as rec
 from walctl.format.batch import StreamRecordBatch
 from walctl.format.header import HEADERS_SIZE, SHUTDOWN_UNGRACEFUL
 from walctl.wal import reader
-from walctl.wal.ops import init_wal, open_writer, trim_wal
+from walctl.wal.lifecycle import init_wal, open_writer, trim_wal
 
 from walhelpers import append_records, header_of, new_wal, payload_for, peek, physical, poke, scan_file
 
@@ -351,3 +351,50 @@ def test_damaged_header_inside_a_block(tmp_path, clean):
         entries, result = scan_file(path)
         assert result.findings == []
         check_records(entries, survivors + more)
+
+
+@pytest.mark.parametrize("name,damage,survivors,kinds,explained", DAMAGE_TABLE, ids=[d[0] for d in DAMAGE_TABLE])
+def test_crash_repair_keeps_the_bytes_it_overwrites(tmp_path, name, damage, survivors, kinds, explained):
+    """Every byte crash repair overwrites is in the side file next to the WAL, as it was before."""
+    import glob
+    import json
+
+    path, acks = crashed_log(tmp_path)
+    damage(path, acks)
+    before = peek(path, 0, header_of(path).header.capacity)
+    opened = open_writer(path)
+    opened.writer.close()
+    after = peek(path, 0, len(before))
+    changed = [i for i in range(HEADERS_SIZE, len(before)) if before[i] != after[i]]
+    files = glob.glob(path + ".repair-*.broken.json")
+    if opened.repair is None or not opened.repair.evidence:
+        assert files == [] and changed == []
+        return
+    assert files == [opened.repair.evidence_file]
+    assert any(path in w and "kept in" in w for w in opened.warnings)
+    doc = json.loads(open(files[0]).read())
+    kept = bytearray(after)
+    for item in doc["overwritten"]:
+        data = bytes.fromhex(item["hex"])
+        assert len(data) == item["length_bytes"] and item["physical_offset"] == physical(path, item["offset"])
+        kept[item["physical_offset"]:item["physical_offset"] + len(data)] = data
+    assert changed, "the repair patched something"
+    assert bytes(kept[HEADERS_SIZE:]) == before[HEADERS_SIZE:]  # every overwritten byte is retrievable
+
+
+def test_crash_repair_of_a_block_device_keeps_its_bytes_in_the_evidence_dir(tmp_path, monkeypatch):
+    """No side file can sit next to /dev/...: the evidence goes to WALCTL_REPAIR_EVIDENCE_DIR, or
+    stays in the result (hex) with a warning saying so."""
+    from walctl.wal import crash_repair
+
+    assert crash_repair.evidence_path("/dev/loop7", 5, True) is None
+    monkeypatch.setenv(crash_repair.EVIDENCE_DIR_ENV, str(tmp_path))
+    assert crash_repair.evidence_path("/dev/loop7", 5, True) == str(tmp_path / "loop7.repair-5.broken.json")
+    assert crash_repair.evidence_path(str(tmp_path / "w.img"), 5, False) == str(tmp_path / "w.img.repair-5.broken.json")
+    monkeypatch.delenv(crash_repair.EVIDENCE_DIR_ENV)
+    warnings: list[str] = []
+    repair = crash_repair.RepairResult(5, 4, [crash_repair.Overwritten(4096, 12288, b"\x01\x02")])
+    assert crash_repair._keep_evidence(repair, "/dev/loop7", True, warnings) is None
+    assert crash_repair.EVIDENCE_DIR_ENV in warnings[0]
+    assert repair.to_json()["overwritten"] == [{"offset": 4096, "physical_offset": 12288, "length_bytes": 2,
+                                                "hex": "0102"}]

@@ -22,7 +22,7 @@ import pytest
 
 from walctl.store import open_store
 from walctl.pipeline.upload import upload
-from walctl.wal.ops import init_wal
+from walctl.wal.lifecycle import init_wal
 
 from storehelpers import read_back
 

@@ -12,7 +12,7 @@ from walctl.format.batch import StreamRecordBatch
 from walctl.format.header import HEADERS_SIZE
 from walctl.wal import reader
 from walctl.wal.headers import read_headers
-from walctl.wal.ops import init_wal, open_writer
+from walctl.wal.lifecycle import init_wal, open_writer
 
 
 def run_walctl(*args, stdin: bytes | None = None, env: dict | None = None) -> subprocess.CompletedProcess:

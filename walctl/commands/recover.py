@@ -36,9 +36,10 @@ def recover_cmd(
     from_offset: Annotated[int | None, typer.Option(
         "--from", min=0,
         help="Show only records whose WAL offset is >= this (bytes, logical). Reading starts at the first "
-             "block at or after it (a 4 KiB aligned offset holding a valid record header that names "
-             "that offset), not at the trim point; the summary's read_from_offset says where, and "
-             "complete is false (what lies before was not checked).")] = None,
+             "record at or after it (found through the block holding it, so none at or after it is "
+             "skipped; if damage breaks that chain, the first block at or after it), not at the trim "
+             "point; the summary's read_from_offset is that record's offset, and complete is false "
+             "(what lies before was not checked).")] = None,
     to_offset: Annotated[int | None, typer.Option(
         "--to", min=0,
         help="Show only records whose WAL offset is < this (bytes, logical); reading stops at the first "
@@ -76,138 +77,56 @@ def recover_cmd(
     sealed, the stream offsets it cost) and each stream gap with its cause (crash, or none)
     and what to do ("sealed_hole" and "stream_gap" lines with --json).
     """
-    from walctl.errors import CorruptionError
-    from walctl.failpoints import failpoint
     from walctl.options import check_order
-    from walctl.wal import reader
+    from walctl.wal.lifecycle import open_reader
+    from walctl.wal.verdict import RecoverFilter, recover
 
     check_order(from_offset, to_offset, "--from", "--to")
-    from walctl.wal.ops import header_slot_findings, open_reader
-
     _refuse_short_file(device)
-    forced = _block_size(block_size)
-    session = open_reader(device)
+    session = open_reader(device, block_size=_block_size(block_size))
     try:
-        if forced is not None:
-            _force_block_size(session, forced, device)
+        _warn_about(session)
         header = session.state.header
-        for message in session.warnings:
-            warn(message)
-        if header.flavour != "walctl":
-            warn(f"{header.flavour} WAL (AutoMQ): read with AutoMQ's checksums and recovery rules; "
-                 f"walctl never writes to it; block size {header.block_size} bytes "
-                 f"({session.state.block_size_source})")
-            if session.state.block_size_source == "default":
-                warn("AutoMQ block size not detectable (one header slot, no record where recovery starts): "
-                     "assuming AutoMQ's default 4096; pass --block-size if its JVM set automq.ebswal.blocksize")
         out = _Printer(json_out, payload, stats)
-        result = reader.ScanResult(header, reader.Ring(header.capacity))
-
-        def show(finding) -> None:
-            if hexdump:
-                position, data = reader.finding_bytes(session.dev, finding)
-                finding.hexdump = reader.hexdump(data, position)
-            out.finding(finding)
-
-        for finding in header_slot_findings(session.state):
-            result.findings.append(finding)
-            show(finding)
-        shown = 0
-        per_stream: dict[int, list[int]] = {}
-        # A live writer may add blocks while we read: then the probe beyond the window would
-        # mistake them for mid-log damage, so it only runs when no writer holds the device.
-        events = reader.scan(session.dev, header, result=result, probe=session.writer_pid is None,
-                             seek=from_offset)
         start = max(header.trim_offset, 0, from_offset or 0)
         end = getattr(header, "next_offset", None)
-        bar = progress_bar(end - start if end and end > start else None, "scanning the WAL", json_out=json_out,
-                           streaming=True)
-        progress = bar.__enter__()
-        try:
-            for event in events:
-                failpoint("recover-scan")
-                if progress is not None:
-                    progress(max(event.offset - start, 0))
-                if isinstance(event, reader.Finding):
-                    show(event)
-                    continue
-                if from_offset is not None and event.offset < from_offset:
-                    continue
-                if to_offset is not None and event.offset >= to_offset:
-                    result.complete = False  # records come in log order: none further on is shown
-                    result.stopped_by = "to"
-                    break
-                if stream is not None and (event.batch is None or event.batch.stream_id != stream):
-                    continue
-                if limit is not None and shown >= limit:
-                    result.complete = False
-                    result.stopped_by = "limit"
-                    break
-                shown += 1
-                if stats:
-                    key = event.batch.stream_id if event.batch else -1
-                    counts = per_stream.setdefault(key, [0, 0])
-                    counts[0] += 1
-                    counts[1] += len(event.batch.payload) if event.batch else len(event.body)
-                else:
-                    out.record(event)
-        except KeyboardInterrupt as exc:  # SIGTERM/SIGINT: the NDJSON still ends with its summary
-            result.complete = False
-            exc.summary = {**result.to_json(), "type": "summary", "records_shown": shown, "device": device,
-                           "flavour": header.flavour}
-            raise
-        finally:
-            bar.__exit__(None, None, None)
-            events.close()
-        seeked = result.read_from_offset is not None and result.read_from_offset > result.start_offset
-        if seeked and from_offset is not None and header.flavour == "walctl":
-            result.complete = False  # the records before the seek point were not read
-        unexplained = _explain_gaps(out, result)
-        summary = result.to_json()
-        summary["sealed_holes"] = len(result.sealed_holes)
-        summary["stream_gaps"] = len(result.stream_gaps)
-        summary["unexplained_stream_gaps"] = unexplained
-        summary["records_shown"] = shown
-        summary["device"] = device
-        summary["flavour"] = header.flavour
-        if stats:
-            out.stats(per_stream)
-        if not result.complete and not json_out:
-            read = (f"read from offset {summary['read_from_offset']}" + (" (seek to --from)" if seeked else ""))
-            warn(f"incomplete: {read}; stopped by {result.stopped_by} at offset {result.end_offset}; "
-                 f"damage outside what was read was not checked (run without --from/--to/--limit for a full check)")
-        corrupt = result.corrupt
-        if corrupt:
-            first = corrupt[0]
-            exc = CorruptionError(f"{len(corrupt)} finding(s) a crash does not explain; first: {first.kind} "
-                                  f"at offset {first.offset} ({first.reason})", where=device, offset=first.offset)
-            if json_out:
-                exc.summary = summary  # the closing summary line carries the error
-            else:
-                out.summary(summary)
-            raise exc
-        out.summary(summary)
+        with progress_bar(end - start if end and end > start else None, "scanning the WAL", json_out=json_out,
+                          streaming=True) as progress:
+            # A live writer may add blocks while we read: then the probe beyond the window would
+            # mistake them for mid-log damage, so it only runs when no writer holds the device.
+            run = recover(session.dev, session.state, device, probe=session.writer_pid is None,
+                          filters=RecoverFilter(from_offset, to_offset, stream, limit), stats=stats,
+                          with_hexdump=hexdump, on_record=out.record, on_finding=out.finding, progress=progress)
     finally:
         session.dev.close()
+    for obj, text in run.explanations:
+        out.explained(obj, text)
+    if stats:
+        out.stats(run.per_stream)
+    summary = run.summary()
+    if run.incomplete() and not json_out:
+        warn(run.incomplete())
+    exc = run.error()
+    if exc is not None and json_out:
+        exc.summary = summary  # the closing summary line carries the error
+        raise exc
+    out.summary(summary)
+    if exc is not None:
+        raise exc
 
 
-def _explain_gaps(out: "_Printer", result) -> int:
-    """Print the sealed crash holes and every stream gap with why it exists and what to do;
-    return how many gaps no crash explains."""
-    from walctl.wal import gaps
-
-    holes = gaps.holes_of(result.findings, result.sealed_holes)
-    for hole in result.sealed_holes:
-        out.explained(hole.to_json(), f"SEALED HOLE at offset {hole.start}..{hole.end} "
-                                      f"({hole.end - hole.start} bytes): {hole.describe()}; it cost " +
-                      (", ".join(f"stream {s} offsets {lo}..{hi}" for s, lo, hi in hole.sealed.streams)
-                       or "no stream offsets (no stream continued after it)"))
-    unexplained = 0
-    for gap in result.stream_gaps:
-        hole = gaps.explain(gap, holes)
-        unexplained += hole is None
-        out.explained(gaps.gap_to_json(gap, hole), "GAP " + gaps.explanation(gap, hole))
-    return unexplained
+def _warn_about(session) -> None:
+    """The device's warnings, and how an AutoMQ WAL is read."""
+    for message in session.warnings:
+        warn(message)
+    header = session.state.header
+    if header.flavour != "walctl":
+        warn(f"{header.flavour} WAL (AutoMQ): read with AutoMQ's checksums and recovery rules; "
+             f"walctl never writes to it; block size {header.block_size} bytes "
+             f"({session.state.block_size_source})")
+        if session.state.block_size_source == "default":
+            warn("AutoMQ block size not detectable (one header slot, no record where recovery starts): "
+                 "assuming AutoMQ's default 4096; pass --block-size if its JVM set automq.ebswal.blocksize")
 
 
 def _block_size(text: str | None) -> int | None:
@@ -222,22 +141,6 @@ def _block_size(text: str | None) -> int | None:
         raise UsageError(f"--block-size {text} is not one of AutoMQ's block sizes", where="recover",
                          hint="a power of two from 512 to 64KiB, as automq.ebswal.blocksize")
     return size
-
-
-def _force_block_size(session, size: int, device: str) -> None:
-    """Re-read the header slots at 0 and ``size`` (AutoMQ WALs only)."""
-    from walctl.errors import UsageError, WalctlError
-    from walctl.wal.headers import read_headers
-
-    if session.state.header.flavour == "walctl":
-        if size == session.state.header.block_size:
-            return
-        raise UsageError("--block-size applies to AutoMQ WALs only; walctl's own use 4096", where=device,
-                         hint="drop --block-size")
-    try:
-        session.state = read_headers(session.dev, block_size=size)
-    except WalctlError as exc:
-        raise exc.at(device)
 
 
 def _refuse_short_file(device: str) -> None:

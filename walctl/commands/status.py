@@ -37,8 +37,8 @@ def status_cmd(
     not explain (details: walctl recover). Sealed crash holes and
     stream gaps (found by a scan) are listed with their cause and what to do.
     """
-    from walctl.errors import CorruptionError
     from walctl.status import wal_status
+    from walctl.wal.verdict import unexplained_error
 
     from walctl import metrics
     from walctl.errors import WalctlError
@@ -61,12 +61,9 @@ def status_cmd(
                                  node_id="" if node is None or node < 0 else str(node))
     if not json_out:
         _render(out)
-    corrupt = result.corrupt
-    if corrupt:
-        first = corrupt[0]
-        raise CorruptionError(f"{len(corrupt)} finding(s) a crash does not explain; first: {first.kind} at "
-                              f"offset {first.offset} ({first.reason})", where=device, offset=first.offset,
-                              hint="see 'walctl recover'", summary=out)
+    exc = unexplained_error(result.corrupt, device, hint="see 'walctl recover'", summary=out)
+    if exc is not None:
+        raise exc
     if json_out:
         emit_json(out)
 

@@ -38,4 +38,4 @@ def crc(found: int, expected: int, offset: int, what: str) -> None:
 
 def bound(ok: bool, offset: int, what: str, found: object, rule: str) -> None:
     if not ok:
-        raise BoundsError(f"{what} = {found} out of bounds ({rule})", offset=offset, found=found)
+        raise BoundsError(f"{what} = {found} out of bounds ({rule})", offset=offset, found=found, field=what)

@@ -385,6 +385,7 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
     """
     from walctl.wal import gaps, reader
     from walctl.wal.ops import read_wal_state
+    from walctl.wal.verdict import unexplained_error
 
     started = time.monotonic()
     result = UploadResult(dry_run=dry_run)
@@ -412,11 +413,10 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
         dev.close()  # the lock only covered the read: appends may go on during the upload
     # A bad batch (a valid record whose body is no StreamRecordBatch) stops only itself: the
     # other records are uploaded, the WAL is not trimmed past it, 'recover' shows it.
-    damage = [f for f in scan.corrupt if f.kind != reader.BAD_BATCH]
-    if damage:
-        first = damage[0]
-        raise CorruptionError(f"the WAL is damaged ({first.kind} at offset {first.offset}); nothing uploaded",
-                              where=wal_path, offset=first.offset, hint="inspect with 'walctl recover'")
+    damage = unexplained_error(scan.findings, wal_path, framing_only=True,
+                               hint="nothing uploaded; inspect with 'walctl recover'")
+    if damage is not None:
+        raise damage
     bad_findings = {f.offset: f for f in findings if f.kind == reader.BAD_BATCH}
     findings = [f for f in findings if f.kind != reader.BAD_BATCH]
     if not locked and findings:

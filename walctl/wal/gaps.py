@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from walctl.format.seal import SealDescriptor
+from walctl.wal.findings import HOLE
 
 
 @dataclass(frozen=True)
@@ -104,9 +105,7 @@ class GapTracker:
 
 def holes_of(findings, sealed: list[CrashHole]) -> list[CrashHole]:
     """Every crash hole of a scan: its explained hole findings and its sealed holes, in log order."""
-    from walctl.wal import reader
-
-    found = [CrashHole(f.offset, f.end_offset) for f in findings if f.kind == reader.HOLE and f.explained]
+    found = [CrashHole(f.offset, f.end_offset) for f in findings if f.kind == HOLE and f.explained]
     return sorted(found + list(sealed), key=lambda h: h.start)
 
 

@@ -1,0 +1,96 @@
+"""What a recovery scan reports beside the records: findings, their kinds and causes (FORMATS.md 1.4).
+
+A finding's ``kind`` says what the scan concluded about a range (a hole, a torn tail ...);
+its ``cause`` says what the damaged bytes look like. Both are enums (``StrEnum``: they
+compare equal to, and render as, the words in the JSON output).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from walctl.wal.layout import Ring
+
+
+class Kind(enum.StrEnum):
+    """What a finding is. "explained" ones are what a crash leaves in the last window."""
+
+    HOLE = "hole"  # skipped range followed by a valid record
+    TORN_TAIL = "torn_tail"  # a record with a valid header but a bad body, with nothing valid after it
+    TRIM_RECORD = "trim_record"  # the record at trimOffset is unreadable
+    BEYOND_WINDOW = "beyond_window"  # valid records past where the scan had to stop: mid-log damage
+    END_MISMATCH = "end_mismatch"  # a clean log whose end is not the header's nextOffset
+    BAD_BATCH = "bad_batch"  # a valid record whose body is not a StreamRecordBatch
+    BAD_HEADER_SLOT = "bad_header_slot"  # one header slot damaged, the other valid
+    # AutoMQ logs only (read for forensics, FORMATS.md 1):
+    DISCARDED = "discarded"  # V1: valid blocks after the end of the continuous log, which AutoMQ drops
+    BAD_PADDING = "bad_padding"  # V1: a padding record AutoMQ follows though its header fails a check
+
+
+class Cause(enum.StrEnum):
+    """What the bytes of a finding look like."""
+
+    ZERO_FILL = "zero_fill"  # all zeros where a record should start: never written, wiped, or a torn write
+    STALE_LAP = "stale_lap"  # a valid record header of another offset: data of an earlier lap of the ring
+    CHECKSUM_MISMATCH = "checksum_mismatch"  # a header or body whose crc fails: damage to bytes once written whole
+    GARBAGE = "garbage"  # bytes that are no record at all (bad magic, impossible lengths)
+    TRUNCATED = "truncated"  # a record cut off by the end of the device
+    TORN_TAIL = "torn_tail"  # the last record's body is incomplete: a write the crash interrupted
+    BAD_HEADER_SLOT = "bad_header_slot"  # one of the two header slots is damaged; the other one is used
+    BEYOND_WINDOW = "beyond_window"  # a valid record past the sliding window after a hole: mid-log damage
+    END_MISMATCH = "end_mismatch"  # a cleanly closed log ends before its header's nextOffset: a lost tail
+    BAD_BATCH = "bad_batch"  # a valid record whose body is not a StreamRecordBatch
+
+
+HOLE, TORN_TAIL, TRIM_RECORD, BEYOND_WINDOW = Kind.HOLE, Kind.TORN_TAIL, Kind.TRIM_RECORD, Kind.BEYOND_WINDOW
+END_MISMATCH, BAD_BATCH, BAD_HEADER_SLOT = Kind.END_MISMATCH, Kind.BAD_BATCH, Kind.BAD_HEADER_SLOT
+DISCARDED, BAD_PADDING = Kind.DISCARDED, Kind.BAD_PADDING
+CAUSES = tuple(c.value for c in Cause)
+
+# Kinds whose cause is the kind itself, whatever the bytes held.
+_CAUSE_OF_KIND = {Kind.BAD_HEADER_SLOT: Cause.BAD_HEADER_SLOT, Kind.TORN_TAIL: Cause.TORN_TAIL,
+                  Kind.BEYOND_WINDOW: Cause.BEYOND_WINDOW, Kind.END_MISMATCH: Cause.END_MISMATCH,
+                  Kind.BAD_BATCH: Cause.BAD_BATCH}
+
+
+@dataclass
+class Finding:
+    """A range the scan skipped or doubts, where (WAL offsets) and why."""
+
+    kind: Kind
+    offset: int
+    ring: Ring
+    reason: str
+    end_offset: int | None = None  # where the skipped range ends (the next valid record), if known
+    expected_crc: int | None = None
+    found_crc: int | None = None
+    explained: bool = False  # a crash explains it (not corruption)
+    physical_offset: int | None = None  # set for findings outside the ring (header slots)
+    hexdump: str | None = None  # the finding's first bytes, xxd-like (recover --hexdump)
+    bytes_cause: Cause | None = None  # what the skipped bytes looked like (the decoder's Skip.cause)
+
+    @property
+    def cause(self) -> Cause:
+        """What the damaged bytes look like (one of CAUSES)."""
+        return _CAUSE_OF_KIND.get(self.kind) or self.bytes_cause or Cause.GARBAGE
+
+    def to_json(self) -> dict:
+        out = {"type": "finding", "kind": str(self.kind)}
+        if self.physical_offset is not None:
+            out.update({"offset": None, "physical_offset": self.physical_offset, "lap": None,
+                        "offset_mod_4096": None})
+        else:
+            out.update(self.ring.describe(self.offset))
+        out.update({
+            "end_offset": self.end_offset,
+            "length_bytes": None if self.end_offset is None else self.end_offset - self.offset,
+            "reason": self.reason,
+            "expected_crc": self.expected_crc,
+            "found_crc": self.found_crc,
+            "explained_by_crash": self.explained,
+            "cause": str(self.cause),
+        })
+        if self.hexdump is not None:
+            out["hexdump"] = self.hexdump
+        return out

@@ -1,0 +1,277 @@
+"""The recovery policy for walctl's own logs (FORMATS.md 1.4), over the step decoder.
+
+The policy tells apart three things the bytes after a record can be:
+- the end of the log (an invalid header at a 4 KiB boundary with nothing valid after it);
+- crash damage inside the last sliding window (holes from concurrent blocks, a torn
+  tail), which a writer that did not close cleanly explains;
+- corruption: damage in a log closed cleanly, or valid records found beyond the
+  window after a hole (a crash cannot put them there: blocks are only written
+  inside the window), or a log that ends before the clean header's nextOffset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from walctl.errors import FormatError
+from walctl.format import record as rec
+from walctl.format import seal as seal_format
+from walctl.format.header import ALIGN, WalHeader
+from walctl.wal.decoder import Decoder, Record, Skip, SkipKind
+from walctl.wal.findings import BAD_BATCH, BEYOND_WINDOW, END_MISMATCH, HOLE, TORN_TAIL, TRIM_RECORD, Cause, Finding
+from walctl.wal.gaps import CrashHole
+from walctl.wal.ringread import (Entry, LogReader, ScanResult, accepted, align_down, align_up, all_zero, batch_of,
+                                 note_trimmed, probe)
+
+
+@dataclass
+class _Gap:
+    """A skipped range still open: where it began and what the first bytes were."""
+
+    start: int
+    reason: str
+    cause: Cause
+    expected_crc: int | None = None
+    found_crc: int | None = None
+    torn: bool = False  # began with a valid header and a bad body (or damage inside a block)
+
+
+class NativeScan:
+    """One scan of a walctl log: ``events()`` yields its records and findings in log order and
+    fills ``res`` as it goes."""
+
+    def __init__(self, dev, header: WalHeader, res: ScanResult, *, probe: bool, keep_offsets: bool):
+        ring = res.ring
+        self.header, self.res, self.ring = header, res, ring
+        self.reader = LogReader(dev, ring, res)
+        self.decoder = Decoder(self.reader)
+        self.trim = header.trim_offset
+        self.start = max(self.trim, 0)
+        self.limit = self.start + ring.size  # no block ends further than this from the trim point
+        self.window = header.sliding_window_max_length
+        # A clean header promises the log reaches nextOffset: look at least that far.
+        self.must_reach = header.next_offset if header.clean else 0
+        if self.must_reach:
+            self.reader.stop = self.must_reach
+        self.explained = not header.clean
+        self.probe_after = probe
+        self.keep_offsets = keep_offsets
+        self.o = self.start
+        self.first_bad: int | None = None
+        self.gap: _Gap | None = None
+        res.start_offset = res.end_offset = self.start
+
+    def events(self, seek: int | None = None) -> Iterator[Entry | Finding]:
+        res = self.res
+        if seek is not None and seek > self.start:
+            self.o = res.end_offset = self._seek(seek)
+        res.read_from_offset = self.o
+        intact_run, step = self.reader.intact_run, self.decoder.step
+        trim, keep_offsets = self.trim, self.keep_offsets
+        while self.o < self.limit:
+            if self.first_bad is not None and self._must_stop():
+                break
+            # Fast path: a run of intact data records decoded from the cached chunk in one call;
+            # one at a time once damage was seen (the window rule looks at every record then).
+            run = intact_run(self.o, 1 if self.first_bad is not None else 1 << 30)
+            if run:
+                if self.gap is not None:
+                    yield self._close_gap(run[0][0])
+                for offset, body in run:
+                    batch, error = batch_of(body)
+                    self.o = res.end_offset = offset + _REC_SIZE + len(body)
+                    if error is None and offset != trim:
+                        yield accepted(res, offset, body, batch, keep_offsets)
+                    else:
+                        yield from self._unusual(offset, body, batch, error)
+                continue
+            found = step(self.o)
+            if isinstance(found, Skip):
+                self._skip(found)
+            else:
+                yield from self._record(found)
+        else:
+            res.stopped_by = "one ring past the trim point"
+        yield from self._finish()
+        res.bytes_read = self.reader.bytes_read
+
+    def _must_stop(self) -> bool:
+        """After damage: stop one sliding window past it, or where a clean header says the log ends."""
+        if self.o >= self.first_bad + self.window and self.o >= self.must_reach:
+            self.res.stopped_by = "one sliding window past the first invalid block"
+            return True
+        # A clean log ends where its header says: the writer drained every block before it
+        # wrote nextOffset, so no block of its lies beyond (no window to look through).
+        gap = self.gap
+        return bool(self.must_reach and self.first_bad >= self.must_reach and gap is not None and not gap.torn)
+
+    def _close_gap(self, at: int) -> Finding:
+        gap, self.gap = self.gap, None
+        kind = TRIM_RECORD if gap.start == self.trim else HOLE
+        finding = Finding(kind, gap.start, self.ring, gap.reason, at, gap.expected_crc, gap.found_crc,
+                          explained=self.explained and kind == HOLE, bytes_cause=gap.cause)
+        self.res.findings.append(finding)
+        return finding
+
+    def _data(self, offset: int, end: int, body: bytes) -> Iterator[Entry | Finding]:
+        self.o = self.res.end_offset = end
+        batch, error = batch_of(body)
+        yield from self._unusual(offset, body, batch, error)
+
+    def _unusual(self, offset: int, body: bytes, batch, error: FormatError | None) -> Iterator[Entry | Finding]:
+        """A data record that is the (deleted) trim record, or whose body is no batch (or both)."""
+        res = self.res
+        if offset == self.trim:
+            note_trimmed(res, offset, body, batch)  # deleted: only its ends still count
+            return
+        if error is not None:
+            finding = Finding(BAD_BATCH, offset, self.ring, f"body is not a StreamRecordBatch: {error}", self.o)
+            res.findings.append(finding)
+            yield finding
+        yield accepted(res, offset, body, batch, self.keep_offsets)
+
+    def _record(self, record: Record) -> Iterator[Entry | Finding]:
+        if self.gap is not None:
+            yield self._close_gap(record.offset)
+        if record.padding:
+            _note_seal(self.res, self.reader, record)
+            self.o = self.res.end_offset = record.end
+            return
+        yield from self._data(record.offset, record.end, record.body)
+
+    def _skip(self, skip: Skip) -> None:
+        o = skip.offset
+        if skip.kind is SkipKind.BODY:
+            self._damage(o)
+            self.res.torn_offsets.append(o)
+            self._open_gap(_Gap(o, skip.reason, skip.cause, skip.expected_crc, skip.found_crc, torn=True))
+            self.o = align_up(skip.end)
+            return
+        if o % ALIGN and o != self.trim:
+            boundary = align_up(o)
+            if all_zero(self.reader.read(o, boundary - o)):
+                self.o = boundary  # the zero padding after a block's last record: normal, not a finding
+                return
+            # Bytes where a block's zero padding or its next record should be: the block
+            # is torn (a crash) or damaged (corruption); records after this point are lost.
+            self._damage(o)
+            self._open_gap(_Gap(o, f"damaged record header inside a block ({skip.reason})", skip.cause, torn=True))
+            self.res.unaligned_damage.append(o)
+            self.o = boundary
+            return
+        self._damage(o)
+        self._open_gap(_Gap(o, skip.reason, skip.cause, skip.expected_crc, skip.found_crc))
+        self.o = align_up(o + 1)
+
+    def _damage(self, offset: int) -> None:
+        if self.first_bad is None:
+            self.first_bad = offset
+
+    def _open_gap(self, gap: _Gap) -> None:
+        if self.gap is None:
+            self.gap = gap
+
+    def _finish(self) -> Iterator[Finding]:
+        res, gap, ring, header = self.res, self.gap, self.ring, self.header
+        found: list[Finding] = []
+        if gap is not None and gap.start == self.trim:
+            found.append(Finding(TRIM_RECORD, gap.start, ring, gap.reason, None, gap.expected_crc, gap.found_crc,
+                                 bytes_cause=gap.cause))
+        elif gap is not None and gap.torn:
+            found.append(Finding(TORN_TAIL, gap.start, ring, gap.reason, align_up(gap.start + 1),
+                                 gap.expected_crc, gap.found_crc, explained=self.explained, bytes_cause=gap.cause))
+        # else: an invalid header at a block boundary with nothing valid after it: the end of the log.
+        if self.must_reach and res.next_block_offset != header.next_offset:
+            found.append(Finding(END_MISMATCH, res.end_offset, ring,
+                                 f"the log ends at {res.end_offset} but the clean header says the next block "
+                                 f"starts at {header.next_offset}", header.next_offset))
+        # A clean log has nextOffset to check its end against; only a crashed one needs the probe.
+        if self.probe_after and not header.clean and self.first_bad is not None and self.o < self.limit:
+            hit = probe(self.reader, self.o, self.limit)
+            if hit is not None:
+                found.append(Finding(BEYOND_WINDOW, hit, ring,
+                                     "a valid record lies beyond the sliding window after the first damage: "
+                                     "the damage is mid-log, not a crash tail; records after it are not shown"))
+        for finding in found:
+            res.findings.append(finding)
+            yield finding
+
+    def _seek(self, seek: int) -> int:
+        """Where reading starts for ``seek`` (recover --from): the first record at or after ``seek``.
+
+        Found by following the record headers from the block holding ``seek`` (the last 4 KiB
+        boundary at or before it with a valid record header naming its offset, at most 1 MiB
+        back): ``seek`` itself when a record starts there, else the next record boundary after
+        it (a record that starts before ``seek`` is not asked for; one after it in that block
+        is not skipped). When that chain breaks first (damage): the first block at or after
+        ``seek``, probed up to the end a clean header promises (else one ring past the trim
+        point).
+        """
+        end = self.must_reach or self.limit
+        if seek >= end:
+            return end
+        block = _block_at_or_before(self.reader, seek, self.start)
+        if block is not None:
+            at = _first_record_at_or_after(self.decoder, block, seek, end)
+            if at is not None:
+                return at
+        found = probe(self.reader, seek, end)
+        return end if found is None else found
+
+
+def _first_record_at_or_after(decoder: Decoder, block: int, seek: int, end: int) -> int | None:
+    """Follow the records from ``block`` (a record start) to the first that starts at or after
+    ``seek``; None when the chain breaks first (damage, the block's zero padding)."""
+    o = block
+    while o < seek:
+        try:
+            o = decoder.header(o).end
+        except FormatError:
+            if o % ALIGN == 0:
+                return None
+            o = align_up(o)  # the block's zero padding: the next block starts at the boundary
+    return o if o < end else None
+
+
+def _note_seal(res: ScanResult, reader: LogReader, record: Record) -> None:
+    """A padding record whose body starts with a valid seal descriptor is a sealed crash hole:
+    keep its evidence (one per hole: a hole across a lap end has one padding record per lap)."""
+    o = record.offset
+    raw = reader.read(o + rec.SIZE, min(record.end - o - rec.SIZE, ALIGN - rec.SIZE))
+    if len(raw) < seal_format.FIXED_SIZE or bytes(raw[:4]) != seal_format.MAGIC.to_bytes(4, "big"):
+        return  # a lap-end padding record (zero body), or one sealed by an older walctl
+    try:
+        descriptor = seal_format.SealDescriptor.decode(raw)
+    except FormatError:
+        return  # damaged evidence is no evidence: the gap it explained becomes unexplained
+    if not any(h.start == descriptor.hole_start for h in res.sealed_holes):
+        res.sealed_holes.append(CrashHole(descriptor.hole_start, descriptor.hole_end, descriptor, o))
+
+
+_REC_SIZE = rec.SIZE
+SEEK_BACK_BYTES = 1 << 20  # a seek looks this far back for the block holding its offset,
+SEEK_BACK_FIRST_BYTES = 64 << 10  # in two steps: this far first
+
+
+def _block_at_or_before(reader: LogReader, offset: int, floor: int) -> int | None:
+    """The last 4 KiB boundary at or before ``offset`` (not below ``floor``, at most 1 MiB back)
+    holding a valid record header that names it."""
+    top = align_down(offset)
+    # Most blocks are small: look near first, then one block's span (the writer's soft limit), then 1 MiB.
+    for back in (SEEK_BACK_FIRST_BYTES, 5 * SEEK_BACK_FIRST_BYTES, SEEK_BACK_BYTES):
+        lowest = max(floor, top - back)
+        reader.read(lowest, top + rec.SIZE - lowest)  # one read of the range, then walk it back in memory
+        o = top
+        while o >= lowest:
+            try:
+                head = rec.RecordHeader.decode(reader.read(o, rec.SIZE), expected_offset=o)
+                if head.end <= reader.ring.lap_end(o):
+                    return o
+            except FormatError:
+                pass
+            o -= ALIGN
+        top = lowest - ALIGN
+        if top < floor:
+            break
+    return None

@@ -1,0 +1,206 @@
+"""The recover verdict, its filters and its stats: what every reader of the log concludes from a scan.
+
+- ``unexplained_error``: the one CorruptionError for findings a crash does not explain
+  (recover, status, a writer's open, upload);
+- ``recover``: the engine of ``walctl recover`` (seek, --from/--to/--stream/--limit, --stats,
+  the sealed holes and stream gaps explained, the summary), which streams what it shows
+  through callbacks and returns a RecoverRun; the command parses, calls it, renders.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+from walctl.errors import CorruptionError
+from walctl.failpoints import failpoint
+from walctl.wal import gaps
+from walctl.wal.findings import BAD_BATCH, BAD_HEADER_SLOT, Finding
+from walctl.wal.headers import HeaderState
+from walctl.wal.layout import Ring
+from walctl.wal.reader import Entry, Scan, ScanResult, finding_bytes, hexdump
+
+
+def unexplained(findings: list[Finding], *, framing_only: bool = False) -> list[Finding]:
+    """The findings a crash does not explain. ``framing_only``: leave out bad batches (whole,
+    valid records whose body is no StreamRecordBatch: the log's framing is intact, so writing
+    after them overwrites no evidence, and upload skips just them)."""
+    return [f for f in findings if not f.explained and not (framing_only and f.kind == BAD_BATCH)]
+
+
+def unexplained_error(findings: list[Finding], where: str, *, framing_only: bool = False,
+                      hint: str | None = "inspect with 'walctl recover'",
+                      summary: dict | None = None) -> CorruptionError | None:
+    """The CorruptionError (exit 3) for the findings a crash does not explain, or None (``summary``:
+    the command's JSON summary, printed with the error)."""
+    corrupt = unexplained(findings, framing_only=framing_only)
+    if not corrupt:
+        return None
+    first = corrupt[0]
+    return CorruptionError(f"{len(corrupt)} finding(s) a crash does not explain; first: {first.kind} at offset "
+                           f"{first.offset} ({first.reason})", where=where, offset=first.offset, hint=hint,
+                           summary=summary)
+
+
+def header_slot_findings(state: HeaderState) -> list[Finding]:
+    """A finding for each damaged header slot (the other one was used: a crash explains it)."""
+    ring = Ring(state.header.capacity)
+    return [Finding(BAD_HEADER_SLOT, 0, ring, f"header slot {slot.index}: {slot.error}", explained=True,
+                    physical_offset=slot.position) for slot in state.bad_slots]
+
+
+@dataclass(frozen=True)
+class RecoverFilter:
+    """Which records recover shows: WAL offsets [from_offset, to_offset), one stream, at most limit."""
+
+    from_offset: int | None = None
+    to_offset: int | None = None
+    stream: int | None = None
+    limit: int | None = None
+
+
+@dataclass
+class RecoverRun:
+    """What one recover established: the scan's report, what was shown, and the verdict."""
+
+    device: str
+    report: ScanResult
+    shown: int = 0
+    per_stream: dict[int, list[int]] = field(default_factory=dict)  # stream (-1: no batch) -> [records, bytes]
+    seeked: bool = False  # reading started after the trim point (--from)
+    explanations: list[tuple[dict, str]] = field(default_factory=list)  # sealed holes, stream gaps: (json, text)
+    unexplained_gaps: int = 0
+
+    def summary(self) -> dict:
+        out = self.report.to_json()
+        out.update({"sealed_holes": len(self.report.sealed_holes), "stream_gaps": len(self.report.stream_gaps),
+                    "unexplained_stream_gaps": self.unexplained_gaps, "records_shown": self.shown,
+                    "device": self.device, "flavour": self.report.header.flavour})
+        return out
+
+    def error(self) -> CorruptionError | None:
+        return unexplained_error(self.report.findings, self.device, hint=None)
+
+    def incomplete(self) -> str | None:
+        """The warning a run that did not read the whole log owes a human reader, or None."""
+        report = self.report
+        if report.complete:
+            return None
+        start = report.read_from_offset if report.read_from_offset is not None else report.start_offset
+        read = f"read from offset {start}" + (" (seek to --from)" if self.seeked else "")
+        return (f"incomplete: {read}; stopped by {report.stopped_by} at offset {report.end_offset}; damage outside "
+                f"what was read was not checked (run without --from/--to/--limit for a full check)")
+
+
+def recover(dev, state: HeaderState, device: str, *, filters: RecoverFilter = RecoverFilter(),
+            stats: bool = False, with_hexdump: bool = False, probe: bool = True,
+            on_record: Callable[[Entry], None], on_finding: Callable[[Finding], None],
+            progress: Callable[[int], None] | None = None) -> RecoverRun:
+    """Scan the log after the trim point (from the first record at or after --from), call
+    ``on_finding`` for each finding and ``on_record`` for each record the filters show (with
+    ``stats``: count them per stream instead), then explain sealed holes and stream gaps.
+
+    On an interrupt (KeyboardInterrupt) the exception leaves with ``summary``: the run so far,
+    complete false. Never writes.
+    """
+    header = state.header
+    scan = Scan(dev, header, probe=probe, seek=filters.from_offset)
+    run = RecoverRun(device, scan.report)
+
+    def finding(f: Finding) -> None:
+        if with_hexdump:
+            position, data = finding_bytes(dev, f)
+            f.hexdump = hexdump(data, position)
+        on_finding(f)
+
+    for f in header_slot_findings(state):
+        run.report.findings.append(f)
+        finding(f)
+    try:
+        _show(scan, run, filters, stats, on_record, finding, progress)
+    except KeyboardInterrupt as exc:  # SIGTERM/SIGINT: the NDJSON still ends with its summary
+        run.report.complete = False
+        exc.summary = run.summary()
+        raise
+    finally:
+        scan.close()
+    report = run.report
+    run.seeked = report.read_from_offset is not None and report.read_from_offset > report.start_offset
+    if run.seeked and header.flavour == "walctl":
+        report.complete = False  # the records before the seek point were not read
+    _explain_gaps(run)
+    return run
+
+
+def _show(scan: Scan, run: RecoverRun, filters: RecoverFilter, stats: bool, on_record, on_finding,
+          progress) -> None:
+    """The scan's loop: findings out, records through the filters, out or counted."""
+    report, per_stream = run.report, run.per_stream
+    start = max(report.start_offset, filters.from_offset or 0)
+    pause = os.environ.get("WALCTL_FAILPOINT", "").startswith("recover-scan")  # tests: stop mid-scan
+    want = _filter(filters, report)
+    shown = 0
+    try:
+        for event in scan:
+            if pause:
+                failpoint("recover-scan")
+            if progress is not None:
+                progress(max(event.offset - start, 0))
+            if event.__class__ is Finding:
+                on_finding(event)
+                continue
+            if want is not None and not want(event, shown):
+                if not report.complete:
+                    break
+                continue
+            shown += 1
+            if not stats:
+                on_record(event)
+                continue
+            batch = event.batch
+            counts = per_stream.get(batch.stream_id if batch else -1)
+            if counts is None:
+                counts = per_stream[batch.stream_id if batch else -1] = [0, 0]
+            counts[0] += 1
+            counts[1] += len(batch.payload) if batch else len(event.body)
+    finally:
+        run.shown = shown
+
+
+def _filter(filters: RecoverFilter, report: ScanResult) -> Callable[[Entry, int], bool] | None:
+    """A predicate saying whether a record is shown (it marks the report incomplete when the
+    run must stop there), or None when every record is."""
+    lo, hi, stream, limit = filters.from_offset, filters.to_offset, filters.stream, filters.limit
+    if lo is None and hi is None and stream is None and limit is None:
+        return None
+
+    def want(entry: Entry, shown: int) -> bool:
+        if lo is not None and entry.offset < lo:
+            return False
+        if hi is not None and entry.offset >= hi:
+            report.complete, report.stopped_by = False, "to"  # records come in log order: none further on
+            return False
+        if stream is not None and (entry.batch is None or entry.batch.stream_id != stream):
+            return False
+        if limit is not None and shown >= limit:
+            report.complete, report.stopped_by = False, "limit"
+            return False
+        return True
+
+    return want
+
+
+def _explain_gaps(run: RecoverRun) -> None:
+    """The sealed crash holes, and every stream gap with why it exists and what to do."""
+    report = run.report
+    holes = gaps.holes_of(report.findings, report.sealed_holes)
+    for hole in report.sealed_holes:
+        cost = ", ".join(f"stream {s} offsets {lo}..{hi}" for s, lo, hi in hole.sealed.streams)
+        run.explanations.append((hole.to_json(), f"SEALED HOLE at offset {hole.start}..{hole.end} "
+                                                 f"({hole.end - hole.start} bytes): {hole.describe()}; it cost "
+                                                 f"{cost or 'no stream offsets (no stream continued after it)'}"))
+    for gap in report.stream_gaps:
+        hole = gaps.explain(gap, holes)
+        run.unexplained_gaps += hole is None
+        run.explanations.append((gaps.gap_to_json(gap, hole), "GAP " + gaps.explanation(gap, hole)))
