@@ -19,7 +19,7 @@ from typing import Callable
 
 from walctl.bench.stats import LatencyRecorder, LatencySummary, ModeResult
 from walctl.device.blockio import IO_ENGINE_ENV
-from walctl.errors import UsageError
+from walctl.errors import FullError, UsageError
 from walctl.format.batch import StreamRecordBatch
 from walctl.format.header import HEADERS_SIZE, MIN_CAPACITY
 
@@ -93,7 +93,15 @@ def run_wal(path: str, *, capacity: int, record_size: int, iodepth: int, duratio
                     time.sleep(min(due - now, deadline - now, MAX_SLEEP_S * 1e9) / 1e9)
                     continue
             body = StreamRecordBatch(0, 0, records, 1, payload).encode()
-            writer.append(body, clock())
+            try:
+                writer.append(body, clock())
+            except FullError:
+                # The writer got ahead of the trims (every block unacknowledged at the last check,
+                # e.g. a slow device): wait for the writes in flight, trim what they acknowledged
+                # (an uploader would have) and go on; full again after that is a real error.
+                writer.drain()
+                _trim_all(writer, acked["last_offset"])
+                writer.append(body, clock())
             records += 1
             if records % TRIM_CHECK_EVERY == 0:
                 last = acked["last_offset"]
