@@ -203,7 +203,7 @@ def test_buffered_device_reports_its_fdatasync_as_flush(tmp_path):
     writer = WalWriter(dev, read_headers(dev), 0, iodepth=2)
     for i in range(50):
         writer.append(StreamRecordBatch(0, 0, i, 1, b"x" * 100).encode())
-        writer.flush()
+        writer.submit_open_block()
     writer.close()
     summary = writer.stages.summary()
     assert summary["blocks"] == writer.blocks_written >= 50

@@ -24,7 +24,7 @@ from walctl.format.header import (HEADERS_SIZE, SLOT_SIZE, MIN_CAPACITY, SHUTDOW
 from walctl.wal import gaps, reader
 from walctl.wal.headers import HeaderState, decode_slots, read_headers, write_header, write_slot
 from walctl.wal.layout import Ring, align_down, align_up
-from walctl.wal.writer import WINDOW_INITIAL, WalWriter, check_record_at
+from walctl.wal.writer import WINDOW_INITIAL_BYTES, WalWriter, check_record_at
 
 
 @dataclass
@@ -104,7 +104,7 @@ def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool 
         ring = capacity - HEADERS_SIZE
         ts = max(time.time_ns(), previous_ts + 1)
         header = WalHeader(capacity=capacity, trim_offset=-1, last_write_timestamp_ns=ts,
-                           sliding_window_max_length=min(WINDOW_INITIAL, ring), shutdown_type=SHUTDOWN_GRACEFUL,
+                           sliding_window_max_length=min(WINDOW_INITIAL_BYTES, ring), shutdown_type=SHUTDOWN_GRACEFUL,
                            node_id=node_id, epoch=-1, next_offset=0)
         # An empty log whose every stream is known (none): the first append needs no scan.
         checkpoint = Checkpoint(log_end=0, complete=True)
