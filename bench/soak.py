@@ -159,6 +159,7 @@ def run_soak(workdir: str, *, mode: str, capacity: int, rate_mib_s: float, secon
             "peak_fill_mib": round(peak_fill[0] / (1 << 20), 1), "peak_fill_pct": round(100 * peak_fill[0] / ring_bytes, 1),
             "in_store": len(in_store), "in_wal": len(in_wal), "exactly_once": True, "cron_uploads": len(uploads),
             "cron_upload_s_max": round(max(upload_seconds), 2) if upload_seconds else None,
+            "cron_upload_s_mean": round(sum(upload_seconds) / len(upload_seconds), 2) if upload_seconds else None,
             "batch_interval": batch_interval or "default", "full": False}
 
 
