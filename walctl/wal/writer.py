@@ -78,7 +78,7 @@ class _Block:
     # For the latency breakdown (perf_counter_ns): the first record came, the writer's
     # budget-stall clock at that moment (see WalWriter._stalled_ns), the write started.
     opened_ns: int = 0
-    stall_at_open: int = 0
+    stall_at_open_ns: int = 0
     submitted_ns: int = 0
     budget_ns: int = 0  # of its queued time, how long the budget stalled the writer
 
@@ -128,8 +128,8 @@ class WalWriter:
         # The budget stalls the writer from the moment it holds a block that could otherwise be
         # written (an I/O slot is free) until the next write starts; a block's "budget" stage is
         # how much of its queued time the writer spent stalled.
-        self._stall_since = 0
-        self._stall_total = 0
+        self._stall_since_ns = 0
+        self._stall_total_ns = 0
         self._timer_thread: threading.Thread | None = None  # started when first needed
         self.stages = StageRecorder()
         # Checkpoint (FORMATS.md 1.6): what the log holds as of its durable, acknowledged end.
@@ -180,8 +180,8 @@ class WalWriter:
         StreamRecordBatch; the checkpoint written at close and at trim tracks it. A record
         appended without it makes the stream ends unknown (the checkpoint lists none).
         """
-        size = rec.SIZE + len(body)
-        if size > self.ring.size or align_up(size) > self.window_cap_bytes:
+        record_bytes = rec.SIZE + len(body)
+        if record_bytes > self.ring.size or align_up(record_bytes) > self.window_cap_bytes:
             raise UsageError(f"record of {len(body)} bytes does not fit this WAL "
                              f"(ring {self.ring.size} bytes, window limit {self.window_cap_bytes} bytes)")
         # Completions waiting in the queue run here rather than after a GIL switch to its
@@ -190,13 +190,13 @@ class WalWriter:
             self._queue.poll()
         with self._lock:
             self._check_usable()
-            offset = self._place(size)
+            offset = self._place(record_bytes)
             cur = self._cur
             pos = cur.length
             buf = cur.buf
             rec.pack_data_header_into(buf, pos, offset, body)
-            buf[pos + rec.SIZE:pos + size] = body
-            cur.length = pos + size
+            buf[pos + rec.SIZE:pos + record_bytes] = body
+            cur.length = pos + record_bytes
             cur.end = cur.start + align_up(cur.length)
             cur.records.append((offset, token))
             if stream is not None:
@@ -311,12 +311,13 @@ class WalWriter:
             hook()
 
     # -- placement -----------------------------------------------------------------
-    def _place(self, size: int) -> int:
-        """Make room for a record of ``size`` bytes in the current block; return its offset."""
+    def _place(self, record_bytes: int) -> int:
+        """Make room for a record of ``record_bytes`` bytes in the current block; return its offset."""
         cur = self._cur
         if cur is not None:
             pos = cur.start + cur.length
-            if cur.length + size > self.block_soft_limit_bytes or pos + size > self.ring.lap_end(cur.start):
+            if (cur.length + record_bytes > self.block_soft_limit_bytes
+                    or pos + record_bytes > self.ring.lap_end(cur.start)):
                 self._close_block()
                 # Run ahead by at most iodepth closed blocks while every slot is busy.
                 self._pump(wait=True, keep=self.run_ahead)
@@ -324,7 +325,7 @@ class WalWriter:
         if cur is None:
             start = self.next_block
             lap_end = self.ring.lap_end(start)
-            if start + size > lap_end:
+            if start + record_bytes > lap_end:
                 # The record would cross the ring's end: pad the rest of the lap.
                 self._check_room(lap_end)
                 padding = rec.RecordHeader.padding(start, lap_end - start).encode()
@@ -335,23 +336,24 @@ class WalWriter:
                 self._close_block()
                 self._pump(wait=True, keep=self.run_ahead)
                 start = self.next_block
-            self._check_room(align_up(start + size))
-            self._cur = self._open_block(start, start, size)
+            self._check_room(align_up(start + record_bytes))
+            self._cur = self._open_block(start, start, record_bytes)
             return start
         pos = cur.start + cur.length
-        self._check_room(align_up(pos + size))
+        self._check_room(align_up(pos + record_bytes))
         return pos
 
-    def _open_block(self, start: int, end: int, size: int) -> _Block:
-        """A new, empty block at ``start`` whose first record takes ``size`` bytes; its clock starts now."""
+    def _open_block(self, start: int, end: int, record_bytes: int) -> _Block:
+        """A new, empty block at ``start`` whose first record takes ``record_bytes`` bytes; its clock starts now."""
         now = self._clock()
-        return _Block(start, end, buf=self._take_buffer(size), opened_ns=now, stall_at_open=self._stalled_ns(now))
+        return _Block(start, end, buf=self._take_buffer(record_bytes), opened_ns=now,
+                      stall_at_open_ns=self._stalled_ns(now))
 
-    def _take_buffer(self, size: int):
-        """An aligned buffer for a new block whose first record takes ``size`` bytes."""
-        if size <= self._buffer_bytes:
+    def _take_buffer(self, record_bytes: int):
+        """An aligned buffer for a new block whose first record takes ``record_bytes`` bytes."""
+        if record_bytes <= self._buffer_bytes:
             return self._spare_buffers.pop() if self._spare_buffers else aligned_buffer(self._buffer_bytes)
-        return aligned_buffer(align_up(size))  # one record larger than the block limit: a block of its own
+        return aligned_buffer(align_up(record_bytes))  # one record larger than the block limit: a block of its own
 
     def _check_room(self, end: int) -> None:
         if end - self.trim_start > self.ring.size:
@@ -424,11 +426,11 @@ class WalWriter:
         now = self._clock()
         if self._pacer is not None:
             self._pacer.take(padded, now)
-            if self._stall_since:
-                self._stall_total += now - self._stall_since
-                self._stall_since = 0
+            if self._stall_since_ns:
+                self._stall_total_ns += now - self._stall_since_ns
+                self._stall_since_ns = 0
         block.submitted_ns = now
-        block.budget_ns = self._stall_total - block.stall_at_open
+        block.budget_ns = self._stall_total_ns - block.stall_at_open_ns
         with _signals_deferred():
             # The bookkeeping and the submission happen together or not at all: an interrupt
             # in between would leave a block in flight that never completes.
@@ -486,10 +488,10 @@ class WalWriter:
             self.blocks_written += 1
             self.bytes_written += align_up(block.length)
             # The write returned now; on the buffered fallback its fdatasync is part of it.
-            written = self._clock() - block.submitted_ns
-            flush = min(flush_ns, written)
-            queued = block.submitted_ns - block.opened_ns
-            self.stages.add(queued, min(block.budget_ns, queued), written - flush, flush)
+            written_ns = self._clock() - block.submitted_ns
+            flush_ns = min(flush_ns, written_ns)
+            queued_ns = block.submitted_ns - block.opened_ns
+            self.stages.add(queued_ns, min(block.budget_ns, queued_ns), written_ns - flush_ns, flush_ns)
         while self._inflight and self._inflight[0].done and self._inflight[0].error is None \
                 and self._failed is None:
             head = self._inflight.popleft()
@@ -518,8 +520,8 @@ class WalWriter:
         delay = self._pacer.delay_ns(align_up(block.length), now)
         if not delay:
             return True
-        if not self._stall_since:
-            self._stall_since = now
+        if not self._stall_since_ns:
+            self._stall_since_ns = now
         self._arm_timer(now + delay)
         return False
 
@@ -555,7 +557,7 @@ class WalWriter:
 
     def _stalled_ns(self, now: int) -> int:
         """Total ns the budget has stalled the writer, up to ``now``."""
-        return self._stall_total + (now - self._stall_since if self._stall_since else 0)
+        return self._stall_total_ns + (now - self._stall_since_ns if self._stall_since_ns else 0)
 
     def _stop_timer(self) -> None:
         thread = self._timer_thread
