@@ -69,6 +69,7 @@ class _Block:
     # (stream id, next stream offset, record offset) of the records that carry a stream batch
     stream_marks: list[tuple[int, int, int]] = field(default_factory=list)
     log_end: int = 0  # end of its last record (padding blocks: the lap end), set when closed
+    lap_end: int = 0  # where the lap holding the block ends: its records stop there
     # Records are encoded straight into the aligned buffer that is written (zero-padded to
     # 4 KiB when closed): no intermediate copy of the block.
     buf: Any = None
@@ -95,6 +96,9 @@ class WalWriter:
         self.dev = dev
         self.state = state
         self.ring = Ring(state.header.capacity)
+        self._ring_bytes = self.ring.size
+        self._room_end = 0  # the log may not pass this offset: the trim point + the ring (see _write_header)
+        self._set_room_end()
         self.next_block = next_offset
         self.iodepth = iodepth
         self.run_ahead = iodepth  # closed blocks the appender may queue while every slot is busy
@@ -181,7 +185,7 @@ class WalWriter:
         appended without it makes the stream ends unknown (the checkpoint lists none).
         """
         record_bytes = rec.SIZE + len(body)
-        if record_bytes > self.ring.size or align_up(record_bytes) > self.window_cap_bytes:
+        if record_bytes > self._ring_bytes or align_up(record_bytes) > self.window_cap_bytes:
             raise UsageError(f"record of {len(body)} bytes does not fit this WAL "
                              f"(ring {self.ring.size} bytes, window limit {self.window_cap_bytes} bytes)")
         # Completions waiting in the queue run here rather than after a GIL switch to its
@@ -197,13 +201,15 @@ class WalWriter:
             rec.pack_data_header_into(buf, pos, offset, body)
             buf[pos + rec.SIZE:pos + record_bytes] = body
             cur.length = pos + record_bytes
-            cur.end = cur.start + align_up(cur.length)
             cur.records.append((offset, token))
             if stream is not None:
                 cur.stream_marks.append((stream[0], stream[1], offset))
             else:
                 self._untracked = True
-            self._submit_cur(wait=False)
+            # With closed blocks waiting, or every slot busy, a completion starts the next write
+            # (and closes this block when its turn comes): nothing to do here.
+            if not self._ready and self._busy < self.iodepth:
+                self._submit_cur(wait=False)
             return offset
 
     def submit_open_block(self) -> None:
@@ -316,38 +322,36 @@ class WalWriter:
         cur = self._cur
         if cur is not None:
             pos = cur.start + cur.length
-            if (cur.length + record_bytes > self.block_soft_limit_bytes
-                    or pos + record_bytes > self.ring.lap_end(cur.start)):
-                self._close_block()
-                # Run ahead by at most iodepth closed blocks while every slot is busy.
-                self._pump(wait=True, keep=self.run_ahead)
-                cur = self._cur
-        if cur is None:
+            end = pos + record_bytes
+            if cur.length + record_bytes <= self.block_soft_limit_bytes and end <= cur.lap_end:
+                if align_up(end) > self._room_end:
+                    self._check_room(align_up(end))
+                return pos  # the usual case: the record joins the open block
+            self._close_block()
+            # Run ahead by at most iodepth closed blocks while every slot is busy.
+            self._pump(wait=True, keep=self.run_ahead)
+        start = self.next_block
+        lap_end = self.ring.lap_end(start)
+        if start + record_bytes > lap_end:
+            # The record would cross the ring's end: pad the rest of the lap.
+            self._check_room(lap_end)
+            padding = rec.RecordHeader.padding(start, lap_end - start).encode()
+            self._cur = self._open_block(start, lap_end, len(padding))
+            self._cur.buf[:len(padding)] = padding
+            self._cur.length = len(padding)
+            self._cur.log_end = lap_end
+            self._close_block()
+            self._pump(wait=True, keep=self.run_ahead)
             start = self.next_block
-            lap_end = self.ring.lap_end(start)
-            if start + record_bytes > lap_end:
-                # The record would cross the ring's end: pad the rest of the lap.
-                self._check_room(lap_end)
-                padding = rec.RecordHeader.padding(start, lap_end - start).encode()
-                self._cur = self._open_block(start, lap_end, len(padding))
-                self._cur.buf[:len(padding)] = padding
-                self._cur.length = len(padding)
-                self._cur.log_end = lap_end
-                self._close_block()
-                self._pump(wait=True, keep=self.run_ahead)
-                start = self.next_block
-            self._check_room(align_up(start + record_bytes))
-            self._cur = self._open_block(start, start, record_bytes)
-            return start
-        pos = cur.start + cur.length
-        self._check_room(align_up(pos + record_bytes))
-        return pos
+        self._check_room(align_up(start + record_bytes))
+        self._cur = self._open_block(start, start, record_bytes)
+        return start
 
     def _open_block(self, start: int, end: int, record_bytes: int) -> _Block:
         """A new, empty block at ``start`` whose first record takes ``record_bytes`` bytes; its clock starts now."""
         now = self._clock()
         return _Block(start, end, buf=self._take_buffer(record_bytes), opened_ns=now,
-                      stall_at_open_ns=self._stalled_ns(now))
+                      stall_at_open_ns=self._stalled_ns(now), lap_end=self.ring.lap_end(start))
 
     def _take_buffer(self, record_bytes: int):
         """An aligned buffer for a new block whose first record takes ``record_bytes`` bytes."""
@@ -355,8 +359,11 @@ class WalWriter:
             return self._spare_buffers.pop() if self._spare_buffers else aligned_buffer(self._buffer_bytes)
         return aligned_buffer(align_up(record_bytes))  # one record larger than the block limit: a block of its own
 
+    def _set_room_end(self) -> None:
+        self._room_end = max(self.state.header.trim_offset, 0) + self._ring_bytes
+
     def _check_room(self, end: int) -> None:
-        if end - self.trim_start > self.ring.size:
+        if end > self._room_end:
             raise FullError("WAL full", hint="trim or upload first",
                             offset=self.trim_start + self.ring.size)
 
@@ -395,6 +402,7 @@ class WalWriter:
         cur.buf[cur.length:align_up(cur.length)] = bytes(align_up(cur.length) - cur.length)
         if not cur.log_end:  # data blocks; a padding block's record ends at the lap end (set by _place)
             cur.log_end = cur.start + cur.length
+            cur.end = cur.start + align_up(cur.length)
         with _signals_deferred():
             # Both or neither: an interrupt in between would lose or duplicate the block.
             block, self._cur = self._cur, None
@@ -571,6 +579,7 @@ class WalWriter:
         except WalctlError as exc:
             self._failed = exc
             raise
+        self._set_room_end()  # the trim point may have moved
         self.header_writes += 1
 
     def _check_usable(self) -> None:
