@@ -130,7 +130,7 @@ def test_append_batch_interval_option(tmp_path):
     wal = new_wal(tmp_path / "w.img", 16 * MiB)
     bad = run_walctl("append", wal, "--batch-interval", "2x", "x")
     assert bad.returncode == 2 and "--batch-interval" in bad.stderr.decode()
-    too_long = run_walctl("append", wal, "--batch-interval", "5s", "x")
+    too_long = run_walctl("append", wal, "--batch-interval", "2m", "x")
     assert too_long.returncode == 2
     lines = b"".join(b"r%d\n" % i for i in range(50))
     for value in ("0", "0.5ms", "1s"):

@@ -62,7 +62,7 @@ def append_cmd(
              "While the budget holds a write, records keep batching into a larger block (up to 256 KiB). "
              "No effect while the rate stays under it. Default: unlimited.")] = None,
     batch_interval: Annotated[float, typer.Option(
-        "--batch-interval", metavar="DURATION", parser=Duration(min=0, max=1),
+        "--batch-interval", metavar="DURATION", parser=Duration(min=0, max=60),
         help="Group commit: a block that is not full waits up to this long (0.5ms, 2ms ...; 0 writes each "
              "record as soon as an I/O slot is free) for more records before its write starts, so small "
              "records share 4 KiB blocks under light load. It adds at most this much to a record's "
