@@ -99,8 +99,7 @@ class WalWriter:
         self.state = state
         self.ring = Ring(state.header.capacity)
         self._ring_bytes = self.ring.size
-        self._room_end = 0  # the log may not pass this offset: the trim point + the ring (see _write_header)
-        self._set_room_end()
+        self._room_end = max(state.header.trim_offset, 0) + self._ring_bytes  # the log ends before it (_set_room_end)
         self.next_block = next_offset
         self.iodepth = iodepth
         self.run_ahead = iodepth  # closed blocks the appender may queue while every slot is busy
@@ -109,6 +108,7 @@ class WalWriter:
         self.window_cap_bytes = min(window_upper_limit_bytes, self.ring.size)
         self.batch_interval_s = batch_interval_s
         lock = threading.RLock()
+        self._mutex = lock  # taken directly on the per-record path (Condition.__enter__ is a Python call)
         self._lock = threading.Condition(lock)
         # The timer thread (budget and batch interval) sleeps on its own condition (same lock):
         # completions, which wake the appender, must not wake it too.
@@ -194,8 +194,9 @@ class WalWriter:
         # reaper thread: a busy appender would otherwise delay them by the switch interval.
         if not self._closed:
             self._queue.poll()
-        with self._lock:
-            self._check_usable()
+        with self._mutex:
+            if self._failed is not None or self._closed:
+                self._check_usable()
             offset = self._place(record_bytes)
             cur = self._cur
             pos = cur.length
