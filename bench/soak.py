@@ -2,14 +2,17 @@
 """Soak: a WAL written and drained continuously (issue 13).
 
     python bench/soak.py [--mode writer|cron|both] [--capacity 256MiB] [--rate 20] [--seconds 600]
-        [--upload-at 64MiB] [--upload-every 10] [--record-bytes 1024] [--dir DIR]
+        [--upload-at 64MiB] [--upload-every 10] [--record-bytes 1024] [--batch-interval 2ms] [--dir DIR]
 
 mode "writer": one `walctl append --input - --store DIR --upload-at SIZE` fed RATE MiB/s of
 records for SECONDS: it uploads and trims itself. mode "cron": a plain `walctl append --input -`
 and `walctl upload` from another process every --upload-every seconds (the writer takes the
 trims through its hand-off socket). Either way the writer must never stop with "WAL full", and
 afterwards every acknowledged record is in exactly one place (a live object of the store, or
-the WAL after its trim point), exactly once, byte for byte. Prints one JSON line per mode.
+the WAL after its trim point), exactly once, byte for byte. Prints one JSON line per mode, with
+the ring's peak fill (sampled every 0.1 s: the end of the acknowledged log minus the trim point in
+the WAL's header) and how fast the log grew against the payload (block padding; group commit,
+append --batch-interval, keeps it small).
 """
 
 from __future__ import annotations
@@ -38,8 +41,17 @@ def payload(index: int, size: int) -> bytes:
     return f"soak-{index}-".encode().ljust(size, b"s")
 
 
+def trim_offset(wal: str) -> int:
+    """The trim point in the WAL's current header slot (read beside the running writer, never locked)."""
+    from walctl.format.header import HEADERS_SIZE
+    from walctl.wal.headers import decode_slots
+
+    with open(wal, "rb") as fh:
+        return max(decode_slots(fh.read(HEADERS_SIZE)).header.trim_offset, 0)
+
+
 def run_soak(workdir: str, *, mode: str, capacity: int, rate_mib_s: float, seconds: float, upload_at: int,
-             upload_every_s: float, record_bytes: int = 1024) -> dict:
+             upload_every_s: float, record_bytes: int = 1024, batch_interval: str | None = None) -> dict:
     """One soak run in ``workdir``; returns its figures. Raises AssertionError when a check fails."""
     os.makedirs(workdir, exist_ok=True)
     wal, store = os.path.join(workdir, f"{mode}.img"), os.path.join(workdir, f"{mode}-store")
@@ -49,6 +61,8 @@ def run_soak(workdir: str, *, mode: str, capacity: int, rate_mib_s: float, secon
     res = _walctl("init", wal, "--capacity", capacity)
     assert res.returncode == 0, res.stderr
     args = ["append", wal, "--input", "-"]
+    if batch_interval is not None:
+        args += ["--batch-interval", batch_interval]
     if mode == "writer":
         args += ["--store", store, "--upload-at", upload_at]
     proc = subprocess.Popen([sys.executable, "-m", "walctl", *map(str, args)], stdin=subprocess.PIPE,
@@ -78,6 +92,17 @@ def run_soak(workdir: str, *, mode: str, capacity: int, rate_mib_s: float, secon
     uploader = threading.Thread(target=cron, daemon=True) if mode == "cron" else None
     if uploader is not None:
         uploader.start()
+    ring_bytes = capacity - 8192
+    record_log_bytes = 24 + 33 + record_bytes  # record header + StreamRecordBatch header + payload
+    peak_fill = [0]  # bytes between the trim point and the end of the acknowledged log, at most
+
+    def sample_fill():
+        while not stop.wait(0.1):
+            if acked:
+                peak_fill[0] = max(peak_fill[0], acked[-1] + record_log_bytes - trim_offset(wal))
+
+    sampler = threading.Thread(target=sample_fill, daemon=True)
+    sampler.start()
     per_tick = 0.01
     batch = max(1, int(rate_mib_s * (1 << 20) * per_tick / (record_bytes + 1)))
     sent = 0
@@ -97,6 +122,7 @@ def run_soak(workdir: str, *, mode: str, capacity: int, rate_mib_s: float, secon
     reader.join(timeout=30)
     elapsed = time.monotonic() - started
     stop.set()
+    sampler.join(timeout=10)
     if uploader is not None:
         uploader.join(timeout=60)
     err = proc.stderr.read().decode(errors="replace")
@@ -126,10 +152,15 @@ def run_soak(workdir: str, *, mode: str, capacity: int, rate_mib_s: float, secon
     written = sent * (record_bytes + 1)
     return {"mode": mode, "seconds": round(elapsed, 2), "records": sent, "mib_written": round(written / (1 << 20), 1),
             "mib_per_s": round(written / (1 << 20) / elapsed, 2),
-            "log_mib_per_s": round(acked[-1] / elapsed / (1 << 20), 2) if acked else 0.0, "ring_laps": round(acked[-1] / (capacity - 8192), 2)
-            if acked else 0, "in_store": len(in_store), "in_wal": len(in_wal), "cron_uploads": len(uploads),
+            "log_mib_per_s": round(acked[-1] / elapsed / (1 << 20), 2) if acked else 0.0,
+            # log bytes per record byte: 1.0 is no padding at all; ~3.8 is every 1 KiB record alone in a 4 KiB block
+            "log_per_record_bytes": round((acked[-1] + record_log_bytes) / (sent * record_log_bytes), 2) if acked else 0.0,
+            "ring_laps": round(acked[-1] / ring_bytes, 2) if acked else 0,
+            "peak_fill_mib": round(peak_fill[0] / (1 << 20), 1), "peak_fill_pct": round(100 * peak_fill[0] / ring_bytes, 1),
+            "in_store": len(in_store), "in_wal": len(in_wal), "exactly_once": True, "cron_uploads": len(uploads),
             "cron_upload_s_max": round(max(upload_seconds), 2) if upload_seconds else None,
-            "full": False}
+            "cron_upload_s_mean": round(sum(upload_seconds) / len(upload_seconds), 2) if upload_seconds else None,
+            "batch_interval": batch_interval or "default", "full": False}
 
 
 def main(argv=None) -> int:
@@ -141,6 +172,8 @@ def main(argv=None) -> int:
     p.add_argument("--upload-at", default="64MiB")
     p.add_argument("--upload-every", type=float, default=10.0, help="seconds between cron uploads")
     p.add_argument("--record-bytes", type=int, default=1024)
+    p.add_argument("--batch-interval", default=None,
+                   help="the writer's append --batch-interval (e.g. 0 for none, 2ms; default: append's default)")
     p.add_argument("--dir", default=None, help="work directory (default: a temporary one, removed after)")
     a = p.parse_args(argv)
     workdir = a.dir or tempfile.mkdtemp(prefix="walctl-soak-")
@@ -148,7 +181,8 @@ def main(argv=None) -> int:
         for mode in (["writer", "cron"] if a.mode == "both" else [a.mode]):
             print(json.dumps(run_soak(workdir, mode=mode, capacity=parse_size(a.capacity), rate_mib_s=a.rate,
                                       seconds=a.seconds, upload_at=parse_size(a.upload_at),
-                                      upload_every_s=a.upload_every, record_bytes=a.record_bytes)), flush=True)
+                                      upload_every_s=a.upload_every, record_bytes=a.record_bytes,
+                                      batch_interval=a.batch_interval)), flush=True)
     finally:
         if a.dir is None:
             shutil.rmtree(workdir, ignore_errors=True)

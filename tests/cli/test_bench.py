@@ -245,7 +245,7 @@ def test_aio_queue_writes_what_it_was_given_and_reports_errors(tmp_path):
             done = threading.Semaphore(0)
             errors = []
 
-            def callback(error, errors=errors, done=done):
+            def callback(error, flush_ns=0, errors=errors, done=done):
                 errors.append(error)
                 done.release()
 

@@ -130,7 +130,8 @@ def _both_slots_damaged(c: Ctx) -> str:
 
 def _mid_record_header_flip(c: Ctx) -> str:
     """Flip a byte in the header of a record in the middle of the log (a 4 KiB aligned one)."""
-    dev, offsets = c.populated("64KiB", "r0", "r1", "r2", "r3")
+    # --batch-interval 0: each record is written as soon as a slot is free, in a block of its own
+    dev, offsets = c.populated("64KiB", "--batch-interval", "0", "r0", "r1", "r2", "r3")
     aligned = [o for o in offsets[1:-1] if o % 4096 == 0]
     assert aligned, offsets
     c.tools.flip_byte(dev, c.tools.physical(aligned[0], CAP) + 1)

@@ -50,21 +50,24 @@ class Profile:
     kill_after_first_ack: bool  # else: after start-up, acknowledged or not
     kill_delay_s: tuple[float, float]
     own_feed_rng: bool          # the feed draws from its own generator (seeded from the trial's)
+    batch_interval: str = "2ms"  # append --batch-interval (group commit)
 
 
 # ~ a few MiB/s: the WAL must not fill before the kill.
 STREAMING = Profile(iodepths=(1, 2, 4, 16), payload_sizes=(10, 100, 1000, 3000, 9000), pause_s=0.002,
                     pause_every=8, kill_after_first_ack=True, kill_delay_s=(0.0, 0.5), own_feed_rng=False)
-# ~130 KiB/s, one record in each 4 KiB block: a kill usually lands before the ring fills.
+# ~130 KiB/s, one record in each 4 KiB block (no group commit: records that wait in the pipe
+# while the writer starts would share blocks): a kill usually lands before the ring fills.
 WRAPPING = Profile(iodepths=(1, 2, 4, 8), payload_sizes=(10, 100, 700, 1500, 3000), pause_s=0.008,
-                   pause_every=1, kill_after_first_ack=False, kill_delay_s=(0.25, 0.8), own_feed_rng=True)
+                   pause_every=1, kill_after_first_ack=False, kill_delay_s=(0.25, 0.8), own_feed_rng=True,
+                   batch_interval="0")
 
 
 def kill_trial(path: str, trial: int, rng: random.Random, profile: Profile) -> tuple[list[tuple[int, int, int]], bool]:
     """One writer killed at a random moment; its acknowledged (offset, base_offset, index), and whether the kill landed."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "walctl", "append", path, "--input", "-", "--framing", "length-prefixed",
-         "--json", "--iodepth", str(rng.choice(profile.iodepths))],
+         "--json", "--iodepth", str(rng.choice(profile.iodepths)), "--batch-interval", profile.batch_interval],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stop = threading.Event()
     feed_rng = random.Random(rng.random()) if profile.own_feed_rng else rng

@@ -116,10 +116,6 @@ class HeldQueue:
     def wait(self, timeout_s: float | None = None) -> int:
         return 0
 
-    @staticmethod
-    def flush_ns() -> int:
-        return 0
-
     def close(self) -> None:
         with self.cond:
             self.closing = True
@@ -212,7 +208,7 @@ def _trial(tmp_path, seed: int, monkeypatch, path: str | None = None) -> dict:
                 writer.append(StreamRecordBatch(sid, 0, base, 1, data).encode(), ((sid, base), data))
                 ends[sid] = base + 1
                 if rng.random() < 0.1:
-                    writer.flush()
+                    writer.submit_open_block()
             if cut_at is not None:
                 raise PowerLoss
             writer.close()

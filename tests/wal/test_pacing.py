@@ -92,7 +92,7 @@ def test_greedy_writer_gets_the_rate_over_time(cost, rate):
 
 def test_pacer_waits_for_the_slower_bucket():
     clock = FakeClock()
-    pacer = Pacer(Budget(iops=10, bandwidth_bytes=1 * MiB), clock)
+    pacer = Pacer(Budget(iops=10, bandwidth_bytes_per_s=1 * MiB), clock)
     assert pacer.iops.burst == 1.0  # never less than one write
     assert pacer.delay_ns(4096) == 0
     pacer.take(256 << 10)
@@ -109,7 +109,7 @@ def test_budget_must_be_positive(iops, bandwidth):
 
 def test_budget_of_none_is_unlimited():
     assert not Budget().limited
-    assert Budget.from_options(None, 125).bandwidth_bytes == 125 * MiB
+    assert Budget.from_options(None, 125).bandwidth_bytes_per_s == 125 * MiB
 
 
 # -- the stage recorder ---------------------------------------------------------------
@@ -117,7 +117,7 @@ def test_budget_of_none_is_unlimited():
 def test_stage_recorder_sums_and_samples_stay_consistent_after_halving():
     rec = StageRecorder(cap=64)
     for i in range(1000):
-        rec.add(queued=1000 * i, budget=500 * i, write=2000, flush=i % 3)
+        rec.add(queued_ns=1000 * i, budget_ns=500 * i, write_ns=2000, flush_ns=i % 3)
     assert rec.count == 1000
     assert rec.sums["total"] == rec.sums["queued"] + rec.sums["write"] + rec.sums["flush"]
     kept = rec.samples
@@ -170,14 +170,14 @@ def test_iops_budget_paces_block_writes_and_records_batch(tmp_path):
 def test_bandwidth_budget_paces_bytes_written(tmp_path):
     path = new_wal(tmp_path / "w.img", 64 * MiB)
     budget = 4 * MiB
-    writer, _, elapsed = _run(path, Budget(bandwidth_bytes=budget), 2.5, record_size=16 << 10)
+    writer, _, elapsed = _run(path, Budget(bandwidth_bytes_per_s=budget), 2.5, record_size=16 << 10)
     assert writer.bytes_written <= budget * elapsed + budget * BURST_S + (256 << 10) + 8192
     assert writer.bytes_written >= 0.9 * budget * elapsed
 
 
 def test_budget_not_reached_adds_no_wait(tmp_path):
     path = new_wal(tmp_path / "w.img", 64 * MiB)
-    writer, records, _ = _run(path, Budget(iops=10_000, bandwidth_bytes=500 * MiB), 1.0, offered=300)
+    writer, records, _ = _run(path, Budget(iops=10_000, bandwidth_bytes_per_s=500 * MiB), 1.0, offered=300)
     assert records >= 200
     assert writer.stages.count == writer.blocks_written
     assert writer.stages.sums["budget"] == 0  # never held by the budget
@@ -203,7 +203,7 @@ def test_buffered_device_reports_its_fdatasync_as_flush(tmp_path):
     writer = WalWriter(dev, read_headers(dev), 0, iodepth=2)
     for i in range(50):
         writer.append(StreamRecordBatch(0, 0, i, 1, b"x" * 100).encode())
-        writer.flush()
+        writer.submit_open_block()
     writer.close()
     summary = writer.stages.summary()
     assert summary["blocks"] == writer.blocks_written >= 50

@@ -331,7 +331,7 @@ def test_damaged_header_inside_a_block(tmp_path, clean):
     for i in range(400):  # blocks of 20 records
         writer.append(StreamRecordBatch(0, 0, i, 1, payload_for(0, i, 100)).encode(), i)
         if i % 20 == 19:
-            writer.flush()
+            writer.submit_open_block()
     writer.drain()
     writer.close() if clean else writer.abort()
     starts = [o for o, _ in acks if o % 4096 == 0]

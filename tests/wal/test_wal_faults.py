@@ -33,7 +33,7 @@ def test_eio_mid_stream_acknowledges_only_durable_records(fail_after, iodepth, t
     with pytest.raises(IOFailure):
         for i in range(200):
             writer.append(StreamRecordBatch(0, 0, i, 1, bytes([i % 251]) * 3000).encode(), i)
-            writer.flush()
+            writer.submit_open_block()
         writer.drain()
     with pytest.raises(IOFailure):
         writer.close()  # a failed writer does not claim a clean shutdown

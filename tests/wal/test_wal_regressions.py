@@ -45,7 +45,8 @@ def test_block_torn_mid_record_is_sealed_and_the_wal_stays_writable(tmp_path):
     state = read_headers(dev)
     state = write_header(dev, state, state.header.with_(shutdown_type=SHUTDOWN_UNGRACEFUL))
     acks = []
-    writer = WalWriter(dev, state, 0, iodepth=1, on_ack=lambda o, t: acks.append(o))
+    # batch_interval_s=0: block 1 is written at once (with group commit the next records would join it)
+    writer = WalWriter(dev, state, 0, iodepth=1, on_ack=lambda o, t: acks.append(o), batch_interval_s=0)
     writer.append(batch(0, 100), 0)  # block 1, held in flight
     for i in range(1, 4):  # batched into block 2: records at 4096, 4253, 4410 (the last spans sectors)
         writer.append(batch(i, 100 if i < 3 else 6000), i)

@@ -94,7 +94,9 @@ def test_sigkill_during_writer_side_uploads_loses_and_duplicates_nothing(tmp_pat
         out, err = tmp_path / "out.ndjson", tmp_path / "err.txt"
         pid = fork_server(op="spawn", stdin=fifo, stdout=str(out), stderr=str(err),
                           args=["append", wal, "--input", "-", "--json", "--store", store_dir,
-                                "--upload-at", "32KiB", "--iodepth", str(rng.choice([1, 4]))])
+                                "--upload-at", "32KiB", "--iodepth", str(rng.choice([1, 4])),
+                                # no group commit: blocks of one or two records, an upload every ~8 blocks
+                                "--batch-interval", "0"])
         payloads = [f"run{kill}-{i}-".encode().ljust(1000, b"p") for i in range(RECORDS_PER_RUN)]
         stop = threading.Event()
 

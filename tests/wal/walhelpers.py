@@ -46,7 +46,7 @@ def append_records(path: str, count: int, *, stream_id: int = 0, size: int = 100
         body = StreamRecordBatch(stream_id, 0, base + i, 1, payload_for(stream_id, base + i, size)).encode()
         writer.append(body, base + i)
         if flush_each:
-            writer.flush()
+            writer.submit_open_block()
     if clean:
         writer.close()
     else:

@@ -70,7 +70,7 @@ class _Run:
         counts = self.counts
         clock = time.perf_counter_ns
 
-        def done(error: BaseException | None) -> None:
+        def done(error: BaseException | None, flush_ns: int = 0) -> None:
             now = clock()
             if error is None:
                 samples.append(now - self.started_ns[slot])

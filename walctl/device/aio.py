@@ -91,11 +91,6 @@ class AioWriteQueue:
 
     engine = "aio"
 
-    @staticmethod
-    def flush_ns() -> int:
-        """Always 0: the fd is O_DSYNC, so each write's device flush is part of the write itself."""
-        return 0
-
     def __init__(self, dev: "DirectDevice", depth: int, *, reaper: bool = True):
         """Args:
             reaper: run a thread that calls ``done`` as writes complete. Without it, the caller
@@ -155,7 +150,8 @@ class AioWriteQueue:
             self._reaper.start()
 
     def submit(self, offset: int, buf, done: WriteDone, length: int | None = None) -> None:
-        """Start a durable write of ``buf[:length]`` at ``offset``; ``done(error)`` runs once it is durable.
+        """Start a durable write of ``buf[:length]`` at ``offset``; ``done(error, 0)`` runs once it is durable
+        (flush_ns is always 0: the fd is O_DSYNC, so the device flush is part of the write itself).
 
         Args:
             length: bytes of ``buf`` to write (default all), a multiple of 4096.
@@ -365,7 +361,7 @@ class AioWriteQueue:
             if self._closing and self._outstanding == 0:
                 os.eventfd_write(self._efd, 1)  # the reaper may be asleep: tell it to stop
         try:
-            done(error)
+            done(error, 0)
         except Exception:  # like a ThreadPoolExecutor callback: the caller's bug must not stop the reaper
             logging.getLogger(__name__).exception("write completion callback failed")
 

@@ -18,8 +18,11 @@ from typing import Callable, Protocol, runtime_checkable
 from walctl.device.buffers import check_aligned
 from walctl.errors import IOFailure
 
-# A WriteQueue's completion callback: called with None once the write is durable, or the error.
-WriteDone = Callable[[BaseException | None], None]
+# A WriteQueue's completion callback, ``done(error, flush_ns)``: error is None once the write is
+# durable, else what went wrong; flush_ns is how long of the write went to making it durable after
+# it reached the page cache (fdatasync on a buffered device; 0 when O_DSYNC made the write itself
+# durable, and 0 with an error). Passed with each completion, so nothing per thread remembers it.
+WriteDone = Callable[[BaseException | None, int], None]
 
 
 def io_failure(what: str, *, where: str, offset: int | None = None,
@@ -43,7 +46,8 @@ class Device(Protocol):
     warnings: list[str]      # for the CLI to print (e.g. the buffered fallback)
 
     def pread_into(self, offset: int, buf) -> None: ...
-    def pwrite(self, offset: int, buf) -> None: ...
+    # Returns the ns spent making the write durable after it was written (fdatasync), or None/0.
+    def pwrite(self, offset: int, buf) -> int | None: ...
     def flush(self) -> None: ...
     def close(self) -> None: ...
 

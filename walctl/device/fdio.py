@@ -16,10 +16,6 @@ from walctl.device.buffers import ALIGN, check_buffer
 BLKSSZGET = 0x1268          # _IO(0x12, 104): logical block size, int
 BLKGETSIZE64 = 0x80081272   # _IOR(0x12, 114, size_t): size in bytes, u64
 
-# Per thread: ns the last buffered write spent in fdatasync (the latency breakdown's "flush").
-flush_time = threading.local()
-
-
 class _ReadCounter(threading.local):
     """Bytes read from devices by the calling thread (every ``pread_into`` of an fd device): the
     budget tests and bench/continuous_bench.py count what an open, a trim or a status costs.
@@ -93,8 +89,12 @@ class FdDevice(CheckedDevice):
                 raise io_failure(f"short read: got {done} of {want} bytes (end of device)",
                                   where=self.path, offset=offset + done)
 
-    def pwrite(self, offset: int, buf) -> None:
-        """Write all of ``buf`` at ``offset``; durable when it returns."""
+    def pwrite(self, offset: int, buf) -> int:
+        """Write all of ``buf`` at ``offset``; durable when it returns.
+
+        Returns the ns spent making it durable after the write (fdatasync; 0 with O_DSYNC), the
+        latency breakdown's "flush" stage.
+        """
         with check_buffer(buf) as mv:
             self._check_write(offset, mv)
             want = mv.nbytes
@@ -110,9 +110,10 @@ class FdDevice(CheckedDevice):
                     raise io_failure(f"short write: wrote {done} of {want} bytes",
                                       where=self.path, offset=pos)
                 done += put
-            self._make_durable(offset)
+            return self._make_durable(offset)
 
-    def _make_durable(self, offset: int) -> None:  # pragma: no cover - overridden
+    def _make_durable(self, offset: int) -> int:  # pragma: no cover - overridden
+        """Make the bytes just written durable; return the ns it took (0: already durable)."""
         raise NotImplementedError
 
     def flush(self) -> None:
@@ -143,12 +144,12 @@ class DirectDevice(FdDevice):
 
     direct = True
 
-    def _make_durable(self, offset: int) -> None:
+    def _make_durable(self, offset: int) -> int:
         # Nothing to do, and that is the point: O_DIRECT bypasses the page cache but
         # does not empty a volatile disk cache; the fd was opened with O_DSYNC, so
         # the kernel returned from pwrite only after the device flushed (FUA or a
         # cache flush). That return is the promise the WAL's acknowledgement relies on.
-        return
+        return 0
 
 
 class BufferedDevice(FdDevice):
@@ -156,15 +157,14 @@ class BufferedDevice(FdDevice):
 
     direct = False
 
-    def _make_durable(self, offset: int) -> None:
+    def _make_durable(self, offset: int) -> int:
         # The write only reached the page cache; fdatasync pushes it to the device
         # and flushes the device's volatile cache, so on return the bytes are as
         # durable as an O_DIRECT|O_DSYNC write: the WAL's acknowledgement relies on it.
-        started = time.perf_counter_ns()
+        started_ns = time.perf_counter_ns()
         try:
             os.fdatasync(self._fd)
         except OSError as exc:
             raise io_failure(f"fdatasync failed: {exc.strerror}", where=self.path,
                               offset=offset, exc=exc) from exc
-        finally:
-            flush_time.ns = time.perf_counter_ns() - started
+        return time.perf_counter_ns() - started_ns

@@ -9,12 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from walctl.device.aio import AioWriteQueue
 from walctl.device.base import Device, WriteDone
-from walctl.device.fdio import DirectDevice, flush_time
+from walctl.device.fdio import DirectDevice
 from walctl.errors import UsageError
 
 # The WAL keeps several blocks in flight (its iodepth) and bench measures the
 # device at a queue depth. Both go through a WriteQueue: ``submit`` starts one
-# durable write and calls ``done(error)`` when it has finished, from another
+# durable write and calls ``done(error, flush_ns)`` when it has finished, from another
 # thread. Two implementations keep the same durability promise as ``pwrite``:
 #   - AioWriteQueue: Linux native AIO (io_submit/io_getevents) on the O_DIRECT |
 #     O_DSYNC fd of a DirectDevice. One thread reaps completions; no thread per
@@ -40,36 +40,31 @@ class ThreadWriteQueue:
         self._pool = ThreadPoolExecutor(max_workers=depth, thread_name_prefix="walctl-io")
 
     def submit(self, offset: int, buf, done: WriteDone, length: int | None = None) -> None:
-        """Start a durable write of ``buf[:length]`` at ``offset``; ``done(error)`` runs on an I/O thread."""
+        """Start a durable write of ``buf[:length]`` at ``offset``; ``done(error, flush_ns)`` runs on an I/O thread."""
         self._pool.submit(self._run, offset, buf, length, done)
 
     def _run(self, offset: int, buf, length: int | None, done: WriteDone) -> None:
-        flush_time.ns = 0
+        flush_ns = 0
         try:
-            self._write(offset, buf, length)
+            flush_ns = self._write(offset, buf, length)
         except BaseException as exc:  # handed to done, as a future's exception would be
             error = exc
         else:
             error = None
         try:
-            done(error)  # in this thread, right after the write: flush_ns() is this write's
+            done(error, flush_ns)
         except Exception:  # like a ThreadPoolExecutor callback: the caller's bug must not stop the pool
             logging.getLogger(__name__).exception("write completion callback failed")
 
-    @staticmethod
-    def flush_ns() -> int:
-        """Inside ``done``: ns the write spent in fdatasync (buffered devices; 0 when O_DSYNC made it durable)."""
-        return getattr(flush_time, "ns", 0)
-
-    def _write(self, offset: int, buf, length: int | None) -> None:
+    def _write(self, offset: int, buf, length: int | None) -> int:
+        """Write durably; return the ns the device spent in fdatasync after it (0 where it reports none)."""
         if length is None:
-            self.dev.pwrite(offset, buf)
-            return
+            return self.dev.pwrite(offset, buf) or 0
         with memoryview(buf) as whole:
             if length > whole.nbytes:
                 raise ValueError(f"length {length} is larger than the buffer ({whole.nbytes} bytes)")
             with whole[:length] as part:
-                self.dev.pwrite(offset, part)
+                return self.dev.pwrite(offset, part) or 0
 
     def poll(self) -> int:
         """Completions run on the I/O threads: nothing to collect here."""

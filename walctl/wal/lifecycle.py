@@ -26,7 +26,7 @@ from walctl.wal.crash_repair import RepairResult, repair_crash_damage
 from walctl.wal.headers import HeaderState, decode_slots, read_headers, write_header, write_slot
 from walctl.wal.layout import Ring, align_down, align_up
 from walctl.wal.verdict import unexplained_error
-from walctl.wal.writer import WINDOW_INITIAL, WalWriter, check_record_at
+from walctl.wal.writer import WINDOW_INITIAL_BYTES, WalWriter, check_record_at
 
 
 @dataclass
@@ -128,7 +128,7 @@ def _clear_old(dev, path: str, capacity: int, force: bool, progress) -> tuple[in
 def _write_new_headers(dev, capacity: int, node_id: int, ts: int) -> WalHeader:
     ring = capacity - HEADERS_SIZE
     header = WalHeader(capacity=capacity, trim_offset=-1, last_write_timestamp_ns=ts,
-                       sliding_window_max_length=min(WINDOW_INITIAL, ring), shutdown_type=SHUTDOWN_GRACEFUL,
+                       sliding_window_max_length=min(WINDOW_INITIAL_BYTES, ring), shutdown_type=SHUTDOWN_GRACEFUL,
                        node_id=node_id, epoch=-1, next_offset=0)
     # An empty log whose every stream is known (none): the first append needs no scan.
     checkpoint = Checkpoint(log_end=0, complete=True)

@@ -67,25 +67,25 @@ class TokenBucket:
 class Budget:
     """The writer's limits: block writes per second and bytes written per second (None: unlimited)."""
 
-    iops: float | None = None
-    bandwidth_bytes: float | None = None
+    iops: float | None = None  # block writes per second
+    bandwidth_bytes_per_s: float | None = None
 
     def __post_init__(self):
-        for name, value in (("IOPS", self.iops), ("bandwidth", self.bandwidth_bytes)):
+        for name, value in (("IOPS", self.iops), ("bandwidth", self.bandwidth_bytes_per_s)):
             if value is not None and not value > 0:
                 raise UsageError(f"the {name} budget must be positive, got {value}")
 
     @property
     def limited(self) -> bool:
-        return self.iops is not None or self.bandwidth_bytes is not None
+        return self.iops is not None or self.bandwidth_bytes_per_s is not None
 
     @classmethod
-    def from_options(cls, iops: float | None, bandwidth_mib: float | None) -> "Budget":
-        return cls(iops, bandwidth_mib * MIB if bandwidth_mib is not None else None)
+    def from_options(cls, iops: float | None, bandwidth_mib_per_s: float | None) -> "Budget":
+        return cls(iops, bandwidth_mib_per_s * MIB if bandwidth_mib_per_s is not None else None)
 
     def to_json(self) -> dict:
         return {"iops": self.iops,
-                "bandwidth_mib_per_s": self.bandwidth_bytes / MIB if self.bandwidth_bytes is not None else None}
+                "bandwidth_mib_per_s": self.bandwidth_bytes_per_s / MIB if self.bandwidth_bytes_per_s is not None else None}
 
 
 class Pacer:
@@ -95,8 +95,8 @@ class Pacer:
         self.budget = budget
         self.clock = clock
         self.iops = TokenBucket(budget.iops, max(1.0, budget.iops * BURST_S), clock) if budget.iops else None
-        self.bandwidth = (TokenBucket(budget.bandwidth_bytes, max(4096.0, budget.bandwidth_bytes * BURST_S), clock)
-                          if budget.bandwidth_bytes else None)
+        rate = budget.bandwidth_bytes_per_s
+        self.bandwidth = TokenBucket(rate, max(4096.0, rate * BURST_S), clock) if rate else None
 
     def delay_ns(self, nbytes: int, now: int | None = None) -> int:
         """Nanoseconds until a block write of ``nbytes`` may start (0: now)."""
@@ -119,8 +119,8 @@ class Pacer:
 # -- latency breakdown ---------------------------------------------------------------
 STAGES = ("queued", "budget", "write", "flush", "total")
 STAGE_HELP = {
-    "queued": "first record in the block until its write started: batching behind busy I/O slots, "
-              "the sliding window and the budget (budget is part of it)",
+    "queued": "first record in the block until its write started: the batch interval (group commit), "
+              "batching behind busy I/O slots, the sliding window and the budget (budget is part of it)",
     "budget": "part of queued: the block could have been written but the IOPS/bandwidth budget held it",
     "write": "write submitted until the device returned it (with O_DSYNC, the device flush is inside)",
     "flush": "fdatasync after the write (buffered fallback only; 0 with O_DIRECT+O_DSYNC)",
@@ -145,23 +145,23 @@ class StageRecorder:
         self.samples = {stage: array("q") for stage in STAGES}
         self._stride = 1
 
-    def add(self, queued: int, budget: int, write: int, flush: int) -> None:
-        total = queued + write + flush
+    def add(self, queued_ns: int, budget_ns: int, write_ns: int, flush_ns: int) -> None:
+        total_ns = queued_ns + write_ns + flush_ns
         sums = self.sums
-        sums["queued"] += queued
-        sums["budget"] += budget
-        sums["write"] += write
-        sums["flush"] += flush
-        sums["total"] += total
+        sums["queued"] += queued_ns
+        sums["budget"] += budget_ns
+        sums["write"] += write_ns
+        sums["flush"] += flush_ns
+        sums["total"] += total_ns
         self.count += 1
         if self.count % self._stride:
             return
         s = self.samples
-        s["queued"].append(queued)
-        s["budget"].append(budget)
-        s["write"].append(write)
-        s["flush"].append(flush)
-        s["total"].append(total)
+        s["queued"].append(queued_ns)
+        s["budget"].append(budget_ns)
+        s["write"].append(write_ns)
+        s["flush"].append(flush_ns)
+        s["total"].append(total_ns)
         if len(s["total"]) >= self.cap:
             for stage in STAGES:
                 s[stage] = s[stage][1::2]
