@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 import uuid
 from typing import Iterable, Sequence
 
@@ -41,6 +42,23 @@ _MISSING = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
 DIRECT_READ_CHUNK = 8 << 20  # O_DIRECT reads go through an aligned buffer of at most this size
 # A read up to this size goes through one aligned buffer of its own size: one copy out instead of two.
 DIRECT_READ_WHOLE = 32 << 20
+
+# Each thread's aligned buffer for O_DIRECT reads (at most DIRECT_READ_WHOLE bytes), kept between
+# reads: a new anonymous mapping per read costs a page fault and the kernel's zeroing per 4 KiB,
+# more than the read's copy out (a third of `walctl read`'s CPU time on a local store).
+_DIRECT_BUFFERS = threading.local()
+
+
+def _direct_buffer(size: int):
+    """This thread's aligned buffer of at least ``size`` bytes (a multiple of ALIGN, at most
+    DIRECT_READ_WHOLE), grown when too small; used within one read only (its bytes are copied out)."""
+    buf = getattr(_DIRECT_BUFFERS, "buf", None)
+    if buf is None or len(buf) < size:
+        if buf is not None:
+            buf.close()
+        _DIRECT_BUFFERS.buf = None
+        buf = _DIRECT_BUFFERS.buf = aligned_buffer(size)
+    return buf
 
 
 def _fsync_dir(path: str) -> None:
@@ -173,25 +191,23 @@ class LocalStore:
             single = self._pread_direct_once(fd, key, start, end)
             if single is not None:
                 return single
-        buf = aligned_buffer(min(DIRECT_READ_CHUNK, align_up(end) - pos))
-        try:
-            while pos < end:
-                with memoryview(buf) as view:
-                    try:
-                        got = os.preadv(fd, [view], pos)
-                    except OSError as exc:
-                        raise self._read_error(exc, key) from exc
-                    if got <= 0:
-                        break  # the end of the object
-                    lo = max(start, pos) - pos
-                    hi = min(end, pos + got) - pos
-                    if hi > lo:
-                        out += view[lo:hi]
-                pos += got
-                if got % ALIGN:
-                    break  # a short read ends only at the end of the file
-        finally:
-            buf.close()
+        chunk = min(DIRECT_READ_CHUNK, align_up(end) - pos)
+        buf = _direct_buffer(chunk)
+        while pos < end:
+            with memoryview(buf) as whole, whole[:chunk] as view:
+                try:
+                    got = os.preadv(fd, [view], pos)
+                except OSError as exc:
+                    raise self._read_error(exc, key) from exc
+                if got <= 0:
+                    break  # the end of the object
+                lo = max(start, pos) - pos
+                hi = min(end, pos + got) - pos
+                if hi > lo:
+                    out += view[lo:hi]
+            pos += got
+            if got % ALIGN:
+                break  # a short read ends only at the end of the file
         self.stats.add("bytes_read", len(out))
         return bytes(out)
 
@@ -199,18 +215,15 @@ class LocalStore:
         """[start, end) with one aligned O_DIRECT read and one copy out; None when the read came back
         short before ``end`` for another reason than the end of the file (the chunked loop retries)."""
         pos = align_down(start)
-        buf = aligned_buffer(align_up(end) - pos)
-        try:
-            with memoryview(buf) as view:
-                try:
-                    got = os.preadv(fd, [view], pos)
-                except OSError as exc:
-                    raise self._read_error(exc, key) from exc
-                if got < min(end, pos + len(view)) - pos and got % ALIGN == 0:
-                    return None
-                data = bytes(view[start - pos:max(start - pos, min(end - pos, got))])
-        finally:
-            buf.close()
+        span = align_up(end) - pos
+        with memoryview(_direct_buffer(span)) as whole, whole[:span] as view:
+            try:
+                got = os.preadv(fd, [view], pos)
+            except OSError as exc:
+                raise self._read_error(exc, key) from exc
+            if got < min(end, pos + len(view)) - pos and got % ALIGN == 0:
+                return None
+            data = bytes(view[start - pos:max(start - pos, min(end - pos, got))])
         self.stats.add("bytes_read", len(data))
         return data
 
