@@ -32,6 +32,10 @@ from walctl.store.inspect import member_key
 
 RUN_BYTES = 16 << 20  # one ranged GET reads at most this much (unless one index entry is larger)
 ENTRIES_GUESS = obj.DEFAULT_ENTRIES_GUESS  # the first tail GET catches an index of this many entries
+# Without a limit, the tails (and first runs) of this many objects after the one being served are
+# read ahead, so the read-ahead thread always has the next read queued: with one, it idled while
+# the main thread woke up to queue the next (40% of its time on a loaded machine).
+READ_AHEAD_OBJECTS = 2
 POLL_S = 0.2  # --follow: first wait between polls of the manifest
 MAX_POLL_S = 5.0  # --follow: the backoff doubles the wait up to this while nothing new lands
 
@@ -125,8 +129,8 @@ class StreamReader:
         limit: stop after this many batches.
         wal: a WAL device or file whose tail (after the last uploaded record) follows the store.
         run_bytes: the largest ranged GET of blocks (one index entry larger than it is one GET).
-        read_ahead: without a limit, read the next run, and the next object's tail and first run,
-            in a thread while the current run is decoded (memory: three runs at most).
+        read_ahead: without a limit, read the next run, and the next READ_AHEAD_OBJECTS objects' tails
+            and first runs, in a thread while the current run is decoded (memory: four runs at most).
     """
 
     def __init__(self, store, stream_id: int, *, from_offset: int | None = None, to_offset: int | None = None,
@@ -244,7 +248,7 @@ class StreamReader:
         ranges = sorted(((r["start"], r["end"], o) for o in doc["objects"] for r in o["ranges"]
                          if r["stream_id"] == sid), key=lambda t: (t[0], t[2].get("order_id", t[2]["id"])))
         pass_end = None  # end of the previous range of this manifest: ranges must not overlap
-        for start, end, o in ranges:
+        for at, (start, end, o) in enumerate(ranges):
             if self._done():
                 return
             overlaps = pass_end is not None and start < pass_end
@@ -267,8 +271,7 @@ class StreamReader:
                 yield self._finding(ReadFinding(OVERLAP, f"stream {sid}: object {o['id']} holds [{start}, {end}), "
                                                 f"overlapping offsets another live object holds", start,
                                                 min(end, self.next), o["id"], o["key"]))
-            later = next(((other, s2) for s2, e2, other in ranges if e2 > end and other is not o
-                          and (self.to_offset is None or s2 < self.to_offset)), None)
+            later = self._later(ranges, at, end)
             yield from self._read_object(o, end, later)
         if self._done():
             return
@@ -304,6 +307,23 @@ class StreamReader:
         r = next((r for r in o["ranges"] if r["stream_id"] == self.stream_id), None)
         return (r is not None and 10 * r["bytes"] >= 9 * size and start_offset <= r["start"]
                 and (self.to_offset is None or self.to_offset >= r["end"]))
+
+    def _later(self, ranges: list, at: int, end: int) -> list[tuple[dict, int]]:
+        """The objects probably read after ``ranges[at]`` (which ends at ``end``), and the offsets they
+        start at, in reading order: the next READ_AHEAD_OBJECTS whose tails are read ahead. (No range
+        before ``at`` ends after ``end``: it would have been read past ``end`` already.)"""
+        later: list[tuple[dict, int]] = []
+        if not self._prefetching():
+            return later
+        o = ranges[at][2]
+        for j in range(at + 1, len(ranges)):
+            s2, e2, other = ranges[j]
+            if e2 > end and other is not o and (self.to_offset is None or s2 < self.to_offset) \
+                    and all(other is not seen for seen, _ in later):
+                later.append((other, s2))
+                if len(later) == READ_AHEAD_OBJECTS:
+                    break
+        return later
 
     def _tail_of(self, o: dict, start_offset: int):
         length = obj.tail_length_hint(self.entries_guess, o.get("size"))
@@ -341,9 +361,9 @@ class StreamReader:
         self._tails.clear()
 
     def _read_object(self, o: dict, range_end: int,
-                     later: tuple[dict, int] | None = None) -> Iterator[ReadRecord | ReadFinding]:
-        """Serve the stream's batches of object ``o`` from ``self.next`` on; ``later``: the object
-        probably read next and the offset it starts at, read ahead (tail, first run) meanwhile."""
+                     later: list[tuple[dict, int]] = ()) -> Iterator[ReadRecord | ReadFinding]:
+        """Serve the stream's batches of object ``o`` from ``self.next`` on; ``later``: the objects
+        probably read next and the offsets they start at, read ahead (tail, first run) meanwhile."""
         key, oid = o["key"], o["id"]
         store = self.store
 
@@ -386,8 +406,9 @@ class StreamReader:
             yield damage(f"object is {size} bytes, the manifest says {o['size']}", None, range_end)
             return
         wanted = self._wanted(entries, self.next)
-        if later is not None and self._prefetching() and later[0]["key"] not in self._tails:
-            self._tails[later[0]["key"]] = self._submit(self._prefetch, *later)
+        for other, start in later:
+            if other["key"] not in self._tails and self._prefetching():
+                self._tails[other["key"]] = self._submit(self._prefetch, other, start)
         i = 0
         crc, covered, checked = 0, 0, False  # running data crc over runs that cover [0, covered) without a hole
         pending = None  # (run, future) read ahead
