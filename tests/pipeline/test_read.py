@@ -341,3 +341,22 @@ def test_overlapping_objects_are_a_finding_and_served_once(tmp_path, local_store
     assert [(f.kind, f.object_id) for f in findings(events)] == [("overlap", 99)]
     assert [r.batch.payload for r in records(events)] == appended[1]  # each offset once
     assert s.objects == 2  # the duplicate's bytes were never needed
+
+
+def test_cli_record_lines_are_the_dicts_rendering_and_flushed_before_a_follow_wait(tmp_path, local_store, capsys):
+    """The --payload none fast lines are byte for byte the dict's rendering; lines are gathered, and
+    written before a --follow poll waits (a follower sees each poll's batches at once)."""
+    from walctl.commands.read import _Printer
+    from walctl.commands.recover import Payload
+
+    many_uploads(tmp_path, local_store, rounds=2, plan={4: (3, 20)})
+    events, _ = read_stream(local_store, 4)
+    printer = _Printer(True, Payload.none)
+    for event in records(events):
+        printer.event(event)
+    assert printer._fast is True
+    assert capsys.readouterr().out == ""  # gathered, not written one by one
+    printer.flush_and_sleep(0)
+    out = capsys.readouterr().out
+    assert out == "".join(printer._render(e) for e in records(events))
+    assert [json.loads(line)["base_offset"] for line in out.splitlines()] == list(range(6))
