@@ -360,3 +360,13 @@ def test_cli_record_lines_are_the_dicts_rendering_and_flushed_before_a_follow_wa
     out = capsys.readouterr().out
     assert out == "".join(printer._render(e) for e in records(events))
     assert [json.loads(line)["base_offset"] for line in out.splitlines()] == list(range(6))
+
+
+def test_payload_views_are_the_same_bytes_without_a_copy(tmp_path, local_store):
+    _, appended = many_uploads(tmp_path, local_store, rounds=2, plan={4: (30, 700)})
+    reader = StreamReader(local_store, 4, payload_views=True)
+    got = [e.batch.payload for e in reader.events() if isinstance(e, ReadRecord)]
+    assert got == appended[4] and reader.summary.findings == 0
+    assert all(isinstance(p, memoryview) and p.readonly and isinstance(p.obj, bytes) for p in got)
+    events, _ = read_stream(local_store, 4)  # the default: copies
+    assert all(type(r.batch.payload) is bytes for r in records(events))

@@ -129,13 +129,15 @@ class StreamReader:
         limit: stop after this many batches.
         wal: a WAL device or file whose tail (after the last uploaded record) follows the store.
         run_bytes: the largest ranged GET of blocks (one index entry larger than it is one GET).
+        payload_views: each batch's payload is a read-only view of the bytes read from the store
+            (which it keeps alive), not a copy: for a caller that uses each record and drops it.
         read_ahead: without a limit, read the next run, and the next READ_AHEAD_OBJECTS objects' tails
             and first runs, in a thread while the current run is decoded (memory: four runs at most).
     """
 
     def __init__(self, store, stream_id: int, *, from_offset: int | None = None, to_offset: int | None = None,
                  limit: int | None = None, wal: str | None = None, run_bytes: int = RUN_BYTES,
-                 entries_guess: int = ENTRIES_GUESS, read_ahead: bool = True):
+                 entries_guess: int = ENTRIES_GUESS, read_ahead: bool = True, payload_views: bool = False):
         self.store = store
         self.stream_id = stream_id
         self.from_offset = from_offset
@@ -149,6 +151,7 @@ class StreamReader:
         self._stats0 = store.stats.snapshot()
         self._manifest_number: int | None = None
         self.read_ahead = read_ahead
+        self.payload_views = payload_views
         self._pool = None
         self._tails: dict = {}  # object key -> future of its tail, read ahead
 
@@ -517,7 +520,9 @@ class StreamReader:
 
     def _serve_entry(self, data, base: int, entry, oid: int, key: str) -> Iterator[ReadRecord | ReadFinding]:
         try:
-            for placed in obj.iter_placed(data, entry, base_position=base):
+            # Views only of bytes (immutable): a store handing back another buffer gets copies.
+            views = self.payload_views and isinstance(data.obj if isinstance(data, memoryview) else data, bytes)
+            for placed in obj.iter_placed(data, entry, base_position=base, copy=not views):
                 b = placed.batch
                 if b.end_offset <= self.next:
                     continue
