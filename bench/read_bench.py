@@ -14,7 +14,8 @@ interleaved (raw, walctl, raw, walctl, ...), each run a child process whose star
 - walctl: `walctl read --store URL --stream 1 --json --payload none`, its summary giving GETs and
   bytes read; it reports its own peak RSS (VmHWM).
 Both children write to files (the parent, which runs moto's server, only waits: it takes no GIL
-time from the server while a reader runs). Both read the same object bytes with the same cache
+time from the server while a reader runs), and cache their bytecode (in the work directory) as an
+installed walctl does; a warm-up run before the timed ones fills that cache. Both read the same object bytes with the same cache
 state (O_DIRECT locally: no page cache on either side; moto keeps its objects in memory).
 Printed per backend: MiB/s of each over the objects' bytes, the ratio raw time / walctl time of
 the best runs (target >= 0.8) and of each interleaved pair (its range), walctl's GETs against
@@ -73,9 +74,18 @@ def generate(store, size: int, objects: int, batch_bytes: int) -> tuple[int, int
     return total, offset, made
 
 
+PYCACHE: str | None = None  # set by main: the children's bytecode cache, inside the work directory
+
+
 def child_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
+    # Bytecode cached, as for an installed walctl (pip compiles it): with PYTHONDONTWRITEBYTECODE
+    # from the environment, every run compiled walctl's modules again. The cache goes in the work
+    # directory, not the source tree; main warms it before the timed runs.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if PYCACHE:
+        env["PYTHONPYCACHEPREFIX"] = PYCACHE
     env.update(extra or {})
     return env
 
@@ -194,6 +204,8 @@ def main() -> int:
     size, batch = parse_size(args.size), parse_size(args.batch_bytes)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     work = tempfile.mkdtemp(prefix="walctl-read-bench-", dir=args.dir)
+    global PYCACHE
+    PYCACHE = os.path.join(work, "pycache")
     try:
         if "local" in backends:
             from walctl.store import LocalStore
@@ -204,6 +216,7 @@ def main() -> int:
             payload, _, made = generate(store, size, args.objects, batch)
             print(f"local store generated in {time.monotonic() - t:.1f} s at {root}")
             raws, reads = [], []
+            walctl_read(root, child_env(), work)  # warm-up: fills the bytecode cache
             for _ in range(args.rounds):
                 raws.append(raw_local(root, made, work))
                 reads.append(walctl_read(root, child_env(), work))
@@ -233,6 +246,8 @@ def main() -> int:
                 print(f"moto store generated in {time.monotonic() - t:.1f} s at {endpoint}")
                 raws, reads = [], []
                 s3_env = child_env({**env, "AWS_ENDPOINT_URL": endpoint})
+                raw_s3(s3_env, "bench", "read", made[:1], work)  # warm-up of each child's imports
+                walctl_read("s3://bench/read", s3_env, work)
                 for _ in range(args.rounds):
                     raws.append(raw_s3(s3_env, "bench", "read", made, work))
                     reads.append(walctl_read("s3://bench/read", s3_env, work))
