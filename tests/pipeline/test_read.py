@@ -370,3 +370,21 @@ def test_payload_views_are_the_same_bytes_without_a_copy(tmp_path, local_store):
     assert all(isinstance(p, memoryview) and p.readonly and isinstance(p.obj, bytes) for p in got)
     events, _ = read_stream(local_store, 4)  # the default: copies
     assert all(type(r.batch.payload) is bytes for r in records(events))
+
+
+@pytest.mark.parametrize("which", [1, 2, 3])
+def test_payload_flip_in_an_object_read_ahead_is_caught_by_its_data_crc(tmp_path, local_store, which):
+    """Objects after the first are read ahead (their data crc computed in the read-ahead thread):
+    a flipped payload byte in any of them is still a data crc finding, before its batches."""
+    _, appended = many_uploads(tmp_path, local_store, rounds=4, plan={1: (12, 300)})
+    objects = sorted(mf.load_latest(local_store)["objects"], key=lambda o: o["id"])
+    assert len(objects) == 4
+    bad = objects[which]
+    _flip(local_store, bad["key"], 10 + 33 + 50)  # inside its first batch's payload: structure intact
+    reader = StreamReader(local_store, 1, payload_views=True)
+    events = list(reader.events())
+    (f,) = findings(events)
+    assert f.kind == DAMAGE and "data crc" in f.message and f.key == bad["key"]
+    first_of_bad = next(i for i, e in enumerate(events) if isinstance(e, ReadRecord) and e.key == bad["key"])
+    assert events.index(f) == first_of_bad - 1  # said before any batch of that object
+    assert len(records(events)) == len(appended[1]) and reader.summary.gets == 1 + 4

@@ -336,19 +336,25 @@ class StreamReader:
 
     def _prefetch(self, o: dict, start_offset: int):
         """Read ahead for an object not yet reached: its tail and, when the tail holds the whole index,
-        the first run of blocks from ``start_offset``. Returns (tail, size, (start, end) | None, data)."""
+        the first run of blocks from ``start_offset``. Returns (tail, size, (start, end) | None, data,
+        crc): data None when the tail holds the run; crc the run's CRC-32C when it starts the data
+        region of a checksummed object (computed here, beside the main thread's decoding), else None."""
         tail, size = self._tail_of(o, start_offset)
         if obj.is_composite(tail):
-            return tail, size, None, None
-        _, entries = obj.parse_tail(tail, size)
+            return tail, size, None, None, None
+        footer, entries = obj.parse_tail(tail, size)
         wanted = self._wanted(entries, start_offset) if entries is not None else []
         if not wanted:
-            return tail, size, None, None
+            return tail, size, None, None, None
         run = self._next_run(wanted, 0)
         start, end = run[0].block_position, run[-1].block_end
-        if start >= size - len(tail):
-            return tail, size, None, None  # the tail holds these blocks already
-        return tail, size, (start, end), self.store.read_range(o["key"], start, end)
+        tail_position = size - len(tail)
+        if start >= tail_position:
+            data, held = memoryview(tail)[start - tail_position:end - tail_position], None  # in the tail
+        else:
+            data = held = self.store.read_range(o["key"], start, end)
+        crc = crc32c(data) if footer.checksummed and start == 0 and len(data) == end else None
+        return tail, size, (start, end), held, crc
 
     def _wanted(self, entries, start_offset: int) -> list:
         wanted = obj.find_entries(entries, self.stream_id, start_offset)
@@ -417,12 +423,15 @@ class StreamReader:
         pending = None  # (run, future) read ahead
         tail_position = size - len(tail)  # blocks from here on are in the tail already: no GET
         while i < len(wanted) and not self._done():
+            run_crc = None  # the run's CRC-32C from 0, when the read-ahead thread computed it
             if pending is not None:
                 run, future = pending
                 data = future.result()
             else:
                 run = self._next_run(wanted, i)
                 span = (run[0].block_position, run[-1].block_end)
+                if i == 0 and prepared is not None and prepared[2] == span:
+                    run_crc = prepared[4]
                 if span[0] >= tail_position:
                     data = memoryview(tail)[span[0] - tail_position:span[1] - tail_position]
                 elif i == 0 and prepared is not None and prepared[2] == span:
@@ -444,7 +453,7 @@ class StreamReader:
                              run_start + len(data), range_end)
                 return
             if footer.checksummed and covered == run_start:
-                crc, covered = crc32c(data, crc), run_end
+                crc, covered = run_crc if run_crc is not None and covered == 0 else crc32c(data, crc), run_end
                 if covered == footer.index_start_position and not checked:
                     checked = True
                     if crc != footer.data_crc:
