@@ -388,3 +388,16 @@ def test_payload_flip_in_an_object_read_ahead_is_caught_by_its_data_crc(tmp_path
     first_of_bad = next(i for i, e in enumerate(events) if isinstance(e, ReadRecord) and e.key == bad["key"])
     assert events.index(f) == first_of_bad - 1  # said before any batch of that object
     assert len(records(events)) == len(appended[1]) and reader.summary.gets == 1 + 4
+
+
+def test_payload_views_of_lent_buffers_stay_intact_while_held(tmp_path, local_store):
+    """Objects over a MiB are read into buffers the local store lends (no copy out): holding every
+    record's payload view (more buffers than it keeps) never lets a buffer be read into again."""
+    _, appended = many_uploads(tmp_path, local_store, rounds=10, plan={1: (40, 40 * KiB)})
+    objects = mf.load_latest(local_store)["objects"]
+    assert len(objects) == 10 and min(o["size"] for o in objects) > MiB
+    reader = StreamReader(local_store, 1, payload_views=True)
+    got = records(list(reader.events()))
+    assert reader._lends and reader.summary.findings == 0
+    assert {type(r.batch.payload.obj).__name__ for r in got} == {"mmap"}  # views of lent buffers
+    assert [r.batch.payload for r in got] == appended[1]  # all still intact at the end

@@ -152,6 +152,11 @@ class StreamReader:
         self._manifest_number: int | None = None
         self.read_ahead = read_ahead
         self.payload_views = payload_views
+        # With payload views, a store that lends its read buffers (LocalStore: no copy out of the
+        # O_DIRECT buffer) reads through them: read_*_view's bytes never change while viewed.
+        self._lends = payload_views and hasattr(store, "read_range_view") and hasattr(store, "read_tail_view")
+        self._read_range = store.read_range_view if self._lends else store.read_range
+        self._read_tail = store.read_tail_view if self._lends else store.read_tail
         self._pool = None
         self._tails: dict = {}  # object key -> future of its tail, read ahead
 
@@ -332,7 +337,7 @@ class StreamReader:
         length = obj.tail_length_hint(self.entries_guess, o.get("size"))
         if self._whole(o, start_offset):
             length = o["size"]
-        return self.store.read_tail(o["key"], length)
+        return self._read_tail(o["key"], length)
 
     def _prefetch(self, o: dict, start_offset: int):
         """Read ahead for an object not yet reached: its tail and, when the tail holds the whole index,
@@ -352,7 +357,7 @@ class StreamReader:
         if start >= tail_position:
             data, held = memoryview(tail)[start - tail_position:end - tail_position], None  # in the tail
         else:
-            data = held = self.store.read_range(o["key"], start, end)
+            data = held = self._read_range(o["key"], start, end)
         crc = crc32c(data) if footer.checksummed and start == 0 and len(data) == end else None
         return tail, size, (start, end), held, crc
 
@@ -438,13 +443,13 @@ class StreamReader:
                     data = prepared[3]  # read ahead while the previous object was served
                     self.summary.block_gets += 1
                 else:
-                    data = store.read_range(key, *span)
+                    data = self._read_range(key, *span)
                     self.summary.block_gets += 1
             i += len(run)
             pending = None
             if i < len(wanted) and self._prefetching() and wanted[i].block_position < tail_position:
                 follow_run = self._next_run(wanted, i)
-                pending = (follow_run, self._submit(store.read_range, key, follow_run[0].block_position,
+                pending = (follow_run, self._submit(self._read_range, key, follow_run[0].block_position,
                                                     follow_run[-1].block_end))
                 self.summary.block_gets += 1
             run_start, run_end = run[0].block_position, run[-1].block_end
@@ -529,8 +534,10 @@ class StreamReader:
 
     def _serve_entry(self, data, base: int, entry, oid: int, key: str) -> Iterator[ReadRecord | ReadFinding]:
         try:
-            # Views only of bytes (immutable): a store handing back another buffer gets copies.
-            views = self.payload_views and isinstance(data.obj if isinstance(data, memoryview) else data, bytes)
+            # Views only of bytes (immutable) or of a buffer the store lent (never changed while viewed);
+            # another buffer gets copies.
+            views = self.payload_views and (self._lends or isinstance(
+                data.obj if isinstance(data, memoryview) else data, bytes))
             for placed in obj.iter_placed(data, entry, base_position=base, copy=not views):
                 b = placed.batch
                 if b.end_offset <= self.next:
