@@ -33,9 +33,12 @@ from walctl.store.inspect import member_key
 RUN_BYTES = 16 << 20  # one ranged GET reads at most this much (unless one index entry is larger)
 ENTRIES_GUESS = obj.DEFAULT_ENTRIES_GUESS  # the first tail GET catches an index of this many entries
 # Without a limit, the tails (and first runs) of this many objects after the one being served are
-# read ahead, so the read-ahead thread always has the next read queued: with one, it idled while
-# the main thread woke up to queue the next (40% of its time on a loaded machine).
+# read ahead, so the read-ahead threads always have the next read queued: with one object ahead, the
+# reading thread idled while the main thread woke up to queue the next (40% of its time, loaded).
 READ_AHEAD_OBJECTS = 2
+# Reads ahead run on this many threads: two reads in flight read a local store 10-40% faster than
+# one after the other (the device's queue holds the next read while one completes); same reads.
+READ_AHEAD_THREADS = 2
 POLL_S = 0.2  # --follow: first wait between polls of the manifest
 MAX_POLL_S = 5.0  # --follow: the backoff doubles the wait up to this while nothing new lands
 
@@ -298,11 +301,11 @@ class StreamReader:
         return self.limit is None and self.read_ahead
 
     def _submit(self, fn, *args):
-        """Run a store read in the read-ahead thread: I/O (and boto3's HTTP) overlaps decoding."""
+        """Run a store read in a read-ahead thread: I/O (and boto3's HTTP) overlaps decoding."""
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
 
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="walctl-read-ahead")
+            self._pool = ThreadPoolExecutor(max_workers=READ_AHEAD_THREADS, thread_name_prefix="walctl-read-ahead")
         return self._pool.submit(fn, *args)
 
     def _whole(self, o: dict, start_offset: int) -> bool:
@@ -368,7 +371,7 @@ class StreamReader:
         return wanted
 
     def close(self) -> None:
-        """Stop the read-ahead thread (reads in flight finish; their results are dropped)."""
+        """Stop the read-ahead threads (reads in flight finish; their results are dropped)."""
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
