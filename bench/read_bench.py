@@ -12,7 +12,8 @@ interleaved (raw, walctl, raw, walctl, ...), each run a child process whose star
   process (local: O_DIRECT into one reused aligned buffer, the way the local store reads;
   S3: a GET of each whole object with boto3, the client walctl uses, bodies drained);
 - walctl: `walctl read --store URL --stream 1 --json --payload none`, its summary giving GETs and
-  bytes read; it reports its own peak RSS (VmHWM).
+  bytes read; it reports its own peak RSS (VmHWM). It keeps up to two reads in flight (its read
+  ahead); the raw reference reads one object after the other.
 Both children write to files (the parent, which runs moto's server, only waits: it takes no GIL
 time from the server while a reader runs), and cache their bytecode (in the work directory) as an
 installed walctl does; a warm-up run before the timed ones fills that cache. Both read the same object bytes with the same cache
