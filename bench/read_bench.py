@@ -3,19 +3,25 @@
 the same bytes, on the local store and on S3 (moto over HTTP).
 
     python bench/read_bench.py [--size 1GiB] [--objects 100] [--batch-bytes 64KiB]
-        [--backends local,s3] [--dir DIR]
+        [--backends local,s3] [--rounds 3] [--dir DIR]
 
 The store is generated directly (walctl objects of one stream, 1 MiB DataBlocks, and one
-manifest commit naming them). Each backend is then read twice, alternately, in this order:
-- raw: the same object bytes read sequentially, whole objects, with nothing decoded
-  (local: `dd iflag=direct bs=16M` per object, the way the local store reads, O_DIRECT;
-  S3: one boto3 GET of each whole object, bodies drained);
-- walctl: `walctl read --store URL --stream 1 --json --payload none` as a child process (so its
-  startup counts), its summary giving GETs and bytes read; it reports its own peak RSS (VmHWM).
-Printed per backend: MiB/s of each (the payload bytes over wall time for walctl, the object
-bytes for raw), the ratio walctl / raw (target >= 0.8), walctl's GETs against the minimum
-(1 manifest + one GET per object: a Stream Object wanted whole is read in one GET), and the
-reader's peak RSS (target < 256 MiB).
+manifest commit naming them). Each backend is then read ``--rounds`` times, raw and walctl
+interleaved (raw, walctl, raw, walctl, ...), each run a child process whose startup counts:
+- raw: the same object bytes read sequentially, whole objects, with nothing decoded, by one
+  process (local: O_DIRECT into one reused aligned buffer, the way the local store reads;
+  S3: a GET of each whole object with boto3, the client walctl uses, bodies drained);
+- walctl: `walctl read --store URL --stream 1 --json --payload none`, its summary giving GETs and
+  bytes read; it reports its own peak RSS (VmHWM). It keeps up to two reads in flight (its read
+  ahead); the raw reference reads one object after the other.
+Both children write to files (the parent, which runs moto's server, only waits: it takes no GIL
+time from the server while a reader runs), and cache their bytecode (in the work directory) as an
+installed walctl does; a warm-up run before the timed ones fills that cache. Both read the same object bytes with the same cache
+state (O_DIRECT locally: no page cache on either side; moto keeps its objects in memory).
+Printed per backend: MiB/s of each over the objects' bytes, the ratio raw time / walctl time of
+the best runs (target >= 0.8) and of each interleaved pair (its range), walctl's GETs against
+the minimum (1 manifest + one GET per object: a Stream Object wanted whole is read in one GET),
+and the reader's peak RSS (target < 256 MiB).
 """
 
 from __future__ import annotations
@@ -69,9 +75,18 @@ def generate(store, size: int, objects: int, batch_bytes: int) -> tuple[int, int
     return total, offset, made
 
 
+PYCACHE: str | None = None  # set by main: the children's bytecode cache, inside the work directory
+
+
 def child_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
+    # Bytecode cached, as for an installed walctl (pip compiles it): with PYTHONDONTWRITEBYTECODE
+    # from the environment, every run compiled walctl's modules again. The cache goes in the work
+    # directory, not the source tree; main warms it before the timed runs.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if PYCACHE:
+        env["PYTHONPYCACHEPREFIX"] = PYCACHE
     env.update(extra or {})
     return env
 
@@ -89,68 +104,91 @@ WRAPPER = ("import atexit, sys\n"
            "main()\n")
 
 
-def run_child(argv: list[str], env: dict) -> tuple[float, bytes, int]:
-    """(seconds, stdout, peak RSS bytes of the reader) of ``walctl ARGV``."""
-    started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", WRAPPER, *argv], capture_output=True, env=env)
-    seconds = time.monotonic() - started
+def run_child(argv: list[str], env: dict, work: str) -> tuple[float, bytes, bytes]:
+    """(seconds, stdout, stderr) of ``python ARGV``, its output in files: the parent only waits."""
+    with tempfile.TemporaryFile(dir=work) as out, tempfile.TemporaryFile(dir=work) as err:
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, *argv], stdout=out, stderr=err, env=env)
+        seconds = time.monotonic() - started
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if proc.returncode != 0:
-        raise SystemExit(f"walctl {' '.join(argv[:4])}... exited {proc.returncode}: {proc.stderr.decode()[-500:]}")
-    hwm = [int(line.split()[1]) for line in proc.stderr.decode().splitlines()
-           if line.startswith("walctl-bench-hwm-kib ")]
-    return seconds, proc.stdout, hwm[-1] * 1024
+        raise SystemExit(f"{' '.join(argv[:5])}... exited {proc.returncode}: {stderr.decode()[-500:]}")
+    return seconds, stdout, stderr
 
 
-def walctl_read(url: str, env: dict) -> dict:
-    argv = ["read", "--store", url, "--stream", str(STREAM), "--json", "--payload", "none"]
-    seconds, out, rss = run_child(argv, env)
+def walctl_read(url: str, env: dict, work: str) -> dict:
+    argv = ["-c", WRAPPER, "read", "--store", url, "--stream", str(STREAM), "--json", "--payload", "none"]
+    seconds, out, err = run_child(argv, env, work)
+    hwm = [int(line.split()[1]) for line in err.decode().splitlines() if line.startswith("walctl-bench-hwm-kib ")]
     lines = out.splitlines()
     summary = json.loads(lines[-1])
     records = sum(1 for line in lines if line.startswith(b'{"type":"record"'))
-    return {"seconds": seconds, "summary": summary, "records": records, "rss": rss}
+    return {"seconds": seconds, "summary": summary, "records": records, "rss": hwm[-1] * 1024,
+            "bytes": summary["bytes_read"]}
 
 
-def raw_local(root: str, made: list[dict]) -> dict:
-    started = time.monotonic()
-    total = 0
-    for o in made:
-        path = os.path.join(root, o["key"])
-        subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=16M", "iflag=direct"], check=True,
-                       capture_output=True)
-        total += o["size"]
-    return {"seconds": time.monotonic() - started, "bytes": total}
+# The raw local reader: every object whole, O_DIRECT (as the local store reads), into one aligned
+# buffer reused for every read; nothing decoded, nothing written.
+RAW_LOCAL = ("import mmap, os, sys\n"
+             "buf = mmap.mmap(-1, 16 << 20)\n"
+             "total = 0\n"
+             "for path in sys.argv[1:]:\n"
+             "    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)\n"
+             "    pos = 0\n"
+             "    while (got := os.preadv(fd, [buf], pos)) > 0:\n"
+             "        pos += got\n"
+             "    os.close(fd)\n"
+             "    total += pos\n"
+             "print(total)\n")
+
+# The raw S3 reader: one GET of each whole object with boto3 (the client walctl uses), bodies drained.
+RAW_S3 = ("import os, sys, boto3\n"
+          "client = boto3.session.Session().client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL'])\n"
+          "bucket, total = sys.argv[1], 0\n"
+          "for key in sys.argv[2:]:\n"
+          "    body = client.get_object(Bucket=bucket, Key=key)['Body']\n"
+          "    while chunk := body.read(16 << 20):\n"
+          "        total += len(chunk)\n"
+          "print(total)\n")
 
 
-def raw_s3(client, bucket: str, prefix: str, made: list[dict]) -> dict:
-    started = time.monotonic()
-    total = 0
-    for o in made:
-        body = client.get_object(Bucket=bucket, Key=f"{prefix}/{o['key']}")["Body"]
-        while chunk := body.read(16 * MiB):
-            total += len(chunk)
-    return {"seconds": time.monotonic() - started, "bytes": total}
+def raw_local(root: str, made: list[dict], work: str) -> dict:
+    paths = [os.path.join(root, o["key"]) for o in made]
+    seconds, out, _ = run_child(["-c", RAW_LOCAL, *paths], child_env(), work)
+    return {"seconds": seconds, "bytes": int(out)}
+
+
+def raw_s3(env: dict, bucket: str, prefix: str, made: list[dict], work: str) -> dict:
+    keys = [f"{prefix}/{o['key']}" for o in made]
+    seconds, out, _ = run_child(["-c", RAW_S3, bucket, *keys], env, work)
+    return {"seconds": seconds, "bytes": int(out)}
 
 
 def report(name: str, payload: int, objects: int, raws: list[dict], reads: list[dict]) -> None:
     raw = min(raws, key=lambda r: r["seconds"])
     best = min(reads, key=lambda r: r["seconds"])
-    raw_rate = raw["bytes"] / MiB / raw["seconds"]
-    read_rate = payload / MiB / best["seconds"]
+    obj_bytes = raw["bytes"]
+    pairs = [r["seconds"] / w["seconds"] for r, w in zip(raws, reads)]
     s = best["summary"]
     design_min = 1 + 2 * objects
     raw_runs = ", ".join(f"{r['seconds']:.2f}" for r in raws)
     read_runs = ", ".join(f"{r['seconds']:.2f}" for r in reads)
-    print(f"\n[{name}] {format_size(payload)} payload in {objects} objects, {best['records']} batches read")
-    print(f"  raw sequential read of the objects: {raw_rate:8.1f} MiB/s  ({raw['seconds']:.2f} s, "
-          f"runs: {raw_runs} s)")
-    print(f"  walctl read (process, startup incl.): {read_rate:6.1f} MiB/s  ({best['seconds']:.2f} s, "
-          f"runs: {read_runs} s)")
-    print(f"  ratio walctl / raw: {read_rate / raw_rate:.2f}  (target >= 0.8)")
+    print(f"\n[{name}] {format_size(payload)} payload in {objects} objects ({format_size(obj_bytes)}), "
+          f"{best['records']} batches read")
+    print(f"  raw sequential read of the objects:   {obj_bytes / MiB / raw['seconds']:8.1f} MiB/s  "
+          f"({raw['seconds']:.2f} s; runs: {raw_runs} s)")
+    print(f"  walctl read (process, startup incl.): {obj_bytes / MiB / best['seconds']:8.1f} MiB/s  "
+          f"({best['seconds']:.2f} s; runs: {read_runs} s; payload {payload / MiB / best['seconds']:.1f} MiB/s)")
+    print(f"  ratio walctl / raw, best of {len(reads)}: {raw['seconds'] / best['seconds']:.2f}  (target >= 0.8); "
+          f"interleaved pairs: {', '.join(f'{x:.2f}' for x in pairs)} (range {min(pairs):.2f}-{max(pairs):.2f})")
     print(f"  GETs: {s['gets']} (+{s['lists']} LIST), {s['block_gets']} of them for block runs; minimum "
           f"{objects + 1} (the manifest + one GET per object); tail + blocks per object would be {design_min}")
     print(f"  bytes read: {format_size(s['bytes_read'])} for {format_size(payload)} of payload "
-          f"({s['bytes_read'] / max(raw['bytes'], 1):.4f} x the objects' bytes)")
-    print(f"  peak RSS of the reader: {best['rss'] / MiB:.1f} MiB  (target < 256 MiB)")
+          f"({s['bytes_read'] / max(obj_bytes, 1):.4f} x the objects' bytes)")
+    print(f"  peak RSS of the reader: {max(r['rss'] for r in reads) / MiB:.1f} MiB, worst of {len(reads)} "
+          "(target < 256 MiB)")
     if s["findings"] or best["records"] != s["records"]:
         raise SystemExit(f"read reported {s['findings']} findings / {best['records']} records: not a clean run")
 
@@ -161,12 +199,14 @@ def main() -> int:
     p.add_argument("--objects", type=int, default=100, help="objects the stream is spread over (default 100)")
     p.add_argument("--batch-bytes", default="64KiB", help="payload per batch (default 64KiB)")
     p.add_argument("--backends", default="local,s3", help="comma-separated: local, s3 (moto over HTTP)")
-    p.add_argument("--rounds", type=int, default=2, help="alternating raw/walctl rounds per backend (default 2)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved raw/walctl rounds per backend (default 3)")
     p.add_argument("--dir", default=None, help="where the local store goes (default: a temp dir, removed)")
     args = p.parse_args()
     size, batch = parse_size(args.size), parse_size(args.batch_bytes)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     work = tempfile.mkdtemp(prefix="walctl-read-bench-", dir=args.dir)
+    global PYCACHE
+    PYCACHE = os.path.join(work, "pycache")
     try:
         if "local" in backends:
             from walctl.store import LocalStore
@@ -177,9 +217,10 @@ def main() -> int:
             payload, _, made = generate(store, size, args.objects, batch)
             print(f"local store generated in {time.monotonic() - t:.1f} s at {root}")
             raws, reads = [], []
+            walctl_read(root, child_env(), work)  # warm-up: fills the bytecode cache
             for _ in range(args.rounds):
-                raws.append(raw_local(root, made))
-                reads.append(walctl_read(root, child_env()))
+                raws.append(raw_local(root, made, work))
+                reads.append(walctl_read(root, child_env(), work))
             report("local store", payload, args.objects, raws, reads)
             shutil.rmtree(root)
         if "s3" in backends:
@@ -199,16 +240,18 @@ def main() -> int:
             try:
                 host, port = server.get_host_and_port()
                 endpoint = f"http://{host}:{port}"
-                client = boto3.client("s3", endpoint_url=endpoint)
-                client.create_bucket(Bucket="bench")
+                boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench")
                 store = S3Store("bench", "read", endpoint_url=endpoint)
                 t = time.monotonic()
                 payload, _, made = generate(store, size, args.objects, batch)
                 print(f"moto store generated in {time.monotonic() - t:.1f} s at {endpoint}")
                 raws, reads = [], []
+                s3_env = child_env({**env, "AWS_ENDPOINT_URL": endpoint})
+                raw_s3(s3_env, "bench", "read", made[:1], work)  # warm-up of each child's imports
+                walctl_read("s3://bench/read", s3_env, work)
                 for _ in range(args.rounds):
-                    raws.append(raw_s3(client, "bench", "read", made))
-                    reads.append(walctl_read("s3://bench/read", child_env({**env, "AWS_ENDPOINT_URL": endpoint})))
+                    raws.append(raw_s3(s3_env, "bench", "read", made, work))
+                    reads.append(walctl_read("s3://bench/read", s3_env, work))
                 report("S3 (moto over HTTP)", payload, args.objects, raws, reads)
             finally:
                 server.stop()

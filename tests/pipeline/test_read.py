@@ -341,3 +341,63 @@ def test_overlapping_objects_are_a_finding_and_served_once(tmp_path, local_store
     assert [(f.kind, f.object_id) for f in findings(events)] == [("overlap", 99)]
     assert [r.batch.payload for r in records(events)] == appended[1]  # each offset once
     assert s.objects == 2  # the duplicate's bytes were never needed
+
+
+def test_cli_record_lines_are_the_dicts_rendering_and_flushed_before_a_follow_wait(tmp_path, local_store, capsys):
+    """The --payload none fast lines are byte for byte the dict's rendering; lines are gathered, and
+    written before a --follow poll waits (a follower sees each poll's batches at once)."""
+    from walctl.commands.read import _Printer
+    from walctl.commands.recover import Payload
+
+    many_uploads(tmp_path, local_store, rounds=2, plan={4: (3, 20)})
+    events, _ = read_stream(local_store, 4)
+    printer = _Printer(True, Payload.none)
+    for event in records(events):
+        printer.event(event)
+    assert printer._fast is True
+    assert capsys.readouterr().out == ""  # gathered, not written one by one
+    printer.flush_and_sleep(0)
+    out = capsys.readouterr().out
+    assert out == "".join(printer._render(e) for e in records(events))
+    assert [json.loads(line)["base_offset"] for line in out.splitlines()] == list(range(6))
+
+
+def test_payload_views_are_the_same_bytes_without_a_copy(tmp_path, local_store):
+    _, appended = many_uploads(tmp_path, local_store, rounds=2, plan={4: (30, 700)})
+    reader = StreamReader(local_store, 4, payload_views=True)
+    got = [e.batch.payload for e in reader.events() if isinstance(e, ReadRecord)]
+    assert got == appended[4] and reader.summary.findings == 0
+    assert all(isinstance(p, memoryview) and p.readonly and isinstance(p.obj, bytes) for p in got)
+    events, _ = read_stream(local_store, 4)  # the default: copies
+    assert all(type(r.batch.payload) is bytes for r in records(events))
+
+
+@pytest.mark.parametrize("which", [1, 2, 3])
+def test_payload_flip_in_an_object_read_ahead_is_caught_by_its_data_crc(tmp_path, local_store, which):
+    """Objects after the first are read ahead (their data crc computed in the read-ahead thread):
+    a flipped payload byte in any of them is still a data crc finding, before its batches."""
+    _, appended = many_uploads(tmp_path, local_store, rounds=4, plan={1: (12, 300)})
+    objects = sorted(mf.load_latest(local_store)["objects"], key=lambda o: o["id"])
+    assert len(objects) == 4
+    bad = objects[which]
+    _flip(local_store, bad["key"], 10 + 33 + 50)  # inside its first batch's payload: structure intact
+    reader = StreamReader(local_store, 1, payload_views=True)
+    events = list(reader.events())
+    (f,) = findings(events)
+    assert f.kind == DAMAGE and "data crc" in f.message and f.key == bad["key"]
+    first_of_bad = next(i for i, e in enumerate(events) if isinstance(e, ReadRecord) and e.key == bad["key"])
+    assert events.index(f) == first_of_bad - 1  # said before any batch of that object
+    assert len(records(events)) == len(appended[1]) and reader.summary.gets == 1 + 4
+
+
+def test_payload_views_of_lent_buffers_stay_intact_while_held(tmp_path, local_store):
+    """Objects over a MiB are read into buffers the local store lends (no copy out): holding every
+    record's payload view (more buffers than it keeps) never lets a buffer be read into again."""
+    _, appended = many_uploads(tmp_path, local_store, rounds=10, plan={1: (40, 40 * KiB)})
+    objects = mf.load_latest(local_store)["objects"]
+    assert len(objects) == 10 and min(o["size"] for o in objects) > MiB
+    reader = StreamReader(local_store, 1, payload_views=True)
+    got = records(list(reader.events()))
+    assert reader._lends and reader.summary.findings == 0
+    assert {type(r.batch.payload.obj).__name__ for r in got} == {"mmap"}  # views of lent buffers
+    assert [r.batch.payload for r in got] == appended[1]  # all still intact at the end

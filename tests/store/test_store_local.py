@@ -237,3 +237,31 @@ def test_open_store_rejects(url):
     with pytest.raises(UsageError) as info:
         open_store(url)
     assert info.value.exit_code == 2
+
+
+def test_lent_views_never_change_while_they_live(local_store, monkeypatch):
+    """read_range_view / read_tail_view hand out views of reused O_DIRECT buffers: a buffer is read into
+    again only once no view of it is left, so a view's bytes never change; small reads are copies."""
+    monkeypatch.setattr(local_mod, "_VIEW_BUFFERS", local_mod._ViewBuffers())
+    a, b = os.urandom(2 * 1024 * 1024 + 5), os.urandom(2 * 1024 * 1024 + 5)
+    local_store.put("a", a)
+    local_store.put("b", b)
+    fd, direct = local_store._open_read("a")
+    os.close(fd)
+    if not direct:
+        pytest.skip("the filesystem under tmp_path refuses O_DIRECT (tmpfs?): reads there are buffered")
+    va = local_store.read_range_view("a", 3, len(a))
+    assert isinstance(va, memoryview) and va.readonly and va == a[3:]
+    vb, total = local_store.read_tail_view("b", len(b))
+    assert total == len(b) and vb == b and vb.obj is not va.obj  # va lives: another buffer
+    part = va[10:20]
+    del va
+    vc = local_store.read_range_view("b", 0, len(b))
+    assert vc.obj is not part.obj and part == a[13:23]  # a view of a view still holds the buffer
+    del part
+    vd = local_store.read_range_view("b", 1, len(b))
+    assert vd == b[1:] and vb == b and vc == b
+    used = {id(v.obj) for v in (vb, vc, vd)}
+    assert len(used) == 3 and len(local_mod._VIEW_BUFFERS._bufs) == 3  # the freed buffer was reused
+    assert type(local_store.read_range_view("a", 0, 4096)) is bytes  # under VIEW_MIN: copied out
+    assert local_store.stats.snapshot()["get"] == 5

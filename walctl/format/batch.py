@@ -41,8 +41,11 @@ class StreamRecordBatch:
                            len(self.payload)) + self.payload
 
     @classmethod
-    def decode(cls, buf, offset: int = 0, *, exact: bool = False) -> "StreamRecordBatch":
-        """Decode one batch at ``offset``; ``exact`` demands it end exactly at the buffer's end."""
+    def decode(cls, buf, offset: int = 0, *, exact: bool = False, copy: bool = True) -> "StreamRecordBatch":
+        """Decode one batch at ``offset``; ``exact`` demands it end exactly at the buffer's end.
+
+        ``copy=False``: the payload is a read-only view of ``buf`` (no copy), for a ``buf`` that
+        never changes, such as ``bytes``."""
         view = checks.need(buf, offset, HEADER_SIZE, "StreamRecordBatch header")
         checks.not_zero(view, offset, "StreamRecordBatch header")
         magic, stream_id, epoch, base, count, length = STRUCT.unpack_from(view)
@@ -56,4 +59,4 @@ class StreamRecordBatch:
             trailing = len(buf) - (offset + HEADER_SIZE + length)
             checks.bound(trailing == 0, offset + HEADER_SIZE + length, "bytes after StreamRecordBatch",
                          trailing, "0: the batch must fill the record body")
-        return cls(stream_id, epoch, base, count, bytes(payload))
+        return cls(stream_id, epoch, base, count, bytes(payload) if copy else payload.toreadonly())

@@ -706,8 +706,10 @@ def assemble_object(parts: Iterable[tuple[IndexEntry, bytes]], *, version: int =
 
 # --- deep verification ------------------------------------------------------------------------
 
-def _decode_entry_blocks(buf, entry: IndexEntry, base_position: int) -> Iterator[list[StreamRecordBatch]]:
-    """Yield the batches of each DataBlock in the entry's range, block by block, checked."""
+def _decode_entry_blocks(buf, entry: IndexEntry, base_position: int,
+                         copy: bool = True) -> Iterator[list[StreamRecordBatch]]:
+    """Yield the batches of each DataBlock in the entry's range, block by block, checked
+    (``copy=False``: payloads are views of ``buf``, see StreamRecordBatch.decode)."""
     start = entry.block_position - base_position
     if start < 0:
         raise ValueError(f"buffer starts at object position {base_position}, after the entry's block "
@@ -728,7 +730,7 @@ def _decode_entry_blocks(buf, entry: IndexEntry, base_position: int) -> Iterator
         batches: list[StreamRecordBatch] = []
         bpos = pos + DATA_BLOCK_HEADER_SIZE
         while bpos < block_end:
-            b = StreamRecordBatch.decode(block_view, bpos)
+            b = StreamRecordBatch.decode(block_view, bpos, copy=copy)
             checks.bound(b.stream_id == entry.stream_id, bpos + 1, "StreamRecordBatch streamId", b.stream_id,
                          f"== {entry.stream_id}, the stream of its index entry")
             rule = ("the index entry's startOffset" if total == 0 and not batches
@@ -775,11 +777,12 @@ class PlacedBatch(NamedTuple):
     batch: StreamRecordBatch
 
 
-def iter_placed(buf, entry: IndexEntry, *, base_position: int = 0) -> Iterator[PlacedBatch]:
-    """Like iter_blocks, with each batch's DataBlock position and own position (object positions)."""
+def iter_placed(buf, entry: IndexEntry, *, base_position: int = 0, copy: bool = True) -> Iterator[PlacedBatch]:
+    """Like iter_blocks, with each batch's DataBlock position and own position (object positions);
+    ``copy=False``: payloads are read-only views of ``buf`` (which must not change), not copies."""
     with _relocated(base_position):
         pos = entry.block_position
-        for block in _decode_entry_blocks(buf, entry, base_position):
+        for block in _decode_entry_blocks(buf, entry, base_position, copy):
             bpos = pos + DATA_BLOCK_HEADER_SIZE
             for b in block:
                 yield PlacedBatch(pos, bpos, b)
