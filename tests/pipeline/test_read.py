@@ -377,7 +377,7 @@ def test_payload_flip_in_an_object_read_ahead_is_caught_by_its_data_crc(tmp_path
     """Objects after the first are read ahead (their data crc computed in the read-ahead thread):
     a flipped payload byte in any of them is still a data crc finding, before its batches."""
     _, appended = many_uploads(tmp_path, local_store, rounds=4, plan={1: (12, 300)})
-    objects = sorted(mf.load_latest(local_store)["objects"], key=lambda o: o["id"])
+    objects = sorted(mf.load_latest(local_store).objects, key=lambda o: o["id"])
     assert len(objects) == 4
     bad = objects[which]
     _flip(local_store, bad["key"], 10 + 33 + 50)  # inside its first batch's payload: structure intact
@@ -394,7 +394,7 @@ def test_payload_views_of_lent_buffers_stay_intact_while_held(tmp_path, local_st
     """Objects over a MiB are read into buffers the local store lends (no copy out): holding every
     record's payload view (more buffers than it keeps) never lets a buffer be read into again."""
     _, appended = many_uploads(tmp_path, local_store, rounds=10, plan={1: (40, 40 * KiB)})
-    objects = mf.load_latest(local_store)["objects"]
+    objects = mf.load_latest(local_store).objects
     assert len(objects) == 10 and min(o["size"] for o in objects) > MiB
     reader = StreamReader(local_store, 1, payload_views=True)
     got = records(list(reader.events()))

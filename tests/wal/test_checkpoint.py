@@ -300,7 +300,7 @@ def test_recover_from_starts_at_the_first_record_at_or_after_it(tmp_path, where)
     for i in range(60):  # five records per block
         writer.append(StreamRecordBatch(1, 0, i, 1, bytes(300)).encode(), i)
         if i % 5 == 4:
-            writer.flush()
+            writer.submit_open_block()
     writer.close()
     ends = {e.offset: e.end for e in scan_file(path)[0]}
     offsets = sorted(ends)

@@ -102,10 +102,8 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
     source = _open_input(input_path) if input_path is not None else None
     stats, on_ack, flush_acks = _acknowledger(stream_id, json_out)
     started, read_before = time.monotonic(), bytes_read_total()
-    opened, budget = _open_writer(device, stream_id, base_offset, iodepth, on_ack, iops, bandwidth)
+    opened, budget = _open_writer(device, stream_id, base_offset, iodepth, on_ack, iops, bandwidth, batch_interval_s)
     writer = opened.writer
-    if batch_interval_s is not None:
-        writer.batch_interval_s = batch_interval_s
     listener, uploader = _start_background(device, writer, store, endpoint_url, upload_at_bytes)
 
     def summary() -> dict:
@@ -154,7 +152,8 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
     _report(stats, summary(), stream_id, json_out)
 
 
-def _open_writer(device: str, stream_id: int, base_offset, iodepth: int, on_ack, iops, bandwidth):
+def _open_writer(device: str, stream_id: int, base_offset, iodepth: int, on_ack, iops, bandwidth,
+                 batch_interval_s: float | None = None):
     """(opened, budget): the WAL opened for appending (sealing a crashed writer's window), its warnings said."""
     from walctl.wal.ops import open_writer
     from walctl.wal.pacing import Budget
@@ -162,6 +161,8 @@ def _open_writer(device: str, stream_id: int, base_offset, iodepth: int, on_ack,
     budget = Budget.from_options(iops, bandwidth)
     opened = open_writer(device, need_stream=stream_id if base_offset is None else None, iodepth=iodepth,
                          on_ack=on_ack, budget=budget)
+    if batch_interval_s is not None:
+        opened.writer.batch_interval_s = batch_interval_s
     for message in opened.warnings:
         warn(message)
     if opened.sealed_ranges:
