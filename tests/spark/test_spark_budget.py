@@ -142,6 +142,8 @@ def test_tasks_split_the_memory_limit_and_the_plan_says_so(local_store):
     assert all(it.data_bytes <= 200 * KiB for it in two.iterations)
     assert max(it.data_bytes for it in one.iterations) > 200 * KiB
     assert two.to_json()["task_memory_bytes"] == 200 * KiB
-    # the master's cores by default: local[3] runs three tasks
+    # by default one task on a local master, two on a cluster
     assert compact(local_store, local_store.url, memory_limit=400 * KiB, dry_run=True,
-                   master="local[3]").plan.tasks == 3
+                   master="local[3]").plan.tasks == 1
+    assert compact(local_store, local_store.url, memory_limit=400 * KiB, dry_run=True,
+                   master="spark://127.0.0.1:7077").plan.tasks == 2

@@ -69,8 +69,8 @@ def compact_cmd(
     tasks: Annotated[int | None, typer.Option(
         "--tasks", min=1, envvar="WALCTL_COMPACT_TASKS",
         help="Spark tasks (iterations) that run at once, each holding --memory-limit / N of data and 1/N "
-             "of the budgets (default: the master's cores: local[N] -> N, local[*] -> this machine's "
-             "CPUs; 2 on a cluster).")] = None,
+             "of the budgets; smaller iterations cost more GETs (--dry-run shows them). Default: 1 on a "
+             "local master, 2 on a cluster.")] = None,
     interval: Annotated[str, typer.Option(
         "--interval", metavar="DURATION",
         help="How often compaction runs (cron period: 90s, 20m, 1h). Without --read-rate, reads are paced "

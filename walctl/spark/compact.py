@@ -182,7 +182,7 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
     own, but at least 32 MiB/s; else unlimited. Write throttling: ``write_rate_bps`` (bytes
     written into the store per second), else unlimited. Both budgets are shared by the tasks
     that run at once. ``tasks``: iterations run at once, each holding ``memory_limit / tasks``
-    (None: the master's slots, ``job.task_slots``). ``on_result`` gets the result object as soon as
+    (None: ``job.default_tasks``, 1 on a local master, 2 on a cluster). ``on_result`` gets the result object as soon as
     it exists, so an interrupted run can still report what it had done.
 
     Raises:
@@ -201,9 +201,9 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
     candidates = candidates[:max_objects]
     indexes, index_gets = read_indexes(store, candidates)
     if tasks is None:
-        from walctl.spark.job import requested_master, task_slots
+        from walctl.spark.job import default_tasks, requested_master
 
-        tasks = task_slots(spark.sparkContext.master if spark is not None else requested_master(master))
+        tasks = default_tasks(spark.sparkContext.master if spark is not None else requested_master(master))
     plan = plan_compaction(doc, indexes, memory_limit=memory_limit, split_size=split_size,
                            max_objects=max_objects, retention=retention, min_part=min_part_for(store),
                            tasks=tasks)

@@ -23,6 +23,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
@@ -30,10 +31,22 @@ from dataclasses import dataclass
 
 from walctl.errors import IOFailure, NotFoundError, WalctlError
 
-READ_THREADS = 8  # ranged GETs in flight per task (S3: latency-bound)
-LOCAL_READ_THREADS = 2  # a local store's O_DIRECT reads: each holds an 8 MiB aligned buffer in flight
+READ_THREADS = 8  # ranged GETs in flight per task (S3 and a local store's O_DIRECT reads: latency-bound)
+# Bytes of GETs in flight per task: a local O_DIRECT read holds an aligned buffer of its size until
+# it is copied out, so many small reads run at once but big ones (up to the 16 MiB read cut) one by one.
+INFLIGHT_READ_BYTES = 16 << 20
 DEFAULT_MASTER = "local[*]"  # when neither --master nor spark-submit (or PYSPARK_SUBMIT_ARGS) names one
 SPARK_EXTRA = "pip install 'walctl[spark]'"
+# The JVM walctl starts only schedules tasks and carries their small results (the data moves in
+# the Python workers): Spark's minimum heap, the serial collector and the C1 compiler keep it
+# at ~250 MiB instead of ~330 and start it faster. A --conf or --driver-memory in
+# PYSPARK_SUBMIT_ARGS comes later on spark-submit's command line and wins.
+JVM_CONF = {"spark.driver.memory": "512m",
+            "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 "
+                                             "-XX:ReservedCodeCacheSize=48m -Xmn24m -Xss512k"}
+# Python workers: big buffers always from mmap, so a freed one goes back to the system at once
+# (glibc's moving threshold would otherwise keep them in the heap: RSS stays at the peak).
+WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": str(256 << 10), "MALLOC_ARENA_MAX": "2"}
 
 PYTHON_HINT = ("install walctl's dependencies (crc32c, boto3) on every executor and point Spark at that "
                "interpreter: export PYSPARK_PYTHON=/path/to/python before starting the driver "
@@ -99,7 +112,7 @@ def requested_master(master: str | None) -> str:
     return DEFAULT_MASTER
 
 
-def spark_session(master: str | None = None, log_level: str = "OFF"):
+def spark_session(master: str | None = None, log_level: str = "OFF", *, worker_daemon: bool = False):
     """A SparkSession: on ``master`` if given, else on the master spark-submit (or
     PYSPARK_SUBMIT_ARGS) set, else local[*]. Local executors use this very interpreter.
     ``log_level``: Spark's log from then on (OFF: a failed task's error comes back classified,
@@ -118,9 +131,14 @@ def spark_session(master: str | None = None, log_level: str = "OFF"):
     if master is None:
         # Start (or, under spark-submit, join) the JVM first: its system properties hold
         # spark-submit's --master and --conf, which a default must never override.
-        SparkContext._ensure_initialized()
+        conf = None if os.environ.get("PYSPARK_GATEWAY_PORT") else SparkConf(loadDefaults=False).setAll(
+            JVM_CONF.items())
+        SparkContext._ensure_initialized(conf=conf)
         master = SparkConf().get("spark.master", None) or DEFAULT_MASTER
     builder = SparkSession.builder.master(master).appName("walctl-compact")
+    if SparkContext._gateway is None:  # we start the JVM: ours to size
+        for key, value in JVM_CONF.items():
+            builder = builder.config(key, value)
     if master.startswith("local"):
         # local[*] workers are children of this machine: give them our interpreter (and so
         # our installed walctl and dependencies) rather than whatever `python3` PATH finds.
@@ -128,8 +146,15 @@ def spark_session(master: str | None = None, log_level: str = "OFF"):
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (builder.config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")  # no progress bars in cron logs / --json
-               .config("spark.task.maxFailures", "2"))
+               .config("spark.task.maxFailures", "2")
+               # A run is one job of a few long tasks: a worker process of its own each, rather than
+               # a daemon that forks them and stays (one process less, ~50 MiB, for the same start).
+               # A caller that runs many jobs on one session (the tests) takes the daemon: its
+               # forked workers start in milliseconds where a new process takes seconds.
+               .config("spark.python.use.daemon", "true" if worker_daemon else "false"))
     session = builder.getOrCreate()
+    for key, value in WORKER_ENV.items():  # (spark.executorEnv.* of the user's stand)
+        session.sparkContext.environment.setdefault(key, value)
     session.sparkContext.setLogLevel(log_level)
     return session
 
@@ -224,6 +249,7 @@ class IterationSpec:
     pieces: tuple[PieceSpec, ...]
     read_rate_bps: float | None = None  # this task's share of the read budget, bytes/s; None = unlimited
     write_rate_bps: float | None = None  # this task's share of the write budget, bytes/s; None = unlimited
+    read_threads: int = READ_THREADS  # GETs in flight at most (INFLIGHT_READ_BYTES bounds their bytes)
 
 
 def open_task_store(url: str, endpoint_url: str | None):
@@ -280,8 +306,19 @@ def _run_iteration(spec: IterationSpec, store) -> dict:
     limiter = Pacer(spec.read_rate_bps)
     writes = Pacer(spec.write_rate_bps)
 
+    room = threading.Condition()
+    inflight = [0]
+
     def fetch(read):
-        data = store.read_range(read.key, read.start, read.end)
+        with room:  # a read larger than the whole allowance goes alone
+            room.wait_for(lambda: inflight[0] == 0 or inflight[0] + read.size <= INFLIGHT_READ_BYTES)
+            inflight[0] += read.size
+        try:
+            data = store.read_range(read.key, read.start, read.end)
+        finally:
+            with room:
+                inflight[0] -= read.size
+                room.notify_all()
         limiter.paid(len(data))
         if len(data) != read.end - read.start:
             from walctl.errors import CorruptionError
@@ -302,8 +339,7 @@ def _run_iteration(spec: IterationSpec, store) -> dict:
         for n in {reader_of[r] for r in p.piece.ranges}:
             uses[n] = uses.get(n, 0) + 1
     # GETs are latency-bound (S3: tens of ms each): a few in flight, GIL released in I/O.
-    threads = READ_THREADS if hasattr(store, "bucket") else LOCAL_READ_THREADS
-    with ThreadPoolExecutor(max_workers=threads) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, spec.read_threads)) as pool:
         for n, (read, data) in enumerate(pool.map(fetch, spec.reads)):
             buffers[n] = data
             for r in read.ranges:
@@ -371,17 +407,11 @@ class JobResult:
     tasks_at_once: int = 1  # Spark tasks of the job (each ran its share of the iterations and of the budgets)
 
 
-def task_slots(master: str) -> int:
-    """How many tasks a master runs at once, known before Spark starts: local[N] -> N, local[*]
-    -> this machine's CPUs, local -> 1; a cluster master -> 2 (pass ``tasks`` for more)."""
-    found = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
-    if found is None:
-        return 2
-    if found.group(1) is None:
-        return 1
-    if found.group(1) == "*":
-        return os.cpu_count() or 1
-    return max(1, int(found.group(1)))
+def default_tasks(master: str) -> int:
+    """Tasks at once when --tasks is not given: 1 on a local master (one machine's disk and cores:
+    measured no faster with 2 on a shared 2-core host, with 1.7x the GETs: bench/compact_bench.py),
+    2 on a cluster, whose executors add disks and network of their own."""
+    return 1 if master.strip().startswith("local") else 2
 
 
 def run_iterations(spark, plan, keys: list[str], store, store_url: str, endpoint_url: str | None,
