@@ -12,8 +12,8 @@ Prints, in one run:
   conv=fsync`, and the compaction's speed as a fraction of it (the run, then with Spark's and
   its Python workers' start; target >= 0.5 on ~800 MB);
 - peak memory: RSS summed over the whole process tree (this driver, the Spark JVM and its
-  Python workers; pages the forked workers share are counted in each) with its parts, and
-  PSS (each page once), sampled every 100 ms from /proc, against memory limit + 400 MiB;
+  Python workers; a page two processes share is counted in each) with its parts, sampled
+  every 100 ms from /proc, and PSS (each page once) every 500 ms, against memory limit + 400 MiB;
 - objects in and out (kinds), data GETs against the plan's count and against one per run of
   adjacent blocks (a plan without memory limit), PUTs;
 - a second compaction of the result: it must be idle (nothing written);
@@ -59,16 +59,19 @@ def descendants(root: int) -> list[int]:
     return out
 
 
-def memory_of(pid: int) -> tuple[int, int, str]:
-    """(RSS, PSS, name) of a process; PSS counts a page shared by n processes as 1/n of it."""
-    rss = pss = 0
+def memory_of(pid: int, pss: bool) -> tuple[int, int, str]:
+    """(RSS, PSS or 0, name) of a process; PSS counts a page shared by n processes as 1/n of it.
+    RSS comes from statm (cheap); PSS from smaps_rollup, which walks the process's page tables
+    under its memory lock, so it is read only when asked."""
+    rss = pss_bytes = 0
     try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Rss:"):
-                    rss = int(line.split()[1]) << 10
-                elif line.startswith("Pss:"):
-                    pss = int(line.split()[1]) << 10
+        with open(f"/proc/{pid}/statm") as f:
+            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        if pss:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        pss_bytes = int(line.split()[1]) << 10
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
     except OSError:
@@ -76,12 +79,13 @@ def memory_of(pid: int) -> tuple[int, int, str]:
     text = b" ".join(argv).decode(errors="replace")
     name = ("JVM" if "java" in argv[0].decode(errors="replace") else "python worker" if "pyspark" in text
             else "driver" if pid == os.getpid() else os.path.basename(argv[0].decode(errors="replace")))
-    return rss, pss, name
+    return rss, pss_bytes, name
 
 
 class PeakSampler(threading.Thread):
-    """Every 100 ms: RSS and PSS summed over this process and its descendants (the Spark JVM and
-    its Python workers); keeps the peaks and, at the RSS peak, the sum per kind of process."""
+    """Every 100 ms: RSS summed over this process and its descendants (the Spark JVM and its
+    Python workers), PSS every 500 ms; keeps the peaks and, at the RSS peak, the sum per kind
+    of process."""
 
     def __init__(self):
         super().__init__(daemon=True)
@@ -90,11 +94,13 @@ class PeakSampler(threading.Thread):
         self.stop = threading.Event()
 
     def run(self):
+        rounds = 0
         while not self.stop.is_set():
             parts: dict[str, int] = {}
             total = pss_total = 0
+            rounds += 1
             for pid in descendants(os.getpid()):
-                rss, pss, name = memory_of(pid)
+                rss, pss, name = memory_of(pid, rounds % 5 == 0)
                 total += rss
                 pss_total += pss
                 parts[name] = parts.get(name, 0) + rss
@@ -246,9 +252,12 @@ def main() -> None:
     if result.tasks:
         first = min(t["read_started"] for t in result.tasks) - run.wall
         last = max(t["finished"] for t in result.tasks) - run.wall
+        reading = sum(t["read_seconds"] for t in result.tasks)
+        busy = sum(t["seconds"] for t in result.tasks)
         print(f"of the run's {seconds:.1f} s: {first:.1f} s before the first task read (indexes, plan, fence, "
-              f"shipping, Python workers' start), {last - first:.1f} s of tasks, {seconds - last:.1f} s after "
-              f"(the driver's last parts, commit)")
+              f"shipping, Python workers' start), {last - first:.1f} s of tasks (iterations: {reading:.1f} s "
+              f"reading, {busy - reading:.1f} s checking and writing), {seconds - last:.1f} s after (the "
+              f"driver's last parts, commit)")
     print(f"requests: {out['data_gets']} data GETs (the plan's {result.plan.gets}; one per run of adjacent "
           f"blocks, memory aside: {minimum}) + {result.index_gets} index reads, {out['puts']} PUTs")
     print(f"peak memory (driver + JVM + Python workers): RSS {format_size(sampler.peak)} ({sampler.describe()}); "
