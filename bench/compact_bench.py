@@ -3,17 +3,22 @@
 compacted by the real Spark job; speed against the disk's floor, peak memory, objects, requests.
 
     python bench/compact_bench.py [--ssos 160] [--streams 80] [--size 800MB] [--zipf 1.2]
-        [--batch-bytes 65536] [--master local[2]] [--memory-limit 64MiB] [--split-size 16MiB]
-        [--store DIR] [--read-rate MIB/S]
+        [--batch-bytes 65536] [--master local[2]] [--tasks N] [--no-compare] [--memory-limit 64MiB]
+        [--split-size 16MiB] [--store DIR] [--read-rate MIB/S]
 
 Prints, in one run:
-- the floor: the input objects' bytes read and written once, `cat INPUTS | dd of=OUT bs=1M
-  conv=fsync`, and the compaction's time (Spark's start excluded, then included) as a
-  fraction of it (target >= 0.5 on ~800 MB);
-- peak memory: the largest resident set of the whole process tree (this driver, the Spark
-  JVM and its Python workers), sampled every 50 ms from /proc, against memory limit + 400 MiB;
-- objects in and out (kinds), GETs against the plan's minimum, PUTs;
-- a second compaction of the result: it must be idle (nothing written).
+- the floor: the input objects' bytes read from the disk (evicted from the page cache first,
+  as the compaction reads them with O_DIRECT) and written once, `cat INPUTS | dd of=OUT bs=1M
+  conv=fsync`, and the compaction's speed as a fraction of it (the run, then with Spark's and
+  its Python workers' start; target >= 0.5 on ~800 MB);
+- peak memory: RSS summed over the whole process tree (this driver, the Spark JVM and its
+  Python workers; a page two processes share is counted in each) with its parts, sampled
+  every 100 ms from /proc, and PSS (each page once) every 500 ms, against memory limit + 400 MiB;
+- objects in and out (kinds), data GETs against the plan's count and against one per run of
+  adjacent blocks (a plan without memory limit), PUTs;
+- a second compaction of the result: it must be idle (nothing written);
+- the same layout compacted again (fresh copies, the JVM warm) by one task and by two at
+  once: how much faster two were (target > 1).
 
 With --read-rate, the read phase of every iteration is paced: the bench prints the achieved
 read rate against the limit (issue 8).
@@ -39,40 +44,73 @@ from walctl.store import manifest as mf  # noqa: E402
 from walctl.store import open_store  # noqa: E402
 
 
-def tree_rss_bytes(root: int) -> int:
-    """Sum of RSS over ``root`` and all its descendants."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    page = os.sysconf("SC_PAGE_SIZE")
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid, ppid = int(name), int(fields[1])
-        children.setdefault(ppid, []).append(pid)
-        rss[pid] = int(fields[21]) * page
-    total, todo = 0, [root]
+def descendants(root: int) -> list[int]:
+    """``root`` and every process below it (from /proc/PID/task/TID/children: no /proc scan)."""
+    out, todo = [], [root]
     while todo:
         pid = todo.pop()
-        total += rss.get(pid, 0)
-        todo.extend(children.get(pid, []))
-    return total
+        out.append(pid)
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            continue
+    return out
+
+
+def memory_of(pid: int, pss: bool) -> tuple[int, int, str]:
+    """(RSS, PSS or 0, name) of a process; PSS counts a page shared by n processes as 1/n of it.
+    RSS comes from statm (cheap); PSS from smaps_rollup, which walks the process's page tables
+    under its memory lock, so it is read only when asked."""
+    rss = pss_bytes = 0
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        if pss:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        pss_bytes = int(line.split()[1]) << 10
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return 0, 0, "gone"
+    text = b" ".join(argv).decode(errors="replace")
+    name = ("JVM" if "java" in argv[0].decode(errors="replace") else "python worker" if "pyspark" in text
+            else "driver" if pid == os.getpid() else os.path.basename(argv[0].decode(errors="replace")))
+    return rss, pss_bytes, name
 
 
 class PeakSampler(threading.Thread):
+    """Every 100 ms: RSS summed over this process and its descendants (the Spark JVM and its
+    Python workers), PSS every 500 ms; keeps the peaks and, at the RSS peak, the sum per kind
+    of process."""
+
     def __init__(self):
         super().__init__(daemon=True)
-        self.peak = 0
+        self.peak = self.peak_pss = 0
+        self.parts: dict[str, int] = {}
         self.stop = threading.Event()
 
     def run(self):
+        rounds = 0
         while not self.stop.is_set():
-            self.peak = max(self.peak, tree_rss_bytes(os.getpid()))
-            time.sleep(0.05)
+            parts: dict[str, int] = {}
+            total = pss_total = 0
+            rounds += 1
+            for pid in descendants(os.getpid()):
+                rss, pss, name = memory_of(pid, rounds % 5 == 0)
+                total += rss
+                pss_total += pss
+                parts[name] = parts.get(name, 0) + rss
+            if total > self.peak:
+                self.peak, self.parts = total, parts
+            self.peak_pss = max(self.peak_pss, pss_total)
+            time.sleep(0.1)
+
+    def describe(self) -> str:
+        return ", ".join(f"{name} {format_size(n)}" for name, n in sorted(self.parts.items()) if n)
 
 
 def generate(store, ssos: int, streams: int, size: int, zipf: float, batch_bytes: int, seed: int = 7) -> int:
@@ -116,17 +154,47 @@ def generate(store, ssos: int, streams: int, size: int, zipf: float, batch_bytes
     return total
 
 
+def input_paths(store) -> list[str]:
+    return [store._path(o["key"]) for o in mf.load_latest(store).objects]
+
+
+def evict(paths: list[str]) -> None:
+    """Drop these files from the page cache (synced first): the next read comes from the disk,
+    as the compaction's O_DIRECT reads do. Only our files: the machine's cache is left alone."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 def floor_seconds(store, directory: str) -> float:
-    """`cat INPUTS | dd of=OUT bs=1M conv=fsync`: the inputs' bytes read and written once, synced."""
+    """`cat INPUTS | dd of=OUT bs=1M conv=fsync`: the inputs' bytes read (from the disk, not the
+    page cache) and written once, synced."""
     import subprocess
 
-    paths = [store._path(o["key"]) for o in mf.load_latest(store).objects]
+    paths = input_paths(store)
+    evict(paths)
     out = os.path.join(directory, "floor.out")
     started = time.monotonic()
     subprocess.run(f"cat {' '.join(paths)} | dd of={out} bs=1M conv=fsync status=none", shell=True, check=True)
     seconds = time.monotonic() - started
     os.unlink(out)
     return seconds
+
+
+def run(store, directory: str, spark, args, tasks: int) -> tuple[object, float]:
+    from walctl.spark.compact import compact
+
+    evict(input_paths(store))
+    rate = args.read_rate * (1 << 20) if args.read_rate else None
+    run.wall = time.time()  # tasks report wall-clock times: where the run's time went
+    started = time.monotonic()
+    result = compact(store, directory, spark=spark, memory_limit=parse_size(args.memory_limit),
+                     split_size=parse_size(args.split_size), read_rate_bps=rate, tasks=tasks)
+    return result, time.monotonic() - started
 
 
 def main() -> None:
@@ -137,52 +205,76 @@ def main() -> None:
     p.add_argument("--zipf", type=float, default=1.2, help="exponent of the streams' size distribution")
     p.add_argument("--batch-bytes", type=int, default=65536)
     p.add_argument("--master", default="local[2]")
+    p.add_argument("--tasks", type=int, default=None, help="tasks at once (default 1, compact's on a local master)")
+    p.add_argument("--no-compare", action="store_true", help="skip the one-task run on the same layout")
     p.add_argument("--memory-limit", default="64MiB")
     p.add_argument("--split-size", default="16MiB")
-    p.add_argument("--store", default=None, help="directory for the store (default: a temporary one, removed)")
+    p.add_argument("--store", default=None, help="directory for the stores (default: a temporary one, removed)")
     p.add_argument("--read-rate", type=float, default=None, help="MiB/s read across all tasks (default: unlimited)")
     args = p.parse_args()
     from walctl.spark.compact import compact
     from walctl.spark.job import spark_session, stop_session
 
-    directory = args.store or tempfile.mkdtemp(prefix="walctl-compact-bench-")
+    top = args.store or tempfile.mkdtemp(prefix="walctl-compact-bench-")
+    directory = os.path.join(top, "a")
     store = open_store(directory)
     limit = parse_size(args.memory_limit)
+    tasks = args.tasks or 1  # compact's default on a local master
     t0 = time.monotonic()
     total = generate(store, args.ssos, args.streams, parse_size(args.size), args.zipf, args.batch_bytes)
     print(f"generated {args.ssos} SSOs, {args.streams} streams (zipf {args.zipf}), {format_size(total)} "
           f"in {time.monotonic() - t0:.1f} s", flush=True)
     floor = floor_seconds(store, directory)
-    print(f"floor: cat | dd conv=fsync of the same {format_size(total)}: {floor:.1f} s "
+    print(f"floor: cat | dd conv=fsync of the same {format_size(total)}, read from the disk: {floor:.1f} s "
           f"({total / (1 << 20) / floor:.1f} MiB/s)", flush=True)
+    minimum = compact(store, directory, memory_limit=1 << 60, split_size=parse_size(args.split_size), tasks=1,
+                      dry_run=True).plan.gets  # one GET per run of adjacent blocks (<= 16 MiB), memory aside
     sampler = PeakSampler()
     sampler.start()
     t_start = time.monotonic()
     spark = spark_session(args.master)
     startup = time.monotonic() - t_start
-    t1 = time.monotonic()
-    rate = args.read_rate * (1 << 20) if args.read_rate else None
-    result = compact(store, directory, spark=spark, memory_limit=limit, split_size=parse_size(args.split_size),
-                     read_rate_bps=rate)
-    seconds = time.monotonic() - t1
+    print(f"Spark start {startup:.1f} s", flush=True)
+    result, seconds = run(store, directory, spark, args, tasks)
     sampler.stop.set()
     sampler.join()
     again = compact(store, directory, spark=spark, memory_limit=limit, split_size=parse_size(args.split_size))
-    stop_session(spark)
     out = result.to_json()
     kinds = [m["kind"] for m in result.made]
     print(f"compacted {out['objects_in']} objects -> {out['objects_out']} ({kinds.count('SO')} SO + "
-          f"{kinds.count('SSO')} SSO) in {seconds:.1f} s + {startup:.1f} s of Spark start "
-          f"({out['iterations']} iterations, memory limit {args.memory_limit}, master {args.master})")
+          f"{kinds.count('SSO')} SSO) in {seconds:.1f} s ({out['iterations']} iterations, {result.tasks_at_once} "
+          f"tasks at once, memory limit {args.memory_limit}, master {args.master})")
+    whole = seconds + startup
     print(f"read {format_size(out['bytes_read'])}, wrote {format_size(out['bytes_written'])}: "
           f"{out['bytes_read'] / (1 << 20) / seconds:.1f} MiB/s; against the floor: {floor / seconds:.2f}x "
-          f"(job), {floor / (seconds + startup):.2f}x (with Spark's start); target >= 0.5x")
-    print(f"requests: {out['data_gets']} data GETs (plan's minimum {result.plan.gets}) + {result.index_gets} "
-          f"index reads, {out['puts']} PUTs")
-    print(f"peak memory (driver + JVM + workers): {format_size(sampler.peak)}; limit + 400 MiB = "
-          f"{format_size(limit + (400 << 20))}")
-    print(f"second compaction: {'idle' if again.idle else 'NOT IDLE'} ({again.plan.reason})")
-    if rate:
+          f"(the run: walctl shipped, Python workers started, as every CLI run does), {floor / whole:.2f}x "
+          f"(with Spark's start); target >= 0.5x")
+    if result.tasks:
+        first = min(t["read_started"] for t in result.tasks) - run.wall
+        last = max(t["finished"] for t in result.tasks) - run.wall
+        reading = sum(t["read_seconds"] for t in result.tasks)
+        busy = sum(t["seconds"] for t in result.tasks)
+        print(f"of the run's {seconds:.1f} s: {first:.1f} s before the first task read (indexes, plan, fence, "
+              f"shipping, Python workers' start), {last - first:.1f} s of tasks (iterations: {reading:.1f} s "
+              f"reading, {busy - reading:.1f} s checking and writing), {seconds - last:.1f} s after (the "
+              f"driver's last parts, commit)")
+    print(f"requests: {out['data_gets']} data GETs (the plan's {result.plan.gets}; one per run of adjacent "
+          f"blocks, memory aside: {minimum}) + {result.index_gets} index reads, {out['puts']} PUTs")
+    print(f"peak memory (driver + JVM + Python workers): RSS {format_size(sampler.peak)} ({sampler.describe()}); "
+          f"PSS {format_size(sampler.peak_pss)}; target: limit + 400 MiB = {format_size(limit + (400 << 20))}")
+    print(f"second compaction: {'idle' if again.idle else 'NOT IDLE'} ({again.plan.reason})", flush=True)
+    if not args.no_compare:
+        times = {}
+        for n, name in ((1, "b"), (2, "c")):  # fresh copies of the layout, on the now warm JVM
+            path = os.path.join(top, name)
+            generate(open_store(path), args.ssos, args.streams, parse_size(args.size), args.zipf, args.batch_bytes)
+            done, times[n] = run(open_store(path), path, spark, args, n)
+            print(f"the same layout again, {n} task(s): {times[n]:.1f} s ({done.to_json()['data_gets']} data GETs)",
+                  flush=True)
+            shutil.rmtree(path)
+        print(f"2 tasks at once are {times[1] / times[2]:.2f}x as fast as 1 (target > 1)")
+    stop_session(spark)
+    if args.read_rate:
         made = [t for t in result.tasks if t.get("read_seconds")]
         per_task = [m["bytes_read"] / m["read_seconds"] / (1 << 20) for m in made]
         starts = [m["read_started"] for m in made]
@@ -193,7 +285,7 @@ def main() -> None:
               f"({total_read / (1 << 20) / span / args.read_rate:.3f} of the limit, over {span:.1f} s of reads); "
               f"per task {[round(x, 3) for x in per_task]} MiB/s")
     if args.store is None:
-        shutil.rmtree(directory)
+        shutil.rmtree(top)
 
 
 if __name__ == "__main__":

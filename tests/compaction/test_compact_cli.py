@@ -43,3 +43,20 @@ def test_sso_dry_run_shows_its_read_budget_and_expected_duration(tmp_path):
     assert out["expected_seconds"] == round(out["plan"]["bytes_read"] / (0.5 * (1 << 20)), 3) > 0
     result = runner.invoke(app, ["compact", "--store", str(store_dir), "--level", "sso", "--dry-run"])
     assert "budget: read 32.0 MiB/s, expected" in result.stdout  # derived from --interval, at least 32 MiB/s
+
+
+def test_sso_dry_run_shows_its_write_budget(tmp_path):
+    import json
+
+    store_dir = tmp_path / "store"
+    put_objects(open_store(str(store_dir)), [[(2, 2, 3000), (3, 1, 300)], [(2, 1, 300), (3, 2, 300)]])
+    runner = CliRunner()
+    args = ["compact", "--store", str(store_dir), "--level", "sso", "--dry-run", "--read-rate", "0.5",
+            "--write-rate", "0.001", "--tasks", "1"]
+    out = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert out["write_rate_bytes_per_s"] == 0.001 * (1 << 20) and out["plan"]["tasks"] == 1
+    # the writes at 1 KiB/s take longer than the reads at 512 KiB/s: they set the duration
+    assert out["expected_seconds"] == round(out["plan"]["bytes_written"] / (0.001 * (1 << 20)), 3) > 1
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    assert "budget: read 512.0 KiB/s, write 1.0 KiB/s, expected" in result.stdout

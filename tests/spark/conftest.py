@@ -12,6 +12,6 @@ def spark(s3_server):
     # fake credentials must be in os.environ before Spark starts.
     from walctl.spark.job import spark_session
 
-    session = spark_session("local[2]")
+    session = spark_session("local[2]", worker_daemon=True)  # many jobs on one session: forked workers
     yield session
     session.stop()

@@ -235,7 +235,8 @@ def test_iterations_for_a_known_layout():
         [(1, 0, 4 * MIB), (2, 4 * MIB, 4 * MIB), (3, 8 * MIB, 2 * MIB)]]
     # iteration 2 ends stream 1's SO and starts stream 2's
     assert [(p.output, p.part, p.final) for p in plan.iterations[2].pieces] == [(0, 3, True), (1, 1, False)]
-    assert all(o.multipart and o.puts == 2 + 3 for o in plan.outputs)
+    # create + 3 parts + the driver's tail part (IndexBlock + Footer) + complete
+    assert all(o.multipart and o.puts == 3 + 3 for o in plan.outputs)
     check_coverage(plan)
 
 
@@ -265,10 +266,15 @@ def test_a_piece_that_does_not_end_its_object_holds_at_least_min_part():
     small = plan_compaction(manifest, indexes, memory_limit=1500, split_size=1000, min_part=400)
     assert [[(p.output, p.part, p.data_bytes) for p in it.pieces] for it in small.iterations] == [
         [(0, 1, 1000), (1, 1, 500)], [(1, 2, 500)]]
-    # min_part above the limit: each part still reaches it (the iteration exceeds the limit)
+    # min_part above the limit: each part still reaches it (the iteration exceeds the limit); an
+    # object's last data piece is a part too (the driver's IndexBlock + Footer part follows), so
+    # 1000 bytes cannot be cut into two parts of 600: each object goes whole
     big = plan_compaction(manifest, indexes, memory_limit=300, split_size=1000, min_part=600)
-    assert [p.data_bytes for o in big.outputs for p in o.pieces] == [600, 400, 600, 400]
-    for p in (plan, small, big):
+    assert [p.data_bytes for o in big.outputs for p in o.pieces] == [1000, 1000]
+    # the limit would leave 300 bytes for a last piece: the cut moves back to leave 400
+    back = plan_compaction(manifest, indexes, memory_limit=700, split_size=1000, min_part=400)
+    assert [p.data_bytes for o in back.outputs for p in o.pieces] == [600, 400, 600, 400]
+    for p in (plan, small, big, back):
         check_coverage(p)
 
 

@@ -62,6 +62,15 @@ def compact_cmd(
         "--read-rate", metavar="MIB/S", min=0.001, envvar="WALCTL_COMPACT_READ_RATE",
         help="Most MiB read per second across all Spark tasks, so compaction beside live traffic does not "
              "starve it (default: derived from --interval).")] = None,
+    write_rate: Annotated[float | None, typer.Option(
+        "--write-rate", metavar="MIB/S", min=0.001, envvar="WALCTL_COMPACT_WRITE_RATE",
+        help="Most MiB written into the store per second across all Spark tasks (SSO compaction's write "
+             "budget; default unlimited). The dry-run plan shows both budgets and the expected duration.")] = None,
+    tasks: Annotated[int | None, typer.Option(
+        "--tasks", min=1, envvar="WALCTL_COMPACT_TASKS",
+        help="Spark tasks (iterations) that run at once, each holding --memory-limit / N of data and 1/N "
+             "of the budgets; smaller iterations cost more GETs (--dry-run shows them). Default: 1 on a "
+             "local master, 2 on a cluster.")] = None,
     interval: Annotated[str, typer.Option(
         "--interval", metavar="DURATION",
         help="How often compaction runs (cron period: 90s, 20m, 1h). Without --read-rate, reads are paced "
@@ -134,7 +143,8 @@ def compact_cmd(
             _render_copy(out)
         return
     sso_options = dict(master=master, memory_limit=memory_limit, read_rate_bps=read_rate * (1 << 20) if read_rate
-                       else None, interval=interval, split_size=split_size, max_objects=max_objects,
+                       else None, write_rate_bps=write_rate * (1 << 20) if write_rate else None, tasks=tasks,
+                       interval=interval, split_size=split_size, max_objects=max_objects,
                        retention_start=retention_start, shared_path=shared_path)
     out = _sso_level(store, endpoint_url, namespace, dry_run, metrics_file, metrics_options, sso_options,
                      so_options if level is Level.all else None)
@@ -221,6 +231,7 @@ def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_
         try:
             result = compact(st, executor_store, endpoint_url=endpoint_url, master=sso["master"],
                              memory_limit=parse_size(sso["memory_limit"]), read_rate_bps=sso["read_rate_bps"],
+                             write_rate_bps=sso["write_rate_bps"], tasks=sso["tasks"],
                              interval_s=interval_s or None, split_size=parse_size(sso["split_size"]),
                              max_objects=sso["max_objects"], retention=retention,
                              dry_run=dry_run, namespace=namespace, on_result=started.append,
@@ -232,24 +243,13 @@ def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_
             else:
                 exc.summary = _interrupted_summary(store, started[0] if started else None)
                 raise
-        metrics.summary = out = {"store": store, **result.to_json()}
-        if dry_run and not result.idle:
-            out.update(_planned_budget(result.plan.bytes_read, sso["read_rate_bps"], interval_s))
+        metrics.summary = out = {"store": store, **result.to_json()}  # with the budgets and expected duration
         if so_options is not None:  # then merge the Stream Objects, the SSO run's included
             so = _so_compaction(st, namespace, dry_run, so_options).to_json()
             out["so"] = so
             out["idle"] = out["idle"] and so["idle"]
         _record_metrics(metrics, out, result, st)
     return out
-
-
-def _planned_budget(planned: int, read_rate_bps: float | None, interval_s: float) -> dict:
-    """The SSO level's read budget and expected duration, as the job would pace them (--dry-run)."""
-    from walctl.spark.compact import MIN_DERIVED_READ_RATE_BPS
-
-    sso_rate = (read_rate_bps if read_rate_bps else
-                max(planned / (0.8 * interval_s), MIN_DERIVED_READ_RATE_BPS) if interval_s else None)
-    return {"read_rate_bytes_per_s": sso_rate, "expected_seconds": round(planned / sso_rate, 3) if sso_rate else None}
 
 
 def _record_metrics(metrics, out: dict, result, st) -> None:
@@ -310,9 +310,11 @@ def _render(out: dict) -> None:
     console.print(("plan" if out["dry_run"] else "compacted") +
                   f": {out['objects_in']} objects in, {out['objects_out']} out, {out['iterations']} iterations, "
                   f"{plan['gets']} GETs, {plan['puts']} PUTs planned", markup=False)
-    if out.get("read_rate_bytes_per_s"):
-        console.print(f"budget: read {format_size(int(out['read_rate_bytes_per_s']))}/s, expected "
-                      f"{out['expected_seconds']} s", markup=False)
+    budget = ", ".join(f"{what} {format_size(int(r))}/s" for what, r in
+                       (("read", out["read_rate_bytes_per_s"]), ("write", out["write_rate_bytes_per_s"])) if r)
+    if budget:
+        console.print(f"budget: {budget}, expected {out['expected_seconds']} s ({plan['tasks']} task(s) at once, "
+                      "each with its share)", markup=False)
     inputs = Table(title="inputs", title_justify="left")
     for col in ("id", "key", "size"):
         inputs.add_column(col)

@@ -5,8 +5,9 @@
    streams, the rest into SSOs, iterations under the memory limit.
 3. One commit bumps ``compactor_epoch`` (fencing any older compactor) and prepares the
    output ids.
-4. The Spark job writes the outputs: one task per iteration, an output that spans
-   iterations written as one multipart object (walctl.spark.job).
+4. The Spark job writes the outputs: one task per iteration, ``tasks`` of them at once
+   (each with its share of the memory limit and of the read and write budgets), an output
+   that spans iterations written as one multipart object (walctl.spark.job).
 5. One commit replaces the inputs with the outputs, refused unless the epoch is still
    ours, every input is still live, and the outputs cover every kept input range
    exactly once. Replaced inputs go to ``deleting``; gc removes them after the grace.
@@ -54,6 +55,18 @@ class CompactResult:
     tasks: list[dict] = field(default_factory=list)  # per iteration: what its task did
     driver_puts: int = 0  # multipart creates and completes (the driver's)
     spark_master: str | None = None
+    write_rate_bps: float | None = None
+    tasks_at_once: int = 0
+
+    @property
+    def expected_seconds(self) -> float | None:
+        """The planned bytes under the read and write budgets (the slower), None if unlimited."""
+        from walctl.compaction.common import expected_seconds
+
+        if self.plan is None or self.plan.idle:
+            return None
+        return expected_seconds(self.plan.bytes_read, self.plan.bytes_written, self.read_rate_bps,
+                                self.write_rate_bps)
 
     def to_json(self) -> dict:
         plan = self.plan.to_json() if self.plan is not None else None
@@ -69,11 +82,24 @@ class CompactResult:
             "iterations": len(self.plan.iterations) if self.plan is not None else 0,
             "commit_number": self.commit_number, "compactor_epoch": self.epoch,
             "read_rate_limit_mib_per_s": round(self.read_rate_bps / (1 << 20), 3) if self.read_rate_bps else None,
+            "read_rate_bytes_per_s": self.read_rate_bps, "write_rate_bytes_per_s": self.write_rate_bps,
+            "expected_seconds": self.expected_seconds,
+            "tasks": self.plan.tasks if self.plan is not None else 0, "tasks_at_once": self.tasks_at_once,
             "seconds": round(self.seconds, 3),
             "objects": [{"key": m["key"], "kind": m["kind"], "size_bytes": m["size"], "iteration": m["iteration"],
                          "parts": m["parts"], "streams": m["ranges"]} for m in self.made],
             "plan": plan,
         }
+
+
+def derived_read_rate(plan, read_rate_bps: float | None, interval_s: float | None) -> float | None:
+    """The read budget: the one given; else the planned bytes in 80% of ``interval_s`` (at least
+    MIN_DERIVED_READ_RATE_BPS); else None (unlimited)."""
+    if read_rate_bps:
+        return read_rate_bps
+    if interval_s and not plan.idle:
+        return max(plan.bytes_read / (0.8 * interval_s), MIN_DERIVED_READ_RATE_BPS)
+    return None
 
 
 def read_indexes(store, objects: list[dict]) -> tuple[dict, int]:
@@ -143,8 +169,9 @@ def signals_deferred():
 def compact(store, store_url: str, *, endpoint_url: str | None = None, master: str | None = None,
             memory_limit: int = DEFAULT_MEMORY_LIMIT, split_size: int = DEFAULT_SPLIT_SIZE, max_objects: int = 1000,
             retention: dict[int, int] | None = None, dry_run: bool = False, namespace: str = mf.DEFAULT_NAMESPACE,
-            spark=None, progress=None, read_rate_bps: float | None = None,
-            interval_s: float | None = None, on_result=None, spark_log_level: str = "OFF") -> CompactResult:
+            spark=None, progress=None, read_rate_bps: float | None = None, write_rate_bps: float | None = None,
+            interval_s: float | None = None, on_result=None, spark_log_level: str = "OFF",
+            tasks: int | None = None) -> CompactResult:
     """Plan, fence, run and commit one compaction (see the module doc).
 
     ``master``: the Spark master; None takes spark-submit's (or PYSPARK_SUBMIT_ARGS') and
@@ -152,7 +179,10 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
     own log level (OFF but for --debug).
     Read throttling: ``read_rate_bps`` if given; else, with ``interval_s`` (how often compaction
     runs), the rate that reads the planned bytes in 80% of the interval, as AutoMQ derives its
-    own, but at least 32 MiB/s; else unlimited. ``on_result`` gets the result object as soon as
+    own, but at least 32 MiB/s; else unlimited. Write throttling: ``write_rate_bps`` (bytes
+    written into the store per second), else unlimited. Both budgets are shared by the tasks
+    that run at once. ``tasks``: iterations run at once, each holding ``memory_limit / tasks``
+    (None: ``job.default_tasks``, 1 on a local master, 2 on a cluster). ``on_result`` gets the result object as soon as
     it exists, so an interrupted run can still report what it had done.
 
     Raises:
@@ -170,10 +200,16 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
     candidates = sorted(doc.live("SSO"), key=lambda o: (o["order_id"], o["id"]))
     candidates = candidates[:max_objects]
     indexes, index_gets = read_indexes(store, candidates)
+    if tasks is None:
+        from walctl.spark.job import default_tasks, requested_master
+
+        tasks = default_tasks(spark.sparkContext.master if spark is not None else requested_master(master))
     plan = plan_compaction(doc.to_json(), indexes, memory_limit=memory_limit, split_size=split_size,
-                           max_objects=max_objects, retention=retention, min_part=min_part_for(store))
+                           max_objects=max_objects, retention=retention, min_part=min_part_for(store),
+                           tasks=tasks)
     result = CompactResult(plan, plan.idle, dry_run, objects_in=len(plan.inputs),
-                           objects_out=len(plan.outputs), index_gets=index_gets)
+                           objects_out=len(plan.outputs), index_gets=index_gets, write_rate_bps=write_rate_bps)
+    result.read_rate_bps = derived_read_rate(plan, read_rate_bps, interval_s)
     if on_result is not None:
         on_result(result)
     if plan.idle or dry_run:
@@ -209,15 +245,13 @@ def compact(store, store_url: str, *, endpoint_url: str | None = None, master: s
             session = spark
         result.spark_master = session.sparkContext.master
         keys = [p["key"] for p in state["prepared"]]
-        rate = read_rate_bps or (max(plan.bytes_read / (0.8 * interval_s), MIN_DERIVED_READ_RATE_BPS)
-                                 if interval_s else None)
-        result.read_rate_bps = rate
         ran = job.run_iterations(session, plan, keys, store, task_store_url(store, store_url), endpoint_url,
-                                 progress, rate)
+                                 progress, result.read_rate_bps, write_rate_bps)
     finally:
         if ours:
             job.stop_session(session)
     result.tasks = ran.iterations
+    result.tasks_at_once = ran.tasks_at_once
     result.driver_puts = ran.driver_puts
     made = ran.made
     failpoint("compact-before-commit")

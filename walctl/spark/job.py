@@ -1,11 +1,13 @@
-"""The Spark side of compaction (FORMATS.md 4): one task per iteration, run one after another.
+"""The Spark side of compaction (FORMATS.md 4): one task per iteration, ``plan.tasks`` at a time.
 
 A task reads its iteration's source ranges with the plan's GETs (per source object,
 adjacent blocks joined: each byte is fetched once), assembles the iteration's pieces (blocks
 copied verbatim, each checked against its index entry) and uploads each: a whole object
 with one PUT, or the next part of a multipart object that spans iterations (the driver
 creates and completes those, walctl.spark.multipart). The final piece of an object carries
-its IndexBlock and Footer; the data CRC runs across pieces (the driver carries it).
+its IndexBlock and Footer. Each piece's data CRC comes back alone and the driver combines
+them (crc32c_combine), so the pieces of an object run in any order, in parallel, but for the
+final one, which starts once the others are done (its footer holds the whole CRC).
 
 Everything a task needs travels in its spec (plain, picklable data); the store client
 (boto3 for S3) is created inside the task, never shipped. On a cluster the executors need
@@ -21,6 +23,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
@@ -28,10 +31,22 @@ from dataclasses import dataclass
 
 from walctl.errors import IOFailure, NotFoundError, WalctlError
 
-READ_THREADS = 8  # ranged GETs in flight per task (S3: latency-bound)
-LOCAL_READ_THREADS = 2  # a local store's O_DIRECT reads: each holds an 8 MiB aligned buffer in flight
+READ_THREADS = 8  # ranged GETs in flight per task (S3 and a local store's O_DIRECT reads: latency-bound)
+# Bytes of GETs in flight per task: a local O_DIRECT read holds an aligned buffer of its size until
+# it is copied out, so many small reads run at once but big ones (up to the 16 MiB read cut) one by one.
+INFLIGHT_READ_BYTES = 16 << 20
 DEFAULT_MASTER = "local[*]"  # when neither --master nor spark-submit (or PYSPARK_SUBMIT_ARGS) names one
 SPARK_EXTRA = "pip install 'walctl[spark]'"
+# The JVM walctl starts only schedules tasks and carries their small results (the data moves in
+# the Python workers): Spark's minimum heap, the serial collector and the C1 compiler keep it
+# at ~250 MiB instead of ~330 and start it faster. A --conf or --driver-memory in
+# PYSPARK_SUBMIT_ARGS comes later on spark-submit's command line and wins.
+JVM_CONF = {"spark.driver.memory": "512m",
+            "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 "
+                                             "-XX:ReservedCodeCacheSize=48m -Xmn24m -Xss512k"}
+# Python workers: big buffers always from mmap, so a freed one goes back to the system at once
+# (glibc's moving threshold would otherwise keep them in the heap: RSS stays at the peak).
+WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": str(256 << 10), "MALLOC_ARENA_MAX": "2"}
 
 PYTHON_HINT = ("install walctl's dependencies (crc32c, boto3) on every executor and point Spark at that "
                "interpreter: export PYSPARK_PYTHON=/path/to/python before starting the driver "
@@ -97,7 +112,7 @@ def requested_master(master: str | None) -> str:
     return DEFAULT_MASTER
 
 
-def spark_session(master: str | None = None, log_level: str = "OFF"):
+def spark_session(master: str | None = None, log_level: str = "OFF", *, worker_daemon: bool = False):
     """A SparkSession: on ``master`` if given, else on the master spark-submit (or
     PYSPARK_SUBMIT_ARGS) set, else local[*]. Local executors use this very interpreter.
     ``log_level``: Spark's log from then on (OFF: a failed task's error comes back classified,
@@ -116,9 +131,14 @@ def spark_session(master: str | None = None, log_level: str = "OFF"):
     if master is None:
         # Start (or, under spark-submit, join) the JVM first: its system properties hold
         # spark-submit's --master and --conf, which a default must never override.
-        SparkContext._ensure_initialized()
+        conf = None if os.environ.get("PYSPARK_GATEWAY_PORT") else SparkConf(loadDefaults=False).setAll(
+            JVM_CONF.items())
+        SparkContext._ensure_initialized(conf=conf)
         master = SparkConf().get("spark.master", None) or DEFAULT_MASTER
     builder = SparkSession.builder.master(master).appName("walctl-compact")
+    if SparkContext._gateway is None:  # we start the JVM: ours to size
+        for key, value in JVM_CONF.items():
+            builder = builder.config(key, value)
     if master.startswith("local"):
         # local[*] workers are children of this machine: give them our interpreter (and so
         # our installed walctl and dependencies) rather than whatever `python3` PATH finds.
@@ -126,8 +146,15 @@ def spark_session(master: str | None = None, log_level: str = "OFF"):
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (builder.config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")  # no progress bars in cron logs / --json
-               .config("spark.task.maxFailures", "2"))
+               .config("spark.task.maxFailures", "2")
+               # A run is one job of a few long tasks: a worker process of its own each, rather than
+               # a daemon that forks them and stays (one process less, ~50 MiB, for the same start).
+               # A caller that runs many jobs on one session (the tests) takes the daemon: its
+               # forked workers start in milliseconds where a new process takes seconds.
+               .config("spark.python.use.daemon", "true" if worker_daemon else "false"))
     session = builder.getOrCreate()
+    for key, value in WORKER_ENV.items():  # (spark.executorEnv.* of the user's stand)
+        session.sparkContext.environment.setdefault(key, value)
     session.sparkContext.setLogLevel(log_level)
     return session
 
@@ -209,9 +236,8 @@ class PieceSpec:
     key: str  # the output object's key (its prepared id's)
     piece: object  # walctl.spark.plan.Piece
     upload_id: str | None  # the multipart upload this piece is a part of; None: the whole object, one PUT
-    crc: int  # crc32c of the object's data before this piece
     data_bytes: int  # the object's whole data region (where its index starts)
-    index: bytes | None  # the object's IndexBlock, for its final piece
+    index: bytes | None  # an object of one piece: its IndexBlock (the driver adds a multipart object's)
 
 
 @dataclass(frozen=True)
@@ -221,7 +247,9 @@ class IterationSpec:
     index: int
     reads: tuple  # walctl.spark.plan.Read, the iteration's GETs
     pieces: tuple[PieceSpec, ...]
-    read_rate_bps: float | None = None  # bytes/s, None = unlimited
+    read_rate_bps: float | None = None  # this task's share of the read budget, bytes/s; None = unlimited
+    write_rate_bps: float | None = None  # this task's share of the write budget, bytes/s; None = unlimited
+    read_threads: int = READ_THREADS  # GETs in flight at most (INFLIGHT_READ_BYTES bounds their bytes)
 
 
 def open_task_store(url: str, endpoint_url: str | None):
@@ -238,31 +266,59 @@ def open_task_store(url: str, endpoint_url: str | None):
 
 
 def run_iteration(spec: IterationSpec) -> dict:
-    """Runs on an executor. Errors come back in the result (``error``), classified, not raised."""
-    try:
-        return _run_iteration(spec)
-    except WalctlError as exc:
-        return {"error": {"type": type(exc).__name__, "exit_code": exc.exit_code, "what": exc.what,
-                          "where": exc.where, "hint": exc.hint}}
-    except ImportError as exc:
-        return {"error": {"type": "ModuleNotFoundError", "exit_code": 4, "what": str(exc), "where": None,
-                          "hint": None, "module": getattr(exc, "name", None)}}
+    """One iteration as an executor runs it (errors in the result, classified)."""
+    return run_iterations_in_task([spec])[0]
 
 
-def _run_iteration(spec: IterationSpec) -> dict:
+def run_iterations_in_task(specs) -> list[dict]:
+    """Runs on an executor: one task's iterations, one after another, with one store client.
+    Each result has that iteration's own request counts. Errors come back in the result
+    (``error``), classified, not raised; the task stops at its first."""
+    out = []
+    store = None
+    for spec in specs:
+        try:
+            if store is None:
+                store = open_task_store(spec.store_url, spec.endpoint_url)
+            out.append(_run_iteration(spec, store))
+        except WalctlError as exc:
+            out.append({"iteration": spec.index, "error": {
+                "type": type(exc).__name__, "exit_code": exc.exit_code, "what": exc.what, "where": exc.where,
+                "hint": exc.hint}})
+        except ImportError as exc:
+            out.append({"iteration": spec.index, "error": {
+                "type": "ModuleNotFoundError", "exit_code": 4, "what": str(exc), "where": None, "hint": None,
+                "module": getattr(exc, "name", None)}})
+        if "error" in out[-1]:
+            break
+    return out
+
+
+def _run_iteration(spec: IterationSpec, store) -> dict:
+    from walctl.compaction.common import Pacer  # one byte-rate pacer for every compaction level
     from walctl.format.crc import crc32c
     from walctl.format.object import VERSION_WALCTL, Footer, IndexEntry, iter_blocks
     from walctl.spark import multipart
 
     started = time.monotonic()
-    store = open_task_store(spec.store_url, spec.endpoint_url)
+    before = store.stats.snapshot()
     read_started = time.time()  # wall clock: comparable across processes (bench figures)
-    from walctl.compaction.common import Pacer  # one byte-rate pacer for every compaction level
-
     limiter = Pacer(spec.read_rate_bps)
+    writes = Pacer(spec.write_rate_bps)
+
+    room = threading.Condition()
+    inflight = [0]
 
     def fetch(read):
-        data = store.read_range(read.key, read.start, read.end)
+        with room:  # a read larger than the whole allowance goes alone
+            room.wait_for(lambda: inflight[0] == 0 or inflight[0] + read.size <= INFLIGHT_READ_BYTES)
+            inflight[0] += read.size
+        try:
+            data = store.read_range(read.key, read.start, read.end)
+        finally:
+            with room:
+                inflight[0] -= read.size
+                room.notify_all()
         limiter.paid(len(data))
         if len(data) != read.end - read.start:
             from walctl.errors import CorruptionError
@@ -283,8 +339,7 @@ def _run_iteration(spec: IterationSpec) -> dict:
         for n in {reader_of[r] for r in p.piece.ranges}:
             uses[n] = uses.get(n, 0) + 1
     # GETs are latency-bound (S3: tens of ms each): a few in flight, GIL released in I/O.
-    threads = READ_THREADS if hasattr(store, "bucket") else LOCAL_READ_THREADS
-    with ThreadPoolExecutor(max_workers=threads) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, spec.read_threads)) as pool:
         for n, (read, data) in enumerate(pool.map(fetch, spec.reads)):
             buffers[n] = data
             for r in read.ranges:
@@ -295,7 +350,7 @@ def _run_iteration(spec: IterationSpec) -> dict:
     for p in spec.pieces:
         piece = p.piece
         chunks: list = []
-        crc = p.crc
+        crc = 0  # this piece's data alone: pieces of one object run in any order, the driver combines
         for r in piece.ranges:
             n, at = located[r]
             view = memoryview(buffers[n])[at:at + r.size]
@@ -305,25 +360,29 @@ def _run_iteration(spec: IterationSpec) -> dict:
                 pass
             crc = crc32c(view, crc)
             chunks.append(view)
-        if piece.final:
+        if p.index is not None:  # an object of one piece: its IndexBlock and Footer follow
             footer = Footer(p.data_bytes, len(p.index), VERSION_WALCTL, crc32c(p.index), crc)
             chunks += [p.index, footer.encode()]
+        size = sum(len(c) for c in chunks)
         if p.upload_id is None:
             store.put_large(p.key, chunks)
             part = None
         else:
             part = multipart.put_part(store, p.key, p.upload_id, piece.part, chunks, piece.position)
+        writes.paid(size)
         chunks.clear()
         for n in {reader_of[r] for r in piece.ranges}:
             uses[n] -= 1
             if uses[n] == 0:
                 del buffers[n]  # memory follows the pieces still to write
-        parts.append({"output": piece.output, "part": piece.part, "crc": crc, "record": part})
-    stats = store.stats.snapshot()
+        parts.append({"output": piece.output, "part": piece.part, "crc": crc, "bytes": piece.data_bytes,
+                      "record": part})
+    after = store.stats.snapshot()
+    stats = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     return {"iteration": spec.index, "gets": stats["get"], "puts": stats["put"] + stats.get("multipart_parts", 0),
             "bytes_read": stats["bytes_read"], "bytes_written": stats["bytes_written"],
             "seconds": time.monotonic() - started, "read_seconds": read_seconds, "read_started": read_started,
-            "pieces": parts}
+            "finished": time.time(), "pieces": parts}
 
 
 # --- the driver -------------------------------------------------------------------------------
@@ -345,90 +404,110 @@ class JobResult:
     made: list[dict]  # per output: key, kind, size, ranges (manifest shape), iteration (its last), puts
     iterations: list[dict]  # per task: iteration, gets, puts, bytes_read, bytes_written, seconds, ...
     driver_puts: int = 0  # multipart creates and completes, made by the driver
+    tasks_at_once: int = 1  # Spark tasks of the job (each ran its share of the iterations and of the budgets)
+
+
+def default_tasks(master: str) -> int:
+    """Tasks at once when --tasks is not given: 1 on a local master (one machine's disk and cores:
+    measured no faster with 2 on a shared 2-core host, with 1.7x the GETs: bench/compact_bench.py),
+    2 on a cluster, whose executors add disks and network of their own."""
+    return 1 if master.strip().startswith("local") else 2
 
 
 def run_iterations(spark, plan, keys: list[str], store, store_url: str, endpoint_url: str | None,
-                   progress=None, read_rate_bps: float | None = None) -> JobResult:
-    """Run the plan's iterations one after another (each holds at most the memory limit).
+                   progress=None, read_rate_bps: float | None = None,
+                   write_rate_bps: float | None = None) -> JobResult:
+    """Run the plan's iterations as one Spark job of ``plan.tasks`` tasks (fewer if there are
+    fewer iterations), each running its share of the iterations (round robin) one after
+    another: together they hold at most the memory limit, and each gets 1/tasks of the read
+    and write budgets.
+
+    No iteration waits for another: every piece's checksum comes back alone, and the driver
+    combines them (crc32c_combine) into the data CRC of each multipart object, whose last
+    part (IndexBlock + Footer) it uploads before completing it.
 
     ``store`` is the driver's store: it creates and completes the multipart objects. On any
-    failure or interrupt, open uploads are aborted and finished outputs deleted (their
-    prepared ids are left for gc), and the error is re-raised, classified.
+    failure or interrupt, the job is cancelled, open uploads are aborted and outputs already
+    written deleted (their prepared ids are left for gc), and the error is re-raised, classified.
     """
+    from walctl.format.crc import crc32c, crc32c_combine
+    from walctl.format.object import VERSION_WALCTL, Footer
     from walctl.spark import multipart
 
     sc = spark.sparkContext
     ship_walctl(sc)
-    crc = {n: 0 for n in range(len(plan.outputs))}
+    slots = max(1, min(plan.tasks, len(plan.iterations)))
+    read_share = read_rate_bps / slots if read_rate_bps else None
+    write_share = write_rate_bps / slots if write_rate_bps else None
     uploads: dict[int, str] = {}
-    records: dict[int, list[dict]] = {n: [] for n in range(len(plan.outputs))}
-    finished: dict[int, int] = {}
-    done: list[dict] = []
     driver_puts = 0
     try:
-        for iteration in plan.iterations:
-            specs = []
-            for piece in iteration.pieces:
-                out = plan.outputs[piece.output]
-                if out.multipart and piece.output not in uploads:
-                    uploads[piece.output] = multipart.create(store, keys[piece.output])
-                    driver_puts += 1
-                specs.append(PieceSpec(keys[piece.output], piece, uploads.get(piece.output), crc[piece.output],
-                                       out.data_bytes, index_block(out) if piece.final else None))
-            spec = IterationSpec(store_url, endpoint_url, iteration.index, iteration.reads, tuple(specs),
-                                 read_rate_bps)
-            result = _collect(sc, spec)
-            if "error" in result:
-                raise task_error(result["error"])
-            for piece in result["pieces"]:
-                crc[piece["output"]] = piece["crc"]
-                if piece["record"] is not None:
-                    records[piece["output"]].append(piece["record"])
-            for piece in iteration.pieces:
-                if piece.final:
-                    if piece.output in uploads:
-                        multipart.complete(store, keys[piece.output], uploads[piece.output], records[piece.output])
-                        del uploads[piece.output]
-                        driver_puts += 1
-                    finished[piece.output] = iteration.index
-            done.append(result)
-            if progress is not None:
-                progress(iteration.index + 1, len(plan.iterations))
+        for n, out in enumerate(plan.outputs):
+            if out.multipart:
+                uploads[n] = multipart.create(store, keys[n])
+                driver_puts += 1
+        specs = [IterationSpec(store_url, endpoint_url, it.index, it.reads, tuple(
+                     PieceSpec(keys[p.output], p, uploads.get(p.output), plan.outputs[p.output].data_bytes,
+                               None if p.output in uploads else index_block(plan.outputs[p.output]))
+                     for p in it.pieces), read_share, write_share) for it in plan.iterations]
+        done = _collect(sc, [specs[k::slots] for k in range(slots)])
+        failed = [r for r in done if "error" in r]
+        if failed:
+            raise task_error(failed[0]["error"])
+        pieces = {(p["output"], p["part"]): p for r in done for p in r["pieces"]}
+        if progress is not None:
+            for n in range(len(done)):
+                progress(n + 1, len(plan.iterations))
+        for n, upload_id in sorted(uploads.items()):
+            out = plan.outputs[n]
+            crc = 0
+            for k in range(1, len(out.pieces) + 1):
+                crc = crc32c_combine(crc, pieces[(n, k)]["crc"], pieces[(n, k)]["bytes"])
+            index = index_block(out)
+            footer = Footer(out.data_bytes, len(index), VERSION_WALCTL, crc32c(index), crc)
+            records = [pieces[(n, k)]["record"] for k in range(1, len(out.pieces) + 1)]
+            records.append(multipart.put_part(store, keys[n], upload_id, len(out.pieces) + 1,
+                                              [index, footer.encode()], out.data_bytes))
+            multipart.complete(store, keys[n], upload_id, records)
+            del uploads[n]
+            driver_puts += 2
     except BaseException:
-        try:
-            sc.cancelAllJobs()
-        except Exception:  # noqa: BLE001
-            pass
         for n, upload_id in uploads.items():
             multipart.abort(store, keys[n], upload_id)
-        for n in finished:
+        for n, out in enumerate(plan.outputs):
             try:
-                store.delete(keys[n])
+                store.delete(keys[n])  # written (a whole object, or a completed multipart one) or not
             except Exception:  # noqa: BLE001 - gc removes it with its prepared id
                 pass
         raise
+    last = {}
+    for it in plan.iterations:
+        for p in it.pieces:
+            last[p.output] = it.index
     made = []
     for n, out in enumerate(plan.outputs):
-        made.append({"key": keys[n], "kind": out.kind, "size": out.size_bytes, "iteration": finished[n],
+        made.append({"key": keys[n], "kind": out.kind, "size": out.size_bytes, "iteration": last[n],
                      "parts": len(out.pieces), "puts": out.puts,
                      "ranges": [{"stream_id": s, "start": a, "end": b, "bytes": size} for s, a, b, size in out.streams]})
-    return JobResult(made, done, driver_puts)
+    return JobResult(made, done, driver_puts, slots)
 
 
-def _collect(sc, spec: IterationSpec) -> dict:
-    """Run one iteration's task; the Spark call waits in a thread of its own, so an interrupt
-    reaches this (main) thread, which cancels the job, instead of py4j (which would swallow it)."""
+def _collect(sc, batches: list[list[IterationSpec]]) -> list[dict]:
+    """Run one task per batch as one Spark job; the iterations' results, in plan order. The
+    Spark call waits in a thread of its own, so an interrupt reaches this (main) thread,
+    which cancels the job, instead of py4j (which would swallow it)."""
     import threading
 
     box: dict = {}
 
     def work() -> None:
         try:
-            box["result"] = sc.parallelize([spec], 1).map(run_iteration).collect()
+            rdd = sc.parallelize(batches, len(batches))
+            box["result"] = rdd.map(run_iterations_in_task).collect()
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             box["error"] = exc
 
-    thread = threading.Thread(target=work, name=f"walctl-iteration-{spec.index}", daemon=True)
+    thread = threading.Thread(target=work, name="walctl-iterations", daemon=True)
     thread.start()
     try:
         while thread.is_alive():
@@ -438,12 +517,11 @@ def _collect(sc, spec: IterationSpec) -> dict:
             sc.cancelAllJobs()
         except Exception:  # noqa: BLE001 - the JVM may be gone
             pass
-        thread.join(30)
+        thread.join(30)  # the tasks stop writing before their uploads are aborted
         raise
     if "error" in box:
         raise classify(box["error"]) from None
-    (result,) = box["result"]
-    return result
+    return sorted((r for batch in box["result"] for r in batch), key=lambda r: r["iteration"])
 
 
 # --- errors from executors --------------------------------------------------------------------

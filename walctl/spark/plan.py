@@ -15,7 +15,8 @@ Planning, in order:
    or start offset (a range straddling the point is kept: a block cannot be cut);
 3. outputs: one Stream Object per contiguous run of a stream holding >= ``split_size``
    bytes, and at most one Stream Set Object for everything else (so a rerun is idle);
-4. walk the outputs, filling iterations of at most ``memory_limit`` data bytes; an
+4. walk the outputs, filling iterations of at most ``memory_limit / tasks`` data bytes
+   (``tasks`` iterations run at once, so together they hold at most ``memory_limit``); an
    output cut by an iteration boundary continues in the next one as its next piece
    (a multipart part of >= ``min_part`` bytes unless it is the last);
 5. per iteration, per source object, physically adjacent ranges are one ranged GET
@@ -98,9 +99,9 @@ class Read:
 class Piece:
     """The bytes of one output written in one iteration: output data [position, position + data_bytes).
 
-    An output written in one piece is one PUT; an output of several pieces is one multipart
-    upload and piece ``part`` is its part ``part`` (FORMATS.md 4). The ``final`` piece also
-    carries the output's IndexBlock and Footer.
+    An output written in one piece is one PUT, its IndexBlock and Footer included; an output
+    of several pieces is one multipart upload, piece ``part`` is its part ``part`` and the
+    driver adds one more part, the IndexBlock and Footer (FORMATS.md 4).
     """
 
     output: int  # index into CompactionPlan.outputs
@@ -138,9 +139,10 @@ class OutputObject:
 
     @property
     def puts(self) -> int:
-        """One PUT (or put_large's own multipart above 32 MiB); several pieces: create + parts + complete."""
+        """One PUT (or put_large's own multipart above 32 MiB); several pieces: create, one part per
+        piece, the tail part (IndexBlock + Footer, the driver's) and complete."""
         if len(self.pieces) > 1:
-            return 2 + len(self.pieces)
+            return 3 + len(self.pieces)
         return put_count(self.size_bytes)
 
     def to_json(self) -> dict:
@@ -187,7 +189,7 @@ class CompactionPlan:
 
     ``outputs`` are at most one Stream Set Object plus one Stream Object per contiguous run
     of a stream of at least ``split_size`` bytes; ``iterations`` write them piece by piece.
-    ``oversized`` lists the ranges larger than ``memory_limit`` (each alone in its
+    ``oversized`` lists the ranges larger than ``task_memory`` (each alone in its
     iteration, which therefore exceeds the limit).
     """
 
@@ -202,6 +204,12 @@ class CompactionPlan:
     read_cut: int = DEFAULT_READ_CUT
     outputs: tuple[OutputObject, ...] = ()
     min_part: int = 1
+    tasks: int = 1  # iterations that run at once, each with at most task_memory data bytes
+
+    @property
+    def task_memory(self) -> int:
+        """Data bytes one iteration holds at most (oversized ranges aside)."""
+        return max(1, self.memory_limit // self.tasks)
 
     @property
     def kept(self) -> tuple[SourceRange, ...]:
@@ -234,6 +242,7 @@ class CompactionPlan:
             "idle": self.idle, "reason": self.reason,
             "memory_limit_bytes": self.memory_limit, "split_size_bytes": self.split_size,
             "read_cut_bytes": self.read_cut, "min_part_bytes": self.min_part,
+            "tasks": self.tasks, "task_memory_bytes": self.task_memory,
             "input_count": len(self.inputs), "input_ids": [o["id"] for o in self.inputs],
             "input_bytes": sum(o.get("size", 0) for o in self.inputs),
             "inputs": copy.deepcopy(list(self.inputs)),
@@ -404,10 +413,13 @@ def _cut_pieces(outputs: Sequence[tuple[str, list[SourceRange]]], memory_limit: 
                 min_part: int) -> tuple[list[list[tuple[int, list[SourceRange], bool]]], list[SourceRange]]:
     """Cut the outputs (in order) into pieces filling iterations of at most ``memory_limit`` bytes.
 
-    An output continues in the next iteration where the limit cuts it (its next part); a
-    piece that does not finish its output holds at least ``min_part`` bytes (S3's part
-    minimum), so a small remainder waits for the next iteration instead. A range larger
-    than the limit goes with what it must (its iteration exceeds the limit: ``oversized``).
+    An output continues in the next iteration where the limit cuts it (its next part). Every
+    piece of an output cut in several holds at least ``min_part`` bytes (S3's part minimum:
+    the object's last part is the IndexBlock and Footer, which the driver adds), so a small
+    remainder waits for the next iteration, or a cut moves back to leave ``min_part`` for
+    the next piece. A range larger than the limit goes with what it must (its iteration
+    exceeds the limit: ``oversized``); an iteration exceeds the limit by less than
+    ``min_part`` where an output cannot be cut into pieces of at least ``min_part``.
     Returns per iteration [(output index, ranges, final)], and the oversized ranges.
     """
     iterations: list[list[tuple[int, list[SourceRange], bool]]] = [[]]
@@ -430,6 +442,20 @@ def _cut_pieces(outputs: Sequence[tuple[str, list[SourceRange]]], memory_limit: 
                 while take < len(rest) and (size < min_part or take == 0):
                     size += rest[take].size
                     take += 1
+            if take < len(rest) and min_part > 1:
+                # what this cut leaves is a part too (never the object's last): at least min_part
+                left = sum(r.size for r in rest[take:])
+                while left < min_part and take > 1 and size - rest[take - 1].size >= min_part:
+                    take -= 1
+                    size -= rest[take].size
+                    left += rest[take].size
+                if left < min_part:  # no cut here leaves two parts of min_part
+                    if fill and left + size <= memory_limit:  # the whole rest fits the next iteration
+                        iterations.append([])
+                        fill = 0
+                        continue
+                    size += left  # the rest goes along, over the limit by less than min_part
+                    take = len(rest)
             oversized.extend(r for r in rest[:take] if r.size > memory_limit)
             iterations[-1].append((index, rest[:take], take == len(rest)))
             fill += size
@@ -445,19 +471,22 @@ def _cut_pieces(outputs: Sequence[tuple[str, list[SourceRange]]], memory_limit: 
 def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]], *,
                     memory_limit: int = DEFAULT_MEMORY_LIMIT, split_size: int = DEFAULT_SPLIT_SIZE,
                     max_objects: int = DEFAULT_MAX_OBJECTS, retention: Mapping[int, int] | None = None,
-                    read_cut: int = DEFAULT_READ_CUT, min_part: int = 1) -> CompactionPlan:
+                    read_cut: int = DEFAULT_READ_CUT, min_part: int = 1, tasks: int = 1) -> CompactionPlan:
     """Plan the compaction of the oldest live SSOs of ``manifest``.
 
     Args:
         manifest: a manifest snapshot (walctl.store.manifest).
         indexes: object id -> its decoded index entries, for every input (extra ids are ignored).
-        memory_limit: data bytes one iteration may hold (a range larger than this goes alone).
+        memory_limit: data bytes the running iterations hold together (a range larger than
+            an iteration's share goes alone).
         split_size: a stream with at least this many kept bytes gets Stream Objects.
         max_objects: at most this many SSOs, oldest order_id first.
         retention: stream id -> first offset to keep; ranges wholly below it are dropped.
         read_cut: at most this many bytes per ranged GET (unless one range is larger).
         min_part: smallest piece of an output cut by an iteration boundary (a multipart
             upload's part minimum: S3's 5 MiB, 1 for a local store).
+        tasks: iterations that run at once; each gets ``memory_limit // tasks`` bytes, but
+            never less than ``min_part`` (fewer tasks then: ``plan.tasks`` says how many).
     Raises:
         UsageError: a limit below 1.
         ValueError: an input SSO without its index in ``indexes``.
@@ -469,6 +498,8 @@ def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]],
     _positive("max objects", max_objects)
     _positive("read cut", read_cut)
     _positive("min part", min_part)
+    _positive("tasks", tasks)
+    tasks = max(1, min(tasks, memory_limit // min_part))
     retention = dict(retention or {})
     streams = manifest.get("streams", {})
 
@@ -479,7 +510,7 @@ def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]],
 
     def make(idle: bool, reason: str, dropped=(), iterations=(), oversized=(), outputs=()) -> CompactionPlan:
         return CompactionPlan(inputs, tuple(dropped), tuple(iterations), idle, reason, memory_limit, split_size,
-                              tuple(oversized), read_cut, tuple(outputs), min_part)
+                              tuple(oversized), read_cut, tuple(outputs), min_part, tasks)
 
     if not inputs:
         return make(True, "no stream set object to compact")
@@ -528,7 +559,7 @@ def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]],
     if shared:
         groups.append((SSO, sorted(shared, key=_key)))
 
-    cut, oversized = _cut_pieces(groups, memory_limit, min_part)
+    cut, oversized = _cut_pieces(groups, max(1, memory_limit // tasks), min_part)
     pieces_of: dict[int, list[Piece]] = defaultdict(list)
     iterations: list[Iteration] = []
     for index, batch in enumerate(cut):
