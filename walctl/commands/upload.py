@@ -57,30 +57,47 @@ def upload_cmd(
     until --accept-gap names it. A record that holds no StreamRecordBatch is not uploaded
     and not trimmed (exit 3 after uploading the rest; see its warning).
     """
-    from walctl import bounds
-    from walctl.errors import CorruptionError, UsageError
-    from walctl.metrics import MetricsRun
-    from walctl.sizes import format_size, parse_size
-    from walctl.store import open_store, store_exists
-    from walctl.pipeline.upload import upload
+    options = dict(namespace=namespace, block_size=block_size, split_size=split_size, no_trim=no_trim,
+                   trim_timeout=trim_timeout, dry_run=dry_run, endpoint_url=endpoint_url, accept_gap=accept_gap)
+    result, out = _upload(device, store, metrics_file, json_out, options)
+    for message in result.warnings:
+        warn(message)
+    failure = _bad_records_error(result, device, out)
+    if json_out:
+        if failure is not None:
+            raise failure  # the JSON result object carries the error
+        emit_json(out)
+        return
+    _render(result, device, dry_run)
+    if failure is not None:
+        raise failure
 
+
+def _upload(device: str, store: str, metrics_file, json_out: bool, o: dict):
+    """(result, summary): the upload run under its metrics file (success 0 on any failure)."""
+    from walctl import bounds
+    from walctl.errors import TrimPendingError, UsageError
+    from walctl.metrics import MetricsRun
+    from walctl.pipeline.upload import upload
+    from walctl.sizes import parse_size
+    from walctl.store import open_store, store_exists
+
+    dry_run = o["dry_run"]
     labels = {"device": device, "store": store, "node_id": _node_id(device)} if metrics_file else None
     with MetricsRun(metrics_file, "upload", enabled=not dry_run, on_warning=warn, labels=labels) as metrics:
         try:
-            accepted = [bounds.stream_gap(spec) for spec in accept_gap or []]
+            accepted = [bounds.stream_gap(spec) for spec in o["accept_gap"] or []]
         except UsageError as exc:
             raise exc.at(device)
         # A dry run creates nothing: a store not made yet is planned against as empty.
-        st = open_store(store, endpoint_url=endpoint_url, create=not dry_run, missing_ok=dry_run)
+        st = open_store(store, endpoint_url=o["endpoint_url"], create=not dry_run, missing_ok=dry_run)
         if not store_exists(st):
             warn(f"{store}: the store does not exist yet; a real upload creates it")
-        from walctl.errors import TrimPendingError
-
         try:
             with progress_bar(None, "uploading", json_out=json_out or dry_run) as progress:
-                result = upload(device, st, namespace=namespace, block_size=parse_size(block_size),
-                                split_size=parse_size(split_size), trim=not no_trim, dry_run=dry_run,
-                                accept_gaps=accepted, progress=progress, trim_timeout_s=trim_timeout)
+                result = upload(device, st, namespace=o["namespace"], block_size=parse_size(o["block_size"]),
+                                split_size=parse_size(o["split_size"]), trim=not o["no_trim"], dry_run=dry_run,
+                                accept_gaps=accepted, progress=progress, trim_timeout_s=o["trim_timeout"])
         except TrimPendingError as exc:
             done = exc.result
             exc.summary = metrics.summary = {"device": device, "store": store, **done.to_json(),
@@ -94,25 +111,28 @@ def upload_cmd(
                                  "last_wal_offset": result.last_offset, "trimmed_to_wal_offset": result.trimmed_to}
         metrics.record(bytes=sum(o["size_bytes"] or 0 for o in result.objects), payload_bytes=result.payload_bytes,
                        objects=len(result.objects), records=result.records, requests=st.stats.requests)
-    for message in result.warnings:
-        warn(message)
-    failure = None
-    if result.bad_records:
-        first = result.bad_records[0]
-        failure = CorruptionError(
-            f"{len(result.bad_records)} record(s) hold no StreamRecordBatch (first at WAL offset {first['offset']}: "
-            f"{first['reason']}); the other records were uploaded", where=device, offset=first["offset"],
-            hint="the WAL is not trimmed past it; see the warning above for how to save and drop it")
-        failure.summary = out
-    if json_out:
-        if failure is not None:
-            raise failure  # the JSON result object carries the error
-        emit_json(out)
-        return
+    return result, out
+
+
+def _bad_records_error(result, device: str, out: dict):
+    """The CorruptionError (exit 3) for records that hold no StreamRecordBatch, or None."""
+    from walctl.errors import CorruptionError
+
+    if not result.bad_records:
+        return None
+    first = result.bad_records[0]
+    return CorruptionError(
+        f"{len(result.bad_records)} record(s) hold no StreamRecordBatch (first at WAL offset {first['offset']}: "
+        f"{first['reason']}); the other records were uploaded", where=device, offset=first["offset"],
+        hint="the WAL is not trimmed past it; see the warning above for how to save and drop it", summary=out)
+
+
+def _render(result, device: str, dry_run: bool) -> None:
     from rich.table import Table
     from rich.text import Text
 
     from walctl import human
+    from walctl.sizes import format_size
 
     table = Table(title=Text(("would upload" if dry_run else "uploaded") + f" {human.plural(result.records, 'record')} "
                   f"({format_size(result.payload_bytes)} payload) from {device}"), title_justify="left")
@@ -133,8 +153,6 @@ def upload_cmd(
                else "accepted with --accept-gap")
         console.print(f"gap kept: stream {gap['stream_id']} offsets {gap['from']}..{gap['to']}: {why}; "
                       f"{'would be recorded' if dry_run else 'recorded'} in the manifest", markup=False)
-    if failure is not None:
-        raise failure
 
 
 def _node_id(device: str) -> str:
