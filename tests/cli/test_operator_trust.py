@@ -477,3 +477,21 @@ def test_upload_names_its_wal_offsets(cli, tmp_path, wal):
     out = json.loads(cli("upload", wal, "--store", tmp_path / "s", "--json").stdout)
     assert out["last_wal_offset"] == out["last_offset"] is not None
     assert out["trimmed_to_wal_offset"] == out["trimmed_to"] == out["last_offset"]
+
+
+def test_force_from_the_environment_says_so_every_time(cli, tmp_path):
+    # A WALCTL_FORCE=1 forgotten in a shell or unit file would apply to every destructive run:
+    # it works (every option has its variable) but never silently.
+    path = tmp_path / "w.img"
+    assert cli("init", path, "--capacity", "1MiB").exit_code == 0
+    refused = cli("init", path, "--capacity", "1MiB")
+    assert refused.exit_code != 0  # a WAL is there: init needs --force
+    forced = cli("init", path, "--capacity", "1MiB", env={"WALCTL_FORCE": "1"})
+    assert forced.exit_code == 0, forced
+    said = [line for line in forced.stderr.splitlines() if "WALCTL_FORCE" in line]
+    assert said == ["walctl: warning: --force is set by the environment (WALCTL_FORCE); "
+                    "unset it unless every run should use it"]
+    typed = cli("init", path, "--capacity", "1MiB", "--force")
+    assert typed.exit_code == 0 and "environment" not in typed.stderr
+    unset = cli("init", tmp_path / "v.img", "--capacity", "1MiB", env={"WALCTL_FORCE": "0"})
+    assert unset.exit_code == 0 and "environment" not in unset.stderr

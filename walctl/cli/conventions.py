@@ -14,6 +14,9 @@ COMMAND_ANYWHERE = ("--json", "-j")
 NO_ENV = {"help", "install_completion", "show_completion", "version"}
 # Variables an option kept from before the WALCTL_<OPTION> rule (still honoured, after the new name).
 LEGACY_ENV = {"engine": ("WALCTL_IO_ENGINE",), "endpoint_url": ("AWS_ENDPOINT_URL",)}
+# Options that let a command destroy data: set from the environment (a WALCTL_FORCE=1 forgotten in
+# a shell or a unit file applies to every run), they say so on stderr each time they take effect.
+LOUD_FROM_ENV = ("force",)
 
 
 def env_name(param) -> str:
@@ -37,10 +40,28 @@ def apply_conventions(command) -> None:
         envvars = tuple(dict.fromkeys((*wanted, *current)))
         param.envvar = envvars[0] if len(envvars) == 1 else list(envvars)
         param.show_envvar = True
+        if param.name in LOUD_FROM_ENV and not getattr(param, "_walctl_loud", False):
+            param.callback = _loud_from_env(param.callback)
+            param._walctl_loud = True
         for long, short in SHORT_OPTIONS.items():
             if long in param.opts and short not in taken:
                 param.opts.append(short)
                 taken.add(short)
+
+
+def _loud_from_env(callback):
+    """Wrap an option's callback: a true value that came from the environment is said on stderr."""
+    import sys
+
+    def loud(ctx, param, value):
+        source = ctx.get_parameter_source(param.name)
+        if value and getattr(source, "name", None) == "ENVIRONMENT":
+            names = param.envvar if isinstance(param.envvar, str) else "/".join(param.envvar)
+            print(f"walctl: warning: {param.opts[0]} is set by the environment ({names}); "
+                       f"unset it unless every run should use it", file=sys.stderr)
+        return callback(ctx, param, value) if callback is not None else value
+
+    return loud
 
 
 def normalise_args(args: list[str], group) -> list[str]:
