@@ -1,10 +1,11 @@
-"""The split module keeps its old import path (issue 12 item 4).
+"""The split modules keep their old import paths (issue 12 items 4 and 5).
 
 ``walctl.device.blockio`` was a single module; its code now lives in one module per room,
-and it re-exports them. Every public name the old module had must still import from it and
-be the very object of its new home (so an isinstance check or an identity comparison gives
-the same answer either way). (``walctl.format.object`` stays one module for now: its split,
-item 5, waits for the branches that are still growing it.)
+and it re-exports them. ``walctl.format.object`` likewise: each structure (DataBlock header,
+index entry, IndexBlock, footer, composite object) has its own module and the old module,
+which keeps what is about a whole object, re-exports them. Every public name the old module
+had must still import from it and be the very object of its new home (so an isinstance
+check or an identity comparison gives the same answer either way).
 """
 
 from __future__ import annotations
@@ -19,6 +20,15 @@ OLD_NAMES = {
         "DirectDevice", "BufferedDevice", "MemoryDevice", "FaultyDevice", "WriteDone", "IO_ENGINES",
         "IO_ENGINE_ENV", "ThreadWriteQueue", "AioWriteQueue", "open_write_queue", "open_device", "LockEntry",
         "parse_proc_locks", "lock_holder", "create_file", "zero_fill", "bytes_read_total",
+    ),
+    "walctl.format.object": (
+        "DATA_BLOCK_MAGIC", "DATA_BLOCK_FLAGS", "DATA_BLOCK_HEADER_STRUCT", "DATA_BLOCK_HEADER_SIZE",
+        "DataBlockHeader", "INT32_MAX", "INT64_LIMIT", "INDEX_ENTRY_STRUCT", "INDEX_ENTRY_SIZE", "IndexEntry",
+        "decode_index", "find_entries", "FOOTER_MAGIC", "VERSION_AUTOMQ", "VERSION_WALCTL", "VERSIONS",
+        "FOOTER_STRUCT", "FOOTER_SIZE", "Footer", "check_data_crc", "COMPOSITE_FOOTER_MAGIC",
+        "OBJECTS_BLOCK_MAGIC", "OBJECTS_BLOCK_HEADER_STRUCT", "OBJECTS_BLOCK_HEADER_SIZE",
+        "LINKED_OBJECT_STRUCT", "LINKED_OBJECT_SIZE", "is_composite", "LinkedObject", "CompositeObject",
+        "decode_composite",
     ),
 }
 

@@ -46,7 +46,7 @@ from walctl.compaction.common import (
 from walctl.errors import CorruptionError, UsageError
 from walctl.failpoints import failpoint
 from walctl.format.crc import crc32c_combine
-from walctl.format.object import IndexEntry
+from walctl.format.index_entry import IndexEntry
 from walctl.store import manifest as mf
 from walctl.store.base import MIN_PART_BYTES, CopySource
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from walctl.errors import BadMagicError, BoundsError, ChecksumError, TruncatedError, ZeroedError
+from contextlib import contextmanager
+
+from walctl.errors import BadMagicError, BoundsError, ChecksumError, FormatError, TruncatedError, ZeroedError
 
 
 def need(buf, offset: int, size: int, what: str) -> memoryview:
@@ -39,3 +41,14 @@ def crc(found: int, expected: int, offset: int, what: str) -> None:
 def bound(ok: bool, offset: int, what: str, found: object, rule: str) -> None:
     if not ok:
         raise BoundsError(f"{what} = {found} out of bounds ({rule})", offset=offset, found=found, field=what)
+
+
+@contextmanager
+def relocated(delta: int):
+    """Turn positions of errors raised inside from buffer positions into object positions."""
+    try:
+        yield
+    except FormatError as exc:
+        if exc.offset is not None:
+            exc.offset += delta
+        raise

@@ -1,317 +1,130 @@
-"""Objects (Stream Set Object or Stream Object): data blocks, index, footer (docs/FORMATS.md 3).
+"""Objects (Stream Set Object or Stream Object): what is about a whole object (docs/FORMATS.md 3).
 
     0                                              indexStartPosition            object_size
     | DataBlock | DataBlock | ... | DataBlock       | IndexBlock: N x 36 | Footer: 48 |
 
-DataBlock, 10-byte header then the block's StreamRecordBatches back to back, all of one stream:
+Each structure has its own module beside this one; import from them in new code:
 
-    0      1      2             6            10
-    +------+------+-------------+------------+---------------------------------
-    | 0x5A | 0x02 | recordCount | dataLength | StreamRecordBatch ... (dataLength bytes)
-    +------+------+-------------+------------+---------------------------------
+    datablock    ``DataBlockHeader``: the 10 bytes before a DataBlock's batches
+    index_entry  ``IndexEntry``: one 36-byte DataBlockIndex entry
+    index        the IndexBlock: ``decode_index`` (the checks across entries), ``find_entries``
+    footer       ``Footer``: the last 48 bytes, versions 0 (AutoMQ) and 1 (walctl), ``check_data_crc``
+    composite    AutoMQ composite objects (read only): ``is_composite``, ``decode_composite``
 
-Index entry, 36 bytes, entries sorted by (streamId, startOffset):
-
-    0          8             16               20            24              32          36
-    +----------+-------------+----------------+-------------+---------------+-----------+
-    | streamId | startOffset | endOffsetDelta | recordCount | blockPosition | blockSize |
-    +----------+-------------+----------------+-------------+---------------+-----------+
-
-Footer, 48 bytes, the last bytes of the object:
-
-    0                    8                  12        16         20        24           40      48
-    +--------------------+------------------+---------+----------+---------+------------+-------+
-    | indexStartPosition | indexBlockLength | version | indexCrc | dataCrc | 16 x zero  | magic |
-    +--------------------+------------------+---------+----------+---------+------------+-------+
-    version 1 (walctl): indexCrc = crc32c(IndexBlock), dataCrc = crc32c([0, indexStartPosition)).
-    version 0 (AutoMQ): zeros in [12, 40), which AutoMQ ignores; nothing to check.
-
-recordCount (in a block header and in an index entry) counts StreamRecordBatches, as
-AutoMQ does (its "records"), not the stream offsets they cover. An index entry's
-range may cover several consecutive DataBlocks of its stream (as after compaction).
-Integers are signed where AutoMQ writes a Java long or int, so a value with the sign
-bit set is refused as out of bounds instead of read as a huge size.
+This module reads an object's tail (``tail_length_hint``, ``parse_tail``), builds objects
+(``build_object``, ``ObjectBuilder``, ``assemble_object``) and verifies them deeply
+(``iter_blocks``, ``iter_placed``, ``verify_report``); it re-exports the structures' names so
+that ``from walctl.format.object import X`` keeps working.
 Errors carry ``offset`` = the byte position in the object.
 """
 
 from __future__ import annotations
 
 import bisect
-import struct
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import ClassVar, Iterable, Iterator, NamedTuple, Sequence
+from typing import Iterable, Iterator, NamedTuple, Sequence
 
 from walctl import defaults
 from walctl.errors import FormatError
 from walctl.format import checks
 from walctl.format.batch import StreamRecordBatch
+from walctl.format.composite import (
+    COMPOSITE_FOOTER_MAGIC,
+    LINKED_OBJECT_SIZE,
+    LINKED_OBJECT_STRUCT,
+    OBJECTS_BLOCK_HEADER_SIZE,
+    OBJECTS_BLOCK_HEADER_STRUCT,
+    OBJECTS_BLOCK_MAGIC,
+    CompositeObject,
+    LinkedObject,
+    decode_composite,
+    is_composite,
+)
 from walctl.format.crc import crc32c
+from walctl.format.datablock import (
+    DATA_BLOCK_FLAGS,
+    DATA_BLOCK_HEADER_SIZE,
+    DATA_BLOCK_HEADER_STRUCT,
+    DATA_BLOCK_MAGIC,
+    DataBlockHeader,
+)
+from walctl.format.footer import (
+    FOOTER_MAGIC,
+    FOOTER_SIZE,
+    FOOTER_STRUCT,
+    VERSIONS,
+    VERSION_AUTOMQ,
+    VERSION_WALCTL,
+    Footer,
+    check_data_crc,
+)
+from walctl.format.index import (
+    _scan_index,
+    decode_index,
+    find_entries,
+)
+from walctl.format.index_entry import (
+    INDEX_ENTRY_SIZE,
+    INDEX_ENTRY_STRUCT,
+    INT32_MAX,
+    INT64_LIMIT,
+    IndexEntry,
+)
 
-DATA_BLOCK_MAGIC = 0x5A  # AutoMQ ObjectWriter's DataBlock magic
-DATA_BLOCK_FLAGS = 0x02  # AutoMQ's default flag: uncompressed; the only kind either side writes
-FOOTER_MAGIC = 0x88E241B785F4CFF7  # AutoMQ ObjectWriter.Footer.MAGIC
-
-VERSION_AUTOMQ = 0  # AutoMQ writes zeros where walctl keeps its version and checksums
-VERSION_WALCTL = 1  # footer carries crc32c of the index and of the data region
-VERSIONS = (VERSION_AUTOMQ, VERSION_WALCTL)
+__all__ = [
+    "BuiltObject",
+    "COMPOSITE_FOOTER_MAGIC",
+    "CompositeObject",
+    "DATA_BLOCK_FLAGS",
+    "DATA_BLOCK_HEADER_SIZE",
+    "DATA_BLOCK_HEADER_STRUCT",
+    "DATA_BLOCK_MAGIC",
+    "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_ENTRIES_GUESS",
+    "DataBlockHeader",
+    "FOOTER_MAGIC",
+    "FOOTER_SIZE",
+    "FOOTER_STRUCT",
+    "Footer",
+    "INDEX_ENTRY_SIZE",
+    "INDEX_ENTRY_STRUCT",
+    "INT32_MAX",
+    "INT64_LIMIT",
+    "IndexEntry",
+    "LINKED_OBJECT_SIZE",
+    "LINKED_OBJECT_STRUCT",
+    "LinkedObject",
+    "OBJECTS_BLOCK_HEADER_SIZE",
+    "OBJECTS_BLOCK_HEADER_STRUCT",
+    "OBJECTS_BLOCK_MAGIC",
+    "ObjectBuilder",
+    "PlacedBatch",
+    "Problem",
+    "StreamRange",
+    "VERSIONS",
+    "VERSION_AUTOMQ",
+    "VERSION_WALCTL",
+    "VerifyReport",
+    "assemble_object",
+    "build_object",
+    "check_data_crc",
+    "decode_composite",
+    "decode_index",
+    "find_entries",
+    "is_composite",
+    "iter_block_groups",
+    "iter_blocks",
+    "iter_placed",
+    "parse_tail",
+    "tail_length_hint",
+    "verify_object",
+    "verify_report",
+]
 
 DEFAULT_BLOCK_SIZE = defaults.DEFAULT_BLOCK_SIZE  # FORMATS.md 3: a block closes once its payload reaches 1 MiB
 # Guess for the first ranged read of an object's tail: the footer plus this many index
 # entries (about 9 KiB) catches the whole index of most objects in one GET.
 DEFAULT_ENTRIES_GUESS = 256
-
-INT32_MAX = (1 << 31) - 1  # AutoMQ's ints (sizes, counts, deltas) are Java ints
-INT64_LIMIT = 1 << 63  # stream offsets are Java longs
-
-DATA_BLOCK_HEADER_STRUCT = struct.Struct(">BBii")
-DATA_BLOCK_HEADER_SIZE = DATA_BLOCK_HEADER_STRUCT.size  # 10
-
-INDEX_ENTRY_STRUCT = struct.Struct(">qqiiqi")
-INDEX_ENTRY_SIZE = INDEX_ENTRY_STRUCT.size  # 36
-
-FOOTER_STRUCT = struct.Struct(">qiIII16sQ")
-FOOTER_SIZE = FOOTER_STRUCT.size  # 48
-_FOOTER_RESERVED = bytes(16)
-
-
-@contextmanager
-def _relocated(delta: int):
-    """Turn positions of errors raised inside from buffer positions into object positions."""
-    try:
-        yield
-    except FormatError as exc:
-        if exc.offset is not None:
-            exc.offset += delta
-        raise
-
-
-# --- DataBlock header -------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class DataBlockHeader:
-    """The 10 bytes before a DataBlock's batches; ``data_length`` = block size - 10."""
-
-    SIZE: ClassVar[int] = DATA_BLOCK_HEADER_SIZE
-
-    record_count: int
-    data_length: int
-
-    @property
-    def block_size(self) -> int:
-        return DATA_BLOCK_HEADER_SIZE + self.data_length
-
-    def encode(self) -> bytes:
-        return DATA_BLOCK_HEADER_STRUCT.pack(DATA_BLOCK_MAGIC, DATA_BLOCK_FLAGS, self.record_count,
-                                             self.data_length)
-
-    @classmethod
-    def decode(cls, buf, offset: int = 0) -> "DataBlockHeader":
-        """Raises TruncatedError, ZeroedError, BadMagicError, BoundsError."""
-        view = checks.need(buf, offset, DATA_BLOCK_HEADER_SIZE, "DataBlock header")
-        checks.not_zero(view, offset, "DataBlock header")
-        magic, flags, count, length = DATA_BLOCK_HEADER_STRUCT.unpack_from(view)
-        checks.magic(magic, DATA_BLOCK_MAGIC, offset, "DataBlock header", width=2)
-        checks.bound(flags == DATA_BLOCK_FLAGS, offset + 1, "DataBlock flags", f"0x{flags:02X}",
-                     f"0x{DATA_BLOCK_FLAGS:02X}: uncompressed, the only kind known")
-        checks.bound(count >= 1, offset + 2, "DataBlock recordCount", count, ">= 1")
-        checks.bound(length >= 0, offset + 6, "DataBlock dataLength", length, ">= 0")
-        return cls(count, length)
-
-
-# --- index entry ------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class IndexEntry:
-    """One DataBlockIndex entry: stream offsets [start_offset, end_offset) live in
-    object bytes [block_position, block_position + block_size)."""
-
-    SIZE: ClassVar[int] = INDEX_ENTRY_SIZE
-
-    stream_id: int
-    start_offset: int
-    end_offset_delta: int
-    record_count: int
-    block_position: int
-    block_size: int
-
-    @property
-    def end_offset(self) -> int:
-        return self.start_offset + self.end_offset_delta
-
-    @property
-    def block_end(self) -> int:
-        """The object position right after the entry's last block."""
-        return self.block_position + self.block_size
-
-    def encode(self) -> bytes:
-        return INDEX_ENTRY_STRUCT.pack(self.stream_id, self.start_offset, self.end_offset_delta,
-                                       self.record_count, self.block_position, self.block_size)
-
-    @classmethod
-    def decode(cls, buf, offset: int = 0) -> "IndexEntry":
-        """Decode one entry and check its own fields (the object-wide checks are decode_index's).
-
-        Raises TruncatedError, ZeroedError, BoundsError.
-        """
-        view = checks.need(buf, offset, INDEX_ENTRY_SIZE, "index entry")
-        checks.not_zero(view, offset, "index entry")
-        entry = cls(*INDEX_ENTRY_STRUCT.unpack_from(view))
-        what = "index entry"
-        checks.bound(entry.stream_id >= 0, offset, f"{what} streamId", entry.stream_id, ">= 0")
-        checks.bound(entry.start_offset >= 0, offset + 8, f"{what} startOffset", entry.start_offset, ">= 0")
-        # Every block holds >= 1 batch and every batch covers >= 1 offset: an empty range lies.
-        checks.bound(entry.end_offset_delta >= 1, offset + 16, f"{what} endOffsetDelta",
-                     entry.end_offset_delta, ">= 1")
-        checks.bound(entry.end_offset < INT64_LIMIT, offset + 16, f"{what} end offset", entry.end_offset,
-                     "< 2^63")
-        checks.bound(entry.record_count >= 1, offset + 20, f"{what} recordCount", entry.record_count, ">= 1")
-        checks.bound(entry.block_position >= 0, offset + 24, f"{what} blockPosition", entry.block_position,
-                     ">= 0")
-        checks.bound(entry.block_size >= DATA_BLOCK_HEADER_SIZE, offset + 32, f"{what} blockSize",
-                     entry.block_size, f">= {DATA_BLOCK_HEADER_SIZE}: one DataBlock header at least")
-        return entry
-
-
-# --- footer -----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Footer:
-    """The last 48 bytes of an object: where the index is and, in version 1, the checksums."""
-
-    SIZE: ClassVar[int] = FOOTER_SIZE
-
-    index_start_position: int
-    index_block_length: int
-    version: int = VERSION_WALCTL
-    index_crc: int = 0
-    data_crc: int = 0
-
-    @property
-    def checksummed(self) -> bool:
-        """Version 1 carries checksums; AutoMQ's version 0 has only zeros there."""
-        return self.version == VERSION_WALCTL
-
-    @property
-    def entry_count(self) -> int:
-        return self.index_block_length // INDEX_ENTRY_SIZE
-
-    @property
-    def object_size(self) -> int:
-        """The size of the object this footer ends."""
-        return self.index_start_position + self.index_block_length + FOOTER_SIZE
-
-    def encode(self) -> bytes:
-        if self.version not in VERSIONS:
-            raise ValueError(f"footer version {self.version} unknown, expected one of {VERSIONS}")
-        return FOOTER_STRUCT.pack(self.index_start_position, self.index_block_length, self.version,
-                                  self.index_crc, self.data_crc, _FOOTER_RESERVED, FOOTER_MAGIC)
-
-    @classmethod
-    def decode(cls, buf, offset: int = 0, *, object_size: int | None = None) -> "Footer":
-        """Decode the footer at ``offset``; ``object_size`` (when known) must be where it ends the object.
-
-        A bad magic means "not an object of this format" (the caller's exit 4), unlike
-        every other failure here, which is damage.
-        Raises TruncatedError, ZeroedError, BadMagicError, BoundsError.
-        """
-        what = "object footer"
-        view = checks.need(buf, offset, FOOTER_SIZE, what)
-        checks.not_zero(view, offset, what)
-        start, length, version, index_crc, data_crc, reserved, magic = FOOTER_STRUCT.unpack_from(view)
-        checks.magic(magic, FOOTER_MAGIC, offset + 40, what, width=16)
-        checks.bound(version in VERSIONS, offset + 12, f"{what} version", version,
-                     "0 (AutoMQ) or 1 (walctl)")
-        checks.bound(start >= 0, offset, f"{what} indexStartPosition", start, ">= 0")
-        checks.bound(length >= 0 and length % INDEX_ENTRY_SIZE == 0, offset + 8,
-                     f"{what} indexBlockLength", length, f">= 0 and a multiple of {INDEX_ENTRY_SIZE}")
-        if version == VERSION_WALCTL:
-            # AutoMQ ignores [12, 40) and so does a version 0 read; walctl's own footer keeps zeros.
-            checks.bound(reserved == _FOOTER_RESERVED, offset + 24, f"{what} reserved bytes", reserved.hex(),
-                         "all zero")
-        if object_size is not None:
-            end = start + length + FOOTER_SIZE
-            checks.bound(end == object_size, offset, f"{what} indexStartPosition + indexBlockLength + "
-                         f"{FOOTER_SIZE}", end, f"== the object size {object_size}")
-        return cls(start, length, version, index_crc, data_crc)
-
-
-# --- index ------------------------------------------------------------------------------------
-
-def _scan_index(buf, footer: Footer, base_position: int,
-                problems: list[FormatError] | None) -> list[IndexEntry]:
-    """Decode and check the IndexBlock; raise the first failure, or collect all into ``problems``.
-
-    An entry failing its own checks is left out of the result; the scan goes on.
-    """
-    def report(exc: FormatError) -> None:
-        if problems is None:
-            raise exc
-        problems.append(exc)
-
-    with _relocated(base_position):
-        view = checks.need(buf, 0, footer.index_block_length, "object index block")
-    if footer.checksummed:
-        try:
-            checks.crc(footer.index_crc, crc32c(view), base_position, "object index block")
-        except FormatError as exc:
-            report(exc)
-    found: list[tuple[int, IndexEntry]] = []
-    for i in range(footer.entry_count):
-        pos = base_position + i * INDEX_ENTRY_SIZE
-        try:
-            with _relocated(base_position):
-                entry = IndexEntry.decode(view, i * INDEX_ENTRY_SIZE)
-            checks.bound(entry.block_end <= footer.index_start_position, pos + 24, "index entry block end",
-                         entry.block_end, f"<= indexStartPosition {footer.index_start_position}")
-            if found:
-                prev = found[-1][1]
-                checks.bound(entry.stream_id >= prev.stream_id, pos, "index entry streamId", entry.stream_id,
-                             f">= the previous entry's {prev.stream_id}: entries sorted by stream")
-                if entry.stream_id == prev.stream_id:
-                    checks.bound(entry.start_offset >= prev.end_offset, pos + 8, "index entry startOffset",
-                                 entry.start_offset, f">= the previous entry's end offset {prev.end_offset}: "
-                                 "sorted, no overlapping offset ranges")
-        except FormatError as exc:
-            report(exc)
-            continue
-        found.append((i, entry))
-    by_position = sorted(found, key=lambda item: item[1].block_position)
-    for (_, prev), (i, entry) in zip(by_position, by_position[1:]):
-        try:
-            checks.bound(entry.block_position >= prev.block_end, base_position + i * INDEX_ENTRY_SIZE + 24,
-                         "index entry blockPosition", entry.block_position,
-                         f">= {prev.block_end}, the end of the blocks before it: blocks overlap")
-        except FormatError as exc:
-            report(exc)
-    return [entry for _, entry in found]
-
-
-def decode_index(buf, footer: Footer, *, base_position: int | None = None) -> list[IndexEntry]:
-    """Decode the IndexBlock held at ``buf[0:footer.index_block_length]``.
-
-    Args:
-        base_position: the object position of ``buf[0]``, for error positions only;
-            defaults to ``footer.index_start_position``.
-    Raises:
-        TruncatedError, ChecksumError (version 1), ZeroedError, BoundsError: entry fields,
-        a block past the index start, entries out of order, overlapping offset ranges
-        within a stream, overlapping blocks.
-    """
-    base = footer.index_start_position if base_position is None else base_position
-    return _scan_index(buf, footer, base, None)
-
-
-def check_data_crc(data, footer: Footer) -> None:
-    """Check the version 1 data crc; ``data`` holds the object from position 0 at least to the index.
-
-    Version 0 (AutoMQ) has no data crc: nothing to check.
-    Raises TruncatedError, ChecksumError (at position 0: the crc covers the whole data region).
-    """
-    if not footer.checksummed:
-        return
-    region = checks.need(data, 0, footer.index_start_position, "object data region")
-    checks.crc(footer.data_crc, crc32c(region), 0, f"object data [0, {footer.index_start_position})")
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -333,7 +146,7 @@ def parse_tail(tail, object_size: int) -> tuple[Footer, list[IndexEntry] | None]
     if len(tail) > object_size:
         raise ValueError(f"tail of {len(tail)} bytes is longer than the object ({object_size} bytes)")
     tail_position = object_size - len(tail)
-    with _relocated(tail_position):
+    with checks.relocated(tail_position):
         footer = Footer.decode(tail, len(tail) - FOOTER_SIZE if len(tail) >= FOOTER_SIZE else 0,
                                object_size=object_size)
     if footer.index_start_position < tail_position:
@@ -341,121 +154,6 @@ def parse_tail(tail, object_size: int) -> tuple[Footer, list[IndexEntry] | None]
     start = footer.index_start_position - tail_position
     index = memoryview(tail)[start:start + footer.index_block_length]
     return footer, decode_index(index, footer, base_position=footer.index_start_position)
-
-
-def find_entries(entries: Sequence[IndexEntry], stream_id: int, offset: int) -> list[IndexEntry]:
-    """The entries of ``stream_id`` holding offsets >= ``offset``, in order (binary search).
-
-    ``entries`` must be a decoded index: sorted by (stream, start), ranges not overlapping,
-    so end offsets within a stream are sorted too.
-    """
-    first = bisect.bisect_right(entries, (stream_id, offset), key=lambda e: (e.stream_id, e.end_offset))
-    last = bisect.bisect_right(entries, stream_id, lo=first, key=lambda e: e.stream_id)
-    return list(entries[first:last])
-
-
-# --- AutoMQ composite objects (read only) -----------------------------------------------------
-#
-# AutoMQ's CompositeObject / CompositeObjectWriter (s3stream, branch 1.4): an object that holds no
-# data, only links to member objects, for one stream's contiguous range:
-#
-#     0      1        5                                    indexStart             size
-#     | 0x52 | count  | count x (objectId 8, blockStartIndex 4, bucketId 2) | index N x 36 | footer 48 |
-#
-# The index entries are the members' own (their blockPosition is a position in the member);
-# entry i belongs to the member with the largest blockStartIndex <= i. The footer is the usual
-# 48 bytes with zeros in [12, 40) and magic 0x88E241B785F4CFF8. Members live under
-# ObjectUtils.genKey(0, objectId): the same key scheme, in the writer's namespace.
-
-COMPOSITE_FOOTER_MAGIC = 0x88E241B785F4CFF8  # AutoMQ CompositeObject.FOOTER_MAGIC
-OBJECTS_BLOCK_MAGIC = 0x52  # AutoMQ CompositeObject.OBJECTS_BLOCK_MAGIC
-OBJECTS_BLOCK_HEADER_STRUCT = struct.Struct(">Bi")  # magic, objects count
-OBJECTS_BLOCK_HEADER_SIZE = OBJECTS_BLOCK_HEADER_STRUCT.size  # 5
-LINKED_OBJECT_STRUCT = struct.Struct(">qih")  # objectId, blockStartIndex, bucketId
-LINKED_OBJECT_SIZE = LINKED_OBJECT_STRUCT.size  # 14
-
-
-def is_composite(tail) -> bool:
-    """Whether ``tail`` (an object's last bytes) ends with AutoMQ's composite footer magic."""
-    return len(tail) >= FOOTER_SIZE and struct.unpack_from(">Q", tail, len(tail) - 8)[0] == COMPOSITE_FOOTER_MAGIC
-
-
-@dataclass(frozen=True)
-class LinkedObject:
-    """One member of a composite object: its index entries are [block_start_index, block_end_index)."""
-
-    object_id: int
-    block_start_index: int
-    block_end_index: int
-    bucket_id: int
-
-
-@dataclass(frozen=True)
-class CompositeObject:
-    """A decoded AutoMQ composite object: its members and the index entries that point into them."""
-
-    size: int
-    index_start_position: int
-    index_block_length: int
-    members: list[LinkedObject]
-    entries: list[IndexEntry]
-
-    def member_of(self, entry_index: int) -> LinkedObject:
-        starts = [m.block_start_index for m in self.members]
-        return self.members[bisect.bisect_right(starts, entry_index) - 1]
-
-    def placed_entries(self) -> list[tuple[LinkedObject, IndexEntry]]:
-        return [(self.member_of(i), e) for i, e in enumerate(self.entries)]
-
-
-def decode_composite(buf, object_size: int) -> CompositeObject:
-    """Decode a whole composite object (``buf`` holds all ``object_size`` bytes: they are small).
-
-    Raises TruncatedError, BadMagicError (footer or objects block), BoundsError (layout, member
-    order, entries not of one stream or not contiguous, as CompositeObjectWriter requires).
-    """
-    what = "composite object footer"
-    checks.need(buf, 0, object_size, "composite object")
-    fpos = object_size - FOOTER_SIZE
-    checks.need(buf, max(fpos, 0), FOOTER_SIZE, what)
-    start, length, _, _, _, _, magic = FOOTER_STRUCT.unpack_from(buf, fpos)
-    checks.magic(magic, COMPOSITE_FOOTER_MAGIC, fpos + 40, what, width=16)
-    checks.bound(start >= OBJECTS_BLOCK_HEADER_SIZE, fpos, f"{what} indexStartPosition", start,
-                 f">= {OBJECTS_BLOCK_HEADER_SIZE}: an objects block comes first")
-    checks.bound(length >= 0 and length % INDEX_ENTRY_SIZE == 0, fpos + 8, f"{what} indexBlockLength", length,
-                 f">= 0 and a multiple of {INDEX_ENTRY_SIZE}")
-    checks.bound(start + length + FOOTER_SIZE == object_size, fpos, f"{what} indexStartPosition + "
-                 f"indexBlockLength + {FOOTER_SIZE}", start + length + FOOTER_SIZE, f"== the object size {object_size}")
-    block_magic, count = OBJECTS_BLOCK_HEADER_STRUCT.unpack_from(buf, 0)
-    checks.magic(block_magic, OBJECTS_BLOCK_MAGIC, 0, "composite objects block", width=2)
-    checks.bound(count >= 1 and OBJECTS_BLOCK_HEADER_SIZE + count * LINKED_OBJECT_SIZE == start, 1,
-                 "composite objects block count", count,
-                 f"({start} - {OBJECTS_BLOCK_HEADER_SIZE}) / {LINKED_OBJECT_SIZE}: the block ends where the index starts")
-    n = length // INDEX_ENTRY_SIZE
-    raw = [LINKED_OBJECT_STRUCT.unpack_from(buf, OBJECTS_BLOCK_HEADER_SIZE + i * LINKED_OBJECT_SIZE)
-           for i in range(count)]
-    members = []
-    for i, (oid, first, bucket) in enumerate(raw):
-        pos = OBJECTS_BLOCK_HEADER_SIZE + i * LINKED_OBJECT_SIZE
-        end = raw[i + 1][1] if i + 1 < count else n
-        checks.bound(oid >= 0, pos, "composite member objectId", oid, ">= 0")
-        checks.bound((first == 0) if i == 0 else first > raw[i - 1][1], pos + 8, "composite member blockStartIndex",
-                     first, "0 for the first member, then strictly ascending")
-        checks.bound(first < end <= n, pos + 8, "composite member blockStartIndex", first,
-                     f"< the next member's and < {n} index entries")
-        members.append(LinkedObject(oid, first, end, bucket))
-    entries = []
-    for i in range(n):
-        pos = start + i * INDEX_ENTRY_SIZE
-        with _relocated(start):
-            entry = IndexEntry.decode(memoryview(buf)[start:start + length], i * INDEX_ENTRY_SIZE)
-        if entries:
-            prev = entries[-1]
-            checks.bound(entry.stream_id == prev.stream_id and entry.start_offset == prev.end_offset, pos,
-                         "composite index entry", f"stream {entry.stream_id} offset {entry.start_offset}",
-                         f"stream {prev.stream_id} offset {prev.end_offset}: one stream, contiguous")
-        entries.append(entry)
-    return CompositeObject(object_size, start, length, members, entries)
 
 
 # --- building ---------------------------------------------------------------------------------
@@ -764,7 +462,7 @@ def iter_blocks(buf, entry: IndexEntry, *, base_position: int = 0) -> Iterator[S
         last offset or batch count not the entry's.
         ValueError: ``buf`` starts after the entry's range.
     """
-    with _relocated(base_position):
+    with checks.relocated(base_position):
         for block in _decode_entry_blocks(buf, entry, base_position):
             yield from block
 
@@ -780,7 +478,7 @@ class PlacedBatch(NamedTuple):
 def iter_placed(buf, entry: IndexEntry, *, base_position: int = 0, copy: bool = True) -> Iterator[PlacedBatch]:
     """Like iter_blocks, with each batch's DataBlock position and own position (object positions);
     ``copy=False``: payloads are read-only views of ``buf`` (which must not change), not copies."""
-    with _relocated(base_position):
+    with checks.relocated(base_position):
         pos = entry.block_position
         for block in _decode_entry_blocks(buf, entry, base_position, copy):
             bpos = pos + DATA_BLOCK_HEADER_SIZE

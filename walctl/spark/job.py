@@ -389,7 +389,7 @@ def _run_iteration(spec: IterationSpec, store) -> dict:
 
 def index_block(output) -> bytes:
     """An output's IndexBlock: one entry per source range, at its position in the output."""
-    from walctl.format.object import IndexEntry
+    from walctl.format.index_entry import IndexEntry
 
     out, position = [], 0
     for r in output.ranges:
@@ -431,7 +431,7 @@ def run_iterations(spark, plan, keys: list[str], store, store_url: str, endpoint
     written deleted (their prepared ids are left for gc), and the error is re-raised, classified.
     """
     from walctl.format.crc import crc32c, crc32c_combine
-    from walctl.format.object import VERSION_WALCTL, Footer
+    from walctl.format.footer import VERSION_WALCTL, Footer
     from walctl.spark import multipart
 
     sc = spark.sparkContext
