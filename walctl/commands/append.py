@@ -119,24 +119,15 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
         if data:
             bounds.base_offset(next_base, count=len(data), option="stream offset")
         base_limit, payload_limit = _limits()
-        append_many = writer.append_many
         for payloads, lengths in _payload_batches(data, source, framing):
+            taken = _within_bounds(payloads, lengths, next_base, base_limit, payload_limit)
+            token, i = (taken, next_base), 0
+            while i < len(taken) and not stats["stdout_closed"]:
+                queued = writer.append_many(taken, stream_id, epoch, next_base, token, index=i)
+                i, next_base = i + queued, next_base + queued
             if stats["stdout_closed"]:
                 break
-            # The checks of bounds.base_offset and bounds.record_payload: the records before the
-            # first out of range are written (durable once the loop ends), then its error.
-            n = len(payloads)
-            stop = n if 0 <= next_base and next_base + n - 1 <= base_limit else max(0, base_limit + 1 - next_base)
-            if max(lengths) > payload_limit:
-                stop = min(stop, next(i for i, length in enumerate(lengths) if length > payload_limit))
-            taken = payloads if stop == n else payloads[:stop]
-            token = (taken, next_base)
-            i = 0
-            while i < stop and not stats["stdout_closed"]:
-                queued = append_many(taken, stream_id, epoch, next_base, token, index=i)
-                i += queued
-                next_base += queued
-            if i < n and not stats["stdout_closed"]:
+            if i < len(payloads):
                 # --input: the records counted so far are durable; the one that would overflow is not written.
                 if not 0 <= next_base <= base_limit:
                     bounds.base_offset(next_base, option="stream offset")
@@ -180,6 +171,16 @@ def _limits() -> tuple[int, int]:
     from walctl.format import record as rec
 
     return bounds.OFFSET_END_LIMIT - 2, min(bounds.UINT32_MAX, rec.MAX_BODY_LENGTH) - batch_format.HEADER_SIZE
+
+
+def _within_bounds(payloads: list, lengths: list, next_base: int, base_limit: int, payload_limit: int) -> list:
+    """The leading payloads of a batch that bounds.base_offset and bounds.record_payload let through:
+    the records before the first out of range are written, then its error is raised."""
+    n = len(payloads)
+    stop = n if 0 <= next_base and next_base + n - 1 <= base_limit else max(0, base_limit + 1 - next_base)
+    if max(lengths) > payload_limit:
+        stop = min(stop, next(i for i, length in enumerate(lengths) if length > payload_limit))
+    return payloads if stop == n else payloads[:stop]
 
 
 def _payload_batches(data, source, framing):

@@ -118,8 +118,7 @@ class WalWriter:
         self.iodepth = iodepth
         self.run_ahead = iodepth  # closed blocks the appender may queue while every slot is busy
         self.block_soft_limit_bytes = block_soft_limit_bytes
-        self.on_ack = on_ack
-        self.on_acks: AcksCallback | None = None  # append_many's acknowledgements, a block's at once
+        self.on_ack, self.on_acks = on_ack, None  # on_acks (AcksCallback): append_many's, a block's at once
         self.window_cap_bytes = min(window_upper_limit_bytes, self.ring.size)
         self.batch_interval_s = batch_interval_s
         lock = threading.RLock()
