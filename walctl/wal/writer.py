@@ -31,6 +31,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -610,12 +611,10 @@ class WalWriter:
         """Acknowledge the records of one append_many call in one block (their offsets from their sizes)."""
         if self.on_acks is None and self.on_ack is None:
             return
-        offsets = []
-        add = offsets.append
-        offset = item.offset
-        for payload in item.payloads[item.index:item.index + item.count]:
-            add(offset)
-            offset += _MANY_OVERHEAD + len(payload)
+        # each record's offset: the previous one's plus its size
+        payloads = item.payloads[item.index:item.index + item.count]
+        offsets = list(accumulate(map(_MANY_OVERHEAD.__add__, map(len, payloads)), initial=item.offset))
+        offsets.pop()
         if self.on_acks is not None:
             self.on_acks(offsets, item.token, item.index)
         else:
