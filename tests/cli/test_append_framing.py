@@ -76,6 +76,10 @@ def test_every_acknowledgement_line_arrives(tmp_path, no_native):
     assert proc.returncode == 0, proc.stderr.decode()
     lines = [json.loads(line) for line in proc.stdout.decode().splitlines()]
     acks = [line for line in lines if line["type"] == "record"]
+    # the lines json.dumps(..., separators=(",", ":")) printed before acknowledgements were batched
+    assert list(acks[0]) == ["type", "offset", "stream_id", "base_offset", "count", "payload_bytes", "wal_offset",
+                             "stream_offset"]
+    assert proc.stdout.decode().splitlines()[:len(acks)] == [json.dumps(a, separators=(",", ":")) for a in acks]
     assert [a["base_offset"] for a in acks] == list(range(len(payloads)))
     assert [a["payload_bytes"] for a in acks] == [len(p) for p in payloads]
     assert lines[-1]["type"] == "summary" and lines[-1]["records"] == len(payloads)
@@ -86,6 +90,37 @@ def test_every_acknowledgement_line_arrives(tmp_path, no_native):
         dev.close()
     assert [e.batch.payload for e in entries] == payloads
     assert [e.offset for e in entries] == [a["offset"] for a in acks]
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_a_blocks_acknowledgements_are_one_write(monkeypatch, json_out):
+    from walctl.commands.append import _acknowledger
+
+    class Out:
+        def __init__(self):
+            self.writes, self.flushes = [], 0
+
+        def write(self, text):
+            self.writes.append(text)
+
+        def flush(self):
+            self.flushes += 1
+
+    out = Out()
+    monkeypatch.setattr(sys, "stdout", out)
+    stats, on_acks, _ = _acknowledger(3, json_out)
+    payloads = [b"a", b"bb", b"", b"dddd"]
+    on_acks([4096, 4096 + 58, 4096 + 117], (payloads, 10), 1)  # the records of payloads[1:4] in one block
+    assert len(out.writes) == 1 and out.flushes == 1
+    lines = out.writes[0].splitlines()
+    if json_out:
+        assert [json.loads(line)["stream_offset"] for line in lines] == [11, 12, 13]
+        assert [json.loads(line)["payload_bytes"] for line in lines] == [2, 0, 4]
+        assert {json.loads(line)["stream_id"] for line in lines} == {3}
+    else:
+        assert lines == ["4096", "4154", "4213"]
+    assert stats["records"] == 3 and stats["payload_bytes"] == 6
+    assert (stats["first_offset"], stats["last_offset"]) == (4096, 4213)
 
 
 # --- walctl.wal.framing against the one-record-at-a-time parser it replaced -------------------

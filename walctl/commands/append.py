@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import sys
-import threading
 from typing import Annotated
 
 import typer
@@ -15,7 +13,7 @@ from walctl.errors import EXIT_BROKEN_PIPE
 # Input framing lives in the engine (walctl.wal.framing: large reads, records found in bulk).
 from walctl.wal.framing import Framing
 from walctl.wal.framing import open_input as _open_input
-from walctl.wal.framing import records as _records
+from walctl.wal.framing import batches as _batches
 from walctl.options import Duration
 
 
@@ -100,10 +98,11 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
 
     data, input_path, upload_at_bytes = _check_arguments(device, data, input_path, store, upload_at)
     source = _open_input(input_path) if input_path is not None else None
-    stats, on_ack, flush_acks = _acknowledger(stream_id, json_out)
+    stats, on_acks, flush_acks = _acknowledger(stream_id, json_out)
     started, read_before = time.monotonic(), bytes_read_total()
-    opened, budget = _open_writer(device, stream_id, base_offset, iodepth, on_ack, iops, bandwidth, batch_interval_s)
+    opened, budget = _open_writer(device, stream_id, base_offset, iodepth, None, iops, bandwidth, batch_interval_s)
     writer = opened.writer
+    writer.on_acks = on_acks
     listener, uploader = _start_background(device, writer, store, endpoint_url, upload_at_bytes)
 
     def summary() -> dict:
@@ -115,27 +114,22 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
         next_base = first_base_offset(opened, stream_id, base_offset, device=device, store_url=store,
                                       endpoint_url=endpoint_url, on_warning=warn)
         epoch = max(writer.header.epoch, 0)
-        payloads = (d.encode() for d in data) if data else _records(source, framing)
         if data:
             bounds.base_offset(next_base, count=len(data), option="stream offset")
-        # The checks of bounds.base_offset and bounds.record_payload, inlined: called (for
-        # their error) only when a value is out of range.
-        base_limit, payload_limit, pack_head, magic = _batch_packing()
-        append = writer.append
-        for payload in payloads:
+        base_limit, payload_limit = _limits()
+        for payloads, lengths in _payload_batches(data, source, framing):
+            taken = _within_bounds(payloads, lengths, next_base, base_limit, payload_limit)
+            token, i = (taken, next_base), 0
+            while i < len(taken) and not stats["stdout_closed"]:
+                queued = writer.append_many(taken, stream_id, epoch, next_base, token, index=i)
+                i, next_base = i + queued, next_base + queued
             if stats["stdout_closed"]:
                 break
-            # --input: the records counted so far are durable; the one that would overflow is not written.
-            if not 0 <= next_base <= base_limit:
-                bounds.base_offset(next_base, option="stream offset")
-            length = len(payload)
-            if length > payload_limit:
-                bounds.record_payload(length)
-            # StreamRecordBatch(stream_id, epoch, next_base, 1, payload).encode(), packed directly
-            append(pack_head(magic, stream_id, epoch, next_base, 1, length) + payload, (next_base, 1, length),
-                   (stream_id, next_base + 1))
-            next_base += 1
-            flush_acks()
+            if i < len(payloads):
+                # --input: the records counted so far are durable; the one that would overflow is not written.
+                if not 0 <= next_base <= base_limit:
+                    bounds.base_offset(next_base, option="stream offset")
+                bounds.record_payload(lengths[i])
         writer.close()
         flush_acks()
     except WalctlError as exc:
@@ -171,14 +165,42 @@ def _open_writer(device: str, stream_id: int, base_offset, iodepth: int, on_ack,
     return opened, budget
 
 
-def _batch_packing() -> tuple:
-    """(largest base offset, largest payload, StreamRecordBatch header packer, magic) for the append loop."""
+def _limits() -> tuple[int, int]:
+    """(largest base offset, largest payload) the append loop takes (bounds.base_offset, bounds.record_payload)."""
     from walctl import bounds
     from walctl.format import batch as batch_format
     from walctl.format import record as rec
 
-    return (bounds.OFFSET_END_LIMIT - 2, min(bounds.UINT32_MAX, rec.MAX_BODY_LENGTH) - batch_format.HEADER_SIZE,
-            batch_format.STRUCT.pack, batch_format.MAGIC)
+    return bounds.OFFSET_END_LIMIT - 2, min(bounds.UINT32_MAX, rec.MAX_BODY_LENGTH) - batch_format.HEADER_SIZE
+
+
+def _within_bounds(payloads: list, lengths: list, next_base: int, base_limit: int, payload_limit: int) -> list:
+    """The leading payloads of a batch that bounds.base_offset and bounds.record_payload let through:
+    the records before the first out of range are written, then its error is raised."""
+    n = len(payloads)
+    stop = n if 0 <= next_base and next_base + n - 1 <= base_limit else max(0, base_limit + 1 - next_base)
+    if max(lengths) > payload_limit:
+        stop = min(stop, next(i for i, length in enumerate(lengths) if length > payload_limit))
+    return payloads if stop == n else payloads[:stop]
+
+
+def _payload_batches(data, source, framing):
+    """(payloads, their lengths) in batches: the DATA arguments, or per read of the input (one for raw)."""
+    if data:
+        payloads = [d.encode() for d in data]
+        yield payloads, [len(p) for p in payloads]
+        return
+    if framing is Framing.raw:
+        payload = source.read()
+        yield [payload], [len(payload)]
+        return
+    for view, spans in _batches(source, framing):
+        flat = spans.spans[:2 * spans.count].tolist()
+        starts, lengths = flat[0::2], flat[1::2]
+        # Slices of the read's bytes (copies: a bytes slice costs a third of a memoryview slice,
+        # and the record's bytes are copied once more into the block anyway).
+        data = view.obj if type(view.obj) is bytes else view
+        yield list(map(data.__getitem__, map(slice, starts, map(int.__add__, starts, lengths)))), lengths
 
 
 def _check_arguments(device: str, data, input_path, store, upload_at) -> tuple:
@@ -208,11 +230,13 @@ def _check_arguments(device: str, data, input_path, store, upload_at) -> tuple:
 
 
 def _acknowledger(stream_id: int, json_out: bool):
-    """(stats, on_ack, flush_acks): the writer's acknowledgement callback printing each durable
-    record's offset, the counts it keeps, and the flush the append loop calls after each record."""
+    """(stats, on_acks, flush_acks): the writer's acknowledgement callback printing the offsets of
+    the durable records of a block (one write per block), the counts it keeps, and a last flush."""
     stats = {"records": 0, "payload_bytes": 0, "first_offset": None, "last_offset": None, "stdout_closed": False}
-
-    main_thread = threading.get_ident()
+    # json.dumps({"type": "record", "offset": ..., "stream_id": ..., "base_offset": ..., "count": 1,
+    # "payload_bytes": ..., "wal_offset": ..., "stream_offset": ...}, separators=(",", ":")), the two
+    # offsets named apart; every field an int.
+    sid = int(stream_id)
 
     def flush_acks() -> None:
         if stats["stdout_closed"]:
@@ -223,35 +247,34 @@ def _acknowledger(stream_id: int, json_out: bool):
             stats["stdout_closed"] = True
             silence_stdout()
 
-    def on_ack(offset: int, token) -> None:
-        base, count, length = token
-        stats["records"] += 1
-        stats["payload_bytes"] += length
+    def on_acks(offsets: list[int], token, first: int) -> None:
+        payloads, base = token
+        base += first
+        lengths = list(map(len, payloads[first:first + len(offsets)]))
+        stats["records"] += len(offsets)
+        stats["payload_bytes"] += sum(lengths)
         if stats["first_offset"] is None:
-            stats["first_offset"] = offset
-        stats["last_offset"] = offset
+            stats["first_offset"] = offsets[0]
+        stats["last_offset"] = offsets[-1]
         if stats["stdout_closed"]:
             return
+        if json_out:
+            text = "".join([f'{{"type":"record","offset":{o},"stream_id":{sid},"base_offset":{b},"count":1,'
+                            f'"payload_bytes":{n},"wal_offset":{o},"stream_offset":{b}}}\n'
+                            for o, b, n in zip(offsets, range(base, base + len(offsets)), lengths)])
+        else:
+            text = "\n".join(map(str, offsets)) + "\n"
         try:
-            # Written now, flushed in batches: by the append loop after each record (one write for
-            # all the records a block completion acknowledged), at once from the reaper thread.
-            if json_out:
-                sys.stdout.write(json.dumps({"type": "record", "offset": offset, "stream_id": stream_id,
-                                             "base_offset": base, "count": count, "payload_bytes": length,
-                                             # the two offsets, named apart
-                                             "wal_offset": offset, "stream_offset": base},
-                                            separators=(",", ":")) + "\n")
-            else:
-                sys.stdout.write(f"{offset}\n")
-            if threading.get_ident() != main_thread:
-                sys.stdout.flush()
+            # One write for the block's records, once it is durable (from the appender or the reaper thread).
+            sys.stdout.write(text)
+            sys.stdout.flush()
         except BrokenPipeError:
             # The reader of our acknowledgements went away (e.g. `| head`): stop taking input,
             # close cleanly (queued records still become durable), exit as SIGPIPE would.
             stats["stdout_closed"] = True
             silence_stdout()
 
-    return stats, on_ack, flush_acks
+    return stats, on_acks, flush_acks
 
 
 def _start_background(device: str, writer, store, endpoint_url, upload_at_bytes):

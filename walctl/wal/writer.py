@@ -31,13 +31,16 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from walctl.device.blockio import open_write_queue
 from walctl.device.buffers import aligned_buffer
 from walctl.errors import FullError, IOFailure, UsageError, WalctlError
+from walctl.format import batch as batch_format
 from walctl.format import record as rec
+from walctl.format.bulk import pack_records as _pack_records
 from walctl.format.checkpoint import Checkpoint, bounded
 from walctl.format.header import SHUTDOWN_GRACEFUL
 from walctl.wal.headers import KEEP, HeaderState, write_header
@@ -61,13 +64,25 @@ DEFAULT_IODEPTH = 4
 DEFAULT_BATCH_INTERVAL_S = 0.002
 
 AckCallback = Callable[[int, Any], None]
+# append_many's acknowledgements: (record offsets, the call's token, index of the first in its payloads)
+AcksCallback = Callable[[list, Any, int], None]
+_MANY_OVERHEAD = rec.SIZE + batch_format.HEADER_SIZE  # bytes of an append_many record besides its payload
+
+
+class _Many:
+    """Records one append_many call packed into one block: ``count`` payloads from ``index``, the first at ``offset``."""
+
+    __slots__ = ("offset", "payloads", "index", "count", "token")
+
+    def __init__(self, offset: int, payloads, index: int, count: int, token: Any):
+        self.offset, self.payloads, self.index, self.count, self.token = offset, payloads, index, count, token
 
 
 @dataclass
 class _Block:
     start: int
     end: int  # logical end of the block's extent (padding blocks extend to the lap end)
-    records: list[tuple[int, Any]] = field(default_factory=list)
+    records: list = field(default_factory=list)  # (offset, token) per append, a _Many per append_many
     # (stream id, next stream offset, record offset) of the records that carry a stream batch
     stream_marks: list[tuple[int, int, int]] = field(default_factory=list)
     log_end: int = 0  # end of its last record (padding blocks: the lap end), set when closed
@@ -104,7 +119,7 @@ class WalWriter:
         self.iodepth = iodepth
         self.run_ahead = iodepth  # closed blocks the appender may queue while every slot is busy
         self.block_soft_limit_bytes = block_soft_limit_bytes
-        self.on_ack = on_ack
+        self.on_ack, self.on_acks = on_ack, None  # on_acks (AcksCallback): append_many's, a block's at once
         self.window_cap_bytes = min(window_upper_limit_bytes, self.ring.size)
         self.batch_interval_s = batch_interval_s
         lock = threading.RLock()
@@ -214,6 +229,70 @@ class WalWriter:
             if not self._ready and self._busy < self.iodepth:
                 self._submit_cur(wait=False)
             return offset
+
+    def append_many(self, payloads, stream_id: int, epoch: int, base_offset: int, token: Any = None, *,
+                    index: int = 0) -> int:
+        """Queue records carrying ``payloads[index:]`` as far as the open block takes them; returns how many
+        (at least 1 when any is left; the caller calls again with ``index`` moved on).
+
+        Each record's body is a StreamRecordBatch (``stream_id``, ``epoch``, baseOffset ``base_offset``
+        for ``payloads[index]`` and one more for each next, count 1, the payload): the bytes
+        ``append(StreamRecordBatch(...).encode(), stream=(stream_id, base + 1))`` writes for each, in
+        the same blocks (one walctl.format.bulk.pack_records call packs them into the open block).
+        A record the open block cannot take goes the way of ``append`` (closing the block, padding
+        the lap's end, the size and room checks), then the block is filled from it.
+
+        Acknowledgements, once the block is durable: ``on_acks(offsets, token, first_index)`` per
+        block and call, else ``on_ack(offset, (token, i))`` per record (``i``: its index in payloads).
+        The payloads are kept (not copied) until then.
+        """
+        if index >= len(payloads):
+            return 0
+        if not self._closed:
+            self._queue.poll()  # as in append
+        with self._mutex:
+            if self._failed is not None or self._closed:
+                self._check_usable()
+            batch = (stream_id, epoch, base_offset)
+            cur = self._cur
+            count = 0
+            if cur is not None:
+                start = cur.start
+                limit = min(self.block_soft_limit_bytes, cur.lap_end - start, (self._room_end - start) & ~4095)
+                with _signals_deferred():  # packed and booked together (see _book_many)
+                    count, end = _pack_records(cur.buf, cur.length, limit, start + cur.length, payloads,
+                                               index=index, batch=batch)
+                    if count:
+                        self._book_many(cur, payloads, index, count, end, stream_id, base_offset, token)
+            if not count:
+                # The open block cannot take the next record (or there is none): the single-record
+                # path's placement closes it, pads the lap's end, checks the room and the size.
+                record_bytes = _MANY_OVERHEAD + len(payloads[index])
+                if record_bytes > self._ring_bytes or align_up(record_bytes) > self.window_cap_bytes:
+                    raise UsageError(f"record of {record_bytes - rec.SIZE} bytes does not fit this WAL "
+                                     f"(ring {self.ring.size} bytes, window limit {self.window_cap_bytes} bytes)")
+                self._place(record_bytes)
+                cur = self._cur
+                start = cur.start
+                # Its first record always fits (a larger one has a buffer of its own, alone in its block).
+                limit = max(record_bytes, min(self.block_soft_limit_bytes, cur.lap_end - start,
+                                              (self._room_end - start) & ~4095))
+                with _signals_deferred():
+                    count, end = _pack_records(cur.buf, cur.length, limit, start + cur.length, payloads,
+                                               index=index, batch=batch)
+                    self._book_many(cur, payloads, index, count, end, stream_id, base_offset, token)
+            if not self._ready and self._busy < self.iodepth:
+                self._submit_cur(wait=False)
+            return count
+
+    def _book_many(self, cur: _Block, payloads, index: int, count: int, end: int, stream_id: int,
+                   base_offset: int, token) -> None:
+        """The records append_many just packed into ``cur`` (buffer bytes up to ``end``) join it."""
+        first = cur.start + cur.length
+        cur.length = end
+        cur.records.append(_Many(first, payloads, index, count, token))
+        last = cur.start + end - _MANY_OVERHEAD - len(payloads[index + count - 1])
+        cur.stream_marks.append((stream_id, base_offset + count, last))
 
     def submit_open_block(self) -> None:
         """Close the open block now, without waiting for its batch interval, and start its write
@@ -510,19 +589,37 @@ class WalWriter:
             for sid, end, offset in head.stream_marks:
                 self.stream_ends[sid] = end
                 self._stream_recency[sid] = offset
-            for offset, token in head.records:
-                self.records_acked += 1
-                if self.on_ack is not None:
-                    try:
-                        self.on_ack(offset, token)
-                    except BaseException as exc:  # e.g. the reader of our stdout went away
-                        self._failed = exc
-                        break
+            for item in head.records:
+                try:
+                    if item.__class__ is _Many:
+                        self.records_acked += item.count
+                        self._ack_many(item)
+                        continue
+                    self.records_acked += 1
+                    if self.on_ack is not None:
+                        self.on_ack(*item)
+                except BaseException as exc:  # e.g. the reader of our stdout went away
+                    self._failed = exc
+                    break
         if self._failed is not None:
             # Nothing at or after the failed block is acknowledged; let waiters see it.
             self._inflight = deque(b for b in self._inflight if not b.done)
         elif not self._closed:
             self._submit_cur(wait=False)  # may fail (a header write for the window): see _completed
+
+    def _ack_many(self, item: "_Many") -> None:
+        """Acknowledge the records of one append_many call in one block (their offsets from their sizes)."""
+        if self.on_acks is None and self.on_ack is None:
+            return
+        # each record's offset: the previous one's plus its size
+        payloads = item.payloads[item.index:item.index + item.count]
+        offsets = list(accumulate(map(_MANY_OVERHEAD.__add__, map(len, payloads)), initial=item.offset))
+        offsets.pop()
+        if self.on_acks is not None:
+            self.on_acks(offsets, item.token, item.index)
+        else:
+            for i, offset in enumerate(offsets, item.index):
+                self.on_ack(offset, (item.token, i))
 
     # -- budget and timer ----------------------------------------------------------
     def _budget_allows(self, block: _Block) -> bool:
