@@ -225,10 +225,15 @@ class _Records:
                 seg = Segment(sid, base)
                 self.segments[sid].append(seg)
         body = entry.body
+        size = len(body)
         crc = _crc32c(body)
-        seg.add(offset, end, len(body), crc)
+        seg.wal.append(offset)  # Segment.add, inline: this runs once a record
+        seg.crcs.append(crc)
+        seg.end = end
+        seg.bytes += size
+        seg.wal_end = offset + _REC_SIZE + size
         if self.kept is not None:
-            self._keep_left -= len(body)
+            self._keep_left -= size
             if self._keep_left >= 0:
                 self.kept[offset] = body
             else:
@@ -297,6 +302,7 @@ class _Records:
         return {sid: segs[0] for sid, segs in self.segments.items()}, later
 
 
+_REC_SIZE = rec.SIZE
 _BODY_CRC_AT = struct.Struct(">I").unpack_from  # a record header's bodyCRC: 8 bytes before its body
 _BODY_CRC_BACK = rec.SIZE - 16  # the bodyCRC field sits at byte 16 of the 24-byte record header
 _BATCH_HEAD = struct.Struct(">BqqqI")  # magic, streamId, epoch, baseOffset, count (FORMATS.md 2)
