@@ -50,9 +50,25 @@ def trim_offset(wal: str) -> int:
         return max(decode_slots(fh.read(HEADERS_SIZE)).header.trim_offset, 0)
 
 
+# `walctl upload` with upload.KEEP_SCANNED_BYTES set from argv[1] first: 0 makes every cron upload build
+# its objects from the second, streamed read of the WAL, as an upload of more than 64 MiB does.
+_UPLOAD_KEEPING = """
+import sys
+from walctl.pipeline import upload
+upload.KEEP_SCANNED_BYTES = int(sys.argv.pop(1))
+from walctl.cli import main
+sys.argv = ["walctl"] + sys.argv[1:]
+main()
+"""
+
+
 def run_soak(workdir: str, *, mode: str, capacity: int, rate_mib_s: float, seconds: float, upload_at: int,
-             upload_every_s: float, record_bytes: int = 1024, batch_interval: str | None = None) -> dict:
-    """One soak run in ``workdir``; returns its figures. Raises AssertionError when a check fails."""
+             upload_every_s: float, record_bytes: int = 1024, batch_interval: str | None = None,
+             upload_keep_bytes: int | None = None) -> dict:
+    """One soak run in ``workdir``; returns its figures. Raises AssertionError when a check fails.
+
+    ``upload_keep_bytes`` (cron mode): the cron uploads keep at most this many scanned bytes (None:
+    upload's own KEEP_SCANNED_BYTES); 0 streams every object from a second read of the WAL."""
     os.makedirs(workdir, exist_ok=True)
     wal, store = os.path.join(workdir, f"{mode}.img"), os.path.join(workdir, f"{mode}-store")
     if os.path.exists(wal):  # a fresh WAL and store for every run
@@ -79,14 +95,22 @@ def run_soak(workdir: str, *, mode: str, capacity: int, rate_mib_s: float, secon
     stop = threading.Event()
 
     upload_seconds: list[float] = []
+    upload_mib: list[float] = []  # payload each cron upload moved
 
     def cron():  # like cron: a start every upload_every_s (or at once, when the last one ran longer)
         due = time.monotonic() + upload_every_s
         while not stop.wait(max(0.0, due - time.monotonic())):
             began = time.monotonic()
-            r = _walctl("upload", wal, "--store", store, "--json", "--trim-timeout", "30")
+            args = ["upload", wal, "--store", store, "--json", "--trim-timeout", "30"]
+            if upload_keep_bytes is None:
+                r = _walctl(*args)
+            else:
+                r = subprocess.run([sys.executable, "-c", _UPLOAD_KEEPING, str(upload_keep_bytes), *args],
+                                   capture_output=True)
             uploads.append(r.returncode)
             upload_seconds.append(time.monotonic() - began)
+            if r.returncode == 0:
+                upload_mib.append(json.loads(r.stdout.decode().splitlines()[-1])["payload_bytes"] / (1 << 20))
             due += upload_every_s
 
     uploader = threading.Thread(target=cron, daemon=True) if mode == "cron" else None
@@ -128,8 +152,10 @@ def run_soak(workdir: str, *, mode: str, capacity: int, rate_mib_s: float, secon
     err = proc.stderr.read().decode(errors="replace")
     ring_rate = (acked[-1] / elapsed / (1 << 20)) if acked else 0.0
     assert code == 0, (f"the writer stopped with exit {code} after {elapsed:.1f} s ({len(acked)} records acknowledged, "
-                       f"the log grew {ring_rate:.1f} MiB/s with block padding; "
-                       f"upload durations {[round(x, 1) for x in upload_seconds]} s): {err.strip()[-300:]}")
+                       f"the log grew {ring_rate:.1f} MiB/s with block padding; peak fill "
+                       f"{peak_fill[0] / (1 << 20):.0f} MiB of {ring_bytes / (1 << 20):.0f}; upload durations "
+                       f"{[round(x, 1) for x in upload_seconds]} s for {[round(x) for x in upload_mib]} MiB): "
+                       f"{err.strip()[-300:]}")
     assert all(c == 0 for c in uploads), f"an upload failed: exit codes {uploads}"
     assert len(acked) == sent, (len(acked), sent)
     # Where is every record now? The store's live objects, and the WAL after its trim point.
@@ -160,6 +186,7 @@ def run_soak(workdir: str, *, mode: str, capacity: int, rate_mib_s: float, secon
             "in_store": len(in_store), "in_wal": len(in_wal), "exactly_once": True, "cron_uploads": len(uploads),
             "cron_upload_s_max": round(max(upload_seconds), 2) if upload_seconds else None,
             "cron_upload_s_mean": round(sum(upload_seconds) / len(upload_seconds), 2) if upload_seconds else None,
+            "cron_upload_s": [round(x, 2) for x in upload_seconds], "cron_upload_mib": [round(x) for x in upload_mib],
             "batch_interval": batch_interval or "default", "full": False}
 
 

@@ -3,6 +3,7 @@
 
     python bench/throughput_bench.py [--dir /var/tmp] [--loop]
         [--record-sizes 100,1KiB,4KiB,64KiB] [--wal-sizes 64MiB,256MiB,1GiB] [--json]
+        [--phases append,recover,upload] [--rounds N] [--compare-root DIR]
 
 For each WAL size and record size, in this order on the same target:
   1. append: `walctl append --input FILE --framing length-prefixed` of records of that size
@@ -18,6 +19,12 @@ For each WAL size and record size, in this order on the same target:
 Ratios are walctl / reference (higher is better for walctl): append device MiB/s / fio MiB/s,
 recover seconds of dd / seconds of walctl, upload payload MiB/s / cp MiB/s. Peak RSS is each
 walctl process's VmHWM (from /proc, read by a wrapper inside the process).
+
+--phases leaves out recover and the fio reference of append (append always runs: it builds the
+WAL). --rounds N times upload (and its cp) N times, interleaved, and reports the medians.
+--compare-root DIR also times upload with the walctl source tree in DIR (e.g. a `git archive` of
+an older commit, with its built extension), interleaved with this tree's on the same WAL, and
+prints its row below ("before" and "after" under the same load).
 
 The target is a file in --dir (O_DIRECT where the filesystem has it), or with --loop (root) a
 loop device with --direct-io=on over that file, detached after. Times are wall-clock on a
@@ -58,10 +65,10 @@ main()
 """
 
 
-def walctl(*args: str) -> tuple[float, int, list[str]]:
-    """Run walctl; returns (seconds, peak RSS bytes, stdout lines). Exits on failure."""
+def walctl(*args: str, root: str = REPO_ROOT) -> tuple[float, int, list[str]]:
+    """Run walctl (from the source tree ``root``); returns (seconds, peak RSS bytes, stdout lines). Exits on failure."""
     read_fd, write_fd = os.pipe()
-    env = {**os.environ, "PYTHONPATH": REPO_ROOT}
+    env = {**os.environ, "PYTHONPATH": root}
     started = time.monotonic()
     with tempfile.TemporaryFile() as out:
         proc = subprocess.run([sys.executable, "-c", _WRAPPER, str(write_fd), *args], stdout=out,
@@ -114,7 +121,40 @@ def make_input(path: str, record: int, payload_bytes: int) -> int:
     return count
 
 
-def one_case(workdir: str, record: int, wal_size: int, use_loop: bool, append_only: bool = False) -> dict:
+def upload_rounds(target: str, store: str, inp: str, records: int, rounds: int, roots: list[str]) -> list[dict]:
+    """Upload (--no-trim: the WAL stays) ``rounds`` times with each source tree, interleaved, each
+    round with a cp of the input beside it; one dict per tree, with the medians."""
+    import statistics
+
+    runs: dict[str, list[tuple[float, int, int]]] = {root: [] for root in roots}
+    cps = []
+    for _ in range(rounds):
+        for root in roots:
+            shutil.rmtree(store, ignore_errors=True)
+            secs, rss, lines = walctl("upload", target, "--store", store, "--json", "--no-trim", root=root)
+            s = json.loads(lines[-1])
+            assert s["records"] == records, s
+            runs[root].append((secs, rss, s["payload_bytes"]))
+        os.makedirs(store, exist_ok=True)
+        copy = os.path.join(store, "cp-copy")
+        cps.append(timed(["sh", "-c", f'cp "{inp}" "{copy}" && sync "{copy}"']))
+        os.unlink(copy)
+    cp_secs = statistics.median(cps)
+    cp_mib_s = os.path.getsize(inp) / MiB / cp_secs
+    out = []
+    for root in roots:
+        secs = statistics.median(r[0] for r in runs[root])
+        payload = runs[root][0][2]
+        out.append({"root": root, "records_per_s": records / secs, "payload_mib_s": payload / MiB / secs,
+                    "seconds": secs, "all_seconds": [round(r[0], 3) for r in runs[root]],
+                    "rss": max(r[1] for r in runs[root]), "cp_seconds": cp_secs, "cp_mib_s": cp_mib_s,
+                    "ratio": payload / MiB / secs / cp_mib_s})
+    return out
+
+
+def one_case(workdir: str, record: int, wal_size: int, use_loop: bool, phases: tuple[str, ...] = ("append",
+             "recover", "upload"), rounds: int = 1, compare_root: str | None = None,
+             append_only: bool = False) -> dict:
     inp = os.path.join(workdir, "input.bin")
     backing = os.path.join(workdir, "wal.img")
     store = os.path.join(workdir, "store")
@@ -143,27 +183,25 @@ def one_case(workdir: str, record: int, wal_size: int, use_loop: bool, append_on
         if append_only:
             return {"record_bytes": record, "wal_bytes": wal_size, "records": records, "append": append_vs_fio(
                 append, target)}
-        secs, rss, lines = walctl("recover", target, "--stats", "--json")
-        s = json.loads(lines[-1])
-        assert s["records"] == records, s
-        log_bytes = s["end_offset"] - s["start_offset"]
-        dd_secs = timed(["dd", f"if={target}", "of=/dev/null", "bs=1M", "iflag=direct",
-                         f"count={-(-(log_bytes + 8192) // MiB)}"])
-        recover = {"records_per_s": records / secs, "mib_s": log_bytes / MiB / secs, "seconds": secs, "rss": rss,
-                   "dd_seconds": dd_secs, "dd_mib_s": log_bytes / MiB / dd_secs, "ratio": dd_secs / secs}
-        secs, rss, lines = walctl("upload", target, "--store", store, "--json", "--no-trim")
-        s = json.loads(lines[-1])
-        assert s["records"] == records, s
-        up_payload = s["payload_bytes"]
-        copy = os.path.join(store, "cp-copy")
-        cp_secs = timed(["sh", "-c", f'cp "{inp}" "{copy}" && sync "{copy}"'])
-        cp_mib_s = os.path.getsize(inp) / MiB / cp_secs
-        upload = {"records_per_s": records / secs, "payload_mib_s": up_payload / MiB / secs, "seconds": secs,
-                  "rss": rss, "cp_seconds": cp_secs, "cp_mib_s": cp_mib_s,
-                  "ratio": up_payload / MiB / secs / cp_mib_s}
-        append_vs_fio(append, target)
+        recover = upload = None
+        compared = []
+        if "recover" in phases:
+            secs, rss, lines = walctl("recover", target, "--stats", "--json")
+            s = json.loads(lines[-1])
+            assert s["records"] == records, s
+            log_bytes = s["end_offset"] - s["start_offset"]
+            dd_secs = timed(["dd", f"if={target}", "of=/dev/null", "bs=1M", "iflag=direct",
+                             f"count={-(-(log_bytes + 8192) // MiB)}"])
+            recover = {"records_per_s": records / secs, "mib_s": log_bytes / MiB / secs, "seconds": secs,
+                       "rss": rss, "dd_seconds": dd_secs, "dd_mib_s": log_bytes / MiB / dd_secs,
+                       "ratio": dd_secs / secs}
+        if "upload" in phases:
+            roots = [REPO_ROOT] + ([compare_root] if compare_root else [])
+            upload, *compared = upload_rounds(target, store, inp, records, rounds, roots)
+        if "append" in phases:
+            append_vs_fio(append, target)
         return {"record_bytes": record, "wal_bytes": wal_size, "records": records, "append": append,
-                "recover": recover, "upload": upload}
+                "recover": recover, "upload": upload, "upload_compared": compared}
     finally:
         if loop:
             subprocess.run(["losetup", "-d", loop], check=False)
@@ -204,11 +242,17 @@ def main() -> int:
     parser.add_argument("--record-sizes", default="100,1KiB,4KiB,64KiB", help="payload bytes per record")
     parser.add_argument("--wal-sizes", default="64MiB,256MiB,1GiB", help="bytes of log per case")
     parser.add_argument("--json", action="store_true", help="also print every result as one JSON line")
+    parser.add_argument("--phases", default="append,recover,upload",
+                        help="which to measure (append always runs: it builds the WAL; without 'append' no fio)")
+    parser.add_argument("--rounds", type=int, default=1, help="uploads per case (interleaved; medians)")
+    parser.add_argument("--compare-root", default=None,
+                        help="another walctl source tree whose upload is timed interleaved with this one's")
     parser.add_argument("--append-only", action="store_true", help="only append and its fio reference")
     opts = parser.parse_args()
     # Bytecode compiled once, as an installed package has it (with PYTHONDONTWRITEBYTECODE every
     # measured process would compile walctl's modules again, ~0.1-0.3 s each).
     subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(REPO_ROOT, "walctl")], check=False)
+    phases = tuple(p.strip() for p in opts.phases.split(","))
     for tool in ("fio", "dd", "cp", "sync") + (("losetup",) if opts.loop else ()):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is not installed (Debian: apt-get install -y fio)")
@@ -223,7 +267,8 @@ def main() -> int:
             for record in records:
                 if not results and not opts.append_only:
                     print_header()
-                results.append(one_case(workdir, record, wal, opts.loop, opts.append_only))
+                results.append(one_case(workdir, record, wal, opts.loop, phases, opts.rounds,
+                                        opts.compare_root and os.path.abspath(opts.compare_root), opts.append_only))
                 (print_append_row if opts.append_only else print_row)(results[-1])
                 if opts.json:
                     print(json.dumps(results[-1]), flush=True)
@@ -241,14 +286,20 @@ def print_append_row(r: dict) -> None:
 
 
 def print_row(r: dict) -> None:
-    a, rc, u = r["append"], r["recover"], r["upload"]
-    print(f"{size_text(r['wal_bytes']):>7} {size_text(r['record_bytes']):>7} | "
-          f"{a['records_per_s']:>12,.0f} {a['device_mib_s']:>7.1f} {a['fio_mib_s']:>7.1f} {a['ratio']:>5.2f} "
-          f"{a['rss'] // MiB:>5} | "
-          f"{rc['records_per_s']:>13,.0f} {rc['mib_s']:>7.1f} {rc['dd_mib_s']:>7.1f} {rc['ratio']:>5.2f} "
-          f"{rc['rss'] // MiB:>5} | "
-          f"{u['records_per_s']:>12,.0f} {u['payload_mib_s']:>7.1f} {u['cp_mib_s']:>7.1f} {u['ratio']:>5.2f} "
-          f"{u['rss'] // MiB:>5}", flush=True)
+    a, rc = r["append"], r["recover"]
+    fio = (f"{a['fio_mib_s']:>7.1f} {a['ratio']:>5.2f}" if "fio_mib_s" in a else f"{'-':>7} {'-':>5}")
+    rec = (f"{rc['records_per_s']:>13,.0f} {rc['mib_s']:>7.1f} {rc['dd_mib_s']:>7.1f} {rc['ratio']:>5.2f} "
+           f"{rc['rss'] // MiB:>5}" if rc else f"{'-':>13} {'-':>7} {'-':>7} {'-':>5} {'-':>5}")
+    lead = f"{size_text(r['wal_bytes']):>7} {size_text(r['record_bytes']):>7} | "
+    ups = [r["upload"]] + r["upload_compared"] if r["upload"] else [None]
+    for n, u in enumerate(ups):
+        up = (f"{u['records_per_s']:>12,.0f} {u['payload_mib_s']:>7.1f} {u['cp_mib_s']:>7.1f} {u['ratio']:>5.2f} "
+              f"{u['rss'] // MiB:>5}" if u else f"{'-':>12} {'-':>7} {'-':>7} {'-':>5} {'-':>5}")
+        if n == 0:
+            print(f"{lead}{a['records_per_s']:>12,.0f} {a['device_mib_s']:>7.1f} {fio} {a['rss'] // MiB:>5} | "
+                  f"{rec} | {up}", flush=True)
+        else:  # the compared tree's upload, same WAL, same rounds
+            print(f"{'':>{len(lead) - 2}}| {'upload with ' + u['root']:<{len(rec) + 41}} | {up}", flush=True)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,11 @@ def bytes_read_total() -> int:
     return _read_counter.bytes
 
 
+def add_bytes_read(count: int) -> None:
+    """Count ``count`` bytes a helper thread read (upload's read-ahead) as the calling thread's reads."""
+    _read_counter.bytes += count
+
+
 class FdDevice(CheckedDevice):
     """A device behind an open file descriptor; subclasses choose the flush discipline."""
 

@@ -332,7 +332,8 @@ class ObjectBuilder:
         if not 0 <= start_offset < end_offset <= start_offset + INT32_MAX or end_offset >= INT64_LIMIT:
             raise ValueError(f"stream {stream_id}: block offsets [{start_offset}, {end_offset}) do not fit an "
                              "index entry")
-        data = DataBlockHeader(len(batches), sum(len(b) for b in batches)).encode() + b"".join(batches)
+        # One copy of the batches (join with the header first), not two (join, then concatenate).
+        data = b"".join([DataBlockHeader(len(batches), sum(len(b) for b in batches)).encode(), *batches])
         if len(data) > INT32_MAX:
             raise ValueError(f"stream {stream_id}: a DataBlock of {len(data)} bytes does not fit a Java int")
         self.entries.append(IndexEntry(stream_id, start_offset, end_offset - start_offset, len(batches),

@@ -15,15 +15,22 @@ that the rerun skips; the WAL is never trimmed past what a commit holds.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import operator
 import struct
 import time
 from array import array
 from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
+from walctl.device.buffers import ALIGN, align_down, align_up, aligned_buffer
 from walctl.errors import CorruptionError, RefusedError, UsageError, WalctlError
 from walctl.failpoints import failpoint
+from walctl.format import bulk
+from walctl.format import record as rec
 from walctl.format.batch import HEADER_SIZE as BATCH_HEADER_SIZE
+from walctl.format.crc import crc32c as _crc32c  # the C library, called directly
 from walctl.format.object import ObjectBuilder
 from walctl.store import manifest as mf
 
@@ -45,7 +52,7 @@ class Segment:
     so memory does not grow with the WAL's bytes.
     """
 
-    __slots__ = ("stream_id", "start", "end", "wal", "crcs", "bytes")
+    __slots__ = ("stream_id", "start", "end", "wal", "crcs", "bytes", "wal_end")
 
     def __init__(self, stream_id: int, start: int):
         self.stream_id = stream_id
@@ -54,12 +61,14 @@ class Segment:
         self.wal = array("q")
         self.crcs = array("I")
         self.bytes = 0  # the batches' sizes (= their record bodies)
+        self.wal_end = 0  # the WAL offset where the last batch's record ends
 
     def add(self, wal_offset: int, end: int, size: int, crc: int) -> None:
         self.wal.append(wal_offset)
         self.crcs.append(crc)
         self.end = end
         self.bytes += size
+        self.wal_end = wal_offset + rec.SIZE + size
 
     def __len__(self) -> int:
         return len(self.wal)
@@ -158,10 +167,10 @@ class _Records:
         self.bad: list[_Bad] = []
         self.segments: dict[int, list[Segment]] = {}
         self.events: list[tuple] = []  # (WAL offset, kind, details): overlaps and gaps, in log order
-        self._last: dict[int, tuple[int, int, int]] = {}  # stream -> (WAL offset, base, end) of its last batch
+        self._last: dict[int, tuple] = {}  # stream -> (WAL offset, base, end, Segment) of its last batch
         self._before: dict[int, int] | None = None
         self.stopped = False
-        self.last_mark: dict | None = None  # upload_mark of the last record to upload
+        self._last_todo: tuple | None = None  # (offset, stream, base, crc) of the last record to upload
         self.last_good: int | None = None  # WAL offset of the last good record (skipped or to upload)
         self.good_before_bad: int | None = None  # ... of the last one before the first bad record
 
@@ -195,33 +204,50 @@ class _Records:
                                                                 batch.end_offset):
                 self.not_in_store = offset
             return
-        sid, base, end = batch.stream_id, batch.base_offset, batch.end_offset
-        segs = self.segments.get(sid)
-        if segs is None:
+        sid, base = batch.stream_id, batch.base_offset
+        end = base + batch.count
+        last = self._last.get(sid)
+        if last is None:
             known = self.doc.stream(sid)
             if known is not None and base != known.end:
                 if base < known.end:
                     self.events.append((offset, "store_overlap", (sid, known.end, base)))
                 else:
                     self.events.append((offset, "gap", (sid, known.end, base, self._before.get(sid))))
-            segs = self.segments[sid] = [Segment(sid, base)]
+            seg = Segment(sid, base)
+            self.segments[sid] = [seg]
         else:
-            prev_offset, prev_base, prev_end = self._last[sid]
+            prev_offset, prev_base, prev_end, seg = last
             if base < prev_end:
                 self.events.append((offset, "wal_overlap", (sid, prev_base, prev_end, base)))
             elif base > prev_end:
                 self.events.append((offset, "gap", (sid, prev_end, base, prev_offset)))
-                segs.append(Segment(sid, base))
-        crc = _body_crc(entry)
-        segs[-1].add(offset, end, len(entry.body), crc)
+                seg = Segment(sid, base)
+                self.segments[sid].append(seg)
+        body = entry.body
+        size = len(body)
+        crc = _crc32c(body)
+        seg.wal.append(offset)  # Segment.add, inline: this runs once a record
+        seg.crcs.append(crc)
+        seg.end = end
+        seg.bytes += size
+        seg.wal_end = offset + _REC_SIZE + size
         if self.kept is not None:
-            self._keep_left -= len(entry.body)
+            self._keep_left -= size
             if self._keep_left >= 0:
-                self.kept[offset] = entry.body
+                self.kept[offset] = body
             else:
                 self.kept = None  # too many bytes to hold: the objects read the WAL again
-        self._last[sid] = (offset, base, end)
-        self.last_mark = {"offset": offset, "stream_id": sid, "base_offset": base, "body_crc": crc}
+        self._last[sid] = (offset, base, end, seg)
+        self._last_todo = (offset, sid, base, crc)
+
+    @property
+    def last_mark(self) -> dict | None:
+        """upload_mark of the last record to upload (None: nothing to upload)."""
+        if self._last_todo is None:
+            return None
+        offset, sid, base, crc = self._last_todo
+        return {"offset": offset, "stream_id": sid, "base_offset": base, "body_crc": crc}
 
     @property
     def todo_count(self) -> int:
@@ -276,17 +302,21 @@ class _Records:
         return {sid: segs[0] for sid, segs in self.segments.items()}, later
 
 
-def _body_crc(entry) -> int:
-    from walctl.format.crc import crc32c
-
-    return crc32c(entry.body)
-
-
+_REC_SIZE = rec.SIZE
+_BODY_CRC_AT = struct.Struct(">I").unpack_from  # a record header's bodyCRC: 8 bytes before its body
+_BODY_CRC_BACK = rec.SIZE - 16  # the bodyCRC field sits at byte 16 of the 24-byte record header
 _BATCH_HEAD = struct.Struct(">BqqqI")  # magic, streamId, epoch, baseOffset, count (FORMATS.md 2)
+_ROW = bulk.ROW
+# The second read of the WAL (uploads above KEEP_SCANNED_BYTES): log order, CHUNK_READ_BYTES per
+# O_DIRECT read, from a thread that stays up to READ_AHEAD_CHUNKS chunks ahead of the block building.
+CHUNK_READ_BYTES = 4 << 20
+READ_AHEAD_CHUNKS = 2
+_POOL_BUFFERS = READ_AHEAD_CHUNKS + 4  # chunk buffers kept for reuse: queued, being read, held by a block
+_SAFE_SPAN = 1 << 30  # a run of records whose block payload and offset span stay below this needs no INT32 checks
 
 
 class _Batch(NamedTuple):
-    """A batch read back from the WAL for an object: its encoded bytes (the record body) and offsets."""
+    """A batch the scan kept: its encoded bytes (the record body) and offsets."""
 
     base_offset: int
     count: int
@@ -295,20 +325,117 @@ class _Batch(NamedTuple):
     data: bytes
 
 
-class _WalBatches:
-    """The batches of a Segment: the bodies the scan kept, else read back from the WAL, checking
-    each is still the one scanned.
+def _unviewed(buf) -> bool:
+    """True when no view of the mmap ``buf`` is left (resize to its own size is refused while one is)."""
+    try:
+        buf.resize(len(buf))
+    except BufferError:
+        return False
+    return True
 
-    One aligned 1 MiB chunk is cached (reader.LogReader): a stream's batches are read in log
-    order, so a Stream Object costs one pass over its bytes; streams interleaved in the WAL cost
-    a read of the chunks they share per stream.
+
+class _ChunkReader:
+    """Logical [lo, hi) of the ring in log order, a chunk of at most CHUNK_READ_BYTES per O_DIRECT read
+    (never across a lap's end), read by a thread up to READ_AHEAD_CHUNKS chunks ahead of the consumer:
+    the device reads overlap the block building and the store writes, memory stays bounded.
+
+    Each chunk is (logical start, read-only view of a pooled aligned buffer); a buffer is read into
+    again only once no view of it is left (a block still holding slices of it keeps it). ``close``
+    stops the thread and counts its device reads as the caller's (bytes_read_total is per thread).
+    """
+
+    def __init__(self, dev, ring, lo: int, hi: int):
+        import queue
+        import threading
+
+        self._queue: queue.Queue = queue.Queue(maxsize=READ_AHEAD_CHUNKS)
+        self._full = queue.Full
+        self._stop = threading.Event()
+        self._pool: list = []
+        self._read = 0
+        self._thread = threading.Thread(target=self._run, args=(dev, ring, lo, hi), name="walctl-upload-read",
+                                        daemon=True)
+        self._thread.start()
+
+    def _buffer(self):
+        for buf in self._pool:
+            if _unviewed(buf):
+                return buf
+        buf = aligned_buffer(CHUNK_READ_BYTES)
+        if len(self._pool) < _POOL_BUFFERS:
+            self._pool.append(buf)
+        return buf
+
+    def _put(self, item) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except self._full:
+                continue
+
+    def _run(self, dev, ring, lo: int, hi: int) -> None:
+        from walctl.device.fdio import bytes_read_total
+
+        before = bytes_read_total()
+        try:
+            o = lo
+            while o < hi and not self._stop.is_set():
+                n = min(CHUNK_READ_BYTES, ring.lap_end(o) - o, hi - o)
+                with memoryview(self._buffer()) as whole, whole[:n] as view:
+                    dev.pread_into(ring.physical(o), view)
+                    item = (o, view.toreadonly())
+                self._put(item)
+                del item
+                o += n
+            self._put(None)
+        except BaseException as exc:  # handed to the consumer, raised there
+            self._put(exc)
+        finally:
+            self._read = bytes_read_total() - before
+
+    def __iter__(self) -> Iterator[tuple[int, memoryview]]:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        from walctl.device.fdio import add_bytes_read
+
+        self._stop.set()
+        while self._thread.is_alive():
+            try:
+                self._queue.get(timeout=0.05)  # unblock a put
+            except Exception:
+                pass
+        self._thread.join()
+        add_bytes_read(self._read)
+        self._read = 0
+
+
+class _WalBatches:
+    """The DataBlocks of a Segment: from the bodies the scan kept, else from a second read of the WAL,
+    checking each record is still the one scanned.
+
+    The second read (``_stream``) reads the segment's span of the log in large chunks, in log order,
+    from a thread (_ChunkReader), decodes each chunk's records in one call of the C decoder
+    (bulk.decode_records: header and body checks, batch fields), checks a run of them against the
+    scan in bulk (WAL offset, batch, stream offsets, body crc) and cuts DataBlocks out of it as
+    views of the chunk: no Python object and no copy per record before the block's own bytes.
+    A stream's span is read once; streams interleaved in the WAL (a Stream Set Object) each read
+    the span they share.
     """
 
     def __init__(self, wal_path: str, header, end: int, kept: dict[int, bytes] | None = None):
         self.where = wal_path
         self.header = header
-        self.end = end  # the end of the scanned log: no chunk reads more than a 4 KiB block past it
+        self.end = end  # the end of the scanned log: no read goes past the 4 KiB block holding it
         self.kept = kept  # the bodies the scan kept (WAL offset -> body): not read again
+        self._open: list = []  # (reader, device) of a second read under way: close() ends them
 
     def _changed(self, seg: Segment, offset: int, what: str) -> RefusedError:
         return RefusedError(f"the WAL changed during the upload: the record of stream {seg.stream_id} at WAL "
@@ -316,56 +443,216 @@ class _WalBatches:
                             hint="another upload or trim ran meanwhile? rerun upload: it skips what is "
                                  "already uploaded")
 
-    def batches(self, seg: Segment) -> Iterator[_Batch]:
-        """The segment's batches in order; the WAL is open (read-only, no lock) while they are read,
-        unless the scan kept their bodies."""
-        from walctl.device import open_device
-        from walctl.wal import reader
+    def blocks(self, seg: Segment, block_size: int) -> Iterator[tuple[int, int, list]]:
+        """(first offset, end offset, [batch bytes, ...]) of each DataBlock of the segment, in order."""
+        from walctl.format.object import iter_block_groups
 
         kept = self.kept
         if kept is not None and all(offset in kept for offset in seg.wal):
             # The scan's own bytes: no need to check they are still the records it read.
-            yield from self._read(seg, lambda offset: (kept[offset], None), recheck=False)
+            for block in iter_block_groups(self._kept(seg, kept), block_size):
+                yield block[0].base_offset, block[-1].end_offset, [b.data for b in block]
             return
+        yield from self._stream(seg, block_size)
 
-        dev = open_device(self.where, writable=False)
-        try:
-            log = reader.LogReader(dev, reader.Ring(self.header.capacity))
-            log.stop = self.end
-            yield from self._read(seg, log.data_record)  # header and body checked as the scan checks them
-        finally:
-            dev.close()
-
-    def _read(self, seg: Segment, data_record, recheck: bool = True) -> Iterator[_Batch]:
-        from walctl.format.crc import crc32c
-
+    def _kept(self, seg: Segment, kept: dict[int, bytes]) -> Iterator[_Batch]:
         expected = seg.start
-        crcs = seg.crcs
-        offset = None
-        for i, offset in enumerate(seg.wal):
-            found = data_record(offset)
-            if found is None:
-                raise self._changed(seg, offset, "is no intact record now")
-            data = found[0]
-            if recheck and crc32c(data) != crcs[i]:
-                raise self._changed(seg, offset, "is another record now")
-            magic, sid, _, base, count = _BATCH_HEAD.unpack_from(data)
+        for offset in seg.wal:
+            data = kept[offset]
+            _, sid, _, base, count = _BATCH_HEAD.unpack_from(data)
             end = base + count
             if sid != seg.stream_id or base != expected:
                 raise self._changed(seg, offset, "holds another batch now")
             expected = end
             yield _Batch(base, count, end, len(data), data)
-        if expected != seg.end:
-            raise self._changed(seg, offset, "holds another batch now")
+
+    def close(self) -> None:
+        """End the second reads still open (an upload that stops before its objects are built)."""
+        while self._open:
+            reader, dev = self._open.pop()
+            try:
+                reader.close()
+            finally:
+                dev.close()
+
+    def _stream(self, seg: Segment, block_size: int) -> Iterator[tuple[int, int, list]]:
+        from walctl.device import open_device
+        from walctl.wal.reader import Ring
+
+        ring = Ring(self.header.capacity)
+        dev = open_device(self.where, writable=False)
+        try:
+            reader = _ChunkReader(dev, ring, align_down(seg.wal[0]), min(align_up(seg.wal_end),
+                                                                          align_up(self.end)))
+        except BaseException:
+            dev.close()
+            raise
+        opened = (reader, dev)
+        self._open.append(opened)
+        try:
+            yield from _Cutter(self, seg, ring, block_size).run(iter(reader))
+        finally:
+            if opened in self._open:
+                self._open.remove(opened)
+                try:
+                    reader.close()
+                finally:
+                    dev.close()
+
+
+class _Cutter:
+    """One segment's second read: checks its records against the scan and cuts its DataBlocks."""
+
+    def __init__(self, fetch: _WalBatches, seg: Segment, ring, block_size: int):
+        self.fetch, self.seg, self.ring, self.block_size = fetch, seg, ring, block_size
+        self.i = 0  # index in seg.wal of the next record to find
+        self.expected = seg.start  # its stream offset
+        self.parts: list = []  # the open block's batches (views)
+        self.first = seg.start  # the open block's first stream offset
+        self.payload = 0  # ... and its bytes
+
+    def changed(self, i: int, what: str) -> RefusedError:
+        return self.fetch._changed(self.seg, self.seg.wal[min(i, len(self.seg.wal) - 1)], what)
+
+    def run(self, chunks) -> Iterator[tuple[int, int, list]]:
+        seg = self.seg
+        offsets, n = seg.wal, len(seg.wal)
+        guess = 256  # rows asked of the decoder: doubled while all are ours, cut when others interleave
+        chunk_lo, view = self._next(chunks)
+        while self.i < n:
+            o = offsets[self.i]
+            if o >= chunk_lo + len(view):
+                chunk_lo, view = self._next(chunks)
+                continue
+            lap_end = self.ring.lap_end(chunk_lo)
+            pos = o - chunk_lo
+            found = bulk.decode_records(view, chunk_lo, start=pos, lap_end=lap_end, align=ALIGN, max_records=guess)
+            src = view
+            if found.count == 0:
+                if found.stop.reason not in (bulk.TRUNCATED_HEADER, bulk.TRUNCATED_BODY):
+                    raise self.changed(self.i, "is no intact record now")
+                # The record runs past this chunk: gather it whole from the next ones.
+                src, chunk_lo, view = self._gather(view, pos, o, chunks, lap_end)
+                found = bulk.decode_records(src, o, lap_end=lap_end, max_records=1)
+            k = self._ours(found)
+            yield from self._take(found.rows[:k * _ROW], k, src)
+            guess = min(guess * 2, 1 << 20) if k == found.count == guess else max(2, 2 * k)
+        if self.parts:
+            yield self._close_block()
+        if self.expected != seg.end:
+            raise self.changed(n - 1, "holds another batch now")
+
+    def _next(self, chunks) -> tuple[int, memoryview]:
+        try:
+            return next(chunks)
+        except StopIteration:
+            raise self.changed(self.i, "is no intact record now") from None
+
+    def _gather(self, view, pos: int, o: int, chunks, lap_end: int) -> tuple[bytearray, int, memoryview]:
+        """The record at logical ``o`` (buffer position ``pos``) whole, from this chunk and the next."""
+        buf = bytearray(view[pos:])
+        chunk_lo = o - pos
+        taken = len(view)  # bytes of the current chunk already in buf
+        while True:
+            found = bulk.decode_records(buf, o, lap_end=lap_end, max_records=1)
+            if found.count == 1:
+                return buf, chunk_lo, view
+            if found.stop.reason == bulk.TRUNCATED_HEADER:
+                need = rec.SIZE
+            elif found.stop.reason == bulk.TRUNCATED_BODY:
+                need = rec.SIZE + found.stop.expected  # the header checked out: its bodyLength
+            else:
+                raise self.changed(self.i, "is no intact record now")
+            while len(buf) < need:
+                if taken == len(view):
+                    chunk_lo, view = self._next(chunks)
+                    taken = 0
+                more = min(len(view) - taken, need - len(buf))
+                buf += view[taken:taken + more]
+                taken += more
+
+    def _ours(self, found) -> int:
+        """How many of the decoded records, from the first, are the segment's next ones (by WAL offset)."""
+        got = found.rows[0::_ROW].tolist()
+        want = self.seg.wal[self.i:self.i + len(got)].tolist()
+        if got[:len(want)] == want:
+            return len(want)
+        k = 0
+        while got[k] == want[k]:
+            k += 1
+        if k == 0:
+            raise self.changed(self.i, "is no intact record now")
+        return k
+
+    def _take(self, rows: memoryview, k: int, src) -> Iterator[tuple[int, int, list]]:
+        """Check k decoded records against the scan, in bulk, and add them to the blocks."""
+        seg, i = self.seg, self.i
+        kinds, sids = rows[3::_ROW].tolist(), rows[4::_ROW].tolist()
+        bases, counts = rows[6::_ROW].tolist(), rows[7::_ROW].tolist()
+        positions, lengths = rows[1::_ROW].tolist(), rows[2::_ROW].tolist()
+        ends = list(map(operator.add, bases, counts))
+        crcs = [_BODY_CRC_AT(src, p - _BODY_CRC_BACK)[0] for p in positions]
+        if (kinds.count(bulk.KIND_BATCH) != k or sids.count(seg.stream_id) != k or bases[0] != self.expected
+                or bases[1:] != ends[:-1] or crcs != seg.crcs[i:i + k].tolist()):
+            self._refuse(kinds, sids, bases, ends, crcs)
+        self.expected = ends[-1]
+        view = memoryview(src)
+        cum = list(itertools.accumulate(lengths))
+        if self.payload + cum[-1] >= _SAFE_SPAN or ends[-1] - self.first >= _SAFE_SPAN:
+            yield from self._take_one_by_one(view, positions, lengths, bases, counts, ends)
+        else:
+            j = 0
+            while j < k:
+                before = cum[j - 1] if j else 0
+                t = bisect.bisect_left(cum, before + self.block_size - self.payload, j)  # the block's last record
+                last = min(t, k - 1)
+                self.parts += [view[p:p + n] for p, n in zip(positions[j:last + 1], lengths[j:last + 1])]
+                self.payload += cum[last] - before
+                self.last_end = ends[last]
+                j = last + 1
+                if t < k:
+                    yield self._close_block()
+        self.i = i + k
+
+    def _take_one_by_one(self, view, positions, lengths, bases, counts, ends):
+        """iter_block_groups' rules record by record, where a block could reach the index's Java ints."""
+        from walctl.format.object import DATA_BLOCK_HEADER_SIZE, INT32_MAX
+
+        for p, n, base, count, end in zip(positions, lengths, bases, counts, ends):
+            if count > INT32_MAX or n > INT32_MAX - DATA_BLOCK_HEADER_SIZE:
+                raise ValueError(f"batch at offset {base} too large for one DataBlock index entry")
+            if self.parts and (self.payload + n > INT32_MAX - DATA_BLOCK_HEADER_SIZE or end - self.first > INT32_MAX):
+                yield self._close_block()
+            self.parts.append(view[p:p + n])
+            self.payload += n
+            self.last_end = end
+            if self.payload >= self.block_size:
+                yield self._close_block()
+
+    def _close_block(self) -> tuple[int, int, list]:
+        block = (self.first, self.last_end, self.parts)
+        self.parts, self.payload, self.first = [], 0, self.last_end
+        return block
+
+    def _refuse(self, kinds, sids, bases, ends, crcs) -> None:
+        """The first of the records that is not the one scanned, in log order, refused as the scan's check would."""
+        seg, expected = self.seg, self.expected
+        for j, kind in enumerate(kinds):
+            if crcs[j] != seg.crcs[self.i + j]:
+                raise self.changed(self.i + j, "is another record now")
+            if kind != bulk.KIND_BATCH or sids[j] != seg.stream_id or bases[j] != expected:
+                raise self.changed(self.i + j, "holds another batch now")
+            expected = ends[j]
+        raise AssertionError("a run of records failed a check and none of them fails it")
 
 
 def _object_chunks(builder, planned: PlannedObject, fetch: _WalBatches, block_size: int) -> Iterator[bytes]:
     """The object's bytes, a DataBlock at a time, then its index and footer."""
-    from walctl.format.object import iter_block_groups
-
     for sid, seg in planned.streams:
-        for block in iter_block_groups(fetch.batches(seg), block_size):
-            yield builder.add_block(sid, block[0].base_offset, block[-1].end_offset, [b.data for b in block])
+        for start, end, batches in fetch.blocks(seg, block_size):
+            data = builder.add_block(sid, start, end, batches)
+            del batches  # views of the WAL's chunks: their buffers can be read into again
+            yield data
     yield builder.finish()
 
 
@@ -488,6 +775,7 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
                     progress(sum(p.data_bytes for p in plan[:len(made)]), sum(p.data_bytes for p in plan))
             failpoint("upload-before-commit")
         except BaseException:  # SIGTERM/SIGINT or a failure before the commit: roll the step back
+            fetch.close()
             _release(store, prepared, result.warnings)
             raise
 

@@ -39,6 +39,10 @@ from walctl.store.base import (
 
 # errnos that mean "no object under this key" when reading.
 _MISSING = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
+# A large put starts the writeback of what it wrote every this many bytes (posix_fadvise DONTNEED:
+# asynchronous writeback of the range, then its clean pages dropped), so the disk writes while the
+# object is still being built and the fsync before the rename waits only for the last stretch.
+WRITEBACK_BYTES = 16 << 20
 DIRECT_READ_CHUNK = 8 << 20  # O_DIRECT reads go through an aligned buffer of at most this size
 # A read up to this size goes through one aligned buffer of its own size: one copy out instead of two.
 DIRECT_READ_WHOLE = 32 << 20
@@ -422,7 +426,7 @@ class LocalStore:
         path = self._path(key)
         directory = os.path.dirname(path)
         tmp = os.path.join(directory, f"{TEMP_PREFIX}{uuid.uuid4().hex}")
-        written = 0
+        written = kicked = 0
         try:
             self._make_dirs(directory)
         except (FileExistsError, NotADirectoryError) as exc:
@@ -442,6 +446,9 @@ class LocalStore:
                         continue
                     _write_all(fd, chunk)
                     written += len(chunk)
+                    if written - kicked >= WRITEBACK_BYTES:
+                        os.posix_fadvise(fd, kicked, written - kicked, os.POSIX_FADV_DONTNEED)
+                        kicked = written
                 # The data must be on disk before the name points at it, or a
                 # crash could leave the key naming an empty or partial file.
                 os.fsync(fd)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Iterator, Sequence
 from urllib.parse import urlsplit
 
@@ -425,22 +426,22 @@ class S3Store:
         parts: list[dict[str, Any]] = []
         total = 0
         try:
-            for number, body in enumerate(_split_parts(stream, part_size), start=1):
-                if number > MAX_PARTS:
-                    raise UsageError(f"object needs more than {MAX_PARTS} parts of "
-                                     f"{part_size} bytes: use a larger part size",
-                                     where=self._where(key))
-                kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full, "UploadId": upload_id,
-                                          "PartNumber": number, "Body": body}
-                if checksum:
-                    kwargs["ChecksumAlgorithm"] = checksum
-                resp = self._call("UploadPart", key, **kwargs)
-                part = {"PartNumber": number, "ETag": resp["ETag"]}
-                member = f"Checksum{checksum}" if checksum else None
-                if member and resp.get(member):
-                    part[member] = resp[member]
-                parts.append(part)
-                total += len(body)
+            # One part goes up (a thread) while the next is built from the stream: the network and
+            # the building (upload's WAL reads) overlap; at most two parts are held.
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="walctl-s3-part") as sender:
+                sending = None
+                for number, body in enumerate(_split_parts(stream, part_size), start=1):
+                    if number > MAX_PARTS:
+                        raise UsageError(f"object needs more than {MAX_PARTS} parts of "
+                                         f"{part_size} bytes: use a larger part size",
+                                         where=self._where(key))
+                    if sending is not None:
+                        parts.append(sending.result())
+                    sending = sender.submit(self._upload_part, key, full, upload_id, number, body, checksum)
+                    total += len(body)
+                    del body
+                if sending is not None:
+                    parts.append(sending.result())
             try:
                 self._call("CompleteMultipartUpload", key, Bucket=self.bucket, Key=full,
                            UploadId=upload_id, MultipartUpload={"Parts": parts})
@@ -454,6 +455,20 @@ class S3Store:
             self._abort(key, full, upload_id, exc)
             raise
         self.stats.add("bytes_written", total)
+
+    def _upload_part(self, key: str, full: str, upload_id: str, number: int, body: bytes,
+                     checksum: str | None) -> dict[str, Any]:
+        """UploadPart; returns the part's entry for CompleteMultipartUpload."""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full, "UploadId": upload_id,
+                                  "PartNumber": number, "Body": body}
+        if checksum:
+            kwargs["ChecksumAlgorithm"] = checksum
+        resp = self._call("UploadPart", key, **kwargs)
+        part = {"PartNumber": number, "ETag": resp["ETag"]}
+        member = f"Checksum{checksum}" if checksum else None
+        if member and resp.get(member):
+            part[member] = resp[member]
+        return part
 
     def compose(self, key: str, pieces: Sequence[bytes | CopySource]) -> None:
         """One multipart upload: UploadPartCopy (a ranged server-side copy) for every part that
