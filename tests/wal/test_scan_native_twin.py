@@ -6,7 +6,6 @@ report, --stats counts and NDJSON lines, on intact and randomly damaged logs.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
@@ -19,7 +18,6 @@ from walctl.device import MemoryDevice
 from walctl.format import bulk
 from walctl.format.batch import StreamRecordBatch
 from walctl.format.header import HEADERS_SIZE
-from walctl.wal import reader
 from walctl.wal.headers import read_headers
 from walctl.wal.lifecycle import open_writer, trim_wal
 from walctl.wal.verdict import RecoverFilter, recover

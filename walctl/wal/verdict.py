@@ -158,13 +158,7 @@ def _show(scan: Scan, run: RecoverRun, filters: RecoverFilter, stats: bool, on_r
                 continue
             if event.__class__ is Run:  # only without filters: every record of it is shown
                 shown += event.count
-                if stats:
-                    _count_run(per_stream, event)
-                elif on_run is not None:
-                    on_run(event)
-                else:
-                    for entry in event.entries():
-                        on_record(entry)
+                _show_run(event, per_stream if stats else None, on_record, on_run)
                 continue
             if want is not None and not want(event, shown):
                 if not report.complete:
@@ -182,6 +176,17 @@ def _show(scan: Scan, run: RecoverRun, filters: RecoverFilter, stats: bool, on_r
             counts[1] += len(batch.payload) if batch else len(event.body)
     finally:
         run.shown = shown
+
+
+def _show_run(run: Run, per_stream: dict[int, list[int]] | None, on_record, on_run) -> None:
+    """A Run's records: counted (--stats: ``per_stream``), rendered in one go, or one by one."""
+    if per_stream is not None:
+        _count_run(per_stream, run)
+    elif on_run is not None:
+        on_run(run)
+    else:
+        for entry in run.entries():
+            on_record(entry)
 
 
 def _count_run(per_stream: dict[int, list[int]], run: Run) -> None:
