@@ -67,24 +67,43 @@ class LogReader:
             size = min(max(CHUNK_BYTES, align_up(phys + length) - start), self.ring.capacity - start)
             if self.stop is not None and offset < self.stop + ALIGN:
                 size = min(size, align_up(phys - start + max(length, self.stop + ALIGN - offset)))
-            if self._chunk is None or len(self._chunk) < align_up(size):
-                self._chunk = aligned_buffer(align_up(size))
+            carry = self._carry(start, size)
             # Direct reads take whole 4 KiB blocks, but an AutoMQ ring (a multiple of its 512-byte
             # blocks) may end inside one, and the device with it: the last read then stops at the
             # device's end (a short read, no I/O error), and what it got is kept.
             device_end = self.dev.size_bytes
             readable = align_up(min(size, device_end - start))
-            try:
-                self.dev.pread_into(start, memoryview(self._chunk)[:readable])
-            except IOFailure as exc:
-                if start + readable <= device_end or exc.__cause__ is not None:
-                    raise  # a real I/O error, not the device's unaligned end
-            self.bytes_read += size
+            if readable > carry:
+                try:
+                    self.dev.pread_into(start + carry, memoryview(self._chunk)[carry:readable])
+                except IOFailure as exc:
+                    if start + readable <= device_end or exc.__cause__ is not None:
+                        raise  # a real I/O error, not the device's unaligned end
+            self.bytes_read += size - carry
             if self.account is not None:
                 self.account.bytes_read = self.bytes_read
             self._chunk_start, self._chunk_len = start, size
         rel = phys - self._chunk_start
         return memoryview(self._chunk)[rel:rel + length]
+
+    def _carry(self, start: int, size: int) -> int:
+        """Make the chunk buffer ready for a read of ``size`` bytes at physical ``start``; when
+        the cached chunk already holds the first bytes of it (a scan reading on past a record
+        across the chunk's end), move them to the front instead of reading them again: how
+        many (the chunk's end is then where the device read starts)."""
+        old, old_start, old_end = self._chunk, self._chunk_start, self._chunk_start + self._chunk_len
+        need = align_up(size)
+        if old is None or not old_start <= start < old_end < start + size or old_end % ALIGN:
+            if old is None or len(old) < need:
+                self._chunk = aligned_buffer(need)
+            return 0
+        carry = old_end - start
+        if len(old) < need:
+            self._chunk = aligned_buffer(need)
+            memoryview(self._chunk)[:carry] = memoryview(old)[start - old_start:old_end - old_start]
+        else:
+            memoryview(old)[:carry] = memoryview(old)[start - old_start:old_end - old_start]  # memmove
+        return carry
 
     def data_record(self, offset: int) -> tuple[bytes, int] | None:
         """(body, end) of the intact data record at logical ``offset``, else None.
