@@ -106,13 +106,10 @@ class NativeScan:
         step path handles them; then what its stop says (``_after``)."""
         reader, chunk, rows, n = self.reader, found.chunk, found.rows, found.count
         trim, keep_offsets = self.trim, self.keep_offsets
-        first = i = 0
-        while i < n:
+        first = 0
+        for i in _unusual_rows(rows, n, trim):
             at = i * _ROW
             offset, kind = rows[at], rows[at + 3]
-            if kind == KIND_BATCH and offset != trim:
-                i += 1
-                continue
             if i > first:
                 yield from self._batches(chunk, rows, first, i, bulk, keep_offsets)
             length = rows[at + 2]
@@ -123,8 +120,7 @@ class NativeScan:
                     yield self._close_gap(offset)
                 pos = rows[at + 1]
                 yield from self._data(offset, offset + _REC_SIZE + length, bytes(memoryview(chunk)[pos:pos + length]))
-            i += 1
-            first = i
+            first = i + 1
             if reader.position() != found.where:
                 return  # that record's handling read elsewhere: the chunk holds other bytes now
         if n > first:
@@ -281,6 +277,18 @@ class NativeScan:
                 return at
         found = probe(self.reader, seek, end)
         return end if found is None else found
+
+
+def _unusual_rows(rows: memoryview, n: int, trim: int) -> list[int]:
+    """Indexes of the rows that are not a live batch (padding, a body that is no batch, the
+    trim record), in order: found in bulk, not by a Python step per row."""
+    kinds = rows[3:n * _ROW:_ROW].tolist()
+    found = [] if kinds.count(KIND_BATCH) == n else [i for i, kind in enumerate(kinds) if kind != KIND_BATCH]
+    if rows[0] <= trim <= rows[(n - 1) * _ROW]:
+        offsets = rows[0:n * _ROW:_ROW].tolist()
+        if trim in offsets:
+            found = sorted(set(found) | {offsets.index(trim)})
+    return found
 
 
 def _first_record_at_or_after(decoder: Decoder, block: int, seek: int, end: int) -> int | None:
