@@ -128,7 +128,8 @@ def test_runs_and_entries_are_the_same_records(tmp_path, monkeypatch):
 
 def test_recover_cli_with_and_without_native_prints_the_same(tmp_path):
     """`walctl recover --json` (fast NDJSON lines from Run events) and --stats, with the C kernel
-    and with WALCTL_NO_NATIVE=1: byte for byte the same output and exit code on a damaged log."""
+    and with WALCTL_NO_NATIVE=1: byte for byte the same output and exit code on a damaged log;
+    the same as the record-by-record path."""
     image = bytearray(_log(tmp_path, clean=True))
     image[HEADERS_SIZE + 40 * 3100] ^= 0x10  # damage in a clean log: corruption, exit 3
     path = tmp_path / "damaged.img"
@@ -141,6 +142,10 @@ def test_recover_cli_with_and_without_native_prints_the_same(tmp_path):
                                   capture_output=True, text=True, env=env, timeout=120)
             outs.append((args, proc.returncode, proc.stdout))
     assert outs[:3] == outs[3:]
+    # --from 0 shows the same records one Entry at a time (a filter: no Run events)
+    proc = subprocess.run([sys.executable, "-m", "walctl", "recover", str(path), "--json", "--from", "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == outs[0][1:]
     code, text = outs[0][1], outs[0][2]
     lines = [json.loads(x) for x in text.splitlines()]
     assert code == 3 and any(x["type"] == "finding" for x in lines)

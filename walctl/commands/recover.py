@@ -233,12 +233,11 @@ class _Printer:
         matched the dict's rendering), else record by record."""
         if self.json_out and self.payload is Payload.none and self._fast.get(True) is not False:
             if self._fast.get(True) is None:
-                entries = run.entries()
-                self.record(entries[0])  # checks the template against the dict's rendering
-                if len(entries) > 1 and self._fast[True]:
+                self.record(run.entries(1)[0])  # checks the template against the dict's rendering
+                if self._fast[True]:
                     self.run_lines(run, 1)
                 else:
-                    for entry in entries[1:]:
+                    for entry in run.entries()[1:]:
                         self.record(entry)
                 return
             self.run_lines(run, 0)

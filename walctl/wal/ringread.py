@@ -306,12 +306,13 @@ class Run:
     def payload_bytes(self) -> int:
         return sum(self.column(2)) - self.count * _BATCH_HEADER
 
-    def entries(self) -> list[Entry]:
-        """The records as Entries (bodies copied out of the chunk)."""
+    def entries(self, limit: int | None = None) -> list[Entry]:
+        """The records (the first ``limit``) as Entries (bodies copied out of the chunk)."""
         view = memoryview(self.chunk)
         rows = self.rows
         out = []
-        for i in range(self.first * _ROW, self.stop * _ROW, _ROW):
+        stop = self.stop if limit is None else min(self.stop, self.first + limit)
+        for i in range(self.first * _ROW, stop * _ROW, _ROW):
             offset, pos, length, _, sid, epoch, base, count = rows[i:i + _ROW]
             body = bytes(view[pos:pos + length])
             out.append(Entry(offset, body, StreamRecordBatch(sid, epoch, base, count, body[_BATCH_HEADER:])))
