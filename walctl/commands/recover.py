@@ -96,7 +96,8 @@ def recover_cmd(
             # mistake them for mid-log damage, so it only runs when no writer holds the device.
             run = recover(session.dev, session.state, device, probe=session.writer_pid is None,
                           filters=RecoverFilter(from_offset, to_offset, stream, limit), stats=stats,
-                          with_hexdump=hexdump, on_record=out.record, on_finding=out.finding, progress=progress)
+                          with_hexdump=hexdump, on_record=out.record, on_finding=out.finding, progress=progress,
+                          on_run=out.run)
     finally:
         session.dev.close()
     for obj, text in run.explanations:
@@ -225,6 +226,33 @@ class _Printer:
         if text is not None:
             line += "  " + text
         self._line(line)
+
+    def run(self, run) -> None:
+        """A run of live records (all batches), valid only during this call: with --json
+        --payload none its lines formatted from the decoded fields in one go (once the template
+        matched the dict's rendering), else record by record."""
+        if self.json_out and self.payload is Payload.none and self._fast.get(True) is not False:
+            if self._fast.get(True) is None:
+                self.record(run.entries(1)[0])  # checks the template against the dict's rendering
+                if self._fast[True]:
+                    self.run_lines(run, 1)
+                else:
+                    for entry in run.entries()[1:]:
+                        self.record(entry)
+                return
+            self.run_lines(run, 0)
+            return
+        for entry in run.entries():
+            self.record(entry)
+
+    @staticmethod
+    def run_lines(run, skip: int) -> None:
+        from walctl.format.batch import HEADER_SIZE
+
+        offsets, lengths, bases = run.column(0)[skip:], run.column(2)[skip:], run.column(6)[skip:]
+        payloads = [n - HEADER_SIZE for n in lengths]
+        fields = zip(offsets, run.column(4)[skip:], bases, run.column(7)[skip:], payloads, offsets, bases)
+        sys.stdout.write("".join(map(_RECORD_LINE.__mod__, fields)))
 
     @staticmethod
     def _line(text: str) -> None:

@@ -86,7 +86,8 @@ class AutomqScan:
         self.res.findings.append(finding)
         return finding
 
-    def events(self, seek: int | None = None) -> Iterator[Entry | Finding]:
+    def events(self, seek: int | None = None, bulk: bool = False) -> Iterator[Entry | Finding]:
+        # ``bulk`` (Run events) is walctl's own logs' fast path: AutoMQ's come one Entry at a time.
         del seek  # AutoMQ's logs are read from their trim point
         while self.o < self.limit:
             if self._v0_window_passed():

@@ -11,8 +11,9 @@ corruption is the scan's policy (``walctl.wal.reader`` for walctl's logs,
 ``walctl.wal.automq_scan`` for AutoMQ's), which calls the decoder at every step.
 
 ``decode_block`` is the bulk form for the common case, a run of intact data records in
-one buffer: a single function over (buffer, position, logical offset) that a native
-decoder can replace as it stands.
+one buffer, in pure Python. The scan's fast path now uses its native successor,
+``walctl.format.bulk.decode_records`` (through ``LogReader.intact_run``), which also
+reports padding records, skips a block's zero padding and says why it stopped.
 """
 
 from __future__ import annotations

@@ -17,12 +17,15 @@ from typing import Iterator
 from walctl.errors import FormatError
 from walctl.format import record as rec
 from walctl.format import seal as seal_format
+from walctl.format.batch import HEADER_SIZE as _BATCH_HEADER
+from walctl.format.batch import StreamRecordBatch
+from walctl.format.bulk import KIND_BATCH, KIND_PADDING, ROW as _ROW, TRUNCATED_BODY, TRUNCATED_HEADER
 from walctl.format.header import ALIGN, WalHeader
 from walctl.wal.decoder import Decoder, Record, Skip, SkipKind
 from walctl.wal.findings import BAD_BATCH, BEYOND_WINDOW, END_MISMATCH, HOLE, TORN_TAIL, TRIM_RECORD, Cause, Finding
 from walctl.wal.gaps import CrashHole
-from walctl.wal.ringread import (Entry, LogReader, ScanResult, accepted, align_down, align_up, all_zero, batch_of,
-                                 note_trimmed, probe)
+from walctl.wal.ringread import (BULK_RECORDS, Entry, Intact, LogReader, Run, ScanResult, account_run, accepted, align_down,
+                                 align_up, all_zero, batch_of, note_trimmed, probe)
 
 
 @dataclass
@@ -60,41 +63,97 @@ class NativeScan:
         self.o = self.start
         self.first_bad: int | None = None
         self.gap: _Gap | None = None
+        self.reader.bound = self.limit
         res.start_offset = res.end_offset = self.start
 
-    def events(self, seek: int | None = None) -> Iterator[Entry | Finding]:
+    def events(self, seek: int | None = None, bulk: bool = False) -> Iterator[Entry | Run | Finding]:
+        """The scan's records and findings in log order. ``bulk``: runs of intact records come
+        as Run events (counted in the report already) instead of one Entry each."""
         res = self.res
         if seek is not None and seek > self.start:
             self.o = res.end_offset = self._seek(seek)
         res.read_from_offset = self.o
-        intact_run, step = self.reader.intact_run, self.decoder.step
-        trim, keep_offsets = self.trim, self.keep_offsets
+        step = self.decoder.step
         while self.o < self.limit:
             if self.first_bad is not None and self._must_stop():
                 break
-            # Fast path: a run of intact data records decoded from the cached chunk in one call;
-            # one at a time once damage was seen (the window rule looks at every record then).
-            run = intact_run(self.o, 1 if self.first_bad is not None else 1 << 30)
-            if run:
-                if self.gap is not None:
-                    yield self._close_gap(run[0][0])
-                for offset, body in run:
-                    batch, error = batch_of(body)
-                    self.o = res.end_offset = offset + _REC_SIZE + len(body)
-                    if error is None and offset != trim:
-                        yield accepted(res, offset, body, batch, keep_offsets)
-                    else:
-                        yield from self._unusual(offset, body, batch, error)
-                continue
-            found = step(self.o)
-            if isinstance(found, Skip):
-                self._skip(found)
-            else:
-                yield from self._record(found)
+            # Fast path: the records of the cached chunk decoded in one call; one at a time once
+            # damage was seen (the window rule looks at every record then). The trim record
+            # (deleted, and no block's padding before it) goes through the step decoder.
+            if self.first_bad is not None or self.o != self.trim:
+                found = self.reader.intact_run(self.o, 1 if self.first_bad is not None else BULK_RECORDS)
+                if found:
+                    yield from self._chunk_records(found, bulk)
+                    continue
+                if isinstance(found, Intact) and found.stop.pos > found.rel:
+                    self._after(found)  # no record, but zero padding skipped
+                    continue
+            yield from self._step(step(self.o))
         else:
             res.stopped_by = "one ring past the trim point"
         yield from self._finish()
         res.bytes_read = self.reader.bytes_read
+
+    def _step(self, found: Record | Skip) -> Iterator[Entry | Finding]:
+        if isinstance(found, Skip):
+            self._skip(found)
+        else:
+            yield from self._record(found)
+
+    def _chunk_records(self, found: Intact, bulk: bool) -> Iterator[Entry | Run | Finding]:
+        """The records LogReader.intact_run decoded from ``self.o`` on, in order: runs of live
+        batches in bulk, padding records, bodies that are no batch and the trim record as the
+        step path handles them; then what its stop says (``_after``)."""
+        reader, chunk, rows, n = self.reader, found.chunk, found.rows, found.count
+        trim, keep_offsets = self.trim, self.keep_offsets
+        first = 0
+        for i in _unusual_rows(rows, n, trim):
+            at = i * _ROW
+            offset, kind = rows[at], rows[at + 3]
+            if i > first:
+                yield from self._batches(chunk, rows, first, i, bulk, keep_offsets)
+            length = rows[at + 2]
+            if kind == KIND_PADDING:
+                yield from self._record(Record(offset, offset + _REC_SIZE + length, b"", padding=True))
+            else:
+                if self.gap is not None:
+                    yield self._close_gap(offset)
+                pos = rows[at + 1]
+                yield from self._data(offset, offset + _REC_SIZE + length, bytes(memoryview(chunk)[pos:pos + length]))
+            first = i + 1
+            if reader.position() != found.where:
+                return  # that record's handling read elsewhere: the chunk holds other bytes now
+        if n > first:
+            yield from self._batches(chunk, rows, first, n, bulk, keep_offsets)
+        self._after(found)
+
+    def _after(self, found: Intact) -> None:
+        """Where the scan goes on after intact_run's rows: where its decode stopped (past any
+        zero padding it skipped; end_offset stays put). A record across the chunk's end is read
+        again from its start; damage or the end of the log is the step decoder's to name."""
+        stop = found.stop
+        if stop.reason in (TRUNCATED_HEADER, TRUNCATED_BODY) and stop.pos > found.rel:
+            self.reader.want = _REC_SIZE + (stop.expected if stop.reason == TRUNCATED_BODY else 0)
+        self.o = stop.offset
+
+    def _batches(self, chunk, rows, first: int, stop: int, bulk: bool, keep_offsets: bool) -> Iterator[Entry | Run]:
+        """Live records whose bodies are batches: one Run (``bulk``), else an Entry each."""
+        res = self.res
+        if self.gap is not None:
+            yield self._close_gap(rows[first * _ROW])
+        if bulk:
+            run = Run(chunk, rows, first, stop)
+            account_run(res, run, keep_offsets)
+            self.o = res.end_offset = run.end
+            yield run
+            return
+        view = memoryview(chunk)
+        for at in range(first * _ROW, stop * _ROW, _ROW):
+            offset, pos, length, _, sid, epoch, base, count = rows[at:at + _ROW]
+            body = bytes(view[pos:pos + length])
+            self.o = res.end_offset = offset + _REC_SIZE + length
+            yield accepted(res, offset, body, StreamRecordBatch(sid, epoch, base, count, body[_BATCH_HEADER:]),
+                           keep_offsets)
 
     def _must_stop(self) -> bool:
         """After damage: stop one sliding window past it, or where a clean header says the log ends."""
@@ -218,6 +277,18 @@ class NativeScan:
                 return at
         found = probe(self.reader, seek, end)
         return end if found is None else found
+
+
+def _unusual_rows(rows: memoryview, n: int, trim: int) -> list[int]:
+    """Indexes of the rows that are not a live batch (padding, a body that is no batch, the
+    trim record), in order: found in bulk, not by a Python step per row."""
+    kinds = rows[3:n * _ROW:_ROW].tolist()
+    found = [] if kinds.count(KIND_BATCH) == n else [i for i, kind in enumerate(kinds) if kind != KIND_BATCH]
+    if rows[0] <= trim <= rows[(n - 1) * _ROW]:
+        offsets = rows[0:n * _ROW:_ROW].tolist()
+        if trim in offsets:
+            found = sorted(set(found) | {offsets.index(trim)})
+    return found
 
 
 def _first_record_at_or_after(decoder: Decoder, block: int, seek: int, end: int) -> int | None:

@@ -19,14 +19,14 @@ from walctl.wal.automq_scan import AUTOMQ_EXTRA_SCAN_BYTES, AutomqScan
 from walctl.wal.findings import (BAD_BATCH, BAD_HEADER_SLOT, BAD_PADDING, BEYOND_WINDOW, CAUSES, DISCARDED,
                                  END_MISMATCH, HOLE, TORN_TAIL, TRIM_RECORD, Cause, Finding, Kind)
 from walctl.wal.native_scan import NativeScan
-from walctl.wal.ringread import CHUNK_BYTES, Entry, LogReader, ScanResult
+from walctl.wal.ringread import CHUNK_BYTES, Entry, LogReader, Run, ScanResult
 from walctl.wal.layout import Ring, align_down, align_up
 
 HEXDUMP_BYTES = 256  # recover --hexdump shows at most this many bytes of each finding
 
 __all__ = ["AUTOMQ_EXTRA_SCAN_BYTES", "BAD_BATCH", "BAD_HEADER_SLOT", "BAD_PADDING", "BEYOND_WINDOW", "CAUSES",
            "CHUNK_BYTES", "DISCARDED", "END_MISMATCH", "HOLE", "TORN_TAIL", "TRIM_RECORD", "Cause", "Entry",
-           "Finding", "Kind", "LogReader", "Ring", "Scan", "ScanResult", "finding_bytes", "hexdump",
+           "Finding", "Kind", "LogReader", "Ring", "Run", "Scan", "ScanResult", "finding_bytes", "hexdump",
            "read_physical", "run_scan", "scan", "scan_report"]
 
 
@@ -47,17 +47,19 @@ class Scan:
             point (NativeScan._seek says how it is found); ``report.read_from_offset`` says
             where (walctl's native WALs; ignored for AutoMQ's).
         report: a ScanResult to fill (a caller's own), else a new one.
+        bulk: runs of intact records may come as one ``Run`` event each (already counted in
+            the report; valid only until the next event) instead of an Entry per record.
     """
 
     def __init__(self, dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = False,
-                 seek: int | None = None, report: ScanResult | None = None):
+                 seek: int | None = None, report: ScanResult | None = None, bulk: bool = False):
         ring = Ring(header.capacity, header.block_size)
         self.report = report if report is not None else ScanResult(header, ring)
         self.report.header, self.report.ring = header, ring
         policy = NativeScan if header.flavour == "walctl" else AutomqScan
-        self._events = policy(dev, header, self.report, probe=probe, keep_offsets=keep_offsets).events(seek)
+        self._events = policy(dev, header, self.report, probe=probe, keep_offsets=keep_offsets).events(seek, bulk)
 
-    def __iter__(self) -> Iterator[Entry | Finding]:
+    def __iter__(self) -> Iterator[Entry | Run | Finding]:
         return self._events
 
     def close(self) -> None:

@@ -7,10 +7,12 @@ callers that read records by offset (upload, trim's hint).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import add as _add
 
 from walctl.device.buffers import aligned_buffer
 from walctl.errors import FormatError, IOFailure
 from walctl.format import batch as batch_format
+from walctl.format import bulk
 from walctl.format import record as rec
 from walctl.format.batch import StreamRecordBatch
 from walctl.format.crc import automq_crc, crc32c
@@ -53,6 +55,8 @@ class LogReader:
         # A known end of the log (a clean header's nextOffset): chunks stop one 4 KiB block past it,
         # so reading the last records costs what they take, not a whole chunk more.
         self.stop: int | None = None
+        self.bound: int | None = None  # intact_run decodes no record starting at or past this offset
+        self.want = _REC_SIZE  # bytes the next intact_run's chunk must hold from its offset
 
     def read(self, offset: int, length: int) -> memoryview:
         """Bytes at logical [offset, offset+length); shorter when the range would cross the lap end."""
@@ -63,24 +67,43 @@ class LogReader:
             size = min(max(CHUNK_BYTES, align_up(phys + length) - start), self.ring.capacity - start)
             if self.stop is not None and offset < self.stop + ALIGN:
                 size = min(size, align_up(phys - start + max(length, self.stop + ALIGN - offset)))
-            if self._chunk is None or len(self._chunk) < align_up(size):
-                self._chunk = aligned_buffer(align_up(size))
+            carry = self._carry(start, size)
             # Direct reads take whole 4 KiB blocks, but an AutoMQ ring (a multiple of its 512-byte
             # blocks) may end inside one, and the device with it: the last read then stops at the
             # device's end (a short read, no I/O error), and what it got is kept.
             device_end = self.dev.size_bytes
             readable = align_up(min(size, device_end - start))
-            try:
-                self.dev.pread_into(start, memoryview(self._chunk)[:readable])
-            except IOFailure as exc:
-                if start + readable <= device_end or exc.__cause__ is not None:
-                    raise  # a real I/O error, not the device's unaligned end
-            self.bytes_read += size
+            if readable > carry:
+                try:
+                    self.dev.pread_into(start + carry, memoryview(self._chunk)[carry:readable])
+                except IOFailure as exc:
+                    if start + readable <= device_end or exc.__cause__ is not None:
+                        raise  # a real I/O error, not the device's unaligned end
+            self.bytes_read += size - carry
             if self.account is not None:
                 self.account.bytes_read = self.bytes_read
             self._chunk_start, self._chunk_len = start, size
         rel = phys - self._chunk_start
         return memoryview(self._chunk)[rel:rel + length]
+
+    def _carry(self, start: int, size: int) -> int:
+        """Make the chunk buffer ready for a read of ``size`` bytes at physical ``start``; when
+        the cached chunk already holds the first bytes of it (a scan reading on past a record
+        across the chunk's end), move them to the front instead of reading them again: how
+        many (the chunk's end is then where the device read starts)."""
+        old, old_start, old_end = self._chunk, self._chunk_start, self._chunk_start + self._chunk_len
+        need = align_up(size)
+        if old is None or not old_start <= start < old_end < start + size or old_end % ALIGN:
+            if old is None or len(old) < need:
+                self._chunk = aligned_buffer(need)
+            return 0
+        carry = old_end - start
+        if len(old) < need:
+            self._chunk = aligned_buffer(need)
+            memoryview(self._chunk)[:carry] = memoryview(old)[start - old_start:old_end - old_start]
+        else:
+            memoryview(old)[:carry] = memoryview(old)[start - old_start:old_end - old_start]  # memmove
+        return carry
 
     def data_record(self, offset: int) -> tuple[bytes, int] | None:
         """(body, end) of the intact data record at logical ``offset``, else None.
@@ -117,19 +140,49 @@ class LogReader:
             return None
         return bytes(body), end
 
-    def intact_run(self, offset: int, max_records: int = BULK_RECORDS) -> list[tuple[int, bytes]]:
-        """The intact data records from logical ``offset`` on that the cached chunk holds whole
-        (decoder.decode_block over the chunk): the scan's fast path. Empty says only "not
-        here": padding, damage, the end of the log or the chunk's end are for the step decoder.
+    def intact_run(self, offset: int, max_records: int = BULK_RECORDS) -> "Intact | list":
+        """The records from logical ``offset`` on that the cached chunk holds whole, decoded in
+        one call (walctl.format.bulk.decode_records over the chunk, at most ``max_records``,
+        none starting at or past ``bound``): the scan's fast path. A bulk decode (max_records
+        > 1) skips the zero padding after a block's last record. Its ``stop`` says why it
+        ended: padding rows, damage, the end of the log or the chunk's end are for the scan
+        (and its step decoder) to handle. Empty ([]) when not even a record header fits
+        before the lap end. ``want``: bytes from ``offset`` the chunk must hold (else read).
         """
+        want, self.want = self.want, _REC_SIZE
         phys = self._ring_start + offset % self._ring_size
         rel = phys - self._chunk_start
-        if rel < 0 or rel + _REC_SIZE > self._chunk_len:
-            if len(self.read(offset, _REC_SIZE)) < _REC_SIZE:
+        if rel < 0 or rel + want > self._chunk_len:
+            if len(self.read(offset, want)) < _REC_SIZE:
                 return []
             rel = phys - self._chunk_start
+        if rel + _REC_SIZE > self._chunk_len:
+            return []
         lap_end = (offset // self._ring_size + 1) * self._ring_size
-        return decoder.decode_block(self._chunk, rel, self._chunk_len, offset, lap_end, max_records)
+        end = self._chunk_len if self.bound is None else min(self._chunk_len, rel + max(self.bound - offset, 0))
+        decoded = bulk.decode_records(self._chunk, offset - rel, start=rel, end=end, lap_end=lap_end,
+                                      align=ALIGN if max_records > 1 else 0, max_records=max_records)
+        return Intact(self._chunk, rel, decoded.rows, decoded.count, decoded.stop, (self._chunk_start, self._chunk_len))
+
+    def position(self) -> tuple[int, int]:
+        """Which chunk is cached (changes when a read replaces it)."""
+        return self._chunk_start, self._chunk_len
+
+
+@dataclass(frozen=True, slots=True)
+class Intact:
+    """LogReader.intact_run's answer: ``count`` rows (walctl.format.bulk.ROW int64 each) decoded
+    from ``chunk`` (held at LogReader.position() ``where``) starting at ``rel``, and the Stop."""
+
+    chunk: object
+    rel: int
+    rows: memoryview
+    count: int
+    stop: bulk.Stop
+    where: tuple[int, int]
+
+    def __len__(self) -> int:
+        return self.count
 
 
 _REC_SIZE = rec.SIZE
@@ -227,6 +280,75 @@ def accepted(res: ScanResult, offset: int, body: bytes, batch: StreamRecordBatch
     return Entry(offset, body, batch)
 
 
+_ROW = bulk.ROW
+
+
+class Run:
+    """A run of live records decoded in one call (walctl.format.bulk.decode_records) from a
+    LogReader's chunk: every one an intact data record whose body is a StreamRecordBatch.
+    The scan has counted them in its report already. Valid only while the scan is paused at
+    it: the scan reuses the chunk once it goes on (``entries()`` copies them out)."""
+
+    __slots__ = ("chunk", "rows", "first", "stop", "count", "offset", "end")
+
+    def __init__(self, chunk, rows: memoryview, first: int, stop: int):
+        self.chunk, self.rows, self.first, self.stop = chunk, rows, first, stop
+        self.count = stop - first
+        self.offset = rows[first * _ROW]  # the first record's WAL offset
+        last = (stop - 1) * _ROW
+        self.end = rows[last] + _REC_SIZE + rows[last + 2]  # where the last record ends
+
+    def column(self, field_index: int) -> list[int]:
+        """One field of every row (bulk.ROW's order: 0 offset, 1 body_pos, 2 body_length,
+        4 stream_id, 5 epoch, 6 base_offset, 7 count)."""
+        return self.rows[self.first * _ROW + field_index:self.stop * _ROW:_ROW].tolist()
+
+    def payload_bytes(self) -> int:
+        return sum(self.column(2)) - self.count * _BATCH_HEADER
+
+    def entries(self, limit: int | None = None) -> list[Entry]:
+        """The records (the first ``limit``) as Entries (bodies copied out of the chunk)."""
+        view = memoryview(self.chunk)
+        rows = self.rows
+        out = []
+        stop = self.stop if limit is None else min(self.stop, self.first + limit)
+        for i in range(self.first * _ROW, stop * _ROW, _ROW):
+            offset, pos, length, _, sid, epoch, base, count = rows[i:i + _ROW]
+            body = bytes(view[pos:pos + length])
+            out.append(Entry(offset, body, StreamRecordBatch(sid, epoch, base, count, body[_BATCH_HEADER:])))
+        return out
+
+
+def account_run(res: ScanResult, run: Run, keep_offsets: bool) -> None:
+    """What ``accepted`` does for each record of ``run``, in bulk: the counts, each stream's
+    end, its offset jumps (ScanResult.streams), the offsets when kept."""
+    n = run.count
+    offsets, sids, bases, counts = run.column(0), run.column(4), run.column(6), run.column(7)
+    res.records += n
+    res.payload_bytes += run.payload_bytes()
+    ends = list(map(_add, bases, counts))
+    tracker = res.streams
+    last = tracker.last
+    if sids.count(sids[0]) == n and bases[1:] == ends[:-1]:
+        # One stream, each batch following the one before: only the first can open a gap.
+        sid = sids[0]
+        previous = last.get(sid)
+        if previous is not None and bases[0] > previous[1]:
+            tracker.gaps.append(StreamGap(sid, previous[1], bases[0], previous[0], offsets[0]))
+        last[sid] = (offsets[-1], ends[-1])
+        res.stream_ends[sid] = ends[-1]
+    else:
+        stream_ends = res.stream_ends
+        for offset, sid, base, end in zip(offsets, sids, bases, ends):  # GapTracker.add, inlined
+            previous = last.get(sid)
+            last[sid] = (offset, end)
+            stream_ends[sid] = end
+            if previous is not None and base > previous[1]:
+                tracker.gaps.append(StreamGap(sid, previous[1], base, previous[0], offset))
+    if keep_offsets:
+        res.record_offsets.extend(offsets)
+
+
 def note_trimmed(res: ScanResult, offset: int, body: bytes, batch: StreamRecordBatch | None) -> None:
     """The record at trimOffset is deleted, but its stream's end (and its identity) still count."""
     if batch is not None:
@@ -259,5 +381,5 @@ def all_zero(view) -> bool:
     return data.count(0) == len(data)
 
 
-__all__ = ["ALIGN", "CHUNK_BYTES", "Entry", "Finding", "LogReader", "Ring", "ScanResult", "WalHeader",
-           "accepted", "align_down", "align_up", "all_zero", "batch_of", "note_trimmed", "probe"]
+__all__ = ["ALIGN", "CHUNK_BYTES", "Entry", "Finding", "LogReader", "Intact", "Ring", "Run", "ScanResult", "WalHeader",
+           "account_run", "accepted", "align_down", "align_up", "all_zero", "batch_of", "note_trimmed", "probe"]

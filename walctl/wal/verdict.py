@@ -19,7 +19,8 @@ from walctl.wal import gaps
 from walctl.wal.findings import BAD_BATCH, BAD_HEADER_SLOT, Finding
 from walctl.wal.headers import HeaderState
 from walctl.wal.layout import Ring
-from walctl.wal.reader import Entry, Scan, ScanResult, finding_bytes, hexdump
+from walctl.format.batch import HEADER_SIZE as BATCH_HEADER
+from walctl.wal.reader import Entry, Run, Scan, ScanResult, finding_bytes, hexdump
 
 
 def unexplained(findings: list[Finding], *, framing_only: bool = False) -> list[Finding]:
@@ -96,16 +97,21 @@ class RecoverRun:
 def recover(dev, state: HeaderState, device: str, *, filters: RecoverFilter = RecoverFilter(),
             stats: bool = False, with_hexdump: bool = False, probe: bool = True,
             on_record: Callable[[Entry], None], on_finding: Callable[[Finding], None],
-            progress: Callable[[int], None] | None = None) -> RecoverRun:
+            progress: Callable[[int], None] | None = None, on_run: Callable[[Run], None] | None = None) -> RecoverRun:
     """Scan the log after the trim point (from the first record at or after --from), call
     ``on_finding`` for each finding and ``on_record`` for each record the filters show (with
     ``stats``: count them per stream instead), then explain sealed holes and stream gaps.
+
+    ``on_run``: a caller that renders a Run (a run of live records, valid only during the
+    call) in one go; without it each of its records goes to ``on_record``.
 
     On an interrupt (KeyboardInterrupt) the exception leaves with ``summary``: the run so far,
     complete false. Never writes.
     """
     header = state.header
-    scan = Scan(dev, header, probe=probe, seek=filters.from_offset)
+    # Without filters every record is shown (or counted): runs of them come in bulk.
+    bulk = filters == RecoverFilter()
+    scan = Scan(dev, header, probe=probe, seek=filters.from_offset, bulk=bulk)
     run = RecoverRun(device, scan.report)
 
     def finding(f: Finding) -> None:
@@ -118,7 +124,7 @@ def recover(dev, state: HeaderState, device: str, *, filters: RecoverFilter = Re
         run.report.findings.append(f)
         finding(f)
     try:
-        _show(scan, run, filters, stats, on_record, finding, progress)
+        _show(scan, run, filters, stats, on_record, finding, progress, on_run)
     except KeyboardInterrupt as exc:  # SIGTERM/SIGINT: the NDJSON still ends with its summary
         run.report.complete = False
         exc.summary = run.summary()
@@ -134,7 +140,7 @@ def recover(dev, state: HeaderState, device: str, *, filters: RecoverFilter = Re
 
 
 def _show(scan: Scan, run: RecoverRun, filters: RecoverFilter, stats: bool, on_record, on_finding,
-          progress) -> None:
+          progress, on_run=None) -> None:
     """The scan's loop: findings out, records through the filters, out or counted."""
     report, per_stream = run.report, run.per_stream
     start = max(report.start_offset, filters.from_offset or 0)
@@ -149,6 +155,10 @@ def _show(scan: Scan, run: RecoverRun, filters: RecoverFilter, stats: bool, on_r
                 progress(max(event.offset - start, 0))
             if event.__class__ is Finding:
                 on_finding(event)
+                continue
+            if event.__class__ is Run:  # only without filters: every record of it is shown
+                shown += event.count
+                _show_run(event, per_stream if stats else None, on_record, on_run)
                 continue
             if want is not None and not want(event, shown):
                 if not report.complete:
@@ -166,6 +176,31 @@ def _show(scan: Scan, run: RecoverRun, filters: RecoverFilter, stats: bool, on_r
             counts[1] += len(batch.payload) if batch else len(event.body)
     finally:
         run.shown = shown
+
+
+def _show_run(run: Run, per_stream: dict[int, list[int]] | None, on_record, on_run) -> None:
+    """A Run's records: counted (--stats: ``per_stream``), rendered in one go, or one by one."""
+    if per_stream is not None:
+        _count_run(per_stream, run)
+    elif on_run is not None:
+        on_run(run)
+    else:
+        for entry in run.entries():
+            on_record(entry)
+
+
+def _count_run(per_stream: dict[int, list[int]], run: Run) -> None:
+    """--stats of a run of batches: records and payload bytes per stream."""
+    sids = run.column(4)
+    if sids.count(sids[0]) == run.count:
+        counts = per_stream.setdefault(sids[0], [0, 0])
+        counts[0] += run.count
+        counts[1] += run.payload_bytes()
+        return
+    for sid, length in zip(sids, run.column(2)):
+        counts = per_stream.setdefault(sid, [0, 0])
+        counts[0] += 1
+        counts[1] += length - BATCH_HEADER
 
 
 def _filter(filters: RecoverFilter, report: ScanResult) -> Callable[[Entry, int], bool] | None:
