@@ -130,8 +130,14 @@ def _both_slots_damaged(c: Ctx) -> str:
 
 def _mid_record_header_flip(c: Ctx) -> str:
     """Flip a byte in the header of a record in the middle of the log (a 4 KiB aligned one)."""
-    # --batch-interval 0: each record is written as soon as a slot is free, in a block of its own
-    dev, offsets = c.populated("64KiB", "--batch-interval", "0", "r0", "r1", "r2", "r3")
+    # One append per record: each closes its block, so every record after the first starts a block
+    # (records given to one append are packed into a block together).
+    dev = c.new_wal("64KiB")
+    offsets = []
+    for data in ("r0", "r1", "r2", "r3"):
+        res = c.cli("append", dev, data)
+        assert res.exit_code == 0, res
+        offsets += [int(x) for x in res.stdout.split()]
     aligned = [o for o in offsets[1:-1] if o % 4096 == 0]
     assert aligned, offsets
     c.tools.flip_byte(dev, c.tools.physical(aligned[0], CAP) + 1)
