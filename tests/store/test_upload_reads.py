@@ -19,7 +19,7 @@ from walctl.device.blockio import bytes_read_total
 from walctl.format.batch import StreamRecordBatch
 from walctl.format.header import HEADERS_SIZE
 from walctl.pipeline.upload import upload
-from walctl.wal.ops import open_writer, read_wal_state
+from walctl.wal.lifecycle import open_writer, read_wal_state
 from walctl.device import open_device
 
 from storehelpers import make_wal, read_back
