@@ -1,6 +1,8 @@
 """What a short command imports (its start-up time is mostly imports): ``import walctl.cli``
 imports no command module and nothing of boto3, botocore, pyspark or rich; a run imports the
-module of its own command only. Checked in fresh interpreters through sys.modules: no timing.
+module of its own command only, and not pydantic (typer's coercion of plain values is done by
+walctl.cli.coercion, which gives typer's answers). Checked in fresh interpreters through
+sys.modules: no timing.
 """
 
 from __future__ import annotations
@@ -45,13 +47,53 @@ def test_importing_the_cli_imports_no_command_and_no_heavy_library():
     (("upload", "--help"), {"walctl.commands.upload"}),
     # read shares recover's --payload encodings (imports walctl.commands.recover), nothing more
     (("--debug", "read", "--help"), {"walctl.commands.read", "walctl.commands.recover"}),
+    (("status", "/nonexistent/wal"), {"walctl.commands.status"}),
+    (("read", "/nonexistent/wal", "--limit", "1"), {"walctl.commands.read", "walctl.commands.recover"}),
 ])
 def test_a_run_imports_its_own_command_module_only(argv, wanted):
     modules = _imported_after(_run_main(), *argv)
     commands = {m for m in modules if m.startswith("walctl.commands.") and not m.startswith("walctl.commands._")}
     assert commands == wanted
-    heavy = sorted(m for m in modules if m.split(".")[0] in ("boto3", "botocore", "pyspark", "py4j"))
+    heavy = sorted(m for m in modules if m.split(".")[0] in ("boto3", "botocore", "pyspark", "py4j", "pydantic"))
     assert heavy == [], heavy
+    assert "importlib.metadata" not in modules  # crc32c's __init__ (walctl.format.crc loads its C part)
+
+
+SAMPLES = (None, "", "0", "7", "-1", "007", "-0", "+3", " 3", "12x", "1.5", "1KiB", "64MiB", "abc", "-", "1_000",
+           "999999999999999999", "99999999999999999999", "s3://bucket/prefix", "\u00e9t\u00e9")
+
+
+def _outcome(call):
+    try:
+        result = call()
+    except Exception as exc:  # noqa: BLE001 - the very error is what is compared
+        return "error", type(exc), str(exc)
+    return "ok", type(result), result
+
+
+def test_plain_coercion_gives_typers_answers_on_every_parameter():
+    import typer.main
+    from typer import _click as click
+    from typer._coercion import build_runtime_param
+
+    from walctl.cli.coercion import PlainFirst
+
+    group = typer.main.get_command(app_module_app)
+    compared = answered_plainly = 0
+    for command in (group, *group.commands.values()):
+        ctx = click.Context(command, info_name=command.name)
+        for param in command.get_params(ctx):
+            if getattr(param, "type_descriptor", None) is None or param.type_descriptor.file_annotation is not None:
+                continue  # not typer's; or a file (opened, even for writing: both hand it to typer alike)
+            for value in SAMPLES:
+                typer_says = _outcome(lambda: build_runtime_param(param.type_descriptor).coerce(value, param=param,
+                                                                                               ctx=ctx))
+                plain = PlainFirst()
+                plain_says = _outcome(lambda: plain.coerce(value, param, ctx))
+                assert plain_says == typer_says, (command.name, param.name, value)
+                compared += 1
+                answered_plainly += plain._typer is None
+    assert compared > 1000 and answered_plainly > compared // 3, (compared, answered_plainly)
 
 
 def test_every_command_name_maps_to_the_module_that_registers_it():
