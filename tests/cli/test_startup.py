@@ -48,7 +48,8 @@ def test_importing_the_cli_imports_no_command_and_no_heavy_library():
     # read shares recover's --payload encodings (imports walctl.commands.recover), nothing more
     (("--debug", "read", "--help"), {"walctl.commands.read", "walctl.commands.recover"}),
     (("status", "/nonexistent/wal"), {"walctl.commands.status"}),
-    (("read", "/nonexistent/wal", "--limit", "1"), {"walctl.commands.read", "walctl.commands.recover"}),
+    (("read", "--store", "/nonexistent/store", "-s", "0", "--limit", "1", "--json"),
+     {"walctl.commands.read", "walctl.commands.recover"}),
 ])
 def test_a_run_imports_its_own_command_module_only(argv, wanted):
     modules = _imported_after(_run_main(), *argv)
@@ -85,7 +86,7 @@ def test_plain_coercion_gives_typers_answers_on_every_parameter():
         for param in command.get_params(ctx):
             if getattr(param, "type_descriptor", None) is None or param.type_descriptor.file_annotation is not None:
                 continue  # not typer's; or a file (opened, even for writing: both hand it to typer alike)
-            for value in SAMPLES:
+            for value in (*SAMPLES, param.default):
                 typer_says = _outcome(lambda: build_runtime_param(param.type_descriptor).coerce(value, param=param,
                                                                                                ctx=ctx))
                 plain = PlainFirst()

@@ -5,7 +5,8 @@ TypeAdapter, built the first time the parameter gets a value (even ``None``); im
 pydantic (and its plugin loader's importlib.metadata) is most of a short command's start-up.
 ``plain_coercion(params)`` gives each parameter a coercion that answers by itself where it
 gives exactly typer's answer -- no value; a str for a ``str`` parameter; plain digits within the
-bounds for an ``int``; a value its ``parser`` accepts -- and hands everything else, and every
+bounds for an ``int``; a member of an Enum parameter's Enum (a default); a value its ``parser``
+accepts -- and hands everything else, and every
 value typer would refuse (so the messages stay typer's), to typer's own coercion.
 tests/cli/test_startup.py compares the two on every parameter of every command.
 """
@@ -13,6 +14,7 @@ tests/cli/test_startup.py compares the two on every parameter of every command.
 from __future__ import annotations
 
 import re
+from enum import Enum
 from typing import Any
 
 _PLAIN_INT = re.compile(r"-?[0-9]{1,18}")
@@ -39,7 +41,7 @@ class PlainFirst:
         if value is None:  # typer's RuntimeParam.coerce, before it looks at the type
             return () if multiple else None
         descriptor = param.type_descriptor
-        if not multiple and type(value) is str and descriptor.file_annotation is None:
+        if not multiple and descriptor.file_annotation is None:
             plain = _plain(value, descriptor.annotation, descriptor.parameter_info)
             if plain is not _TYPER:
                 return plain
@@ -54,14 +56,20 @@ class PlainFirst:
         return self._typer
 
 
-def _plain(value: str, annotation: Any, info) -> Any:
-    """What typer's adapter makes of the string ``value``, or _TYPER when only typer can say."""
+def _plain(value: Any, annotation: Any, info) -> Any:
+    """What typer's adapter makes of ``value``, or _TYPER when only typer can say."""
     parser = getattr(info, "parser", None)
     if parser is not None:  # typer: Annotated[Any, BeforeValidator(parser)]
         try:
             return parser(value)
         except Exception:  # typer calls it again and words the error
             return _TYPER
+    if isinstance(value, Enum):  # typer's choice: one of the Enum's own members is itself
+        if isinstance(annotation, type) and issubclass(annotation, Enum) and any(value is m for m in annotation):
+            return value
+        return _TYPER
+    if type(value) is not str:
+        return _TYPER
     if annotation is str:  # typer: Annotated[str, BeforeValidator(str)]
         return value
     if annotation is int and _PLAIN_INT.fullmatch(value) and not getattr(info, "clamp", None):
