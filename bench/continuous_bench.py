@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from walctl.format.batch import StreamRecordBatch  # noqa: E402
 from walctl.sizes import format_size, parse_size  # noqa: E402
-from walctl.wal.ops import init_wal, open_writer  # noqa: E402
+from walctl.wal.lifecycle import init_wal, open_writer  # noqa: E402
 
 
 def build(path: str, capacity: int, fill: int, record_bytes: int) -> tuple[list[int], int]:

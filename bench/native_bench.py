@@ -186,7 +186,7 @@ def scan_compare(size: int, wal_mib: int, rounds: int) -> tuple:
 
     from walctl.device import open_device
     from walctl.wal.layout import Ring
-    from walctl.wal.ops import init_wal, read_wal_state
+    from walctl.wal.lifecycle import init_wal, read_wal_state
     from walctl.wal.reader import ScanResult, scan
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -114,7 +114,7 @@ def pacing(opts) -> dict:
 FIRST_LAP = r"""
 import sys, time
 from walctl.format.batch import StreamRecordBatch
-from walctl.wal.ops import open_writer
+from walctl.wal.lifecycle import open_writer
 path, record = sys.argv[1], int(sys.argv[2])
 w = open_writer(path, iodepth=4).writer
 body = StreamRecordBatch(0, 0, 0, 1, bytes(record)).encode()
@@ -193,7 +193,7 @@ def evict(path: str) -> None:
 FILL = r"""
 import sys
 from walctl.format.batch import StreamRecordBatch
-from walctl.wal.ops import open_writer
+from walctl.wal.lifecycle import open_writer
 path = sys.argv[1]
 w = open_writer(path, iodepth=4).writer
 payload = bytes(range(256)) * 256

@@ -7,7 +7,7 @@ import time
 from walctl.format import object as obj
 from walctl.format.batch import StreamRecordBatch
 from walctl.store import manifest as mf
-from walctl.wal.ops import init_wal, open_writer
+from walctl.wal.lifecycle import init_wal, open_writer
 
 KiB, MiB = 1 << 10, 1 << 20
 

@@ -138,7 +138,7 @@ def wal_status(path: str, *, scan: bool = False, progress=None) -> StatusResult:
         IOFailure: the device cannot be read.
     """
     from walctl.device.blockio import bytes_read_total
-    from walctl.wal.ops import open_reader, trusted_checkpoint
+    from walctl.wal.lifecycle import open_reader, trusted_checkpoint
 
     read_before = bytes_read_total()
     session = open_reader(path)

@@ -16,7 +16,7 @@ from walctl.device import open_device
 from walctl.errors import UsageError
 from walctl.wal.framing import Framing
 from walctl.wal.framing import records as _records
-from walctl.wal.ops import init_wal, read_wal_state
+from walctl.wal.lifecycle import init_wal, read_wal_state
 from walctl.wal.reader import run_scan
 
 MiB = 1 << 20

@@ -19,7 +19,7 @@ from walctl.format.seal import SealDescriptor
 from walctl.store import manifest as mf
 from walctl.store import open_store
 from walctl.wal.headers import decode_slots, read_headers, write_header
-from walctl.wal.ops import open_writer
+from walctl.wal.lifecycle import open_writer
 
 INT64_MAX = (1 << 63) - 1
 

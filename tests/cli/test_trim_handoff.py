@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from walctl.wal.ops import read_wal_state
+from walctl.wal.lifecycle import read_wal_state
 from walctl.device import open_device
 
 

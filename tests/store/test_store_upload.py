@@ -15,7 +15,7 @@ from walctl.store import manifest as mf
 from walctl.store.gc import gc
 from walctl.store.inspect import inspect
 from walctl.pipeline.upload import upload
-from walctl.wal.ops import init_wal, open_writer
+from walctl.wal.lifecycle import init_wal, open_writer
 
 from storehelpers import append, expect, make_wal, merge, read_back
 from walhelpers import run_walctl as walctl

@@ -21,7 +21,7 @@ from walctl.format.batch import StreamRecordBatch
 from walctl.format.header import HEADERS_SIZE
 from walctl.store import manifest as mf
 from walctl.store.local import LocalStore
-from walctl.wal.ops import init_wal, open_writer
+from walctl.wal.lifecycle import init_wal, open_writer
 
 KiB, MiB = 1 << 10, 1 << 20
 RSS_BOUND = 256 * MiB  # issue 19: < 256 MiB at any WAL size

@@ -21,7 +21,7 @@ from walctl.format import record as rec
 from walctl.format.batch import HEADER_SIZE as BATCH_HEADER_SIZE, StreamRecordBatch
 from walctl.format.header import HEADERS_SIZE
 from walctl.pipeline.upload import upload
-from walctl.wal.ops import open_writer, read_wal_state
+from walctl.wal.lifecycle import open_writer, read_wal_state
 from walctl.device import open_device
 
 from storehelpers import make_wal, read_back

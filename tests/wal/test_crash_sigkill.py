@@ -10,6 +10,12 @@ One harness, two profiles:
     bytes of earlier laps, and sealing runs over both. Trials: WALCTL_SIGKILL_TRIALS
     (default 12, soak 300).
 
+Kills follow the writer's progress, never a guess at how long it takes to start: a trial waits
+(up to PROGRESS_TIMEOUT_S) until the writer has acknowledged a record a random number of log
+bytes past its first acknowledgement, then kills after a random short delay. So a loaded
+machine (a slow interpreter start, a writer sharing its core) changes how long a trial takes,
+not what it covers.
+
 After every kill (check_after_kill): each record whose offset the writer printed is
 recovered byte for byte; nothing corrupt or phantom is ever returned; stream offsets stay
 contiguous except at crash holes; the damage is classified as crash damage (no corruption).
@@ -47,20 +53,27 @@ class Profile:
     payload_sizes: tuple[int, ...]
     pause_s: float            # sleep after every ``pause_every`` records
     pause_every: int
-    kill_after_first_ack: bool  # else: after start-up, acknowledged or not
+    # The kill waits for an acknowledged record this many log bytes (a random number in the
+    # range) past the first acknowledged one, then for a random delay in kill_delay_s.
+    kill_after_bytes: tuple[int, int]
     kill_delay_s: tuple[float, float]
     own_feed_rng: bool          # the feed draws from its own generator (seeded from the trial's)
     batch_interval: str = "2ms"  # append --batch-interval (group commit)
 
 
-# ~ a few MiB/s: the WAL must not fill before the kill.
+# ~ a few MiB/s: the WAL must not fill before the kill. Every kill lands after the first
+# acknowledgement, while records are being acknowledged.
 STREAMING = Profile(iodepths=(1, 2, 4, 16), payload_sizes=(10, 100, 1000, 3000, 9000), pause_s=0.002,
-                    pause_every=8, kill_after_first_ack=True, kill_delay_s=(0.0, 0.5), own_feed_rng=False)
-# ~130 KiB/s, one record in each 4 KiB block (no group commit: records that wait in the pipe
-# while the writer starts would share blocks): a kill usually lands before the ring fills.
+                    pause_every=8, kill_after_bytes=(0, 0), kill_delay_s=(0.0, 0.5), own_feed_rng=False)
+# ~130 KiB/s of payload, one record in each 4 KiB block while the writer keeps up (no group
+# commit): at most ~500 KiB/s of log. Each trial writes 96-224 KiB of log past its first
+# acknowledgement, so 12 trials lap the 504 KiB ring at least twice (12 * 96 KiB > 2 * 504 KiB),
+# and the most a trial can add -- 224 KiB, the delay's ~25 KiB, 8 blocks in flight, the <= 10
+# records kept from the trial before -- stays below the ring: the kill lands before it fills.
 WRAPPING = Profile(iodepths=(1, 2, 4, 8), payload_sizes=(10, 100, 700, 1500, 3000), pause_s=0.008,
-                   pause_every=1, kill_after_first_ack=False, kill_delay_s=(0.25, 0.8), own_feed_rng=True,
-                   batch_interval="0")
+                   pause_every=1, kill_after_bytes=(96 * 1024, 224 * 1024), kill_delay_s=(0.0, 0.05),
+                   own_feed_rng=True, batch_interval="0")
+PROGRESS_TIMEOUT_S = 120.0  # a writer that makes no progress for this long fails the trial
 
 
 def kill_trial(path: str, trial: int, rng: random.Random, profile: Profile) -> tuple[list[tuple[int, int, int]], bool]:
@@ -87,17 +100,33 @@ def kill_trial(path: str, trial: int, rng: random.Random, profile: Profile) -> t
 
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
-    first = b""
-    if profile.kill_after_first_ack:
-        # The kill lands at a random moment after the first acknowledgement, not after a fixed
-        # guess at the interpreter's start-up: every kill hits a writer acknowledging records.
-        first = proc.stdout.readline()
+    lines: list[bytes] = []
+    target = rng.randint(*profile.kill_after_bytes)
+    reached = threading.Event()
+
+    def collect():  # every stdout line; ``reached`` once the writer got far enough (or ended)
+        first = None
+        for line in proc.stdout:
+            lines.append(line)
+            offset = _ack_offset(line)
+            if offset is not None:
+                first = offset if first is None else first
+                if offset - first >= target:
+                    reached.set()
+        reached.set()
+
+    collector = threading.Thread(target=collect, daemon=True)
+    collector.start()
+    if not reached.wait(PROGRESS_TIMEOUT_S):
+        proc.kill()
+        pytest.fail(f"trial {trial}: the writer did not acknowledge {target} bytes of log in {PROGRESS_TIMEOUT_S} s")
     time.sleep(rng.uniform(*profile.kill_delay_s))
     killed = proc.poll() is None
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     stop.set()
-    out = (first + proc.stdout.read()).decode(errors="replace")
+    collector.join(timeout=30)
+    out = b"".join(lines).decode(errors="replace")
     err = proc.stderr.read().decode(errors="replace")
     feeder.join(timeout=5)
     for f in (proc.stdin, proc.stdout, proc.stderr):
@@ -117,6 +146,16 @@ def kill_trial(path: str, trial: int, rng: random.Random, profile: Profile) -> t
         if obj.get("type") == "record":
             acks.append((obj["offset"], obj["base_offset"], len(acks)))
     return acks, killed
+
+
+def _ack_offset(line: bytes) -> int | None:
+    """The WAL offset of the record a line of ``append --json`` acknowledges (None: another line,
+    or one the kill cut)."""
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    return obj["offset"] if isinstance(obj, dict) and obj.get("type") == "record" else None
 
 
 def check_after_kill(path: str, trial: int, acked: dict[int, tuple[int, int, int]]):

@@ -4,6 +4,13 @@ at the end every acknowledged record is in the store exactly once.
 
 The writers are forked from one pre-imported Python (a fork server) so that each of the 50+ kills
 costs milliseconds instead of an interpreter start. Kills: WALCTL_UPLOAD_KILLS, default 50.
+
+A kill follows the writer's progress, not the clock (a loaded machine only makes a run slower):
+it waits until the writer has acknowledged a random number of records (always more than one
+--upload-at's worth) and has committed to the manifest itself (its own upload's prepare), then
+lands after a random short delay: before, during or after that upload's objects and commit. On
+about one run in ten a failpoint kills the writer itself inside its first upload, between the
+prepare and the commit, so that case never depends on timing.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import time
 
 import pytest
 
+from walctl.store import manifest as mf
 from walctl.store import open_store
 from walctl.pipeline.upload import upload
 from walctl.wal.lifecycle import init_wal
@@ -28,10 +36,15 @@ from storehelpers import read_back
 
 KILLS = int(os.environ.get("WALCTL_UPLOAD_KILLS", "50"))
 RECORDS_PER_RUN = 2000
+# Acknowledged records before a kill: each takes more than 1000 bytes of log, so 40 are more than
+# --upload-at 32KiB (an upload is due); 240 blocks at most stay well inside the 2 MiB ring.
+ACKS_BEFORE_KILL = (40, 240)
+PROGRESS_TIMEOUT_S = 120.0  # a writer that gets no further for this long fails the test
+INTERRUPTING_FAILPOINTS = ("upload-after-prepare", "upload-before-commit")
 
 _SERVER = textwrap.dedent("""
     import json, os, sys
-    import walctl.cli  # every command imported once, here, before the forks
+    import walctl.cli, walctl.commands.append  # imported once, here, before the forks
     import walctl.pipeline.upload, walctl.store.local, walctl.format.object
     print("ready", flush=True)
     for line in sys.stdin:
@@ -41,6 +54,7 @@ _SERVER = textwrap.dedent("""
             if pid == 0:
                 code = 1
                 try:
+                    os.environ.update(cmd.get("env", {}))
                     for fd, path, flags in ((0, cmd["stdin"], os.O_RDONLY),
                                             (1, cmd["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
                                             (2, cmd["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
@@ -80,6 +94,38 @@ def fork_server():
     proc.wait(timeout=30)
 
 
+def _alive(pid: int) -> bool:
+    """The fork server's child still runs (not yet a zombie waiting for the server's waitpid)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _acked_lines(path) -> int:
+    try:
+        with open(path, "rb") as f:
+            return f.read().count(b'"type":"record"')
+    except FileNotFoundError:
+        return 0
+
+
+def wait_for_progress(pid: int, out, store, acks: int, commits_before: int) -> None:
+    """Until the writer has acknowledged ``acks`` records and committed a manifest of its own
+    (or has ended): where the kill may land."""
+    deadline = time.monotonic() + PROGRESS_TIMEOUT_S
+    while _alive(pid):
+        if _acked_lines(out) >= acks and mf.manifest_numbers(store)[-1:] > [commits_before]:
+            return
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            pytest.fail(f"the writer acknowledged {_acked_lines(out)} of {acks} records and committed "
+                        f"{(mf.manifest_numbers(store) or [0])[-1] - commits_before} manifests in "
+                        f"{PROGRESS_TIMEOUT_S} s")
+        time.sleep(0.005)
+
+
 @pytest.mark.slow
 def test_sigkill_during_writer_side_uploads_loses_and_duplicates_nothing(tmp_path, fork_server):
     wal = str(tmp_path / "wal.img")
@@ -88,11 +134,14 @@ def test_sigkill_during_writer_side_uploads_loses_and_duplicates_nothing(tmp_pat
     fifo = str(tmp_path / "feed.fifo")
     os.mkfifo(fifo)
     rng = random.Random(13)
+    failpoint_runs = set(rng.sample(range(KILLS), max(1, KILLS // 10)))
     acked: dict[int, bytes] = {}  # stream offset -> payload of every acknowledged record
     rerun_commits = 0
     for kill in range(KILLS):
         out, err = tmp_path / "out.ndjson", tmp_path / "err.txt"
-        pid = fork_server(op="spawn", stdin=fifo, stdout=str(out), stderr=str(err),
+        env = {"WALCTL_FAILPOINT": rng.choice(INTERRUPTING_FAILPOINTS)} if kill in failpoint_runs else {}
+        commits_before = (mf.manifest_numbers(open_store(store_dir)) or [0])[-1]
+        pid = fork_server(op="spawn", stdin=fifo, stdout=str(out), stderr=str(err), env=env,
                           args=["append", wal, "--input", "-", "--json", "--store", store_dir,
                                 "--upload-at", "32KiB", "--iodepth", str(rng.choice([1, 4])),
                                 # no group commit: blocks of one or two records, an upload every ~8 blocks
@@ -114,7 +163,8 @@ def test_sigkill_during_writer_side_uploads_loses_and_duplicates_nothing(tmp_pat
 
         feeder = threading.Thread(target=feed, daemon=True)
         feeder.start()
-        time.sleep(rng.uniform(0.1, 0.5))
+        wait_for_progress(pid, out, open_store(store_dir), rng.randint(*ACKS_BEFORE_KILL), commits_before)
+        time.sleep(rng.uniform(0.0, 0.1))
         os.kill(pid, signal.SIGKILL)
         status = fork_server(op="wait", pid=pid)
         stop.set()
@@ -122,6 +172,7 @@ def test_sigkill_during_writer_side_uploads_loses_and_duplicates_nothing(tmp_pat
         text = out.read_text()
         if os.WIFEXITED(status):  # it finished (or failed) before the kill landed
             assert os.WEXITSTATUS(status) == 0, err.read_text()
+        assert "Traceback" not in err.read_text(), err.read_text()
         lines = text.splitlines()
         if lines and not text.endswith("\n"):
             lines = lines[:-1]  # a line cut by the kill: not counted as acknowledged
@@ -145,13 +196,12 @@ def test_sigkill_during_writer_side_uploads_loses_and_duplicates_nothing(tmp_pat
     assert not missing, f"acknowledged but not in the store: {missing[:10]}"
     assert all(have[o] == p for o, p in acked.items())
     assert len(acked) > KILLS  # the writers did make progress
-    from walctl.store import manifest as mf
     doc = mf.load_latest(open_store(store_dir))
     background_commits = doc.number - rerun_commits
     # a kill between an upload's prepare and its commit leaves the prepared ids behind (gc's job)
     interrupted = len(doc.prepared)
     assert background_commits >= KILLS // 2  # the writers uploaded themselves, again and again
-    assert interrupted >= 1  # and some kills landed in the middle of one
+    assert interrupted >= len(failpoint_runs) >= 1  # and some kills landed in the middle of one
     print(f"\nwriter-side upload harness: {KILLS} kills, {background_commits} commits by the writers, "
           f"{interrupted} uploads killed between prepare and commit, "
           f"{len(acked)} acknowledged records, "

@@ -49,7 +49,7 @@ def run_wal(path: str, *, capacity: int, record_size: int, iodepth: int, duratio
     Raises:
         UsageError: capacity too small for the record size.
     """
-    from walctl.wal.ops import init_wal, open_writer
+    from walctl.wal.lifecycle import init_wal, open_writer
     from walctl.wal.pacing import Budget
 
     if capacity < MIN_CAPACITY:

@@ -25,6 +25,7 @@ except ImportError:  # pragma: no cover - older typer uses the click package
     import click
     from click.exceptions import UsageError as ClickUsageError
 
+from walctl.cli.coercion import plain_coercion
 from walctl.cli.conventions import apply_conventions, json_requested, normalise_args
 from walctl.cli.render import report_error
 from walctl.commands._shared import debug_requested
@@ -32,14 +33,26 @@ from walctl.errors import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_OK, EXIT_SIGINT,
 
 
 class WalctlGroup(TyperGroup):
-    """The app's click group: CLI conventions on every command, and click's usage errors in the
-    one-line ``walctl: error: ...`` form, exit 2."""
+    """The app's click group: CLI conventions (and typer's coercion without pydantic for plain
+    values) on every command, and click's usage errors in the one-line ``walctl: error: ...`` form,
+    exit 2."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        apply_conventions(self)
-        for sub in self.commands.values():
-            apply_conventions(sub)
+        for command in (self, *self.commands.values()):
+            apply_conventions(command)
+            plain_coercion(command.params)  # no pydantic import for the plain values of a short command
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        plain_coercion(params)  # and for the options typer and click add later (--help, completion)
+        return params
+
+    def resolve_command(self, ctx, args):
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:
+            plain_coercion(command.get_params(ctx))  # the command's --help, made (and kept) on first use
+        return name, command, rest
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if args is None:

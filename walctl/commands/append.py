@@ -149,7 +149,7 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
 def _open_writer(device: str, stream_id: int, base_offset, iodepth: int, on_ack, iops, bandwidth,
                  batch_interval_s: float | None = None):
     """(opened, budget): the WAL opened for appending (sealing a crashed writer's window), its warnings said."""
-    from walctl.wal.ops import open_writer
+    from walctl.wal.lifecycle import open_writer
     from walctl.wal.pacing import Budget
 
     budget = Budget.from_options(iops, bandwidth)

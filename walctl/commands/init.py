@@ -32,7 +32,7 @@ def init_cmd(
     from walctl import bounds
     from walctl.errors import UsageError
     from walctl.sizes import parse_size
-    from walctl.wal.ops import init_wal
+    from walctl.wal.lifecycle import init_wal
 
     try:
         bounds.node_id(node_id)  # the header's nodeId is an int32: refused before anything is written

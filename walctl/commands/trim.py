@@ -31,7 +31,7 @@ def trim_cmd(
     import os
 
     from walctl.errors import UsageError
-    from walctl.wal.ops import trim_wal
+    from walctl.wal.lifecycle import trim_wal
 
     if offset is None:
         # With WALCTL_DEVICE set, "walctl trim OFFSET" puts OFFSET where DEVICE is expected.

@@ -4,13 +4,43 @@ from __future__ import annotations
 
 import zlib
 
-import crc32c as _crc32c
+
+def _crc32c_extension():
+    """The crc32c package's C extension, loaded without the package's __init__: that imports
+    importlib.metadata (for its __version__), a good part of a short command's start-up. Any
+    surprise in the package's layout: the package itself."""
+    import sys
+
+    loaded = sys.modules.get("crc32c._crc32c")
+    if loaded is not None:
+        return loaded
+    try:
+        import importlib.util
+        from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader
+        from pathlib import Path
+
+        package = importlib.util.find_spec("crc32c")  # finds it, runs nothing
+        for directory in package.submodule_search_locations:
+            for suffix in EXTENSION_SUFFIXES:
+                path = Path(directory, "_crc32c" + suffix)
+                if path.is_file():
+                    loader = ExtensionFileLoader("crc32c._crc32c", str(path))
+                    spec = importlib.util.spec_from_file_location("crc32c._crc32c", path, loader=loader)
+                    module = importlib.util.module_from_spec(spec)
+                    loader.exec_module(module)
+                    sys.modules["crc32c._crc32c"] = module  # what ``import crc32c`` would load, shared
+                    return module
+    except Exception:  # noqa: BLE001 - any surprise: the ordinary import below
+        pass
+    import crc32c
+
+    return crc32c
 
 
 # CRC-32C (Castagnoli), full 32 bits: crc32c(data, value=0), ``value`` continuing an earlier
 # checksum. The C library's function itself, not a wrapper: no Python frame per call on the
 # hot paths (every record header and body, every object block).
-crc32c = _crc32c.crc32c
+crc32c = _crc32c_extension().crc32c
 
 
 def automq_crc(data: bytes | bytearray | memoryview) -> int:

@@ -12,7 +12,7 @@ def first_base_offset(opened, stream_id: int, base_offset: int | None, *, device
                       endpoint_url: str | None = None, on_warning: Callable[[str], None] | None = None) -> int:
     """The stream offset of the first record ``walctl append`` writes to ``stream_id``.
 
-    ``base_offset`` when given; else the stream's end in the log (``opened``: walctl.wal.ops
+    ``base_offset`` when given; else the stream's end in the log (``opened``: walctl.wal.lifecycle
     open_writer's result); else, with ``store_url``, its end in the store's manifest (0 for a new
     stream or a store that does not exist yet: ``on_warning`` says so; the store is never created);
     else 0 when the log never held the stream.

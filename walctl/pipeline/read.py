@@ -577,7 +577,7 @@ class StreamReader:
     def _wal_pass(self, doc: mf.Manifest) -> Iterator[ReadRecord | ReadFinding]:
         """The stream's records in the WAL after its last uploaded record (read-only, no lock)."""
         from walctl.wal import reader
-        from walctl.wal.ops import open_reader
+        from walctl.wal.lifecycle import open_reader
 
         session = open_reader(self.wal)
         try:

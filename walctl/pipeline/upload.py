@@ -671,7 +671,7 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
     they are not uploaded and the WAL is not trimmed past the first of them (see 'recover').
     """
     from walctl.wal import gaps, reader
-    from walctl.wal.ops import read_wal_state
+    from walctl.wal.lifecycle import read_wal_state
     from walctl.wal.verdict import unexplained_error
 
     started = time.monotonic()
@@ -897,7 +897,7 @@ def _trim_after(wal_path: str, offset: int, warnings: list[str], timeout_s: floa
     socket (FORMATS.md 1.7), retrying up to ``timeout_s``; TrimPendingError when neither happened.
     A moved trim point (someone trimmed past it) only costs a warning (upload is idempotent)."""
     from walctl.wal.handoff import trim_or_hand_off
-    from walctl.wal.ops import trim_scanned
+    from walctl.wal.lifecycle import trim_scanned
 
     try:
         # The upload's scan has just read the record at ``offset``: the trim checks its header only.

@@ -21,9 +21,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-import crc32c as _crc32c_module
-
 from walctl.errors import BadMagicError, BoundsError, ChecksumError, FormatError, TruncatedError, ZeroedError
+from walctl.format import crc as _crc32c_module  # its crc32c is the crc32c package's C function
 from walctl.format import record as rec
 from walctl.format.crc import automq_crc, crc32c
 from walctl.wal.findings import Cause

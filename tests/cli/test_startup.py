@@ -1,0 +1,124 @@
+"""What a short command imports (its start-up time is mostly imports): ``import walctl.cli``
+imports no command module and nothing of boto3, botocore, pyspark or rich; a run imports the
+module of its own command only, and not pydantic (typer's coercion of plain values is done by
+walctl.cli.coercion, which gives typer's answers). Checked in fresh interpreters through
+sys.modules: no timing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from walctl.cli import app as app_module_app  # the whole app (every command)
+from walctl.cli.app import COMMAND_MODULE_OF, modules_for
+
+HEAVY = ("boto3", "botocore", "pyspark", "py4j", "rich", "hypothesis")
+
+
+def _imported_after(code: str, *argv: str) -> set[str]:
+    """The top-level packages and walctl modules in sys.modules after ``code`` ran in a fresh Python."""
+    probe = (f"import json, sys\nsys.argv = ['walctl', *{list(argv)!r}]\n{code}\n"
+             "print('MODULES ' + json.dumps(sorted(sys.modules)))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    line = [x for x in proc.stdout.splitlines() if x.startswith("MODULES ")]
+    assert line, proc.stderr
+    return set(json.loads(line[-1].removeprefix("MODULES ")))
+
+
+def _run_main() -> str:
+    return "from walctl.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass"
+
+
+def test_importing_the_cli_imports_no_command_and_no_heavy_library():
+    modules = _imported_after("import walctl.cli")
+    heavy = sorted(m for m in modules if m.split(".")[0] in HEAVY)
+    assert heavy == [], heavy
+    commands = sorted(m for m in modules if m.startswith("walctl.commands.") and not m.startswith("walctl.commands._"))
+    assert commands == [], commands
+
+
+@pytest.mark.parametrize("argv, wanted", [
+    (("--version",), set()),
+    (("status", "--help"), {"walctl.commands.status"}),
+    (("upload", "--help"), {"walctl.commands.upload"}),
+    # read shares recover's --payload encodings (imports walctl.commands.recover), nothing more
+    (("--debug", "read", "--help"), {"walctl.commands.read", "walctl.commands.recover"}),
+    (("status", "/nonexistent/wal"), {"walctl.commands.status"}),
+    (("read", "--store", "/nonexistent/store", "-s", "0", "--limit", "1", "--json"),
+     {"walctl.commands.read", "walctl.commands.recover"}),
+])
+def test_a_run_imports_its_own_command_module_only(argv, wanted):
+    modules = _imported_after(_run_main(), *argv)
+    commands = {m for m in modules if m.startswith("walctl.commands.") and not m.startswith("walctl.commands._")}
+    assert commands == wanted
+    heavy = sorted(m for m in modules if m.split(".")[0] in ("boto3", "botocore", "pyspark", "py4j", "pydantic"))
+    assert heavy == [], heavy
+    assert "importlib.metadata" not in modules  # crc32c's __init__ (walctl.format.crc loads its C part)
+
+
+SAMPLES = (None, "", "0", "7", "-1", "007", "-0", "+3", " 3", "12x", "1.5", "1KiB", "64MiB", "abc", "-", "1_000",
+           "999999999999999999", "99999999999999999999", "s3://bucket/prefix", "\u00e9t\u00e9")
+
+
+def _outcome(call):
+    try:
+        result = call()
+    except Exception as exc:  # noqa: BLE001 - the very error is what is compared
+        return "error", type(exc), str(exc)
+    return "ok", type(result), result
+
+
+def test_plain_coercion_gives_typers_answers_on_every_parameter():
+    import typer.main
+    from typer import _click as click
+    from typer._coercion import build_runtime_param
+
+    from walctl.cli.coercion import PlainFirst
+
+    group = typer.main.get_command(app_module_app)
+    compared = answered_plainly = 0
+    for command in (group, *group.commands.values()):
+        ctx = click.Context(command, info_name=command.name)
+        for param in command.get_params(ctx):
+            if getattr(param, "type_descriptor", None) is None or param.type_descriptor.file_annotation is not None:
+                continue  # not typer's; or a file (opened, even for writing: both hand it to typer alike)
+            for value in (*SAMPLES, param.default):
+                typer_says = _outcome(lambda: build_runtime_param(param.type_descriptor).coerce(value, param=param,
+                                                                                               ctx=ctx))
+                plain = PlainFirst()
+                plain_says = _outcome(lambda: plain.coerce(value, param, ctx))
+                assert plain_says == typer_says, (command.name, param.name, value)
+                compared += 1
+                answered_plainly += plain._typer is None
+    assert compared > 1000 and answered_plainly > compared // 3, (compared, answered_plainly)
+
+
+def test_every_command_name_maps_to_the_module_that_registers_it():
+    import typer.main
+
+    group = typer.main.get_command(app_module_app)
+    registered = {name: cmd.callback.__module__.rsplit(".", 1)[1] for name, cmd in group.commands.items()}
+    # selftest runs the other commands through its app: its run registers every module.
+    assert {n: m for n, m in registered.items() if n != "selftest"} == COMMAND_MODULE_OF
+    assert "selftest" in registered and modules_for(["selftest"]) is None
+
+
+@pytest.mark.parametrize("args, wanted", [
+    (["read", "x", "--limit", "1"], ("read",)),
+    (["--debug", "--json", "objects"], ("ls",)),
+    (["inspect-object", "--help"], ("inspect_object",)),
+    (["--version"], ()),
+    (["-V", "--help"], ()),  # eager, in order: the version wins
+    (["--help", "--version"], None),  # the help lists every command
+    ([], None),
+    (["--debug"], None),
+    (["bogus", "read"], None),  # an unknown command: click's error (and its suggestions) sees them all
+    (["--", "read"], None),
+    (["selftest"], None),
+])
+def test_modules_for(args, wanted):
+    assert modules_for(args) == wanted

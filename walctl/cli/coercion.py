@@ -1,0 +1,80 @@
+"""Typer's parameter coercion, without pydantic where the answer is certain.
+
+typer (0.29) turns every parameter's value into its annotated type through a pydantic
+TypeAdapter, built the first time the parameter gets a value (even ``None``); importing
+pydantic (and its plugin loader's importlib.metadata) is most of a short command's start-up.
+``plain_coercion(params)`` gives each parameter a coercion that answers by itself where it
+gives exactly typer's answer -- no value; a str for a ``str`` parameter; plain digits within the
+bounds for an ``int``; a member of an Enum parameter's Enum (a default); a value its ``parser``
+accepts -- and hands everything else, and every
+value typer would refuse (so the messages stay typer's), to typer's own coercion.
+tests/cli/test_startup.py compares the two on every parameter of every command.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Any
+
+_PLAIN_INT = re.compile(r"-?[0-9]{1,18}")
+_TYPER = object()  # _plain's "ask typer"
+
+
+def plain_coercion(params) -> None:
+    """Give every typer parameter in ``params`` the coercion below (idempotent; a parameter typer
+    did not make, or a typer whose parameters work differently, is left alone)."""
+    for param in params:
+        if (hasattr(param, "get_runtime_param") and hasattr(param, "type_descriptor")
+                and getattr(param, "_runtime_param", _TYPER) is None):
+            param._runtime_param = PlainFirst()
+
+
+class PlainFirst:
+    """A parameter's coercion (typer's RuntimeParam protocol): plain values here, the rest by typer."""
+
+    def __init__(self) -> None:
+        self._typer = None
+
+    def coerce(self, value: Any, param, ctx) -> Any:
+        multiple = param.multiple or param.nargs == -1
+        if value is None:  # typer's RuntimeParam.coerce, before it looks at the type
+            return () if multiple else None
+        descriptor = param.type_descriptor
+        if not multiple and descriptor.file_annotation is None:
+            plain = _plain(value, descriptor.annotation, descriptor.parameter_info)
+            if plain is not _TYPER:
+                return plain
+        return self.typer(param).coerce(value, param=param, ctx=ctx)
+
+    def typer(self, param):
+        """typer's own coercion of ``param`` (built once)."""
+        if self._typer is None:
+            from typer._coercion import build_runtime_param
+
+            self._typer = build_runtime_param(param.type_descriptor)
+        return self._typer
+
+
+def _plain(value: Any, annotation: Any, info) -> Any:
+    """What typer's adapter makes of ``value``, or _TYPER when only typer can say."""
+    parser = getattr(info, "parser", None)
+    if parser is not None:  # typer: Annotated[Any, BeforeValidator(parser)]
+        try:
+            return parser(value)
+        except Exception:  # typer calls it again and words the error
+            return _TYPER
+    if isinstance(value, Enum):  # typer's choice: one of the Enum's own members is itself
+        if isinstance(annotation, type) and issubclass(annotation, Enum) and any(value is m for m in annotation):
+            return value
+        return _TYPER
+    if type(value) is not str:
+        return _TYPER
+    if annotation is str:  # typer: Annotated[str, BeforeValidator(str)]
+        return value
+    if annotation is int and _PLAIN_INT.fullmatch(value) and not getattr(info, "clamp", None):
+        number = int(value)
+        low, high = getattr(info, "min", None), getattr(info, "max", None)
+        if (low is None or number >= low) and (high is None or number <= high):
+            return number
+    return _TYPER
