@@ -162,12 +162,12 @@ def _trial(tmp_path, seed: int, monkeypatch, path: str | None = None) -> dict:
     counts = {"cuts": 0, "survivors": 0, "lost": 0, "acked": 0, "max_in_flight": 0, "uploads": 0, "full": 0,
               "so_compacted": 0}
 
-    def drain() -> None:  # an upload; small split sizes make Stream Objects for SO compaction
-        upload(wal, store, split_size=rng.choice([256, 4096, 16 << 20]))
+    def drain(split_size: int | None = None) -> None:  # an upload; small split sizes make Stream Objects
+        upload(wal, store, split_size=split_size or rng.choice([256, 4096, 16 << 20]))
         counts["uploads"] += 1
 
-    def compact() -> None:
-        result = compact_stream_objects(store, target_size=rng.choice([8192, 64 << 10]))
+    def compact(target_size: int | None = None) -> None:
+        result = compact_stream_objects(store, target_size=target_size or rng.choice([8192, 64 << 10]))
         counts["so_compacted"] += 0 if result.idle else len(result.plan.inputs)
 
     queues: list[HeldQueue] = []
@@ -230,8 +230,10 @@ def _trial(tmp_path, seed: int, monkeypatch, path: str | None = None) -> dict:
     monkeypatch.undo()
     opened = open_writer(wal)
     opened.writer.close()
-    drain()
-    compact()
+    # The last upload gives every stream Stream Objects (split size 256 B), so the SO compaction
+    # after it has each stream's SOs of every round to merge, whatever the rounds' timing left.
+    drain(split_size=256)
+    compact(target_size=64 << 10)
 
     stored = read_back(store)
     seen: set[tuple[int, int]] = set()
