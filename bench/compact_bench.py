@@ -256,7 +256,8 @@ def main() -> None:
         busy = sum(t["seconds"] for t in result.tasks)
         print(f"of the run's {seconds:.1f} s: {first:.1f} s before the first task read (indexes, plan, fence, "
               f"shipping, Python workers' start), {last - first:.1f} s of tasks (iterations: {reading:.1f} s "
-              f"reading, {busy - reading:.1f} s checking and writing), {seconds - last:.1f} s after (the "
+              f"from each one's first GET to its last, {busy:.1f} s at the writer: "
+              f"the reads run ahead of the writes, so the two overlap), {seconds - last:.1f} s after (the "
               f"driver's last parts, commit)")
     print(f"requests: {out['data_gets']} data GETs (the plan's {result.plan.gets}; one per run of adjacent "
           f"blocks, memory aside: {minimum}) + {result.index_gets} index reads, {out['puts']} PUTs")
