@@ -251,6 +251,12 @@ def main() -> None:
           f"(with Spark's start); target >= 0.5x")
     if result.tasks:
         first = min(t["read_started"] for t in result.tasks) - run.wall
+        spawned = [t["worker_started"] for t in result.tasks if t.get("worker_started")]
+        if spawned:
+            entered = min(t["task_entered"] for t in result.tasks) - run.wall
+            print(f"before the first GET: {min(spawned) - run.wall:.1f} s until the first Python worker was "
+                  f"started (indexes, plan, fence, shipping, scheduling), {entered - (min(spawned) - run.wall):.1f} s "
+                  f"until its task began (interpreter, pyspark and walctl imports), {first - entered:.1f} s more")
         last = max(t["finished"] for t in result.tasks) - run.wall
         reading = sum(t["read_seconds"] for t in result.tasks)
         busy = sum(t["seconds"] for t in result.tasks)

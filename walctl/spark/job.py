@@ -296,6 +296,7 @@ def run_iterations_in_task(specs) -> list[dict]:
     of the writes (ReadAhead) within the task's memory share. Each result has that iteration's
     own request counts. Errors come back in the result (``error``), classified, not raised;
     the task stops at its first."""
+    entered = time.time()
     specs = list(specs)
     out: list[dict] = []
     if not specs:
@@ -315,7 +316,21 @@ def run_iterations_in_task(specs) -> list[dict]:
     finally:
         if ahead is not None:
             ahead.close()
+    for result in out:  # where the task's time went before its first GET (bench/compact_bench.py)
+        result.update(worker_started=process_started(), task_entered=entered)
     return out
+
+
+def process_started() -> float | None:
+    """This process's start, wall clock (Linux /proc), None elsewhere."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rpartition(")")[2].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 class _Closed(Exception):
