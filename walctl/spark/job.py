@@ -445,39 +445,53 @@ def _run_iteration(spec: IterationSpec, store, ahead: ReadAhead, k: int) -> dict
             futures[n] = None  # a done future keeps its result: the buffer must go with its last piece
         return buffers[n]
 
-    parts = []
-    for p in spec.pieces:
-        piece = p.piece
-        chunks: list = []
-        crc = 0  # this piece's data alone: pieces of one object run in any order, the driver combines
-        for r in piece.ranges:
-            n, at = located[r]
-            view = memoryview(buffer(n))[at:at + r.size]
-            # A misplaced read must never be published as data: decode the blocks against their entry.
-            for _ in iter_blocks(view, IndexEntry(r.stream_id, r.start_offset, r.end_offset - r.start_offset,
-                                                  r.record_count, 0, r.size)):
-                pass
-            crc = crc32c(view, crc)
-            chunks.append(view)
-        if p.index is not None:  # an object of one piece: its IndexBlock and Footer follow
-            footer = Footer(p.data_bytes, len(p.index), VERSION_WALCTL, crc32c(p.index), crc)
-            chunks += [p.index, footer.encode()]
-        size = sum(len(c) for c in chunks)
+    def write(p: PieceSpec, chunks: list):
         if p.upload_id is None:
             store.put_large(p.key, chunks)
-            part = None
-        else:
-            part = multipart.put_part(store, p.key, p.upload_id, piece.part, chunks, piece.position)
+            return None
+        return multipart.put_part(store, p.key, p.upload_id, p.piece.part, chunks, p.piece.position)
+
+    def finish(pending) -> None:
+        """A piece's write done: its record, the pace, and the buffers no later piece needs."""
+        future, p, crc, size = pending
+        part = future.result()  # a failed write raises its error here
         writes.paid(size)
-        chunks.clear()
-        view = None  # nor the last view: the buffer goes when its last piece is written
-        for n in {located[r][0] for r in piece.ranges}:
+        for n in {located[r][0] for r in p.piece.ranges}:
             uses[n] -= 1
             if uses[n] == 0:
                 del buffers[n]  # memory follows the pieces still to write
                 ahead.release(spec.reads[n].size)
-        parts.append({"output": piece.output, "part": piece.part, "crc": crc, "bytes": piece.data_bytes,
+        parts.append({"output": p.piece.output, "part": p.piece.part, "crc": crc, "bytes": p.piece.data_bytes,
                       "record": part})
+
+    parts: list[dict] = []
+    pending = None
+    # One piece is written (its syscalls release the GIL) while the next one is checked and summed.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="walctl-write") as writer:
+        for p in spec.pieces:
+            piece = p.piece
+            chunks: list = []
+            crc = 0  # this piece's data alone: pieces of one object run in any order, the driver combines
+            for r in piece.ranges:
+                n, at = located[r]
+                view = memoryview(buffer(n))[at:at + r.size]
+                # A misplaced read must never be published as data: decode the blocks against their entry.
+                for _ in iter_blocks(view, IndexEntry(r.stream_id, r.start_offset, r.end_offset - r.start_offset,
+                                                      r.record_count, 0, r.size)):
+                    pass
+                crc = crc32c(view, crc)
+                chunks.append(view)
+            view = None  # the chunks hold the views: a buffer goes when the last piece using it is written
+            if p.index is not None:  # an object of one piece: its IndexBlock and Footer follow
+                footer = Footer(p.data_bytes, len(p.index), VERSION_WALCTL, crc32c(p.index), crc)
+                chunks += [p.index, footer.encode()]
+            size = sum(len(c) for c in chunks)
+            if pending is not None:
+                finish(pending)
+            pending = (writer.submit(write, p, chunks), p, crc, size)
+            del chunks
+        if pending is not None:
+            finish(pending)
     for n in unused:  # a GET no piece uses (none in a plan): wait for it, give its memory back
         futures[n].result()
         futures[n] = None
