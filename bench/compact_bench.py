@@ -251,12 +251,19 @@ def main() -> None:
           f"(with Spark's start); target >= 0.5x")
     if result.tasks:
         first = min(t["read_started"] for t in result.tasks) - run.wall
+        spawned = [t["worker_started"] for t in result.tasks if t.get("worker_started")]
+        if spawned:
+            entered = min(t["task_entered"] for t in result.tasks) - run.wall
+            print(f"before the first GET: {min(spawned) - run.wall:.1f} s until the first Python worker was "
+                  f"started (indexes, plan, fence, shipping, scheduling), {entered - (min(spawned) - run.wall):.1f} s "
+                  f"until its task began (interpreter, pyspark and walctl imports), {first - entered:.1f} s more")
         last = max(t["finished"] for t in result.tasks) - run.wall
         reading = sum(t["read_seconds"] for t in result.tasks)
         busy = sum(t["seconds"] for t in result.tasks)
         print(f"of the run's {seconds:.1f} s: {first:.1f} s before the first task read (indexes, plan, fence, "
               f"shipping, Python workers' start), {last - first:.1f} s of tasks (iterations: {reading:.1f} s "
-              f"reading, {busy - reading:.1f} s checking and writing), {seconds - last:.1f} s after (the "
+              f"from each one's first GET to its last, {busy:.1f} s at the writer: "
+              f"the reads run ahead of the writes, so the two overlap), {seconds - last:.1f} s after (the "
               f"driver's last parts, commit)")
     print(f"requests: {out['data_gets']} data GETs (the plan's {result.plan.gets}; one per run of adjacent "
           f"blocks, memory aside: {minimum}) + {result.index_gets} index reads, {out['puts']} PUTs")

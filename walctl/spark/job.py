@@ -214,18 +214,30 @@ def package_zip(directory: str) -> str:
 
 
 def ship_walctl(sc) -> None:
-    """addPyFile walctl once per SparkContext.
+    """Make walctl importable by the executors, once per SparkContext.
 
-    The zip is written inside the context's own SparkFiles directory, which Spark serves
-    from and deletes when its JVM exits, so no run leaves a temporary directory behind.
+    A local master's workers are children of this machine running this interpreter: they
+    import walctl from where this process did (PYTHONPATH in their environment), with its
+    compiled modules. Anything else gets the package as a zip (addPyFile), written inside the
+    context's own SparkFiles directory, which Spark serves from and deletes when its JVM
+    exits, so no run leaves a temporary directory behind. (Each worker compiles a zip's
+    modules from source: ~0.5 s of its start, which a local run does without.)
     """
     if getattr(sc, "_walctl_shipped", False):
         return
-    from pyspark import SparkFiles
+    import walctl
 
-    directory = os.path.join(SparkFiles.getRootDirectory(), "walctl-ship")
-    os.makedirs(directory, exist_ok=True)
-    sc.addPyFile(package_zip(directory))
+    python = os.environ.get("PYSPARK_PYTHON")
+    if sc.master.startswith("local") and (python is None or os.path.realpath(python) == os.path.realpath(sys.executable)):
+        parent = os.path.dirname(os.path.dirname(os.path.abspath(walctl.__file__)))
+        known = sc.environment.get("PYTHONPATH")
+        sc.environment["PYTHONPATH"] = parent if not known else f"{parent}{os.pathsep}{known}"
+    else:
+        from pyspark import SparkFiles
+
+        directory = os.path.join(SparkFiles.getRootDirectory(), "walctl-ship")
+        os.makedirs(directory, exist_ok=True)
+        sc.addPyFile(package_zip(directory))
     sc._walctl_shipped = True
 
 
@@ -250,6 +262,7 @@ class IterationSpec:
     read_rate_bps: float | None = None  # this task's share of the read budget, bytes/s; None = unlimited
     write_rate_bps: float | None = None  # this task's share of the write budget, bytes/s; None = unlimited
     read_threads: int = READ_THREADS  # GETs in flight at most (INFLIGHT_READ_BYTES bounds their bytes)
+    memory_bytes: int | None = None  # the task's memory share (the plan's task_memory); None: its largest iteration
 
 
 def open_task_store(url: str, endpoint_url: str | None):
@@ -270,119 +283,227 @@ def run_iteration(spec: IterationSpec) -> dict:
     return run_iterations_in_task([spec])[0]
 
 
+def _error_result(index: int, exc: BaseException) -> dict:
+    if isinstance(exc, WalctlError):
+        return {"iteration": index, "error": {"type": type(exc).__name__, "exit_code": exc.exit_code,
+                                              "what": exc.what, "where": exc.where, "hint": exc.hint}}
+    return {"iteration": index, "error": {"type": "ModuleNotFoundError", "exit_code": 4, "what": str(exc),
+                                          "where": None, "hint": None, "module": getattr(exc, "name", None)}}
+
+
 def run_iterations_in_task(specs) -> list[dict]:
-    """Runs on an executor: one task's iterations, one after another, with one store client.
-    Each result has that iteration's own request counts. Errors come back in the result
-    (``error``), classified, not raised; the task stops at its first."""
-    out = []
-    store = None
-    for spec in specs:
-        try:
-            if store is None:
-                store = open_task_store(spec.store_url, spec.endpoint_url)
-            out.append(_run_iteration(spec, store))
-        except WalctlError as exc:
-            out.append({"iteration": spec.index, "error": {
-                "type": type(exc).__name__, "exit_code": exc.exit_code, "what": exc.what, "where": exc.where,
-                "hint": exc.hint}})
-        except ImportError as exc:
-            out.append({"iteration": spec.index, "error": {
-                "type": "ModuleNotFoundError", "exit_code": 4, "what": str(exc), "where": None, "hint": None,
-                "module": getattr(exc, "name", None)}})
-        if "error" in out[-1]:
-            break
+    """Runs on an executor: one task's iterations with one store client, their GETs read ahead
+    of the writes (ReadAhead) within the task's memory share. Each result has that iteration's
+    own request counts. Errors come back in the result (``error``), classified, not raised;
+    the task stops at its first."""
+    entered = time.time()
+    specs = list(specs)
+    out: list[dict] = []
+    if not specs:
+        return out
+    ahead = None
+    try:
+        store = open_task_store(specs[0].store_url, specs[0].endpoint_url)
+        ahead = ReadAhead(store, specs)
+        for k, spec in enumerate(specs):
+            try:
+                out.append(_run_iteration(spec, store, ahead, k))
+            except (WalctlError, ImportError) as exc:
+                out.append(_error_result(spec.index, exc))
+                break
+    except (WalctlError, ImportError) as exc:
+        out.append(_error_result(specs[len(out)].index, exc))
+    finally:
+        if ahead is not None:
+            ahead.close()
+    for result in out:  # where the task's time went before its first GET (bench/compact_bench.py)
+        result.update(worker_started=process_started(), task_entered=entered)
     return out
 
 
-def _run_iteration(spec: IterationSpec, store) -> dict:
-    from walctl.compaction.common import Pacer  # one byte-rate pacer for every compaction level
+def process_started() -> float | None:
+    """This process's start, wall clock (Linux /proc), None elsewhere."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rpartition(")")[2].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+class _Closed(Exception):
+    """A read not started because the task stopped (never reaches a result: nobody waits for it)."""
+
+
+class ReadAhead:
+    """A task's GETs, every iteration's in plan order, read by a few threads ahead of the writes.
+
+    A GET starts when the bytes it will hold fit the task's memory share beside the buffers
+    not yet written out (or when none is held: a range larger than the share goes alone), and
+    in order: the next iteration's reads take the memory the current one's writes give back,
+    so reading iteration k+1 overlaps writing iteration k and the task never holds more than
+    its share. Bytes of GETs in flight are bounded too (INFLIGHT_READ_BYTES: a local read holds
+    an aligned buffer of its size until it is copied out). The GETs are exactly the plan's.
+    """
+
+    def __init__(self, store, specs):
+        from walctl.compaction.common import Pacer  # one byte-rate pacer for every compaction level
+
+        self.store = store
+        largest = max(sum(r.size for r in s.reads) for s in specs)
+        self.memory = specs[0].memory_bytes or largest or 1
+        self.pacer = Pacer(specs[0].read_rate_bps)  # the task's share of the read budget
+        self.cond = threading.Condition()
+        self.held = self.inflight = self.turn = 0
+        self.closed = False
+        self.spans = [[None, None, None] for _ in specs]  # per iteration: first start, last end (monotonic), wall start
+        self.bytes = [0] * len(specs)
+        self.pool = ThreadPoolExecutor(max_workers=max(1, specs[0].read_threads), thread_name_prefix="walctl-read")
+        self.futures = []
+        ticket = 0
+        for k, spec in enumerate(specs):
+            self.futures.append([self.pool.submit(self._fetch, k, ticket + n, read) for n, read in enumerate(spec.reads)])
+            ticket += len(spec.reads)
+
+    def _admissible(self, ticket: int, size: int) -> bool:
+        return self.closed or (self.turn == ticket and (self.held == 0 or self.held + size <= self.memory)
+                               and (self.inflight == 0 or self.inflight + size <= INFLIGHT_READ_BYTES))
+
+    def _fetch(self, k: int, ticket: int, read):
+        size = read.size
+        with self.cond:
+            self.cond.wait_for(lambda: self._admissible(ticket, size))
+            if self.closed:
+                raise _Closed()
+            self.turn += 1
+            self.held += size
+            self.inflight += size
+            self.cond.notify_all()
+        started, wall = time.monotonic(), time.time()
+        try:
+            data = self.store.read_range(read.key, read.start, read.end)
+        finally:
+            with self.cond:
+                self.inflight -= size
+                self.cond.notify_all()
+        self.pacer.paid(len(data))
+        if len(data) != size:
+            from walctl.errors import CorruptionError
+
+            raise CorruptionError(f"source object shorter than its index says ({len(data)} of "
+                                  f"{size} bytes at {read.start})", where=read.key)
+        ended = time.monotonic()
+        with self.cond:
+            span = self.spans[k]
+            if span[0] is None or started < span[0]:
+                span[0], span[2] = started, wall
+            span[1] = ended if span[1] is None else max(span[1], ended)
+            self.bytes[k] += size
+        return data
+
+    def release(self, size: int) -> None:
+        """A buffer written out: its bytes go to the reads waiting."""
+        with self.cond:
+            self.held -= size
+            self.cond.notify_all()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_iteration(spec: IterationSpec, store, ahead: ReadAhead, k: int) -> dict:
+    from walctl.compaction.common import Pacer
     from walctl.format.crc import crc32c
     from walctl.format.object import VERSION_WALCTL, Footer, IndexEntry, iter_blocks
     from walctl.spark import multipart
 
     started = time.monotonic()
-    before = store.stats.snapshot()
-    read_started = time.time()  # wall clock: comparable across processes (bench figures)
-    limiter = Pacer(spec.read_rate_bps)
+    before = store.stats.snapshot()  # the reads ahead touch only the get counters, never the put ones
     writes = Pacer(spec.write_rate_bps)
-
-    room = threading.Condition()
-    inflight = [0]
-
-    def fetch(read):
-        with room:  # a read larger than the whole allowance goes alone
-            room.wait_for(lambda: inflight[0] == 0 or inflight[0] + read.size <= INFLIGHT_READ_BYTES)
-            inflight[0] += read.size
-        try:
-            data = store.read_range(read.key, read.start, read.end)
-        finally:
-            with room:
-                inflight[0] -= read.size
-                room.notify_all()
-        limiter.paid(len(data))
-        if len(data) != read.end - read.start:
-            from walctl.errors import CorruptionError
-
-            raise CorruptionError(f"source object shorter than its index says ({len(data)} of "
-                                  f"{read.end - read.start} bytes at {read.start})", where=read.key)
-        return read, data
+    futures = ahead.futures[k]
 
     # Where each source range's bytes are, and how many pieces still need each read's buffer.
-    located: dict = {}
-    uses: dict[int, int] = {}
+    uses = [0] * len(spec.reads)
     buffers: dict[int, bytes] = {}
-    reader_of = {}
+    located = {}
     for n, read in enumerate(spec.reads):
         for r in read.ranges:
-            reader_of[r] = n
+            located[r] = (n, r.position - read.start)
     for p in spec.pieces:
-        for n in {reader_of[r] for r in p.piece.ranges}:
-            uses[n] = uses.get(n, 0) + 1
-    # GETs are latency-bound (S3: tens of ms each): a few in flight, GIL released in I/O.
-    with ThreadPoolExecutor(max_workers=max(1, spec.read_threads)) as pool:
-        for n, (read, data) in enumerate(pool.map(fetch, spec.reads)):
-            buffers[n] = data
-            for r in read.ranges:
-                located[r] = (n, r.position - read.start)
-    read_seconds = time.monotonic() - limiter.start
+        for n in {located[r][0] for r in p.piece.ranges}:
+            uses[n] += 1
+    unused = [n for n, count in enumerate(uses) if count == 0]
 
-    parts = []
-    for p in spec.pieces:
-        piece = p.piece
-        chunks: list = []
-        crc = 0  # this piece's data alone: pieces of one object run in any order, the driver combines
-        for r in piece.ranges:
-            n, at = located[r]
-            view = memoryview(buffers[n])[at:at + r.size]
-            # A misplaced read must never be published as data: decode the blocks against their entry.
-            for _ in iter_blocks(view, IndexEntry(r.stream_id, r.start_offset, r.end_offset - r.start_offset,
-                                                  r.record_count, 0, r.size)):
-                pass
-            crc = crc32c(view, crc)
-            chunks.append(view)
-        if p.index is not None:  # an object of one piece: its IndexBlock and Footer follow
-            footer = Footer(p.data_bytes, len(p.index), VERSION_WALCTL, crc32c(p.index), crc)
-            chunks += [p.index, footer.encode()]
-        size = sum(len(c) for c in chunks)
+    def buffer(n: int) -> bytes:
+        if n not in buffers:
+            buffers[n] = futures[n].result()  # a failed GET raises its error here
+            futures[n] = None  # a done future keeps its result: the buffer must go with its last piece
+        return buffers[n]
+
+    def write(p: PieceSpec, chunks: list):
         if p.upload_id is None:
             store.put_large(p.key, chunks)
-            part = None
-        else:
-            part = multipart.put_part(store, p.key, p.upload_id, piece.part, chunks, piece.position)
+            return None
+        return multipart.put_part(store, p.key, p.upload_id, p.piece.part, chunks, p.piece.position)
+
+    def finish(pending) -> None:
+        """A piece's write done: its record, the pace, and the buffers no later piece needs."""
+        future, p, crc, size = pending
+        part = future.result()  # a failed write raises its error here
         writes.paid(size)
-        chunks.clear()
-        for n in {reader_of[r] for r in piece.ranges}:
+        for n in {located[r][0] for r in p.piece.ranges}:
             uses[n] -= 1
             if uses[n] == 0:
                 del buffers[n]  # memory follows the pieces still to write
-        parts.append({"output": piece.output, "part": piece.part, "crc": crc, "bytes": piece.data_bytes,
+                ahead.release(spec.reads[n].size)
+        parts.append({"output": p.piece.output, "part": p.piece.part, "crc": crc, "bytes": p.piece.data_bytes,
                       "record": part})
+
+    parts: list[dict] = []
+    pending = None
+    # One piece is written (its syscalls release the GIL) while the next one is checked and summed.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="walctl-write") as writer:
+        for p in spec.pieces:
+            piece = p.piece
+            chunks: list = []
+            crc = 0  # this piece's data alone: pieces of one object run in any order, the driver combines
+            for r in piece.ranges:
+                n, at = located[r]
+                view = memoryview(buffer(n))[at:at + r.size]
+                # A misplaced read must never be published as data: decode the blocks against their entry.
+                for _ in iter_blocks(view, IndexEntry(r.stream_id, r.start_offset, r.end_offset - r.start_offset,
+                                                      r.record_count, 0, r.size)):
+                    pass
+                crc = crc32c(view, crc)
+                chunks.append(view)
+            view = None  # the chunks hold the views: a buffer goes when the last piece using it is written
+            if p.index is not None:  # an object of one piece: its IndexBlock and Footer follow
+                footer = Footer(p.data_bytes, len(p.index), VERSION_WALCTL, crc32c(p.index), crc)
+                chunks += [p.index, footer.encode()]
+            size = sum(len(c) for c in chunks)
+            if pending is not None:
+                finish(pending)
+            pending = (writer.submit(write, p, chunks), p, crc, size)
+            del chunks
+        if pending is not None:
+            finish(pending)
+    for n in unused:  # a GET no piece uses (none in a plan): wait for it, give its memory back
+        futures[n].result()
+        futures[n] = None
+        ahead.release(spec.reads[n].size)
     after = store.stats.snapshot()
-    stats = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-    return {"iteration": spec.index, "gets": stats["get"], "puts": stats["put"] + stats.get("multipart_parts", 0),
-            "bytes_read": stats["bytes_read"], "bytes_written": stats["bytes_written"],
-            "seconds": time.monotonic() - started, "read_seconds": read_seconds, "read_started": read_started,
-            "finished": time.time(), "pieces": parts}
+    stats = {key: after.get(key, 0) - before.get(key, 0) for key in after}
+    first, last, wall = ahead.spans[k]
+    return {"iteration": spec.index, "gets": len(spec.reads),
+            "puts": stats["put"] + stats.get("multipart_parts", 0),
+            "bytes_read": ahead.bytes[k], "bytes_written": stats["bytes_written"],
+            "seconds": time.monotonic() - started, "read_seconds": (last - first) if first is not None else 0.0,
+            "read_started": wall if wall is not None else time.time(), "finished": time.time(), "pieces": parts}
 
 
 # --- the driver -------------------------------------------------------------------------------
@@ -449,7 +570,8 @@ def run_iterations(spark, plan, keys: list[str], store, store_url: str, endpoint
         specs = [IterationSpec(store_url, endpoint_url, it.index, it.reads, tuple(
                      PieceSpec(keys[p.output], p, uploads.get(p.output), plan.outputs[p.output].data_bytes,
                                None if p.output in uploads else index_block(plan.outputs[p.output]))
-                     for p in it.pieces), read_share, write_share) for it in plan.iterations]
+                     for p in it.pieces), read_share, write_share, memory_bytes=plan.task_memory)
+                 for it in plan.iterations]
         done = _collect(sc, [specs[k::slots] for k in range(slots)])
         failed = [r for r in done if "error" in r]
         if failed:

@@ -1,0 +1,80 @@
+"""A compaction task's reads run ahead of its writes (walctl.spark.job.ReadAhead): the next
+iteration's GETs start while the current one's buffers are still held, yet the bytes held
+never exceed the task's memory share, and the GETs are exactly the plan's, in its order."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+from walctl.spark.job import ReadAhead
+
+KiB = 1 << 10
+
+
+class CountingStore:
+    """read_range returns zeros and notes each GET, in the order they were made."""
+
+    def __init__(self):
+        self.gets: list[tuple[str, int, int]] = []
+        self.lock = threading.Lock()
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        with self.lock:
+            self.gets.append((key, start, end))
+        return bytes(end - start)
+
+
+def read(key: str, start: int, size: int):
+    return SimpleNamespace(key=key, start=start, end=start + size, size=size)
+
+
+def specs(memory: int):
+    # three iterations of 3 x 10 KiB; the task's share holds 40 KiB: one iteration and a bit
+    its = [tuple(read(f"o{k}", n * 10 * KiB, 10 * KiB) for n in range(3)) for k in range(3)]
+    return [SimpleNamespace(reads=r, memory_bytes=memory, read_rate_bps=None, read_threads=4) for r in its], its
+
+
+def test_reads_run_ahead_within_the_memory_share_and_in_plan_order():
+    store = CountingStore()
+    memory = 40 * KiB
+    task, its = specs(memory)
+    ahead = ReadAhead(store, task)
+    peak = 0
+    try:
+        for k, futures in enumerate(ahead.futures):
+            buffers = [f.result() for f in futures]
+            peak = max(peak, ahead.held)
+            assert ahead.held <= memory
+            if k + 1 < len(task):
+                # the next iteration's first GET starts once this one's reads are in: 30 + 10 KiB fit 40
+                for _ in range(200):
+                    with ahead.cond:
+                        if len(store.gets) > 3 * (k + 1):
+                            break
+                    threading.Event().wait(0.01)
+                assert len(store.gets) == 3 * (k + 1) + 1, "the next read started ahead of the writes, one only"
+                peak = max(peak, ahead.held)
+                assert ahead.held <= memory
+            for b in buffers:  # written out: the memory goes back
+                ahead.release(len(b))
+    finally:
+        ahead.close()
+    assert peak == memory  # 40 KiB held at once: 3 reads of this iteration and 1 of the next
+    assert store.gets == [(r.key, r.start, r.end) for it in its for r in it]  # the plan's GETs, in order
+    assert ahead.bytes == [30 * KiB] * 3
+
+
+def test_a_read_larger_than_the_share_goes_alone():
+    store = CountingStore()
+    task = [SimpleNamespace(reads=(read("big", 0, 64 * KiB), read("small", 0, KiB)), memory_bytes=16 * KiB,
+                            read_rate_bps=None, read_threads=4)]
+    ahead = ReadAhead(store, task)
+    try:
+        big = ahead.futures[0][0].result()
+        threading.Event().wait(0.1)
+        assert store.gets == [("big", 0, 64 * KiB)]  # the small one waits for the big one's memory
+        ahead.release(len(big))
+        assert len(ahead.futures[0][1].result()) == KiB
+    finally:
+        ahead.close()
