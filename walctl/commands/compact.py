@@ -4,13 +4,16 @@ merge consecutive Stream Objects by server-side copy (--level), or split SSOs (-
 from __future__ import annotations
 
 import enum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from walctl.commands._shared import (EndpointOpt, JsonOpt, MetricsFileOpt, NamespaceOpt, StoreOpt, command, emit_json,
                                      stdout_console, warn)
 from walctl.options import spark_master
+
+if TYPE_CHECKING:
+    from walctl.store.base import Store
 
 
 def _debug() -> bool:
@@ -176,7 +179,7 @@ def _retention(items: list[str] | None) -> dict[int, int]:
     return retention
 
 
-def _so_compaction(st, namespace: str, dry_run: bool, so_options: dict):
+def _so_compaction(st: Store, namespace: str, dry_run: bool, so_options: dict):
     from walctl.compaction.so import compact_stream_objects
     from walctl.sizes import parse_size
 
@@ -252,7 +255,7 @@ def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_
     return out
 
 
-def _record_metrics(metrics, out: dict, result, st) -> None:
+def _record_metrics(metrics, out: dict, result, st: Store) -> None:
     # The tasks' requests happen in executors, with store clients of their own.
     so_out = out.get("so") or {}
     so_done = not so_out.get("idle", True)  # the SO level's share (its requests are in st.stats)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from walctl.commands._shared import (EndpointOpt, JsonOpt, StreamOpt, command, emit_json, progress_bar, stdout_console,
                                      warn)
 from walctl.commands.recover import Payload, encode_payload
+
+if TYPE_CHECKING:
+    from walctl.store.base import Store
 
 
 @command("inspect-object", stream=True)
@@ -100,7 +103,7 @@ def _footer_json(result) -> dict:
     return out
 
 
-def _dump_records(st, result, stream: int | None, json_out: bool, payload: Payload, problems: list) -> dict:
+def _dump_records(st: Store, result, stream: int | None, json_out: bool, payload: Payload, problems: list) -> dict:
     """--records: every batch of the object (of ``stream``); a decoding problem ends the dump and
     joins ``problems``. Returns the summary's record fields."""
     from walctl.errors import FormatError

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from walctl.errors import FormatError, NotFoundError
 from walctl.format import object as obj
@@ -29,6 +29,9 @@ from walctl.format.batch import StreamRecordBatch
 from walctl.format.crc import crc32c
 from walctl.store import manifest as mf
 from walctl.store.inspect import member_key
+
+if TYPE_CHECKING:
+    from walctl.store.base import Store
 
 RUN_BYTES = 16 << 20  # one ranged GET reads at most this much (unless one index entry is larger)
 ENTRIES_GUESS = obj.DEFAULT_ENTRIES_GUESS  # the first tail GET catches an index of this many entries
@@ -138,7 +141,7 @@ class StreamReader:
             and first runs, in a thread while the current run is decoded (memory: four runs at most).
     """
 
-    def __init__(self, store, stream_id: int, *, from_offset: int | None = None, to_offset: int | None = None,
+    def __init__(self, store: Store, stream_id: int, *, from_offset: int | None = None, to_offset: int | None = None,
                  limit: int | None = None, wal: str | None = None, run_bytes: int = RUN_BYTES,
                  entries_guess: int = ENTRIES_GUESS, read_ahead: bool = True, payload_views: bool = False):
         self.store = store
@@ -629,7 +632,7 @@ def open_for_read(url: str, endpoint_url: str | None = None):
     return open_store(url, endpoint_url=endpoint_url, create=False)  # a reader never creates a store
 
 
-def read_stream(store, stream_id: int, **kwargs) -> tuple[list[ReadRecord | ReadFinding], ReadSummary]:
+def read_stream(store: Store, stream_id: int, **kwargs) -> tuple[list[ReadRecord | ReadFinding], ReadSummary]:
     """Convenience for tests and scripts: the whole read as a list (memory grows with it)."""
     follow_keys = ("follow", "poll_s", "max_poll_s", "idle_timeout_s", "sleep", "clock")
     follow_args = {k: kwargs.pop(k) for k in follow_keys if k in kwargs}

@@ -142,7 +142,7 @@ def inspect(store: Store, key: str, *, deep: bool = False, known: bool = False, 
     return result
 
 
-def _inspect_composite(store, key: str, tail: bytes, size: int, before: int, *, deep: bool) -> InspectResult:
+def _inspect_composite(store: Store, key: str, tail: bytes, size: int, before: int, *, deep: bool) -> InspectResult:
     """An AutoMQ composite object: its members and the index entries that point into them; with
     ``deep``, every entry's blocks read from its member and checked against the entry."""
     from walctl.errors import CorruptionError
@@ -189,7 +189,7 @@ def primary_problem(problems):
     return located[0] if located else problems[0]
 
 
-def iter_records(store, key: str, entries, *, stream: int | None = None, run_bytes: int = DEEP_READ_BYTES,
+def iter_records(store: Store, key: str, entries, *, stream: int | None = None, run_bytes: int = DEEP_READ_BYTES,
                  composite=None):
     """Yield (entry, PlacedBatch) for every batch of the object's blocks (of ``stream`` only, if given),
     block by block, reading one ranged GET per run of physically adjacent blocks (at most ``run_bytes``,
@@ -203,7 +203,7 @@ def iter_records(store, key: str, entries, *, stream: int | None = None, run_byt
         yield from _iter_group(store, group_key, group, stream, run_bytes)
 
 
-def _iter_group(store, key: str, entries, stream: int | None, run_bytes: int):
+def _iter_group(store: Store, key: str, entries, stream: int | None, run_bytes: int):
     from walctl.format import object as obj
 
     wanted = sorted((e for e in entries if stream is None or e.stream_id == stream), key=lambda e: e.block_position)

@@ -22,7 +22,7 @@ does, and walctl follows here:
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from walctl.format import record as rec
 from walctl.format.header import WalHeader
@@ -31,6 +31,9 @@ from walctl.wal.findings import (BAD_BATCH, BAD_PADDING, BEYOND_WINDOW, DISCARDE
                                  Finding)
 from walctl.wal.native_scan import _Gap
 from walctl.wal.ringread import Entry, LogReader, ScanResult, accepted, align_up, batch_of, note_trimmed, probe
+
+if TYPE_CHECKING:
+    from walctl.device.base import Device
 
 AUTOMQ_EXTRA_SCAN_BYTES = 4 << 20  # AutoMQ V0 reads up to min(window, 4 MiB) past its last valid record
 V1_STOP = "the first invalid block (AutoMQ V1 recovers only the continuous log)"
@@ -51,7 +54,7 @@ def padding_length(raw, o: int, ring) -> int | None:
 class AutomqScan:
     """scan() for AutoMQ's V0 and V1 logs: the records AutoMQ's recovery returns, and findings."""
 
-    def __init__(self, dev, header: WalHeader, res: ScanResult, *, probe: bool, keep_offsets: bool):
+    def __init__(self, dev: Device, header: WalHeader, res: ScanResult, *, probe: bool, keep_offsets: bool):
         ring = res.ring
         self.header, self.res, self.ring = header, res, ring
         self.bs = ring.block_size  # AutoMQ's WALUtil.BLOCK_SIZE: its alignment (FORMATS.md 6)

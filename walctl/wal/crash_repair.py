@@ -13,6 +13,8 @@ only in the RepairResult (``evidence``, hex in its JSON) and a warning says so.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import os
 import time
@@ -27,6 +29,9 @@ from walctl.wal import gaps
 from walctl.wal.findings import BAD_BATCH, END_MISMATCH, HOLE
 from walctl.wal.layout import Ring, align_down, align_up
 from walctl.wal.reader import ScanResult, scan_report
+
+if TYPE_CHECKING:
+    from walctl.device.base import Device
 
 EVIDENCE_DIR_ENV = "WALCTL_REPAIR_EVIDENCE_DIR"  # where a block device's repair evidence goes
 
@@ -63,7 +68,7 @@ class RepairResult:
                 "evidence_file": self.evidence_file, "overwritten": [o.to_json() for o in self.evidence]}
 
 
-def repair_crash_damage(dev, header: WalHeader, result: ScanResult, *, path: str | None = None,
+def repair_crash_damage(dev: Device, header: WalHeader, result: ScanResult, *, path: str | None = None,
                         warnings: list[str] | None = None) -> RepairResult:
     """Make crash damage of the last window unreadable as damage (FORMATS.md 1.4, crash repair).
 
@@ -125,7 +130,7 @@ def _patches(ring: Ring, header: WalHeader, result: ScanResult, repaired_at_ns: 
     return sorted(patches.items())
 
 
-def _original(dev, ring: Ring, offset: int, length: int) -> Overwritten:
+def _original(dev: Device, ring: Ring, offset: int, length: int) -> Overwritten:
     phys = ring.physical(offset)
     start = align_down(phys)
     buf = aligned_buffer(align_up(phys + length) - start)
@@ -178,7 +183,7 @@ def _keep_evidence(repair: RepairResult, path: str | None, is_block_device: bool
     return target
 
 
-def _patch(dev, ring: Ring, offset: int, data: bytes) -> None:
+def _patch(dev: Device, ring: Ring, offset: int, data: bytes) -> None:
     """Read, patch and durably rewrite the 4 KiB sectors holding logical [offset, offset+len(data))."""
     phys = ring.physical(offset)
     start = align_down(phys)
@@ -189,7 +194,7 @@ def _patch(dev, ring: Ring, offset: int, data: bytes) -> None:
     dev.pwrite(start, buf)
 
 
-def _check_repaired(dev, header: WalHeader, result: ScanResult) -> None:
+def _check_repaired(dev: Device, header: WalHeader, result: ScanResult) -> None:
     """The repaired log must scan clean, to the same end, with the same records."""
     check = scan_report(dev, header.with_(shutdown_type=SHUTDOWN_GRACEFUL, next_offset=result.next_block_offset),
                         probe=False)

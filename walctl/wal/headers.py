@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import time
 from dataclasses import dataclass
 
@@ -11,6 +13,9 @@ from walctl.device.buffers import aligned_buffer
 from walctl.errors import FormatError, NotFoundError
 from walctl.format.checkpoint import POSITION as CHECKPOINT_POSITION, Checkpoint
 from walctl.format.header import ALIGN, AUTOMQ_BLOCK_SIZES, HEADERS_SIZE, SLOT_COUNT, SLOT_SIZE, WalHeader
+
+if TYPE_CHECKING:
+    from walctl.device.base import Device
 
 # Bytes read from the device's start to find the header slots: both slots of the largest
 # AutoMQ block size tried (2 x 64 KiB).
@@ -100,7 +105,7 @@ def decode_slots(raw: bytes | memoryview, block_size: int = SLOT_SIZE, *, source
     return HeaderState(tuple(slots), best.index, source)
 
 
-def read_headers(dev, block_size: int | None = None) -> HeaderState:
+def read_headers(dev: Device, block_size: int | None = None) -> HeaderState:
     """The header slots of a device; AutoMQ's block size is detected unless ``block_size`` is given.
 
     walctl's own WALs always have 4 KiB slots. AutoMQ's slots are ``WALUtil.BLOCK_SIZE`` bytes
@@ -131,7 +136,7 @@ def read_headers(dev, block_size: int | None = None) -> HeaderState:
     return decode_slots(buf, size, source=source)
 
 
-def detect_automq_block_size(dev, raw) -> tuple[int, str] | None:
+def detect_automq_block_size(dev: Device, raw) -> tuple[int, str] | None:
     """AutoMQ's block size from the device's first bytes ``raw``: (size, how), or None.
 
     1. the one candidate size B whose slot at B holds a valid AutoMQ header (the slot at 0 sits at
@@ -162,7 +167,7 @@ def detect_automq_block_size(dev, raw) -> tuple[int, str] | None:
     return None
 
 
-def _record_at_start(dev, header: WalHeader, block_size: int) -> bool:
+def _record_at_start(dev: Device, header: WalHeader, block_size: int) -> bool:
     """Whether a valid AutoMQ record header (its own offset, AutoMQ's crc) sits where recovery starts,
     in a ring of ``block_size`` slots."""
     from walctl.format import record as rec
@@ -198,7 +203,7 @@ def next_timestamp(previous_ns: int) -> int:
     return max(time.time_ns(), previous_ns + 1)
 
 
-def write_slot(dev, index: int, header: WalHeader, checkpoint: Checkpoint | None = None) -> None:
+def write_slot(dev: Device, index: int, header: WalHeader, checkpoint: Checkpoint | None = None) -> None:
     buf = aligned_buffer(SLOT_SIZE)
     buf[:] = header.encode_slot()
     if checkpoint is not None:
@@ -209,7 +214,7 @@ def write_slot(dev, index: int, header: WalHeader, checkpoint: Checkpoint | None
     dev.pwrite(index * SLOT_SIZE, buf)
 
 
-def write_header(dev, state: HeaderState, header: WalHeader, checkpoint=KEEP) -> HeaderState:
+def write_header(dev: Device, state: HeaderState, header: WalHeader, checkpoint=KEEP) -> HeaderState:
     """Write ``header`` durably into the slot that is not current; return the new state.
 
     ``checkpoint``: the slot's checkpoint (FORMATS.md 1.6); by default the current one is kept.

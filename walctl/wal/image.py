@@ -8,6 +8,8 @@ short image under the requested name.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import hashlib
 import os
 import time
@@ -19,6 +21,9 @@ from walctl.errors import FormatError, IOFailure, NotFoundError, RefusedError, U
 from walctl.failpoints import failpoint
 from walctl.wal.headers import read_headers
 from walctl.wal.layout import align_down
+
+if TYPE_CHECKING:
+    from walctl.device.base import Device
 
 COPY_CHUNK_BYTES = 8 << 20  # aligned reads of 8 MiB: few syscalls, bounded memory
 
@@ -115,7 +120,7 @@ def image_device(source: str, target: str, *, whole_device: bool = False, force:
                        elapsed, warnings)
 
 
-def _copy(dev, source: str, target: str, size: int, progress=None) -> str:
+def _copy(dev: Device, source: str, target: str, size: int, progress=None) -> str:
     """Copy ``size`` bytes into ``target`` through ``target.partial``; returns the sha256 hex."""
     partial = target + ".partial"
     digest = hashlib.sha256()

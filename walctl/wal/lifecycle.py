@@ -6,6 +6,8 @@ Each returns result dataclasses and never prints; the layer above renders them.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import bisect
 import os
 import time
@@ -27,6 +29,9 @@ from walctl.wal.headers import HeaderState, decode_slots, read_headers, write_he
 from walctl.wal.layout import Ring, align_down, align_up
 from walctl.wal.verdict import unexplained_error
 from walctl.wal.writer import WINDOW_INITIAL_BYTES, WalWriter, check_record_at
+
+if TYPE_CHECKING:
+    from walctl.device.base import Device
 
 
 @dataclass
@@ -109,7 +114,7 @@ def _capacity_on(size: int, capacity: int | None, path: str) -> int:
     return capacity
 
 
-def _clear_old(dev, path: str, capacity: int, force: bool, progress) -> tuple[int, int]:
+def _clear_old(dev: Device, path: str, capacity: int, force: bool, progress) -> tuple[int, int]:
     """Refuse or wipe what an existing device holds; (the old WAL's timestamp or 0, bytes wiped)."""
     previous_ts = _existing_wal_check(dev, path, force)
     where = None if previous_ts else _first_nonzero(dev, capacity)
@@ -125,7 +130,7 @@ def _clear_old(dev, path: str, capacity: int, force: bool, progress) -> tuple[in
     return previous_ts, capacity - HEADERS_SIZE
 
 
-def _write_new_headers(dev, capacity: int, node_id: int, ts: int) -> WalHeader:
+def _write_new_headers(dev: Device, capacity: int, node_id: int, ts: int) -> WalHeader:
     ring = capacity - HEADERS_SIZE
     header = WalHeader(capacity=capacity, trim_offset=-1, last_write_timestamp_ns=ts,
                        sliding_window_max_length=min(WINDOW_INITIAL_BYTES, ring), shutdown_type=SHUTDOWN_GRACEFUL,
@@ -146,7 +151,7 @@ def _remove_if_created(path: str, created: bool) -> None:
             pass
 
 
-def _first_nonzero(dev, capacity: int, chunk: int = 8 << 20) -> int | None:
+def _first_nonzero(dev: Device, capacity: int, chunk: int = 8 << 20) -> int | None:
     """Byte position of the first non-zero byte in [0, capacity), or None (a read of the area)."""
     buf = aligned_buffer(chunk)
     zeros = bytes(chunk)
@@ -160,7 +165,7 @@ def _first_nonzero(dev, capacity: int, chunk: int = 8 << 20) -> int | None:
     return None
 
 
-def _existing_wal_check(dev, path: str, force: bool) -> int:
+def _existing_wal_check(dev: Device, path: str, force: bool) -> int:
     """Refuse to re-initialise a WAL (walctl's or AutoMQ's) without --force; return its timestamp."""
     buf = aligned_buffer(HEADERS_SIZE)
     dev.pread_into(0, buf)
@@ -192,7 +197,7 @@ class OpenedWAL:
         return self.writer.header
 
 
-def read_wal_state(dev, path: str) -> HeaderState:
+def read_wal_state(dev: Device, path: str) -> HeaderState:
     if dev.size_bytes < HEADERS_SIZE:
         raise NotFoundError(f"not a WAL: {dev.size_bytes} bytes, smaller than the two {SLOT_SIZE}-byte header "
                             f"slots", where=path)
@@ -286,7 +291,7 @@ def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
                      checkpoint, repair)
 
 
-def _scan_for_writer(dev, header: WalHeader, path: str, keep_offsets: bool) -> reader.ScanResult:
+def _scan_for_writer(dev: Device, header: WalHeader, path: str, keep_offsets: bool) -> reader.ScanResult:
     result = reader.scan_report(dev, header, keep_offsets=keep_offsets)
     # A bad batch is a whole, valid record whose body is not a StreamRecordBatch: the log's
     # framing is intact, so writing after it overwrites no evidence (recover shows it).
@@ -400,7 +405,7 @@ def trim_scanned(path: str, offset: int) -> TrimResult:
 NEAR_SEARCH_BYTES = 1 << 20  # how far before a wrong trim offset to look for a block start (the hint)
 
 
-def _records_near(dev, ring: Ring, offset: int, start: int, end: int) -> list[int]:
+def _records_near(dev: Device, ring: Ring, offset: int, start: int, end: int) -> list[int]:
     """The record offsets just before and after ``offset``, for an error's hint: find a block
     start at most 1 MiB before it, then follow its records (reads about that much, not the log)."""
     log = reader.LogReader(dev, ring)
@@ -475,7 +480,7 @@ def open_reader(path: str, *, block_size: int | None = None) -> RecoverSession:
     return RecoverSession(dev, state, warnings, pid)
 
 
-def _with_block_size(dev, state: HeaderState, size: int, path: str) -> HeaderState:
+def _with_block_size(dev: Device, state: HeaderState, size: int, path: str) -> HeaderState:
     """The header slots read again at 0 and ``size`` (AutoMQ WALs only)."""
     if state.header.flavour == "walctl":
         if size == state.header.block_size:

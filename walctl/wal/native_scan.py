@@ -12,7 +12,7 @@ The policy tells apart three things the bytes after a record can be:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from walctl.errors import FormatError
 from walctl.format import record as rec
@@ -26,6 +26,9 @@ from walctl.wal.findings import BAD_BATCH, BEYOND_WINDOW, END_MISMATCH, HOLE, TO
 from walctl.wal.gaps import CrashHole
 from walctl.wal.ringread import (BULK_RECORDS, Entry, Intact, LogReader, Run, ScanResult, account_run, accepted, align_down,
                                  align_up, all_zero, batch_of, note_trimmed, probe)
+
+if TYPE_CHECKING:
+    from walctl.device.base import Device
 
 
 @dataclass
@@ -44,7 +47,7 @@ class NativeScan:
     """One scan of a walctl log: ``events()`` yields its records and findings in log order and
     fills ``res`` as it goes."""
 
-    def __init__(self, dev, header: WalHeader, res: ScanResult, *, probe: bool, keep_offsets: bool):
+    def __init__(self, dev: Device, header: WalHeader, res: ScanResult, *, probe: bool, keep_offsets: bool):
         ring = res.ring
         self.header, self.res, self.ring = header, res, ring
         self.reader = LogReader(dev, ring, res)

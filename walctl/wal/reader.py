@@ -11,7 +11,7 @@ The pieces, bottom up:
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from walctl.device.buffers import aligned_buffer
 from walctl.format.header import WalHeader
@@ -21,6 +21,9 @@ from walctl.wal.findings import (BAD_BATCH, BAD_HEADER_SLOT, BAD_PADDING, BEYOND
 from walctl.wal.native_scan import NativeScan
 from walctl.wal.ringread import CHUNK_BYTES, Entry, LogReader, Run, ScanResult
 from walctl.wal.layout import Ring, align_down, align_up
+
+if TYPE_CHECKING:
+    from walctl.device.base import Device
 
 HEXDUMP_BYTES = 256  # recover --hexdump shows at most this many bytes of each finding
 
@@ -51,7 +54,7 @@ class Scan:
             the report; valid only until the next event) instead of an Entry per record.
     """
 
-    def __init__(self, dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = False,
+    def __init__(self, dev: Device, header: WalHeader, *, probe: bool = True, keep_offsets: bool = False,
                  seek: int | None = None, report: ScanResult | None = None, bulk: bool = False):
         ring = Ring(header.capacity, header.block_size)
         self.report = report if report is not None else ScanResult(header, ring)
@@ -72,18 +75,18 @@ class Scan:
         return self.report
 
 
-def scan_report(dev, header: WalHeader, **kwargs) -> ScanResult:
+def scan_report(dev: Device, header: WalHeader, **kwargs) -> ScanResult:
     """A whole scan's report (Scan's arguments), its events dropped."""
     return Scan(dev, header, **kwargs).drain()
 
 
-def scan(dev, header: WalHeader, *, probe: bool = True, keep_offsets: bool = False,
+def scan(dev: Device, header: WalHeader, *, probe: bool = True, keep_offsets: bool = False,
          result: ScanResult | None = None, seek: int | None = None) -> Iterator[Entry | Finding]:
     """Scan's events as a generator filling ``result`` (the form the callers of before Scan use)."""
     yield from Scan(dev, header, probe=probe, keep_offsets=keep_offsets, seek=seek, report=result)
 
 
-def run_scan(dev, header: WalHeader, **kwargs) -> tuple[list[Entry], ScanResult]:
+def run_scan(dev: Device, header: WalHeader, **kwargs) -> tuple[list[Entry], ScanResult]:
     """Scan to the end, keeping every record (for small logs and tests)."""
     one = Scan(dev, header, **kwargs)
     entries = [e for e in one if isinstance(e, Entry)]
@@ -92,7 +95,7 @@ def run_scan(dev, header: WalHeader, **kwargs) -> tuple[list[Entry], ScanResult]
 
 # -- forensics helpers ------------------------------------------------------------------
 
-def read_physical(dev, position: int, length: int) -> bytes:
+def read_physical(dev: Device, position: int, length: int) -> bytes:
     """``length`` bytes at a physical position through aligned reads (O_DIRECT-safe); shorter at the
     end of the device."""
     size = getattr(dev, "size_bytes", None)
@@ -112,7 +115,7 @@ def read_physical(dev, position: int, length: int) -> bytes:
     return bytes(memoryview(buf)[position - start:position - start + length])
 
 
-def finding_bytes(dev, finding: Finding, limit: int = HEXDUMP_BYTES) -> tuple[int, bytes]:
+def finding_bytes(dev: Device, finding: Finding, limit: int = HEXDUMP_BYTES) -> tuple[int, bytes]:
     """(physical position, first bytes) of a finding: a header slot, or the ring from its offset up
     to its end, the end of the lap, or ``limit`` bytes."""
     if finding.physical_offset is not None:

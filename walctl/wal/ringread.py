@@ -6,6 +6,8 @@ callers that read records by offset (upload, trim's hint).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 from operator import add as _add
 
@@ -21,6 +23,9 @@ from walctl.wal import decoder
 from walctl.wal.findings import Finding
 from walctl.wal.gaps import CrashHole, GapTracker, StreamGap
 from walctl.wal.layout import Ring, align_down, align_up
+
+if TYPE_CHECKING:
+    from walctl.device.base import Device
 
 CHUNK_BYTES = 1 << 20  # read the device in 1 MiB aligned chunks: few syscalls, bounded memory
 BULK_RECORDS = 1 << 30  # decode_block's bound when nothing asks the scan to look at each record
@@ -42,7 +47,7 @@ class Entry:
 class LogReader:
     """Reads logical ranges of the ring through an aligned chunk cache (O_DIRECT-friendly)."""
 
-    def __init__(self, dev, ring: Ring, account: "ScanResult | None" = None):
+    def __init__(self, dev: Device, ring: Ring, account: "ScanResult | None" = None):
         self.dev = dev
         self.ring = ring
         self._chunk_start = -1

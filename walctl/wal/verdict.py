@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from walctl.errors import CorruptionError
 from walctl.failpoints import failpoint
@@ -21,6 +21,9 @@ from walctl.wal.headers import HeaderState
 from walctl.wal.layout import Ring
 from walctl.format.batch import HEADER_SIZE as BATCH_HEADER
 from walctl.wal.reader import Entry, Run, Scan, ScanResult, finding_bytes, hexdump
+
+if TYPE_CHECKING:
+    from walctl.device.base import Device
 
 
 def unexplained(findings: list[Finding], *, framing_only: bool = False) -> list[Finding]:
@@ -94,7 +97,7 @@ class RecoverRun:
                 f"what was read was not checked (run without --from/--to/--limit for a full check)")
 
 
-def recover(dev, state: HeaderState, device: str, *, filters: RecoverFilter = RecoverFilter(),
+def recover(dev: Device, state: HeaderState, device: str, *, filters: RecoverFilter = RecoverFilter(),
             stats: bool = False, with_hexdump: bool = False, probe: bool = True,
             on_record: Callable[[Entry], None], on_finding: Callable[[Finding], None],
             progress: Callable[[int], None] | None = None, on_run: Callable[[Run], None] | None = None) -> RecoverRun:

@@ -33,7 +33,7 @@ import time
 from collections import deque
 from itertools import accumulate
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from walctl.device.blockio import open_write_queue
 from walctl.device.buffers import aligned_buffer
@@ -47,6 +47,9 @@ from walctl.wal.headers import KEEP, HeaderState, write_header
 from walctl.wal.layout import Ring, align_up
 from walctl.wal.pacing import Budget, Pacer, StageRecorder
 from walctl.device.signals import signals_deferred as _signals_deferred
+
+if TYPE_CHECKING:
+    from walctl.device.base import Device
 
 BLOCK_SOFT_LIMIT_BYTES = 256 << 10  # AutoMQ's block size soft limit: big enough to batch, small enough for latency
 WINDOW_INITIAL_BYTES = 1 << 20  # sliding window: initial 1 MiB,
@@ -104,7 +107,7 @@ class _Block:
 class WalWriter:
     """Appends records to an open, locked WAL device; see the module doc for the guarantees."""
 
-    def __init__(self, dev, state: HeaderState, next_offset: int, *, iodepth: int = DEFAULT_IODEPTH,
+    def __init__(self, dev: Device, state: HeaderState, next_offset: int, *, iodepth: int = DEFAULT_IODEPTH,
                  block_soft_limit_bytes: int = BLOCK_SOFT_LIMIT_BYTES, on_ack: AckCallback | None = None,
                  window_upper_limit_bytes: int = WINDOW_UPPER_LIMIT_BYTES, budget: Budget | None = None,
                  checkpoint: Checkpoint | None = None, batch_interval_s: float = DEFAULT_BATCH_INTERVAL_S):
@@ -695,7 +698,7 @@ class WalWriter:
         return IOFailure(f"write failed: {exc}")
 
 
-def check_record_at(dev, ring: Ring, offset: int) -> rec.RecordHeader:
+def check_record_at(dev: Device, ring: Ring, offset: int) -> rec.RecordHeader:
     """Read the record header at logical ``offset``: a valid data record that says it sits there.
 
     One aligned read of the 4 KiB holding the header (two when it crosses a boundary); the header
