@@ -5,6 +5,8 @@ compacted by the real Spark job; speed against the disk's floor, peak memory, ob
     python bench/compact_bench.py [--ssos 160] [--streams 80] [--size 800MB] [--zipf 1.2]
         [--batch-bytes 65536] [--master local[2]] [--tasks N] [--no-compare] [--memory-limit 64MiB]
         [--split-size 16MiB] [--store DIR] [--read-rate MIB/S]
+    python bench/compact_bench.py --level so [so_compact_bench options]   # SO compaction (issue 17)
+    python bench/compact_bench.py --level all                              # both, one after the other
 
 Prints, in one run:
 - the floor: the input objects' bytes read from the disk (evicted from the page cache first,
@@ -198,6 +200,30 @@ def run(store, directory: str, spark, args, tasks: int) -> tuple[object, float]:
 
 
 def main() -> None:
+    # --level so|all: SO compaction's bench (server-side copy: speed against a plain copy, RSS,
+    # requests, bytes through the compactor) is bench/so_compact_bench.py; run it from here too, so
+    # one command prints both levels' figures.
+    level = "sso"
+    if "--level" in sys.argv:
+        at = sys.argv.index("--level")
+        level = sys.argv[at + 1] if at + 1 < len(sys.argv) else ""
+        del sys.argv[at:at + 2]
+        if level not in ("sso", "so", "all"):
+            raise SystemExit("--level: sso, so or all")
+    if level in ("so", "all"):
+        import runpy
+
+        so_argv = sys.argv[1:] if level == "so" else []
+        saved, sys.argv = sys.argv, [os.path.join(os.path.dirname(os.path.abspath(__file__)), "so_compact_bench.py"),
+                                     *so_argv]
+        try:
+            print("== SO compaction (bench/so_compact_bench.py) ==", flush=True)
+            runpy.run_path(sys.argv[0], run_name="__main__")
+        finally:
+            sys.argv = saved
+        if level == "so":
+            return
+        print("== SSO compaction (Spark) ==", flush=True)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ssos", type=int, default=160)
     p.add_argument("--streams", type=int, default=80)
