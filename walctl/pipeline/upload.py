@@ -146,10 +146,13 @@ class _Records:
     """What upload keeps of the WAL's records while the scan streams past: where each one is,
     and their bodies only while they add up to at most ``keep_bytes`` (then none).
 
+    The scan hands over runs of intact batches in bulk (``add_run``: from the decoder's rows,
+    no object per record; most of a log) and the other records one by one (``add``).
     Each live record is sorted as it is read: skipped (at or below the uploaded mark; checked
     to be in the store), bad (no StreamRecordBatch), or to upload (appended to its stream's
-    current Segment). Overlaps and offset gaps are noted as events in log order and judged by
-    ``streams`` after the scan (the first error in log order wins, as in a pass over a list).
+    current Segment). Overlaps and offset gaps are noted as events (a run's streams taken one
+    after the other: sorted by WAL offset before use) and judged by ``streams`` after the scan
+    (the first error in log order wins, as in a pass over a list).
     ``stop`` ends the upload before the next record (a live writer's blocks in flight: the
     scan yields a finding before the records after it).
     """
