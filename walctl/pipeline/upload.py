@@ -297,9 +297,10 @@ class _Records:
         if sids.count(sids[first]) == n - first:
             self._take(sids[first], offsets, lengths, bases, ends, crcs, first, n)
         else:
-            streams = sorted(set(sids[first:]), key=sids.index)
-            for sid in streams:  # each stream's records in log order (events are sorted later)
-                idx = [i for i in range(first, n) if sids[i] == sid]
+            by_stream: dict[int, list[int]] = {}  # in order of first appearance; each in log order
+            for i in range(first, n):
+                by_stream.setdefault(sids[i], []).append(i)
+            for sid, idx in by_stream.items():  # one stream after the other (events are sorted later)
                 self._take(sid, [offsets[i] for i in idx], [lengths[i] for i in idx], [bases[i] for i in idx],
                            [ends[i] for i in idx], [crcs[i] for i in idx], 0, len(idx))
             self.events_sorted = False
