@@ -146,10 +146,13 @@ class _Records:
     """What upload keeps of the WAL's records while the scan streams past: where each one is,
     and their bodies only while they add up to at most ``keep_bytes`` (then none).
 
+    The scan hands over runs of intact batches in bulk (``add_run``: from the decoder's rows,
+    no object per record; most of a log) and the other records one by one (``add``).
     Each live record is sorted as it is read: skipped (at or below the uploaded mark; checked
     to be in the store), bad (no StreamRecordBatch), or to upload (appended to its stream's
-    current Segment). Overlaps and offset gaps are noted as events in log order and judged by
-    ``streams`` after the scan (the first error in log order wins, as in a pass over a list).
+    current Segment). Overlaps and offset gaps are noted as events (a run's streams taken one
+    after the other: sorted by WAL offset before use) and judged by ``streams`` after the scan
+    (the first error in log order wins, as in a pass over a list).
     ``stop`` ends the upload before the next record (a live writer's blocks in flight: the
     scan yields a finding before the records after it).
     """
@@ -167,6 +170,7 @@ class _Records:
         self.bad: list[_Bad] = []
         self.segments: dict[int, list[Segment]] = {}
         self.events: list[tuple] = []  # (WAL offset, kind, details): overlaps and gaps, in log order
+        self.events_sorted = True  # False once a run's streams were taken one after the other
         self._last: dict[int, tuple] = {}  # stream -> (WAL offset, base, end, Segment) of its last batch
         self._before: dict[int, int] | None = None
         self.stopped = False
@@ -241,6 +245,109 @@ class _Records:
         self._last[sid] = (offset, base, end, seg)
         self._last_todo = (offset, sid, base, crc)
 
+    def add_run(self, run) -> None:
+        """``add`` for a scan's Run (walctl.wal.ringread.Run: intact records whose bodies are
+        batches), from its rows in bulk: no Entry, no body copy (unless kept) per record."""
+        if self.stopped:
+            return
+        rows, chunk = run.rows, run.chunk
+        lo, hi = run.first * _ROW, run.stop * _ROW
+        offsets = rows[lo:hi:_ROW].tolist()
+        positions = rows[lo + 1:hi:_ROW].tolist()
+        lengths = rows[lo + 2:hi:_ROW].tolist()
+        sids = rows[lo + 4:hi:_ROW].tolist()
+        bases = rows[lo + 6:hi:_ROW].tolist()
+        ends = list(map(operator.add, bases, rows[lo + 7:hi:_ROW].tolist()))
+        # An intact record's header carries its body's crc32c (checked by the decoder).
+        crcs = [_BODY_CRC_AT(chunk, p - _BODY_CRC_BACK)[0] for p in positions]
+        n = len(offsets)
+        uploaded = self.uploaded
+        if self.mark is not None and offsets[0] <= uploaded <= offsets[-1] and uploaded in offsets:
+            i = offsets.index(uploaded)
+            self.mark_found = (uploaded, {"offset": uploaded, "stream_id": sids[i], "base_offset": bases[i],
+                                          "body_crc": crcs[i]})
+        self.last_good = offsets[-1]
+        if self._before is None:
+            trim_entry = self.scan.trim_entry
+            self._before = {}
+            if trim_entry is not None and trim_entry.batch is not None:
+                self._before[trim_entry.batch.stream_id] = trim_entry.offset
+        first = 0
+        if offsets[0] <= uploaded:
+            first = bisect.bisect_right(offsets, uploaded)
+            doc, before = self.doc, self._before
+            for i in range(first):
+                self.skipped.append(offsets[i])
+                before[sids[i]] = offsets[i]
+                if self.not_in_store is None and not doc.holds(sids[i], bases[i], ends[i]):
+                    self.not_in_store = offsets[i]
+            if first == n:
+                return
+        if self.kept is not None:
+            size = sum(lengths) if first == 0 else sum(lengths[first:])
+            self._keep_left -= size
+            if self._keep_left >= 0:
+                view = memoryview(chunk)
+                kept = self.kept
+                for i in range(first, n):
+                    p = positions[i]
+                    kept[offsets[i]] = bytes(view[p:p + lengths[i]])
+            else:
+                self.kept = None  # too many bytes to hold: the objects read the WAL again
+        if sids.count(sids[first]) == n - first:
+            self._take(sids[first], offsets, lengths, bases, ends, crcs, first, n)
+        else:
+            by_stream: dict[int, list[int]] = {}  # in order of first appearance; each in log order
+            for i in range(first, n):
+                by_stream.setdefault(sids[i], []).append(i)
+            for sid, idx in by_stream.items():  # one stream after the other (events are sorted later)
+                self._take(sid, [offsets[i] for i in idx], [lengths[i] for i in idx], [bases[i] for i in idx],
+                           [ends[i] for i in idx], [crcs[i] for i in idx], 0, len(idx))
+            self.events_sorted = False
+        last = n - 1
+        self._last_todo = (offsets[last], sids[last], bases[last], crcs[last])
+
+    def _take(self, sid: int, offsets, lengths, bases, ends, crcs, first: int, n: int) -> None:
+        """One stream's records [first, n) of a run, in log order: ``add``'s rules in bulk."""
+        last = self._last.get(sid)
+        events = self.events
+        i = first
+        while i < n:
+            base = bases[i]
+            if last is None:
+                known = self.doc.stream(sid)
+                if known is not None and base != known.end:
+                    if base < known.end:
+                        events.append((offsets[i], "store_overlap", (sid, known.end, base)))
+                    else:
+                        events.append((offsets[i], "gap", (sid, known.end, base, self._before.get(sid))))
+                seg = Segment(sid, base)
+                self.segments[sid] = [seg]
+            else:
+                prev_offset, prev_base, prev_end, seg = last
+                if base < prev_end:
+                    events.append((offsets[i], "wal_overlap", (sid, prev_base, prev_end, base)))
+                elif base > prev_end:
+                    events.append((offsets[i], "gap", (sid, prev_end, base, prev_offset)))
+                    seg = Segment(sid, base)
+                    self.segments[sid].append(seg)
+            # How far the batches follow each other from i: those join seg in bulk.
+            j = i + 1
+            if j < n:
+                if bases[j:n] == ends[i:n - 1]:
+                    j = n
+                else:
+                    while j < n and bases[j] == ends[j - 1]:
+                        j += 1
+            seg.wal.extend(offsets[i:j])
+            seg.crcs.extend(crcs[i:j])
+            seg.end = ends[j - 1]
+            seg.bytes += sum(lengths[i:j])
+            seg.wal_end = offsets[j - 1] + _REC_SIZE + lengths[j - 1]
+            last = (offsets[j - 1], bases[j - 1], ends[j - 1], seg)
+            i = j
+        self._last[sid] = last
+
     @property
     def last_mark(self) -> dict | None:
         """upload_mark of the last record to upload (None: nothing to upload)."""
@@ -272,7 +379,8 @@ class _Records:
         """
         from walctl.wal import gaps
 
-        for offset, kind, details in self.events:
+        events = self.events if self.events_sorted else sorted(self.events, key=operator.itemgetter(0))
+        for offset, kind, details in events:
             if kind == "store_overlap":
                 sid, store_end, base = details
                 raise CorruptionError(
@@ -688,8 +796,11 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
         scan = reader.ScanResult(header, reader.Ring(header.capacity))
         records = _Records(doc, mark, scan, KEEP_SCANNED_BYTES)
         findings = []
-        for event in reader.scan(dev, header, result=scan, probe=locked):
-            if isinstance(event, reader.Finding):
+        run_type = reader.Run
+        for event in reader.Scan(dev, header, report=scan, probe=locked, bulk=True):
+            if type(event) is run_type:  # intact batches, in bulk: most of the log
+                records.add_run(event)
+            elif isinstance(event, reader.Finding):
                 findings.append(event)
                 if not locked and event.kind != reader.BAD_BATCH:
                     # A live writer's blocks in flight read as holes: upload only the prefix before them.
