@@ -9,6 +9,8 @@ ids (and their objects), which gc removes after their expiry.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import threading
 import time
 from dataclasses import dataclass
@@ -17,6 +19,9 @@ from walctl.errors import CorruptionError, RefusedError
 from walctl.format.crc import crc32c
 from walctl.format.object import FOOTER_SIZE, INDEX_ENTRY_SIZE, Footer, IndexEntry
 from walctl.store import manifest as mf
+
+if TYPE_CHECKING:
+    from walctl.store.base import Store
 
 CRC_READ_BYTES = 16 << 20  # ranged GETs that only feed a checksum read this much at a time
 
@@ -60,7 +65,7 @@ class ObjectIndex:
         return self.footer.index_start_position
 
 
-def read_index(store, obj: dict) -> ObjectIndex:
+def read_index(store: Store, obj: dict) -> ObjectIndex:
     """Footer and index of a live object, in one ranged read of exactly its tail.
 
     The manifest gives the object's size and its streams' bytes (the data region), so the
@@ -90,7 +95,7 @@ def read_index(store, obj: dict) -> ObjectIndex:
     return ObjectIndex(footer, tuple(entries))
 
 
-def range_crc(store, key: str, start: int, end: int, read_pacer: Pacer | None = None) -> int:
+def range_crc(store: Store, key: str, start: int, end: int, read_pacer: Pacer | None = None) -> int:
     """crc32c of bytes [start, end) of an object, read in ranged GETs of at most 16 MiB, never
     all held at once."""
     value, pos = 0, start
@@ -118,7 +123,7 @@ def object_size(data_size: int, entry_count: int) -> int:
     return data_size + INDEX_ENTRY_SIZE * entry_count + FOOTER_SIZE
 
 
-def fence_and_prepare(store, count: int, namespace: str, command: str) -> tuple[int, list[dict]]:
+def fence_and_prepare(store: Store, count: int, namespace: str, command: str) -> tuple[int, list[dict]]:
     """Bump ``compactor_epoch`` (fencing older compactors) and prepare ``count`` output ids."""
     state: dict = {}
 
@@ -130,7 +135,7 @@ def fence_and_prepare(store, count: int, namespace: str, command: str) -> tuple[
     return state["epoch"], state["prepared"]
 
 
-def commit_replacement(store, *, epoch: int, inputs: list[dict], prepared: list[dict], made: list[dict],
+def commit_replacement(store: Store, *, epoch: int, inputs: list[dict], prepared: list[dict], made: list[dict],
                        command: str, sso_order_id: int | None = None, also=None) -> int:
     """Replace ``inputs`` by ``made`` (each {key, kind, size, ranges}) in one commit; returns its number.
 

@@ -28,6 +28,8 @@ S3 part (< 10 MiB) of bytes that had to be re-put.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import time
 from dataclasses import dataclass, field
 
@@ -49,6 +51,9 @@ from walctl.format.crc import crc32c_combine
 from walctl.format.index_entry import IndexEntry
 from walctl.store import manifest as mf
 from walctl.store.base import MIN_PART_BYTES, CopySource
+
+if TYPE_CHECKING:
+    from walctl.store.base import Store
 
 # AutoMQ's default (s3.stream.object.compaction.max.size.bytes, streamObjectCompactionMaxSizeBytes
 # in s3stream's Config, branch 1.4): 10 GiB.
@@ -230,7 +235,7 @@ class SoResult:
         }
 
 
-def _through_bytes(store, pieces) -> int:
+def _through_bytes(store: Store, pieces) -> int:
     """Bytes a compose of ``pieces`` reads through us (S3's small parts); 0 where all is copied."""
     from walctl.store.s3 import S3Store, plan_compose_parts
 
@@ -242,7 +247,7 @@ def _through_bytes(store, pieces) -> int:
     return sum(p.size for part in parts if isinstance(part, list) for p in part if isinstance(p, CopySource))
 
 
-def compact_stream_objects(store, *, target_size: int = DEFAULT_SO_TARGET_SIZE, dry_run: bool = False,
+def compact_stream_objects(store: Store, *, target_size: int = DEFAULT_SO_TARGET_SIZE, dry_run: bool = False,
                            namespace: str = mf.DEFAULT_NAMESPACE, read_rate_bps: float | None = None,
                            write_rate_bps: float | None = None, progress=None) -> SoResult:
     """Plan, fence, copy and commit one SO compaction (see the module doc).

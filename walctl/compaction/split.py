@@ -16,6 +16,8 @@ An AutoMQ SSO (footer version 0, no crc) has every range read. The data is not r
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import time
 from dataclasses import dataclass, field
 
@@ -37,6 +39,9 @@ from walctl.format.crc import crc32c, crc32c_combine
 from walctl.format.index_entry import IndexEntry
 from walctl.store import manifest as mf
 from walctl.store.base import MIN_PART_BYTES, CopySource
+
+if TYPE_CHECKING:
+    from walctl.store.base import Store
 
 DROP_DELETED = "stream deleted"
 DROP_STREAM_START = "below stream start"
@@ -153,7 +158,7 @@ class SplitResult:
         }
 
 
-def force_split(store, *, older_than_s: float | None = None, max_objects: int = 1000, dry_run: bool = False,
+def force_split(store: Store, *, older_than_s: float | None = None, max_objects: int = 1000, dry_run: bool = False,
                 namespace: str = mf.DEFAULT_NAMESPACE, read_rate_bps: float | None = None,
                 write_rate_bps: float | None = None, now: float | None = None) -> SplitResult:
     """Split every SSO (only those whose data is older than ``older_than_s``, oldest first, at most

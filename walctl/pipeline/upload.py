@@ -22,7 +22,7 @@ import struct
 import time
 from array import array
 from dataclasses import dataclass, field
-from typing import Iterator, NamedTuple
+from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 from walctl.device.buffers import ALIGN, align_down, align_up, aligned_buffer
 from walctl.errors import CorruptionError, RefusedError, UsageError, WalctlError
@@ -35,6 +35,11 @@ from walctl.format.object import ObjectBuilder
 from walctl.store import manifest as mf
 
 from walctl.defaults import DEFAULT_BLOCK_SIZE, DEFAULT_SPLIT_SIZE  # payload per DataBlock; own Stream Object above
+
+if TYPE_CHECKING:
+    from walctl.device.base import Device
+
+    from walctl.store.base import Store
 
 DEFAULT_TRIM_TIMEOUT_S = 30.0  # how long upload waits for a running writer to take its trim
 # An upload of at most this many record bytes keeps the bodies the scan read and builds its
@@ -452,7 +457,7 @@ class _ChunkReader:
     stops the thread and counts its device reads as the caller's (bytes_read_total is per thread).
     """
 
-    def __init__(self, dev, ring, lo: int, hi: int):
+    def __init__(self, dev: Device, ring, lo: int, hi: int):
         import queue
         import threading
 
@@ -482,7 +487,7 @@ class _ChunkReader:
             except self._full:
                 continue
 
-    def _run(self, dev, ring, lo: int, hi: int) -> None:
+    def _run(self, dev: Device, ring, lo: int, hi: int) -> None:
         from walctl.device.fdio import bytes_read_total
 
         before = bytes_read_total()
@@ -764,7 +769,7 @@ def _object_chunks(builder, planned: PlannedObject, fetch: _WalBatches, block_si
     yield builder.finish()
 
 
-def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block_size: int = DEFAULT_BLOCK_SIZE,
+def upload(wal_path: str, store: Store, *, namespace: str = mf.DEFAULT_NAMESPACE, block_size: int = DEFAULT_BLOCK_SIZE,
            split_size: int = DEFAULT_SPLIT_SIZE, trim: bool = True, dry_run: bool = False,
            accept_gaps: list[tuple[int, int, int]] = (), progress=None,
            trim_timeout_s: float = DEFAULT_TRIM_TIMEOUT_S) -> UploadResult:
@@ -935,7 +940,7 @@ def upload(wal_path: str, store, *, namespace: str = mf.DEFAULT_NAMESPACE, block
     return result
 
 
-def _release(store, prepared: list[dict], warnings: list[str]) -> None:
+def _release(store: Store, prepared: list[dict], warnings: list[str]) -> None:
     """Undo an upload that will not commit: delete the objects written for its prepared ids and
     release the ids. Best effort: what is left expires with the ids' TTL and gc deletes it."""
     ids = {p["id"] for p in prepared}
@@ -1049,7 +1054,7 @@ class BackgroundUploader:
     records a rerun of ``walctl upload`` skips; the trim follows the commit.
     """
 
-    def __init__(self, wal_path: str, store, writer, upload_at: int, *, on_warning=None, **upload_options):
+    def __init__(self, wal_path: str, store: Store, writer, upload_at: int, *, on_warning=None, **upload_options):
         import threading
 
         self.wal_path = wal_path

@@ -21,6 +21,8 @@ compact exits 4 (MissingPrerequisite) and ``dry_run`` still plans (the planner i
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import time
 from dataclasses import dataclass, field
 
@@ -33,6 +35,9 @@ from walctl.defaults import DEFAULT_MEMORY_LIMIT, DEFAULT_SPLIT_SIZE
 from walctl.errors import NotFoundError, UsageError
 from walctl.failpoints import failpoint
 from walctl.store import manifest as mf
+
+if TYPE_CHECKING:
+    from walctl.store.base import Store
 
 # The derived read rate spreads a big compaction over its interval; it never goes below this,
 # so a small compaction does not crawl for the whole interval.
@@ -102,7 +107,7 @@ def derived_read_rate(plan, read_rate_bps: float | None, interval_s: float | Non
     return None
 
 
-def read_indexes(store, objects: list[dict]) -> tuple[dict, int]:
+def read_indexes(store: Store, objects: list[dict]) -> tuple[dict, int]:
     """Footer + index of each object (one or two ranged reads each); returns (indexes, gets)."""
     from walctl.store.inspect import inspect
 
@@ -131,14 +136,14 @@ def check_retention(doc: mf.Manifest, retention: dict[int, int]) -> None:
                              hint=f"give an offset <= {known.end}; {known.end} drops all its data")
 
 
-def min_part_for(store) -> int:
+def min_part_for(store: Store) -> int:
     """Smallest part of a multipart object the store takes (S3: 5 MiB but the last part)."""
     from walctl.store.base import MIN_PART_BYTES
 
     return MIN_PART_BYTES if hasattr(store, "bucket") else 1
 
 
-def task_store_url(store, store_url: str) -> str:
+def task_store_url(store: Store, store_url: str) -> str:
     """What executors open: a local store by its absolute path (they do not share our cwd)."""
     return store.root if hasattr(store, "root") and not hasattr(store, "bucket") else store_url
 
@@ -166,7 +171,7 @@ def signals_deferred():
         raise KeyboardInterrupt
 
 
-def compact(store, store_url: str, *, endpoint_url: str | None = None, master: str | None = None,
+def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, master: str | None = None,
             memory_limit: int = DEFAULT_MEMORY_LIMIT, split_size: int = DEFAULT_SPLIT_SIZE, max_objects: int = 1000,
             retention: dict[int, int] | None = None, dry_run: bool = False, namespace: str = mf.DEFAULT_NAMESPACE,
             spark=None, progress=None, read_rate_bps: float | None = None, write_rate_bps: float | None = None,

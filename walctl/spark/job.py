@@ -18,6 +18,8 @@ walctl's errors with hints (``classify``), never as a raw traceback.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import os
 import re
 import shutil
@@ -30,6 +32,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from walctl.errors import IOFailure, NotFoundError, WalctlError
+
+if TYPE_CHECKING:
+    from walctl.store.base import Store
 
 READ_THREADS = 8  # ranged GETs in flight per task (S3 and a local store's O_DIRECT reads: latency-bound)
 # Bytes of GETs in flight per task: a local O_DIRECT read holds an aligned buffer of its size until
@@ -348,7 +353,7 @@ class ReadAhead:
     an aligned buffer of its size until it is copied out). The GETs are exactly the plan's.
     """
 
-    def __init__(self, store, specs):
+    def __init__(self, store: Store, specs):
         from walctl.compaction.common import Pacer  # one byte-rate pacer for every compaction level
 
         self.store = store
@@ -416,7 +421,7 @@ class ReadAhead:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _run_iteration(spec: IterationSpec, store, ahead: ReadAhead, k: int) -> dict:
+def _run_iteration(spec: IterationSpec, store: Store, ahead: ReadAhead, k: int) -> dict:
     from walctl.compaction.common import Pacer
     from walctl.format.crc import crc32c
     from walctl.format.object import VERSION_WALCTL, Footer, IndexEntry, iter_blocks
@@ -535,7 +540,7 @@ def default_tasks(master: str) -> int:
     return 1 if master.strip().startswith("local") else 2
 
 
-def run_iterations(spark, plan, keys: list[str], store, store_url: str, endpoint_url: str | None,
+def run_iterations(spark, plan, keys: list[str], store: Store, store_url: str, endpoint_url: str | None,
                    progress=None, read_rate_bps: float | None = None,
                    write_rate_bps: float | None = None) -> JobResult:
     """Run the plan's iterations as one Spark job of ``plan.tasks`` tasks (fewer if there are

@@ -17,17 +17,22 @@ The upload id travels in the task spec; each task opens the store itself.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import os
 import uuid
 
 from walctl.errors import IOFailure, NotFoundError
 
+if TYPE_CHECKING:
+    from walctl.store.base import Store
 
-def _local(store) -> bool:
+
+def _local(store: Store) -> bool:
     return hasattr(store, "root") and not hasattr(store, "bucket")
 
 
-def create(store, key: str) -> str:
+def create(store: Store, key: str) -> str:
     """Start the upload of ``key``; returns its upload id."""
     if not _local(store):
         create_args = {"Bucket": store.bucket, "Key": store._full_key(key)}
@@ -45,7 +50,7 @@ def create(store, key: str) -> str:
     return f"local-{uuid.uuid4().hex}"
 
 
-def put_part(store, key: str, upload_id: str, number: int, chunks: list, position: int) -> dict:
+def put_part(store: Store, key: str, upload_id: str, number: int, chunks: list, position: int) -> dict:
     """Upload part ``number`` (1-based) made of ``chunks`` (bytes-likes), at object byte ``position``.
 
     Returns the part's record for ``complete`` (S3: its ETag and checksum).
@@ -93,7 +98,7 @@ def put_part(store, key: str, upload_id: str, number: int, chunks: list, positio
     return {"PartNumber": number, "size": size}
 
 
-def complete(store, key: str, upload_id: str, parts: list[dict]) -> None:
+def complete(store: Store, key: str, upload_id: str, parts: list[dict]) -> None:
     """Make the object whole from ``parts`` (in part order)."""
     parts = sorted(parts, key=lambda p: p["PartNumber"])
     if [p["PartNumber"] for p in parts] != list(range(1, len(parts) + 1)):
@@ -118,7 +123,7 @@ def complete(store, key: str, upload_id: str, parts: list[dict]) -> None:
     store.stats.add("put")
 
 
-def abort(store, key: str, upload_id: str) -> None:
+def abort(store: Store, key: str, upload_id: str) -> None:
     """Drop the upload and its parts; never raises (S3's lifecycle rule is the fallback)."""
     try:
         if not _local(store):
