@@ -297,42 +297,31 @@ class LocalStore:
         return st.st_size
 
     def read_range(self, key: str, start: int, end: int) -> bytes:
-        check_range(start, end)
-        self.stats.add("get")
-        self.stats.add("ranged_gets")
-        opened = self._open_read(key)
-        try:
-            return self._pread(opened, key, start, end - start)
-        finally:
-            os.close(opened[0])
+        return self._read_range(key, start, end, view=False)
 
     def read_tail(self, key: str, length: int) -> tuple[bytes, int]:
-        if length < 0:
-            raise UsageError(f"bad tail length {length}")
-        self.stats.add("get")
-        self.stats.add("ranged_gets")
-        opened = self._open_read(key)
-        try:
-            total = os.fstat(opened[0]).st_size
-            start = max(0, total - length)
-            return self._pread(opened, key, start, total - start), total
-        finally:
-            os.close(opened[0])
+        return self._read_tail(key, length, view=False)
 
     def read_range_view(self, key: str, start: int, end: int) -> bytes | memoryview:
         """read_range without the copy out of the O_DIRECT buffer: a read-only view whose bytes never
         change (its buffer is not read into again while the view, or a view of it, lives)."""
+        return self._read_range(key, start, end, view=True)
+
+    def read_tail_view(self, key: str, length: int) -> tuple[bytes | memoryview, int]:
+        """read_tail without the copy out, as read_range_view."""
+        return self._read_tail(key, length, view=True)
+
+    def _read_range(self, key: str, start: int, end: int, *, view: bool):
         check_range(start, end)
         self.stats.add("get")
         self.stats.add("ranged_gets")
         opened = self._open_read(key)
         try:
-            return self._pread(opened, key, start, end - start, view=True)
+            return self._pread(opened, key, start, end - start, view=view)
         finally:
             os.close(opened[0])
 
-    def read_tail_view(self, key: str, length: int) -> tuple[bytes | memoryview, int]:
-        """read_tail without the copy out, as read_range_view."""
+    def _read_tail(self, key: str, length: int, *, view: bool):
         if length < 0:
             raise UsageError(f"bad tail length {length}")
         self.stats.add("get")
@@ -341,7 +330,7 @@ class LocalStore:
         try:
             total = os.fstat(opened[0]).st_size
             start = max(0, total - length)
-            return self._pread(opened, key, start, total - start, view=True), total
+            return self._pread(opened, key, start, total - start, view=view), total
         finally:
             os.close(opened[0])
 

@@ -197,6 +197,13 @@ class OpenedWAL:
         return self.writer.header
 
 
+def refuse_foreign(header: WalHeader, path: str) -> None:
+    """walctl writes only its own WALs: an AutoMQ one is read for forensics, never written."""
+    if header.flavour != "walctl":
+        raise RefusedError(f"{header.flavour} WAL: walctl reads it for forensics but never writes to it",
+                           where=path)
+
+
 def read_wal_state(dev: Device, path: str) -> HeaderState:
     if dev.size_bytes < HEADERS_SIZE:
         raise NotFoundError(f"not a WAL: {dev.size_bytes} bytes, smaller than the two {SLOT_SIZE}-byte header "
@@ -259,9 +266,7 @@ def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
     try:
         state = read_wal_state(dev, path)
         header = state.header
-        if header.flavour != "walctl":
-            raise RefusedError(f"{header.flavour} WAL: walctl reads it for forensics but never writes to it",
-                               where=path)
+        refuse_foreign(header, path)
         previous = header.shutdown_type
         result = None
         repair = None
@@ -377,9 +382,7 @@ def trim_scanned(path: str, offset: int) -> TrimResult:
     try:
         state = read_wal_state(dev, path)
         header = state.header
-        if header.flavour != "walctl":
-            raise RefusedError(f"{header.flavour} WAL: walctl reads it for forensics but never writes to it",
-                               where=path)
+        refuse_foreign(header, path)
         previous = header.trim_offset
         if offset <= previous:
             raise UsageError(f"trim offset {offset} is not after the current trim point {previous}",
