@@ -218,3 +218,17 @@ def test_a_record_too_large_for_the_wal_is_refused_after_the_ones_before_it(tmp_
         writer.append_many(payloads, STREAM, EPOCH, 2, index=2)
     writer.close()
     assert acks == [0, 157]
+
+
+@pytest.mark.parametrize("interval_s", [None, 0.0, 0.25])
+def test_open_writer_passes_the_group_commit_wait_to_the_writer(tmp_path, interval_s):
+    """`append --batch-interval` reaches the writer through open_writer (None: the writer's default)."""
+    from walctl.wal.lifecycle import open_writer
+    from walctl.wal.writer import DEFAULT_BATCH_INTERVAL_S
+
+    path = new_wal(tmp_path / "wal", 4 * MiB)
+    opened = open_writer(path, batch_interval_s=interval_s)
+    try:
+        assert opened.writer.batch_interval_s == (DEFAULT_BATCH_INTERVAL_S if interval_s is None else interval_s)
+    finally:
+        opened.writer.close()

@@ -154,9 +154,7 @@ def _open_writer(device: str, stream_id: int, base_offset, iodepth: int, on_ack,
 
     budget = Budget.from_options(iops, bandwidth)
     opened = open_writer(device, need_stream=stream_id if base_offset is None else None, iodepth=iodepth,
-                         on_ack=on_ack, budget=budget)
-    if batch_interval_s is not None:
-        opened.writer.batch_interval_s = batch_interval_s
+                         on_ack=on_ack, budget=budget, batch_interval_s=batch_interval_s)
     for message in opened.warnings:
         warn(message)
     if opened.sealed_ranges:

@@ -248,7 +248,7 @@ def checkpoint_after_scan(state: HeaderState, result: reader.ScanResult, keep: i
 
 def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
                 keep_offsets: bool = False, budget=None, need_stream: int | None = None,
-                scan_without_checkpoint: bool = False) -> OpenedWAL:
+                scan_without_checkpoint: bool = False, batch_interval_s: float | None = None) -> OpenedWAL:
     """Lock the device, recover it if the last writer crashed, and return a writer.
 
     A cleanly closed WAL with a checkpoint (FORMATS.md 1.6) opens from its headers alone.
@@ -258,6 +258,7 @@ def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
         need_stream: the caller needs this stream's next offset: scan a clean log only when the
             checkpoint cannot tell it (no checkpoint, or one that lists too few streams).
         budget: a walctl.wal.pacing.Budget: block writes per second and bytes per second.
+        batch_interval_s: the writer's group-commit wait (None: the writer's default).
     Raises:
         NotFoundError: no valid header. RefusedError: another writer, or an AutoMQ WAL.
         CorruptionError: damage a crash cannot explain (walctl will not write over evidence).
@@ -287,8 +288,9 @@ def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
         # The recovery scan's result is checkpointed now, so a trim during this run keeps it.
         state = write_header(dev, state, header.with_(shutdown_type=SHUTDOWN_UNGRACEFUL, next_offset=next_offset),
                              checkpoint if checkpoint is not None else state.checkpoint)
+        extra = {} if batch_interval_s is None else {"batch_interval_s": batch_interval_s}
         writer = WalWriter(dev, state, next_offset, iodepth=iodepth, on_ack=on_ack, budget=budget,
-                           checkpoint=checkpoint)
+                           checkpoint=checkpoint, **extra)
     except BaseException:
         dev.close()
         raise
