@@ -554,30 +554,62 @@ static PyObject *spans_result(I64s *spans, Py_ssize_t next)
     return Py_BuildValue("Nnn", data, count, next);
 }
 
-static PyObject *py_split_length_prefixed(PyObject *self, PyObject *args)
+/* One complete record at pos, if there is one: its payload's (start, length) and where the next
+ * record begins. The two framings differ only in this step. */
+typedef int (*span_step)(const uint8_t *p, Py_ssize_t end, Py_ssize_t pos, Py_ssize_t *start,
+                         Py_ssize_t *len, Py_ssize_t *next);
+
+static int length_prefixed_step(const uint8_t *p, Py_ssize_t end, Py_ssize_t pos, Py_ssize_t *start,
+                                Py_ssize_t *len, Py_ssize_t *next)
+{
+    if (end - pos < 4)
+        return 0;
+    uint32_t n = be32(p + pos);
+    if ((Py_ssize_t)n > end - pos - 4)
+        return 0;
+    *start = pos + 4;
+    *len = (Py_ssize_t)n;
+    *next = pos + 4 + (Py_ssize_t)n;
+    return 1;
+}
+
+static int line_step(const uint8_t *p, Py_ssize_t end, Py_ssize_t pos, Py_ssize_t *start,
+                     Py_ssize_t *len, Py_ssize_t *next)
+{
+    if (pos >= end)
+        return 0;
+    const uint8_t *nl = memchr(p + pos, '\n', (size_t)(end - pos));
+    if (nl == NULL)
+        return 0;
+    Py_ssize_t at = nl - p;
+    *start = pos;
+    *len = at - pos;
+    *next = at + 1;
+    return 1;
+}
+
+/* (data, pos, max_records) -> (spans, count, next_pos), the spans found by ``step`` from pos. */
+static PyObject *split_with(PyObject *args, span_step step)
 {
     Py_buffer b;
     Py_ssize_t pos, max_records;
     if (!PyArg_ParseTuple(args, "y*nn", &b, &pos, &max_records))
         return NULL;
     const uint8_t *p = b.buf;
-    Py_ssize_t end = b.len, count = 0;
+    Py_ssize_t end = b.len, count = 0, start, len, next;
     I64s spans = {NULL, 0, 0};
     int nomem = 0;
     if (pos < 0)
         pos = 0;
     Py_BEGIN_ALLOW_THREADS
-    while (end - pos >= 4 && (max_records < 0 || count < max_records)) {
-        uint32_t len = be32(p + pos);
-        if ((Py_ssize_t)len > end - pos - 4)
-            break;
+    while ((max_records < 0 || count < max_records) && step(p, end, pos, &start, &len, &next)) {
         if (i64s_grow(&spans, 2) < 0) {
             nomem = 1;
             break;
         }
-        spans.v[spans.len++] = pos + 4;
+        spans.v[spans.len++] = start;
         spans.v[spans.len++] = len;
-        pos += 4 + (Py_ssize_t)len;
+        pos = next;
         count++;
     }
     Py_END_ALLOW_THREADS
@@ -589,40 +621,14 @@ static PyObject *py_split_length_prefixed(PyObject *self, PyObject *args)
     return spans_result(&spans, pos);
 }
 
+static PyObject *py_split_length_prefixed(PyObject *self, PyObject *args)
+{
+    return split_with(args, length_prefixed_step);
+}
+
 static PyObject *py_split_lines(PyObject *self, PyObject *args)
 {
-    Py_buffer b;
-    Py_ssize_t pos, max_records;
-    if (!PyArg_ParseTuple(args, "y*nn", &b, &pos, &max_records))
-        return NULL;
-    const uint8_t *p = b.buf;
-    Py_ssize_t end = b.len, count = 0;
-    I64s spans = {NULL, 0, 0};
-    int nomem = 0;
-    if (pos < 0)
-        pos = 0;
-    Py_BEGIN_ALLOW_THREADS
-    while (pos < end && (max_records < 0 || count < max_records)) {
-        const uint8_t *nl = memchr(p + pos, '\n', (size_t)(end - pos));
-        if (nl == NULL)
-            break;
-        if (i64s_grow(&spans, 2) < 0) {
-            nomem = 1;
-            break;
-        }
-        Py_ssize_t at = nl - p;
-        spans.v[spans.len++] = pos;
-        spans.v[spans.len++] = at - pos;
-        pos = at + 1;
-        count++;
-    }
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&b);
-    if (nomem) {
-        free(spans.v);
-        return PyErr_NoMemory();
-    }
-    return spans_result(&spans, pos);
+    return split_with(args, line_step);
 }
 
 static PyMethodDef methods[] = {
