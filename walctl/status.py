@@ -157,10 +157,13 @@ def wal_status(path: str, *, scan: bool = False, progress=None) -> StatusResult:
         start, end = max(header.trim_offset, 0), getattr(header, "next_offset", None)
         if progress is not None:
             progress(0, end - start if end and end > start else None)
-        for event in reader.scan(session.dev, header, result=scan, probe=session.writer_pid is None):
+        # In bulk: runs of intact records come as one Run each (decoded a chunk at a time).
+        for event in reader.Scan(session.dev, header, report=scan, probe=session.writer_pid is None, bulk=True):
             if progress is not None:
                 progress(max(event.offset - start, 0))
-            if isinstance(event, reader.Entry) and event.batch is not None:
+            if isinstance(event, reader.Run):
+                streams.update(event.column(4))  # bulk.ROW field 4: stream id
+            elif isinstance(event, reader.Entry) and event.batch is not None:
                 streams.add(event.batch.stream_id)
         # A live writer: the device layer's warning already says the figures may be moving.
         return StatusResult(path, session.dev.size_bytes, session.state, scan, session.writer_pid,
