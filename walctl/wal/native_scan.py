@@ -47,10 +47,12 @@ class NativeScan:
     """One scan of a walctl log: ``events()`` yields its records and findings in log order and
     fills ``res`` as it goes."""
 
-    def __init__(self, dev: Device, header: WalHeader, res: ScanResult, *, probe: bool, keep_offsets: bool):
+    def __init__(self, dev: Device, header: WalHeader, res: ScanResult, *, probe: bool, keep_offsets: bool,
+                 readahead: bool = False):
         ring = res.ring
         self.header, self.res, self.ring = header, res, ring
         self.reader = LogReader(dev, ring, res)
+        self.readahead = readahead
         self.decoder = Decoder(self.reader)
         self.trim = header.trim_offset
         self.start = max(self.trim, 0)
@@ -72,10 +74,19 @@ class NativeScan:
     def events(self, seek: int | None = None, bulk: bool = False) -> Iterator[Entry | Run | Finding]:
         """The scan's records and findings in log order. ``bulk``: runs of intact records come
         as Run events (counted in the report already) instead of one Entry each."""
+        try:
+            yield from self._events(seek, bulk)
+        finally:
+            self.reader.close()  # read-ahead's reads in flight end (and count) before the scan does
+        self.res.bytes_read = self.reader.bytes_read
+
+    def _events(self, seek: int | None, bulk: bool) -> Iterator[Entry | Run | Finding]:
         res = self.res
         if seek is not None and seek > self.start:
             self.o = res.end_offset = self._seek(seek)
         res.read_from_offset = self.o
+        if self.readahead:
+            self.reader.read_ahead()  # from here on the scan goes forward (a seek's walk does not)
         step = self.decoder.step
         while self.o < self.limit:
             if self.first_bad is not None and self._must_stop():
@@ -95,7 +106,6 @@ class NativeScan:
         else:
             res.stopped_by = "one ring past the trim point"
         yield from self._finish()
-        res.bytes_read = self.reader.bytes_read
 
     def _step(self, found: Record | Skip) -> Iterator[Entry | Finding]:
         if isinstance(found, Skip):
