@@ -135,6 +135,8 @@ def test_intact_logs_scan_the_same_at_every_chunk_size(logs, monkeypatch, chunk,
         _sizes(m, chunk, ahead, depth)
         on, off, dev = _both(logs[which], bulk=bulk)
     assert sum(1 for e in on[0] if e[0] == "record") > 30
+    # runs of records counted in bulk (Run, account_run) or one by one (accepted): the same report
+    assert _scan(_Recording(logs[which]), False, bulk=not bulk)[:3] == off[:3]
     if which != "crashed":
         assert on[3] == off[3]  # a clean log: read to its known end, not a byte further
     assert any(name == THREAD for name, _, _ in dev.reads)  # read-ahead really read

@@ -19,7 +19,7 @@ from walctl.format import record as rec
 from walctl.format import seal as seal_format
 from walctl.format.batch import HEADER_SIZE as _BATCH_HEADER
 from walctl.format.batch import StreamRecordBatch
-from walctl.format.bulk import KIND_BATCH, KIND_PADDING, ROW as _ROW, TRUNCATED_BODY, TRUNCATED_HEADER
+from walctl.format.bulk import KIND_BATCH, KIND_PADDING, ROW as _ROW, TRUNCATED_BODY, TRUNCATED_HEADER, rows_summary
 from walctl.format.header import ALIGN, WalHeader
 from walctl.wal.decoder import Decoder, Record, Skip, SkipKind
 from walctl.wal.findings import BAD_BATCH, BEYOND_WINDOW, END_MISMATCH, HOLE, TORN_TAIL, TRIM_RECORD, Cause, Finding
@@ -119,8 +119,14 @@ class NativeScan:
         step path handles them; then what its stop says (``_after``)."""
         reader, chunk, rows, n = self.reader, found.chunk, found.rows, found.count
         trim, keep_offsets = self.trim, self.keep_offsets
+        summary = rows_summary(rows, 0, n)
+        unusual = _unusual_rows(rows, n, trim, summary[0])
+        if not unusual:  # (the common case: every row a live batch, and its summary is the Run's)
+            yield from self._batches(chunk, rows, 0, n, bulk, keep_offsets, summary)
+            self._after(found)
+            return
         first = 0
-        for i in _unusual_rows(rows, n, trim):
+        for i in unusual:
             at = i * _ROW
             offset, kind = rows[at], rows[at + 3]
             if i > first:
@@ -149,13 +155,14 @@ class NativeScan:
             self.reader.want = _REC_SIZE + (stop.expected if stop.reason == TRUNCATED_BODY else 0)
         self.o = stop.offset
 
-    def _batches(self, chunk, rows, first: int, stop: int, bulk: bool, keep_offsets: bool) -> Iterator[Entry | Run]:
+    def _batches(self, chunk, rows, first: int, stop: int, bulk: bool, keep_offsets: bool,
+                 summary: tuple | None = None) -> Iterator[Entry | Run]:
         """Live records whose bodies are batches: one Run (``bulk``), else an Entry each."""
         res = self.res
         if self.gap is not None:
             yield self._close_gap(rows[first * _ROW])
         if bulk:
-            run = Run(chunk, rows, first, stop)
+            run = Run(chunk, rows, first, stop, summary)
             account_run(res, run, keep_offsets)
             self.o = res.end_offset = run.end
             yield run
@@ -292,11 +299,11 @@ class NativeScan:
         return end if found is None else found
 
 
-def _unusual_rows(rows: memoryview, n: int, trim: int) -> list[int]:
+def _unusual_rows(rows: memoryview, n: int, trim: int, all_batch: bool) -> list[int]:
     """Indexes of the rows that are not a live batch (padding, a body that is no batch, the
-    trim record), in order: found in bulk, not by a Python step per row."""
-    kinds = rows[3:n * _ROW:_ROW].tolist()
-    found = [] if kinds.count(KIND_BATCH) == n else [i for i, kind in enumerate(kinds) if kind != KIND_BATCH]
+    trim record), in order: found in bulk, not by a Python step per row (``all_batch``: every
+    row's kind is KIND_BATCH, walctl.format.bulk.rows_summary says)."""
+    found = [] if all_batch else [i for i, kind in enumerate(rows[3:n * _ROW:_ROW].tolist()) if kind != KIND_BATCH]
     if rows[0] <= trim <= rows[(n - 1) * _ROW]:
         offsets = rows[0:n * _ROW:_ROW].tolist()
         if trim in offsets:

@@ -558,14 +558,28 @@ class Run:
     The scan has counted them in its report already. Valid only while the scan is paused at
     it: the scan reuses the chunk once it goes on (``entries()`` copies them out)."""
 
-    __slots__ = ("chunk", "rows", "first", "stop", "count", "offset", "end")
+    __slots__ = ("chunk", "rows", "first", "stop", "count", "offset", "end", "_summary")
 
-    def __init__(self, chunk, rows: memoryview, first: int, stop: int):
+    def __init__(self, chunk, rows: memoryview, first: int, stop: int, summary: tuple | None = None):
         self.chunk, self.rows, self.first, self.stop = chunk, rows, first, stop
         self.count = stop - first
         self.offset = rows[first * _ROW]  # the first record's WAL offset
         last = (stop - 1) * _ROW
         self.end = rows[last] + _REC_SIZE + rows[last + 2]  # where the last record ends
+        self._summary = summary
+
+    @property
+    def summary(self) -> tuple[bool, bool, int, bool, int]:
+        """walctl.format.bulk.rows_summary of its rows (computed once): (all batches, one stream,
+        its id, each batch following the one before, body bytes)."""
+        if self._summary is None:
+            self._summary = bulk.rows_summary(self.rows, self.first, self.stop)
+        return self._summary
+
+    def one_stream(self) -> int | None:
+        """The stream id when every record of the run is of one stream, else None."""
+        _, one, sid, _, _ = self.summary
+        return sid if one else None
 
     def column(self, field_index: int) -> list[int]:
         """One field of every row (bulk.ROW's order: 0 offset, 1 body_pos, 2 body_length,
@@ -573,7 +587,7 @@ class Run:
         return self.rows[self.first * _ROW + field_index:self.stop * _ROW:_ROW].tolist()
 
     def payload_bytes(self) -> int:
-        return sum(self.column(2)) - self.count * _BATCH_HEADER
+        return self.summary[4] - self.count * _BATCH_HEADER
 
     def entries(self, limit: int | None = None) -> list[Entry]:
         """The records (the first ``limit``) as Entries (bodies copied out of the chunk)."""
@@ -592,28 +606,33 @@ def account_run(res: ScanResult, run: Run, keep_offsets: bool) -> None:
     """What ``accepted`` does for each record of ``run``, in bulk: the counts, each stream's
     end, its offset jumps (ScanResult.streams), the offsets when kept."""
     n = run.count
-    offsets, sids, bases, counts = run.column(0), run.column(4), run.column(6), run.column(7)
     res.records += n
     res.payload_bytes += run.payload_bytes()
-    ends = list(map(_add, bases, counts))
     tracker = res.streams
     last = tracker.last
-    if sids.count(sids[0]) == n and bases[1:] == ends[:-1]:
-        # One stream, each batch following the one before: only the first can open a gap.
-        sid = sids[0]
+    _, one, sid, follows, _ = run.summary
+    if one and follows:
+        # One stream, each batch following the one before: only the first can open a gap (and
+        # no Python step per record: the first and the last row say it all).
+        rows, first, final = run.rows, run.first * _ROW, (run.stop - 1) * _ROW
+        base, end = rows[first + 6], rows[final + 6] + rows[final + 7]
         previous = last.get(sid)
-        if previous is not None and bases[0] > previous[1]:
-            tracker.gaps.append(StreamGap(sid, previous[1], bases[0], previous[0], offsets[0]))
-        last[sid] = (offsets[-1], ends[-1])
-        res.stream_ends[sid] = ends[-1]
-    else:
-        stream_ends = res.stream_ends
-        for offset, sid, base, end in zip(offsets, sids, bases, ends):  # GapTracker.add, inlined
-            previous = last.get(sid)
-            last[sid] = (offset, end)
-            stream_ends[sid] = end
-            if previous is not None and base > previous[1]:
-                tracker.gaps.append(StreamGap(sid, previous[1], base, previous[0], offset))
+        if previous is not None and base > previous[1]:
+            tracker.gaps.append(StreamGap(sid, previous[1], base, previous[0], rows[first]))
+        last[sid] = (rows[final], end)
+        res.stream_ends[sid] = end
+        if keep_offsets:
+            res.record_offsets.extend(run.column(0))
+        return
+    offsets, sids, bases, counts = run.column(0), run.column(4), run.column(6), run.column(7)
+    ends = list(map(_add, bases, counts))
+    stream_ends = res.stream_ends
+    for offset, sid, base, end in zip(offsets, sids, bases, ends):  # GapTracker.add, inlined
+        previous = last.get(sid)
+        last[sid] = (offset, end)
+        stream_ends[sid] = end
+        if previous is not None and base > previous[1]:
+            tracker.gaps.append(StreamGap(sid, previous[1], base, previous[0], offset))
     if keep_offsets:
         res.record_offsets.extend(offsets)
 

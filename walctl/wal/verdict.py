@@ -196,13 +196,13 @@ def _show_run(run: Run, per_stream: dict[int, list[int]] | None, on_record, on_r
 
 def _count_run(per_stream: dict[int, list[int]], run: Run) -> None:
     """--stats of a run of batches: records and payload bytes per stream."""
-    sids = run.column(4)
-    if sids.count(sids[0]) == run.count:
-        counts = per_stream.setdefault(sids[0], [0, 0])
+    sid = run.one_stream()
+    if sid is not None:
+        counts = per_stream.setdefault(sid, [0, 0])
         counts[0] += run.count
         counts[1] += run.payload_bytes()
         return
-    for sid, length in zip(sids, run.column(2)):
+    for sid, length in zip(run.column(4), run.column(2)):
         counts = per_stream.setdefault(sid, [0, 0])
         counts[0] += 1
         counts[1] += length - BATCH_HEADER
