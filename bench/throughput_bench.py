@@ -9,7 +9,10 @@ For each WAL size and record size, in this order on the same target:
   1. append: `walctl append --input FILE --framing length-prefixed` of records of that size
      until about that much payload is in the WAL (records/s, payload MiB/s, device MiB/s);
   2. recover: `walctl recover --stats` (records/s, MiB/s of the log's bytes), against
-     `dd iflag=direct bs=1M` of the same bytes of the device;
+     `dd iflag=direct bs=1M` of the same bytes of the device, --rounds times interleaved (medians,
+     and the range of the rounds' ratios); plus the start-up (`recover --stats` of an empty WAL
+     of the same capacity, timed in the same rounds) and a "scan only" ratio: dd against the
+     median recover minus the median start-up (the end-to-end ratio stays the headline);
   3. upload: `walctl upload --store DIR` into a local directory store (records/s, payload
      MiB/s), against `cp` of the input file (the same payload bytes) into that directory
      followed by `sync` of the copy (upload fsyncs its objects too);
@@ -21,10 +24,11 @@ recover seconds of dd / seconds of walctl, upload payload MiB/s / cp MiB/s. Peak
 walctl process's VmHWM (from /proc, read by a wrapper inside the process).
 
 --phases leaves out recover and the fio reference of append (append always runs: it builds the
-WAL). --rounds N times upload (and its cp) N times, interleaved, and reports the medians.
---compare-root DIR also times upload with the walctl source tree in DIR (e.g. a `git archive` of
-an older commit, with its built extension), interleaved with this tree's on the same WAL, and
-prints its row below ("before" and "after" under the same load).
+WAL). --rounds N times upload (and its cp) and recover (and its dd) N times, interleaved, and
+reports the medians.
+--compare-root DIR also times upload and recover with the walctl source tree in DIR (e.g. a `git
+archive` of an older commit, with its built extension), interleaved with this tree's on the same
+WAL, and prints its row below ("before" and "after" under the same load).
 
 The target is a file in --dir (O_DIRECT where the filesystem has it), or with --loop (root) a
 loop device with --direct-io=on over that file, detached after. Times are wall-clock on a
@@ -152,6 +156,53 @@ def upload_rounds(target: str, store: str, inp: str, records: int, rounds: int, 
     return out
 
 
+def recover_rounds(workdir: str, target: str, capacity: int, records: int, rounds: int,
+                   roots: list[str]) -> list[dict]:
+    """``walctl recover --stats --json`` of the WAL (with each source tree in ``roots``) against
+    ``dd iflag=direct bs=1M`` of the same bytes, and the same recover of an empty WAL of the same
+    capacity (a file in ``workdir``: the process's start-up, open and header read, no log),
+    ``rounds`` times interleaved; one dict per tree, with the medians.
+
+    The headline ratio is end to end (dd seconds / recover seconds). "scan only" subtracts the
+    median start-up from the median recover: what the scan itself costs against dd (a process
+    start that dd does not pay is most of a small WAL's time)."""
+    import statistics
+
+    empty = os.path.join(workdir, "empty.img")
+    walctl("init", empty, "--capacity", str(capacity))
+    try:
+        runs: dict[str, list[tuple[float, int, float]]] = {root: [] for root in roots}
+        dds = []
+        log_bytes = 0
+        for _ in range(rounds):
+            for root in roots:
+                start = walctl("recover", empty, "--stats", "--json", root=root)[0]
+                secs, rss, lines = walctl("recover", target, "--stats", "--json", root=root)
+                s = json.loads(lines[-1])
+                assert s["records"] == records and s["findings"] == 0, s
+                log_bytes = s["end_offset"] - s["start_offset"]
+                runs[root].append((secs, rss, start))
+            dds.append(timed(["dd", f"if={target}", "of=/dev/null", "bs=1M", "iflag=direct",
+                              f"count={-(-(log_bytes + 8192) // MiB)}"]))
+    finally:
+        os.unlink(empty)
+    dd_secs = statistics.median(dds)
+    out = []
+    for root in roots:
+        secs = statistics.median(r[0] for r in runs[root])
+        start = statistics.median(r[2] for r in runs[root])
+        ratios = [d / r[0] for d, r in zip(dds, runs[root])]
+        scan = max(secs - start, 1e-6)
+        out.append({"root": root, "records_per_s": records / secs, "mib_s": log_bytes / MiB / secs,
+                    "seconds": secs, "rss": max(r[1] for r in runs[root]), "dd_seconds": dd_secs,
+                    "dd_mib_s": log_bytes / MiB / dd_secs, "ratio": dd_secs / secs,
+                    "ratio_range": (min(ratios), max(ratios)), "rounds": rounds,
+                    "all_seconds": [round(r[0], 3) for r in runs[root]], "all_dd_seconds": [round(d, 3) for d in dds],
+                    "startup_seconds": start, "all_startup_seconds": [round(r[2], 3) for r in runs[root]],
+                    "scan_seconds": scan, "scan_only_ratio": dd_secs / scan})
+    return out
+
+
 def one_case(workdir: str, record: int, wal_size: int, use_loop: bool, phases: tuple[str, ...] = ("append",
              "recover", "upload"), rounds: int = 1, compare_root: str | None = None,
              append_only: bool = False) -> dict:
@@ -185,23 +236,17 @@ def one_case(workdir: str, record: int, wal_size: int, use_loop: bool, phases: t
                 append, target)}
         recover = upload = None
         compared = []
+        recover_compared = []
         if "recover" in phases:
-            secs, rss, lines = walctl("recover", target, "--stats", "--json")
-            s = json.loads(lines[-1])
-            assert s["records"] == records, s
-            log_bytes = s["end_offset"] - s["start_offset"]
-            dd_secs = timed(["dd", f"if={target}", "of=/dev/null", "bs=1M", "iflag=direct",
-                             f"count={-(-(log_bytes + 8192) // MiB)}"])
-            recover = {"records_per_s": records / secs, "mib_s": log_bytes / MiB / secs, "seconds": secs,
-                       "rss": rss, "dd_seconds": dd_secs, "dd_mib_s": log_bytes / MiB / dd_secs,
-                       "ratio": dd_secs / secs}
+            roots = [REPO_ROOT] + ([compare_root] if compare_root else [])
+            recover, *recover_compared = recover_rounds(workdir, target, capacity, records, rounds, roots)
         if "upload" in phases:
             roots = [REPO_ROOT] + ([compare_root] if compare_root else [])
             upload, *compared = upload_rounds(target, store, inp, records, rounds, roots)
         if "append" in phases:
             append_vs_fio(append, target)
         return {"record_bytes": record, "wal_bytes": wal_size, "records": records, "append": append,
-                "recover": recover, "upload": upload, "upload_compared": compared}
+                "recover": recover, "recover_compared": recover_compared, "upload": upload, "upload_compared": compared}
     finally:
         if loop:
             subprocess.run(["losetup", "-d", loop], check=False)
@@ -244,9 +289,9 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="also print every result as one JSON line")
     parser.add_argument("--phases", default="append,recover,upload",
                         help="which to measure (append always runs: it builds the WAL; without 'append' no fio)")
-    parser.add_argument("--rounds", type=int, default=1, help="uploads per case (interleaved; medians)")
+    parser.add_argument("--rounds", type=int, default=1, help="uploads and recovers per case (interleaved; medians)")
     parser.add_argument("--compare-root", default=None,
-                        help="another walctl source tree whose upload is timed interleaved with this one's")
+                        help="another walctl source tree whose upload and recover are timed interleaved with this one's")
     parser.add_argument("--append-only", action="store_true", help="only append and its fio reference")
     opts = parser.parse_args()
     # Bytecode compiled once, as an installed package has it (with PYTHONDONTWRITEBYTECODE every
@@ -300,6 +345,14 @@ def print_row(r: dict) -> None:
                   f"{rec} | {up}", flush=True)
         else:  # the compared tree's upload, same WAL, same rounds
             print(f"{'':>{len(lead) - 2}}| {'upload with ' + u['root']:<{len(rec) + 41}} | {up}", flush=True)
+    for n, c in enumerate([rc] + r.get("recover_compared", []) if rc else []):
+        lo, hi = c["ratio_range"]
+        who = "recover" if n == 0 else f"recover with {c['root']}"
+        print(f"{'':>{len(lead) - 2}}| {who}: median of {c['rounds']} interleaved rounds: walctl {c['seconds']:.3f} s "
+              f"({c['records_per_s']:,.0f} records/s, RSS {c['rss'] // MiB} MiB), dd {c['dd_seconds']:.3f} s, "
+              f"ratio {c['ratio']:.2f} (rounds {lo:.2f}-{hi:.2f}); start-up (recover --stats of an empty WAL) "
+              f"{c['startup_seconds']:.3f} s; scan only (walctl minus start-up) {c['scan_seconds']:.3f} s, "
+              f"ratio {c['scan_only_ratio']:.2f}", flush=True)
 
 
 if __name__ == "__main__":

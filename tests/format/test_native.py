@@ -331,3 +331,35 @@ def test_split_lines(data, start, max_records):
         lines = lines[:max_records]
     assert [data[p:p + n] for p, n in python.pairs()] == lines
     assert python.next_pos == start + sum(len(line) + 1 for line in lines)
+
+
+# ---- rows summary (recover's scan) -------------------------------------------------------------
+
+_int64 = st.integers(-(1 << 63), (1 << 63) - 1)
+_row = st.tuples(st.integers(0, 1 << 40), st.integers(0, 1 << 40), st.integers(0, 1 << 32), st.sampled_from([0, 1, 2]),
+                 st.sampled_from([-1, 0, 7]), _int64, st.one_of(st.integers(-1, 50), _int64), st.integers(-1, 5))
+
+
+@settings(max_examples=400, deadline=None)
+@given(rows=st.lists(_row, min_size=1, max_size=30), data=st.data(), follow=st.booleans())
+def test_rows_summary_matches_its_twin_and_the_rows(rows, data, follow):
+    if follow:  # chain the base offsets, as one stream's batches are
+        rows = [r[:6] + (rows[0][6] + sum(x[7] for x in rows[:i]),) + r[7:] for i, r in enumerate(rows)]
+    first = data.draw(st.integers(0, len(rows) - 1))
+    stop = data.draw(st.integers(first + 1, len(rows)))
+    buf = bulk._int64s(struct.pack(f"={len(rows) * bulk.ROW}q", *[bulk._wrap64(v) for r in rows for v in r]))
+    native, python = both(bulk.rows_summary, buf, first, stop)
+    if NATIVE is not None and bulk._native_rows_summary is not None:
+        assert native == python
+    part = rows[first:stop]
+    assert python == (all(r[3] == bulk.KIND_BATCH for r in part), len({r[4] for r in part}) == 1, part[0][4],
+                      all(bulk._wrap64(part[i][6]) == bulk._wrap64(part[i - 1][6] + part[i - 1][7])
+                          for i in range(1, len(part))),
+                      sum(r[2] for r in part))
+
+
+def test_rows_summary_refuses_an_empty_or_outside_range():
+    buf = bulk._int64s(bytes(8 * bulk.ROW * 2))
+    for first, stop in ((0, 0), (1, 1), (-1, 1), (0, 3), (2, 1)):
+        for answer in both(lambda *a: pytest.raises(ValueError, bulk.rows_summary, *a), buf, first, stop):
+            assert "rows_summary" in str(answer.value)

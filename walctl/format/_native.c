@@ -12,6 +12,7 @@
  *                                                           -> (count, pos)
  *   split_length_prefixed(buf, start, max_records)          -> (spans: bytes, count, next_pos)
  *   split_lines(buf, start, max_records)                    -> (spans: bytes, count, next_pos)
+ *   rows_summary(rows, first, stop)                         -> (all_batch, one_stream, stream_id, follows, body_bytes)
  *
  * rows and spans are native-endian int64 arrays (memoryview.cast("q") reads them).
  */
@@ -631,6 +632,8 @@ static PyObject *py_split_lines(PyObject *self, PyObject *args)
     return split_with(args, line_step);
 }
 
+static PyObject *py_rows_summary(PyObject *self, PyObject *args); /* (at the end of the file) */
+
 static PyMethodDef methods[] = {
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0) -> int: CRC-32C of data, continuing value."},
     {"decode_records", py_decode_records, METH_VARARGS,
@@ -641,6 +644,8 @@ static PyMethodDef methods[] = {
     {"split_length_prefixed", py_split_length_prefixed, METH_VARARGS,
      "split_length_prefixed(buf, start, max_records) -> (spans, count, next_pos)"},
     {"split_lines", py_split_lines, METH_VARARGS, "split_lines(buf, start, max_records) -> (spans, count, next_pos)"},
+    {"rows_summary", py_rows_summary, METH_VARARGS,
+     "rows_summary(rows, first, stop) -> (all_batch, one_stream, stream_id, follows, body_bytes)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -671,4 +676,49 @@ PyMODINIT_FUNC PyInit__native(void)
         return NULL;
     }
     return m;
+}
+
+/* ---- rows_summary: what recover's scan asks of a run of decode_records' rows (issue 19) ----
+ *
+ * rows[first:stop] (ROW int64 each, as decode_records returns them), in one pass:
+ *   all_batch   every row's kind is KIND_BATCH;
+ *   one_stream  every row has the first row's stream_id (returned as stream_id);
+ *   follows     each row's base_offset is the row before's base_offset + count;
+ *   body_bytes  the sum of the rows' body lengths.
+ * The scan then counts a run of one stream's batches without a Python step per record. */
+
+static PyObject *py_rows_summary(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    Py_ssize_t first, stop;
+    if (!PyArg_ParseTuple(args, "y*nn", &b, &first, &stop))
+        return NULL;
+    Py_ssize_t count = b.len / (Py_ssize_t)(ROW * sizeof(int64_t));
+    if (first < 0 || stop > count || first >= stop) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "rows_summary: rows [first, stop) must be a non-empty range of the rows");
+        return NULL;
+    }
+    const uint8_t *p = b.buf;
+    int all_batch = 1, one_stream = 1, follows = 1;
+    int64_t row[ROW], sid = 0, next_base = 0;
+    uint64_t body = 0; /* wraps as int64 (the Python twin: _wrap64) */
+    for (Py_ssize_t i = first; i < stop; i++) {
+        memcpy(row, p + (size_t)i * ROW * sizeof(int64_t), sizeof(row)); /* rows need not be 8-byte aligned */
+        if (row[3] != KIND_BATCH)
+            all_batch = 0;
+        if (i == first)
+            sid = row[4];
+        else {
+            if (row[4] != sid)
+                one_stream = 0;
+            if (row[6] != next_base)
+                follows = 0;
+        }
+        next_base = (int64_t)((uint64_t)row[6] + (uint64_t)row[7]);
+        body += (uint64_t)row[2];
+    }
+    PyBuffer_Release(&b);
+    return Py_BuildValue("(NNLNL)", PyBool_FromLong(all_batch), PyBool_FromLong(one_stream), (long long)sid,
+                         PyBool_FromLong(follows), (long long)(int64_t)body);
 }

@@ -11,6 +11,7 @@ Python twins below: same results, slower. ``NATIVE`` says which one runs.
     split_length_prefixed(buf, start)      -> Spans: (pos, length) of each complete length-prefixed record
     split_lines(buf, start)                -> Spans: (pos, length) of each newline-terminated line
     crc32c(data, value=0)                  -> int: the same CRC-32C as walctl.format.crc.crc32c
+    rows_summary(rows, first, stop)        -> (all_batch, one_stream, stream_id, follows, body_bytes) of decoded rows
 
 Rows and spans are flat int64 memoryviews (``ROW`` and 2 values per item): indexing them
 costs no object per record until the caller asks for one.
@@ -323,3 +324,32 @@ def crc32c(data, value: int = 0) -> int:
     if _native is not None:
         return _native.crc32c(data, value)
     return _py_crc32c(data, value)
+
+
+# ---- rows summary (recover's scan) --------------------------------------------------------------
+
+
+def rows_summary(rows, first: int, stop: int) -> tuple[bool, bool, int, bool, int]:
+    """What the scan asks of decode_records' rows [first, stop) (non-empty), in one pass:
+    (every row a KIND_BATCH, every row of the first row's stream, that stream id, each row's
+    base_offset the row before's base_offset + count, the sum of the body lengths)."""
+    if _native is not None and _native_rows_summary is not None:
+        return _native_rows_summary(rows, first, stop)
+    rows = memoryview(rows).cast("B").cast("q")
+    if not 0 <= first < stop <= len(rows) // ROW:
+        raise ValueError("rows_summary: rows [first, stop) must be a non-empty range of the rows")
+    kinds, sids = rows[first * ROW + 3:stop * ROW:ROW].tolist(), rows[first * ROW + 4:stop * ROW:ROW].tolist()
+    bases, counts = rows[first * ROW + 6:stop * ROW:ROW].tolist(), rows[first * ROW + 7:stop * ROW:ROW].tolist()
+    n = stop - first
+    follows = all(bases[i] == _wrap64(bases[i - 1] + counts[i - 1]) for i in range(1, n))
+    return (kinds.count(KIND_BATCH) == n, sids.count(sids[0]) == n, sids[0], follows,
+            _wrap64(sum(rows[first * ROW + 2:stop * ROW:ROW].tolist())))
+
+
+def _wrap64(n: int) -> int:
+    """``n`` as the C twin's int64 arithmetic has it (two's complement wrap)."""
+    return (n + (1 << 63)) % (1 << 64) - (1 << 63)
+
+
+# (an older build of the extension without it: the Python twin)
+_native_rows_summary = getattr(_native, "rows_summary", None)

@@ -14,8 +14,9 @@ import time
 from dataclasses import dataclass, field
 
 from walctl.device import safety
-from walctl.device.blockio import create_file, open_device, zero_fill
 from walctl.device.buffers import aligned_buffer
+from walctl.device.create import create_file, zero_fill
+from walctl.device.opening import open_device
 from walctl.errors import (CorruptionError, FormatError, NotFoundError, RefusedError, UsageError,
                            WalctlError)
 from walctl.failpoints import failpoint
@@ -24,14 +25,17 @@ from walctl.format.checkpoint import Checkpoint, bounded
 from walctl.format.header import (HEADERS_SIZE, SLOT_SIZE, MIN_CAPACITY, SHUTDOWN_GRACEFUL, SHUTDOWN_UNGRACEFUL,
                                   WalHeader)
 from walctl.wal import reader
-from walctl.wal.crash_repair import RepairResult, repair_crash_damage
 from walctl.wal.headers import HeaderState, decode_slots, read_headers, write_header, write_slot
 from walctl.wal.layout import Ring, align_down, align_up
 from walctl.wal.verdict import unexplained_error
-from walctl.wal.writer import WINDOW_INITIAL_BYTES, WalWriter, check_record_at
 
 if TYPE_CHECKING:
     from walctl.device.base import Device
+    from walctl.wal.crash_repair import RepairResult
+    from walctl.wal.writer import WalWriter
+
+# The writer and the crash repair are imported by the functions that write (open_writer, trim,
+# init): a reader (recover, status) does not load them (start-up of a short command).
 
 
 @dataclass
@@ -131,6 +135,8 @@ def _clear_old(dev: Device, path: str, capacity: int, force: bool, progress) -> 
 
 
 def _write_new_headers(dev: Device, capacity: int, node_id: int, ts: int) -> WalHeader:
+    from walctl.wal.writer import WINDOW_INITIAL_BYTES
+
     ring = capacity - HEADERS_SIZE
     header = WalHeader(capacity=capacity, trim_offset=-1, last_write_timestamp_ns=ts,
                        sliding_window_max_length=min(WINDOW_INITIAL_BYTES, ring), shutdown_type=SHUTDOWN_GRACEFUL,
@@ -263,6 +269,9 @@ def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
         NotFoundError: no valid header. RefusedError: another writer, or an AutoMQ WAL.
         CorruptionError: damage a crash cannot explain (walctl will not write over evidence).
     """
+    from walctl.wal.crash_repair import repair_crash_damage
+    from walctl.wal.writer import WalWriter
+
     dev = open_device(path, writable=True)
     try:
         state = read_wal_state(dev, path)
@@ -327,6 +336,8 @@ def trim_wal(path: str, offset: int, *, scan: bool = False) -> TrimResult:
     header there (it carries its own logical offset); nothing else of the log is read.
     ``scan``: scan the log anyway (to count the records deleted and left).
     """
+    from walctl.wal.writer import check_record_at
+
     # Without a trusted checkpoint (a WAL written before them) trim scans, as it always did.
     opened = open_writer(path, scan=scan, keep_offsets=True, scan_without_checkpoint=True)
     writer = opened.writer
@@ -380,6 +391,8 @@ def trim_scanned(path: str, offset: int) -> TrimResult:
         RefusedError: a writer holds the lock. UsageError: ``offset`` is not after the trim
         point, past the log's end (a clean log), or no data record.
     """
+    from walctl.wal.writer import check_record_at
+
     dev = open_device(path, writable=True)
     try:
         state = read_wal_state(dev, path)
@@ -466,7 +479,7 @@ def open_reader(path: str, *, block_size: int | None = None) -> RecoverSession:
     header slots are read again at 0 and that size. Raises UsageError for a walctl WAL
     whose block size (4096) it is not.
     """
-    from walctl.device.blockio import lock_holder
+    from walctl.device.locks import lock_holder
 
     dev = open_device(path, writable=False)
     try:

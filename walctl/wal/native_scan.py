@@ -19,7 +19,7 @@ from walctl.format import record as rec
 from walctl.format import seal as seal_format
 from walctl.format.batch import HEADER_SIZE as _BATCH_HEADER
 from walctl.format.batch import StreamRecordBatch
-from walctl.format.bulk import KIND_BATCH, KIND_PADDING, ROW as _ROW, TRUNCATED_BODY, TRUNCATED_HEADER
+from walctl.format.bulk import KIND_BATCH, KIND_PADDING, ROW as _ROW, TRUNCATED_BODY, TRUNCATED_HEADER, rows_summary
 from walctl.format.header import ALIGN, WalHeader
 from walctl.wal.decoder import Decoder, Record, Skip, SkipKind
 from walctl.wal.findings import BAD_BATCH, BEYOND_WINDOW, END_MISMATCH, HOLE, TORN_TAIL, TRIM_RECORD, Cause, Finding
@@ -47,10 +47,12 @@ class NativeScan:
     """One scan of a walctl log: ``events()`` yields its records and findings in log order and
     fills ``res`` as it goes."""
 
-    def __init__(self, dev: Device, header: WalHeader, res: ScanResult, *, probe: bool, keep_offsets: bool):
+    def __init__(self, dev: Device, header: WalHeader, res: ScanResult, *, probe: bool, keep_offsets: bool,
+                 readahead: bool = False):
         ring = res.ring
         self.header, self.res, self.ring = header, res, ring
         self.reader = LogReader(dev, ring, res)
+        self.readahead = readahead
         self.decoder = Decoder(self.reader)
         self.trim = header.trim_offset
         self.start = max(self.trim, 0)
@@ -72,10 +74,19 @@ class NativeScan:
     def events(self, seek: int | None = None, bulk: bool = False) -> Iterator[Entry | Run | Finding]:
         """The scan's records and findings in log order. ``bulk``: runs of intact records come
         as Run events (counted in the report already) instead of one Entry each."""
+        try:
+            yield from self._events(seek, bulk)
+        finally:
+            self.reader.close()  # read-ahead's reads in flight end (and count) before the scan does
+        self.res.bytes_read = self.reader.bytes_read
+
+    def _events(self, seek: int | None, bulk: bool) -> Iterator[Entry | Run | Finding]:
         res = self.res
         if seek is not None and seek > self.start:
             self.o = res.end_offset = self._seek(seek)
         res.read_from_offset = self.o
+        if self.readahead:
+            self.reader.read_ahead()  # from here on the scan goes forward (a seek's walk does not)
         step = self.decoder.step
         while self.o < self.limit:
             if self.first_bad is not None and self._must_stop():
@@ -95,7 +106,6 @@ class NativeScan:
         else:
             res.stopped_by = "one ring past the trim point"
         yield from self._finish()
-        res.bytes_read = self.reader.bytes_read
 
     def _step(self, found: Record | Skip) -> Iterator[Entry | Finding]:
         if isinstance(found, Skip):
@@ -109,8 +119,14 @@ class NativeScan:
         step path handles them; then what its stop says (``_after``)."""
         reader, chunk, rows, n = self.reader, found.chunk, found.rows, found.count
         trim, keep_offsets = self.trim, self.keep_offsets
+        summary = rows_summary(rows, 0, n)
+        unusual = _unusual_rows(rows, n, trim, summary[0])
+        if not unusual:  # (the common case: every row a live batch, and its summary is the Run's)
+            yield from self._batches(chunk, rows, 0, n, bulk, keep_offsets, summary)
+            self._after(found)
+            return
         first = 0
-        for i in _unusual_rows(rows, n, trim):
+        for i in unusual:
             at = i * _ROW
             offset, kind = rows[at], rows[at + 3]
             if i > first:
@@ -139,13 +155,14 @@ class NativeScan:
             self.reader.want = _REC_SIZE + (stop.expected if stop.reason == TRUNCATED_BODY else 0)
         self.o = stop.offset
 
-    def _batches(self, chunk, rows, first: int, stop: int, bulk: bool, keep_offsets: bool) -> Iterator[Entry | Run]:
+    def _batches(self, chunk, rows, first: int, stop: int, bulk: bool, keep_offsets: bool,
+                 summary: tuple | None = None) -> Iterator[Entry | Run]:
         """Live records whose bodies are batches: one Run (``bulk``), else an Entry each."""
         res = self.res
         if self.gap is not None:
             yield self._close_gap(rows[first * _ROW])
         if bulk:
-            run = Run(chunk, rows, first, stop)
+            run = Run(chunk, rows, first, stop, summary)
             account_run(res, run, keep_offsets)
             self.o = res.end_offset = run.end
             yield run
@@ -282,11 +299,11 @@ class NativeScan:
         return end if found is None else found
 
 
-def _unusual_rows(rows: memoryview, n: int, trim: int) -> list[int]:
+def _unusual_rows(rows: memoryview, n: int, trim: int, all_batch: bool) -> list[int]:
     """Indexes of the rows that are not a live batch (padding, a body that is no batch, the
-    trim record), in order: found in bulk, not by a Python step per row."""
-    kinds = rows[3:n * _ROW:_ROW].tolist()
-    found = [] if kinds.count(KIND_BATCH) == n else [i for i, kind in enumerate(kinds) if kind != KIND_BATCH]
+    trim record), in order: found in bulk, not by a Python step per row (``all_batch``: every
+    row's kind is KIND_BATCH, walctl.format.bulk.rows_summary says)."""
+    found = [] if all_batch else [i for i, kind in enumerate(rows[3:n * _ROW:_ROW].tolist()) if kind != KIND_BATCH]
     if rows[0] <= trim <= rows[(n - 1) * _ROW]:
         offsets = rows[0:n * _ROW:_ROW].tolist()
         if trim in offsets:

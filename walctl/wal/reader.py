@@ -52,15 +52,23 @@ class Scan:
         report: a ScanResult to fill (a caller's own), else a new one.
         bulk: runs of intact records may come as one ``Run`` event each (already counted in
             the report; valid only until the next event) instead of an Entry per record.
+        readahead: read the device ahead of the decoding on a thread (LogReader; walctl's own
+            logs): same events and report; a scan stopped early (or a crashed log's end) may
+            have read, and counts in ``bytes_read``, up to READ_AHEAD_DEPTH reads more. End the
+            scan (iterate it to its end, or ``close()``) before closing the device.
     """
 
     def __init__(self, dev: Device, header: WalHeader, *, probe: bool = True, keep_offsets: bool = False,
-                 seek: int | None = None, report: ScanResult | None = None, bulk: bool = False):
+                 seek: int | None = None, report: ScanResult | None = None, bulk: bool = False,
+                 readahead: bool = False):
         ring = Ring(header.capacity, header.block_size)
         self.report = report if report is not None else ScanResult(header, ring)
         self.report.header, self.report.ring = header, ring
-        policy = NativeScan if header.flavour == "walctl" else AutomqScan
-        self._events = policy(dev, header, self.report, probe=probe, keep_offsets=keep_offsets).events(seek, bulk)
+        if header.flavour == "walctl":
+            policy = NativeScan(dev, header, self.report, probe=probe, keep_offsets=keep_offsets, readahead=readahead)
+        else:
+            policy = AutomqScan(dev, header, self.report, probe=probe, keep_offsets=keep_offsets)
+        self._events = policy.events(seek, bulk)
 
     def __iter__(self) -> Iterator[Entry | Run | Finding]:
         return self._events

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from collections import deque
 from dataclasses import dataclass, field
 from operator import add as _add
 
 from walctl.device.buffers import aligned_buffer
+from walctl.device.fdio import add_bytes_read, bytes_read_total
 from walctl.errors import FormatError, IOFailure
 from walctl.format import batch as batch_format
 from walctl.format import bulk
@@ -28,6 +30,12 @@ if TYPE_CHECKING:
     from walctl.device.base import Device
 
 CHUNK_BYTES = 1 << 20  # read the device in 1 MiB aligned chunks: few syscalls, bounded memory
+# Read-ahead (LogReader(readahead=True)): device reads of this many bytes, this many in flight on a
+# thread while the scan decodes the chunk before them; each buffer has room for as many bytes of
+# the chunk before in front (a record across a read's end): (DEPTH + 1) x 4 MiB resident at most.
+READ_AHEAD_BYTES = 4 << 20
+READ_AHEAD_DEPTH = 2
+READ_AHEAD_CARRY = READ_AHEAD_BYTES
 BULK_RECORDS = 1 << 30  # decode_block's bound when nothing asks the scan to look at each record
 
 
@@ -45,14 +53,22 @@ class Entry:
 
 
 class LogReader:
-    """Reads logical ranges of the ring through an aligned chunk cache (O_DIRECT-friendly)."""
+    """Reads logical ranges of the ring through an aligned chunk cache (O_DIRECT-friendly).
 
-    def __init__(self, dev: Device, ring: Ring, account: "ScanResult | None" = None):
+    ``readahead``: once three chunks in a row are read back to back (a scan going forward), the
+    device reads go on ahead of the consumer on a thread (``_ReadAhead``: READ_AHEAD_BYTES per
+    read, READ_AHEAD_DEPTH of them in flight), so the device reads while the caller decodes
+    what it has. Same bytes, same results: only when they are read changes. ``close()`` ends it.
+    """
+
+    def __init__(self, dev: Device, ring: Ring, account: "ScanResult | None" = None, *, readahead: bool = False):
         self.dev = dev
         self.ring = ring
         self._chunk_start = -1
         self._chunk = None
         self._chunk_len = 0
+        self._chunk_lo = -1  # the cached chunk's logical start
+        self._own = None  # the buffer of the reads made here (read-ahead has its own)
         self._ring_size = ring.size
         self._ring_start = ring.physical(0)  # where the record area starts on the device
         self.bytes_read = 0
@@ -62,34 +78,60 @@ class LogReader:
         self.stop: int | None = None
         self.bound: int | None = None  # intact_run decodes no record starting at or past this offset
         self.want = _REC_SIZE  # bytes the next intact_run's chunk must hold from its offset
+        self._ahead: _ReadAhead | None = None
+        if readahead:
+            self.read_ahead()
+
+    def read_ahead(self) -> None:
+        """Read ahead from now on (as ``readahead=True``): a caller that first reads here and
+        there (a seek) turns it on when it goes forward. Only on walctl's own rings: 4 KiB
+        aligned, so every read-ahead read is a whole number of blocks."""
+        ring = self.ring
+        if self._ahead is None and ring.size % ALIGN == 0 and self._ring_start % ALIGN == 0 \
+                and ring.capacity <= self.dev.size_bytes:
+            self._ahead = _ReadAhead(self.dev, ring)
 
     def read(self, offset: int, length: int) -> memoryview:
         """Bytes at logical [offset, offset+length); shorter when the range would cross the lap end."""
         length = max(0, min(length, self.ring.lap_end(offset) - offset))
         phys = self.ring.physical(offset)
         if not (self._chunk_start <= phys and phys + length <= self._chunk_start + self._chunk_len):
-            start = align_down(phys)
-            size = min(max(CHUNK_BYTES, align_up(phys + length) - start), self.ring.capacity - start)
-            if self.stop is not None and offset < self.stop + ALIGN:
-                size = min(size, align_up(phys - start + max(length, self.stop + ALIGN - offset)))
-            carry = self._carry(start, size)
-            # Direct reads take whole 4 KiB blocks, but an AutoMQ ring (a multiple of its 512-byte
-            # blocks) may end inside one, and the device with it: the last read then stops at the
-            # device's end (a short read, no I/O error), and what it got is kept.
-            device_end = self.dev.size_bytes
-            readable = align_up(min(size, device_end - start))
-            if readable > carry:
-                try:
-                    self.dev.pread_into(start + carry, memoryview(self._chunk)[carry:readable])
-                except IOFailure as exc:
-                    if start + readable <= device_end or exc.__cause__ is not None:
-                        raise  # a real I/O error, not the device's unaligned end
-            self.bytes_read += size - carry
-            if self.account is not None:
-                self.account.bytes_read = self.bytes_read
-            self._chunk_start, self._chunk_len = start, size
+            if self._ahead is None or not self._fill_ahead(offset, phys, length):
+                self._fill(offset, phys, length)
         rel = phys - self._chunk_start
         return memoryview(self._chunk)[rel:rel + length]
+
+    def _fill(self, offset: int, phys: int, length: int) -> None:
+        """Read the chunk holding logical [offset, offset+length) from the device, here and now."""
+        start = align_down(phys)
+        size = min(max(CHUNK_BYTES, align_up(phys + length) - start), self.ring.capacity - start)
+        if self.stop is not None and offset < self.stop + ALIGN:
+            size = min(size, align_up(phys - start + max(length, self.stop + ALIGN - offset)))
+        lo = offset - (phys - start)
+        carry = self._carry(start, size)
+        # Direct reads take whole 4 KiB blocks, but an AutoMQ ring (a multiple of its 512-byte
+        # blocks) may end inside one, and the device with it: the last read then stops at the
+        # device's end (a short read, no I/O error), and what it got is kept.
+        device_end = self.dev.size_bytes
+        readable = align_up(min(size, device_end - start))
+        if readable > carry:
+            try:
+                self.dev.pread_into(start + carry, memoryview(self._chunk)[carry:readable])
+            except IOFailure as exc:
+                if start + readable <= device_end or exc.__cause__ is not None:
+                    raise  # a real I/O error, not the device's unaligned end
+        self._count(size - carry)
+        # Two reads in a row going on where the one before ended are a scan going forward: read
+        # ahead of it (one alone may be a walk back, as a seek's).
+        self._following = self._following + 1 if lo + carry == self._chunk_lo + self._chunk_len else 0
+        self._chunk_start, self._chunk_len, self._chunk_lo = start, size, lo
+        if self._following >= 2 and self._ahead is not None:
+            self._ahead.start(lo + size, self._ahead_limit(lo + size))
+
+    def _count(self, n: int) -> None:
+        self.bytes_read += n
+        if self.account is not None:
+            self.account.bytes_read = self.bytes_read
 
     def _carry(self, start: int, size: int) -> int:
         """Make the chunk buffer ready for a read of ``size`` bytes at physical ``start``; when
@@ -98,17 +140,131 @@ class LogReader:
         many (the chunk's end is then where the device read starts)."""
         old, old_start, old_end = self._chunk, self._chunk_start, self._chunk_start + self._chunk_len
         need = align_up(size)
-        if old is None or not old_start <= start < old_end < start + size or old_end % ALIGN:
-            if old is None or len(old) < need:
-                self._chunk = aligned_buffer(need)
-            return 0
-        carry = old_end - start
-        if len(old) < need:
-            self._chunk = aligned_buffer(need)
-            memoryview(self._chunk)[:carry] = memoryview(old)[start - old_start:old_end - old_start]
-        else:
-            memoryview(old)[:carry] = memoryview(old)[start - old_start:old_end - old_start]  # memmove
+        own = self._own
+        if own is None or len(own) < need:
+            own = aligned_buffer(need)
+        carry = self._carried(start)
+        if start + carry >= start + size:
+            carry = 0  # (a read within the cached chunk's span: read whole)
+        if carry:
+            # a memmove when the chunk is in that buffer already
+            memoryview(own)[:carry] = memoryview(old)[start - old_start:old_end - old_start]
+        self._chunk = self._own = own
+        self._drop_segment()
         return carry
+
+    def _carried(self, start: int) -> int:
+        """How many bytes from physical ``start`` on the cached chunk holds up to its end (0 when
+        it does not hold ``start``, or its end is no 4 KiB boundary a device read could go on from)."""
+        old_start, old_end = self._chunk_start, self._chunk_start + self._chunk_len
+        if self._chunk is None or not old_start <= start < old_end or old_end % ALIGN:
+            return 0
+        return old_end - start
+
+    def _fill_ahead(self, offset: int, phys: int, length: int) -> bool:
+        """Make the chunk the next read-ahead segment (with the cached chunk's last bytes before
+        it, as _carry does) when it is the one this read wants; False when it is not, or a read
+        failed (the read is then made here, as without read-ahead, and fails as it would)."""
+        ahead = self._ahead
+        start = align_down(phys)
+        lo = offset - (phys - start)
+        carry = self._carried(start)
+        seg = ahead.take(lo + carry)
+        if seg is None:
+            self._stop_ahead()
+            return False
+        self._count_helper(seg)
+        if seg.error is not None:
+            ahead.release(seg.buf)  # not counted: the read made here reads (and counts) those bytes again
+            self._stop_ahead()
+            return False
+        need = align_up(phys + length) - start
+        if carry > READ_AHEAD_CARRY or carry + seg.n < need:
+            return self._assemble(seg, start, lo, carry, need)
+        view = memoryview(seg.buf)
+        if carry:
+            view[READ_AHEAD_CARRY - carry:READ_AHEAD_CARRY] = \
+                memoryview(self._chunk)[start - self._chunk_start:start - self._chunk_start + carry]
+        self._drop_segment()
+        self._segment = seg.buf
+        self._chunk = view[READ_AHEAD_CARRY - carry:READ_AHEAD_CARRY + seg.n]
+        self._chunk_start, self._chunk_len, self._chunk_lo = start, carry + seg.n, lo
+        self._count(seg.n)
+        ahead.top_up()
+        return True
+
+    def _assemble(self, seg: "_Segment", start: int, lo: int, carry: int, need: int) -> bool:
+        """A record longer than what a segment holds after the carried bytes: the chunk is built
+        in the reader's own buffer from the carried bytes and as many segments as it takes
+        (copied). False when one is not read ahead, or failed: the chunk then holds what was
+        assembled, and the read made here goes on from its end."""
+        ahead = self._ahead
+        size = carry + seg.n
+        while size < need:
+            size += min(READ_AHEAD_BYTES, self._ring_size)
+        own = self._own
+        if own is None or len(own) < size:
+            own = aligned_buffer(align_up(size))
+        if carry:
+            memoryview(own)[:carry] = memoryview(self._chunk)[start - self._chunk_start:start - self._chunk_start + carry]
+        self._chunk = self._own = own
+        self._drop_segment()
+        pos = carry
+        while True:
+            memoryview(own)[pos:pos + seg.n] = memoryview(seg.buf)[READ_AHEAD_CARRY:READ_AHEAD_CARRY + seg.n]
+            pos += seg.n
+            self._count(seg.n)
+            ahead.release(seg.buf)
+            self._chunk_start, self._chunk_len, self._chunk_lo = start, pos, lo
+            if pos >= need:
+                return True
+            seg = ahead.take(lo + pos) if pos + READ_AHEAD_BYTES <= len(own) else None
+            if seg is not None:
+                self._count_helper(seg)
+            if seg is None or seg.error is not None:
+                if seg is not None:
+                    ahead.release(seg.buf)
+                self._stop_ahead()
+                return False
+
+    _segment = None  # the read-ahead buffer the cached chunk lives in
+    _following = 0  # reads in a row that went on where the one before ended
+
+    def _drop_segment(self) -> None:
+        if self._segment is not None:
+            self._ahead.release(self._segment)
+            self._segment = None
+
+    def _count_helper(self, seg: "_Segment") -> None:
+        """The thread's device reads are the caller's (walctl.device.fdio.bytes_read_total is per thread)."""
+        if seg.counted:
+            add_bytes_read(seg.counted)
+            seg.counted = 0
+
+    def _ahead_limit(self, lo: int) -> int:
+        """Where read-ahead from logical ``lo`` stops: one ring on, the scan's bound, and a block
+        past a known end of the log (what reading on would cost anyway)."""
+        limit = lo + self._ring_size
+        if self.bound is not None:
+            limit = min(limit, align_up(self.bound))
+        if self.stop is not None:
+            limit = min(limit, align_up(self.stop + ALIGN)) if lo < self.stop + ALIGN else lo
+        return limit
+
+    def _stop_ahead(self) -> None:
+        """Stop reading ahead: wait for the reads in flight (counted: the device made them)."""
+        for seg in self._ahead.stop():
+            self._count_helper(seg)
+            if seg.error is None:
+                self._count(seg.n)
+
+    def close(self) -> None:
+        """End read-ahead (its reads in flight finish first) and its thread; the reader still
+        reads, without it. A no-op without read-ahead."""
+        if self._ahead is not None:
+            self._stop_ahead()
+            self._ahead.close()
+            self._ahead = None
 
     def data_record(self, offset: int) -> tuple[bytes, int] | None:
         """(body, end) of the intact data record at logical ``offset``, else None.
@@ -172,6 +328,114 @@ class LogReader:
     def position(self) -> tuple[int, int]:
         """Which chunk is cached (changes when a read replaces it)."""
         return self._chunk_start, self._chunk_len
+
+
+class _Segment:
+    """One read-ahead read: logical [lo, lo + n) into ``buf`` after its READ_AHEAD_CARRY bytes of room."""
+
+    __slots__ = ("lo", "n", "buf", "error", "counted")
+
+    def __init__(self, lo: int, n: int, buf):
+        self.lo, self.n, self.buf = lo, n, buf
+        self.error: BaseException | None = None
+        self.counted = 0  # bytes_read_total of the thread that read it
+
+
+class _ReadAhead:
+    """A LogReader's reads ahead: logical [lo, limit) in segments of at most READ_AHEAD_BYTES
+    (never across a lap's end), read in order by one thread (os.preadv gives up the GIL while the
+    device works), at most READ_AHEAD_DEPTH in flight, into READ_AHEAD_DEPTH + 1 pooled buffers
+    (the one the reader's chunk lives in is given back when it moves on). The LogReader takes
+    them in order (``take``) and falls back to its own reads for anything else (``stop``)."""
+
+    def __init__(self, dev: Device, ring: Ring):
+        self.dev, self.ring = dev, ring
+        self._free: list = []
+        self._buffers = 0
+        self._queued: deque[_Segment] = deque()
+        self._next = self._limit = 0
+        self._todo = self._done = self._thread = None
+
+    def start(self, lo: int, limit: int) -> None:
+        """Read [lo, limit) ahead (nothing may be in flight)."""
+        if lo % ALIGN or limit % ALIGN or lo >= limit:
+            return
+        self._next, self._limit = lo, limit
+        self.top_up()
+
+    def top_up(self) -> None:
+        """Submit reads until READ_AHEAD_DEPTH are in flight (or the range is all asked for)."""
+        while len(self._queued) < READ_AHEAD_DEPTH and self._next < self._limit:
+            if self._free:
+                buf = self._free.pop()
+            elif self._buffers < READ_AHEAD_DEPTH + 1:
+                buf = aligned_buffer(READ_AHEAD_CARRY + READ_AHEAD_BYTES)
+                self._buffers += 1
+            else:
+                return  # every buffer is in use: the next release tops up
+            lo = self._next
+            seg = _Segment(lo, min(READ_AHEAD_BYTES, self.ring.lap_end(lo) - lo, self._limit - lo), buf)
+            self._next = lo + seg.n
+            self._queued.append(seg)
+            if self._thread is None:
+                import threading
+                from queue import SimpleQueue
+
+                self._todo, self._done = SimpleQueue(), SimpleQueue()
+                self._thread = threading.Thread(target=_read_segments, name="walctl-scan-read", daemon=True,
+                                                args=(self.dev, self.ring, self._todo, self._done))
+                self._thread.start()
+            self._todo.put(seg)
+
+    def take(self, lo: int) -> _Segment | None:
+        """The next segment once read (its ``error`` set if the read failed) when it starts at
+        logical ``lo``; None (nothing waited for) when it does not."""
+        if not self._queued or self._queued[0].lo != lo:
+            return None
+        seg = self._queued.popleft()
+        done = self._done.get()
+        assert done is seg, "read-ahead segments complete in order"
+        return seg
+
+    def release(self, buf) -> None:
+        """A buffer taken is free again (its bytes are read into again)."""
+        self._free.append(buf)
+        self.top_up()
+
+    def stop(self) -> list[_Segment]:
+        """Stop reading ahead: the segments that were in flight, once read (buffers freed)."""
+        drained = []
+        self._limit = self._next
+        while self._queued:
+            seg = self._queued.popleft()
+            done = self._done.get()
+            assert done is seg, "read-ahead segments complete in order"
+            self._free.append(seg.buf)
+            drained.append(seg)
+        return drained
+
+    def close(self) -> None:
+        """End the thread (after stop)."""
+        if self._thread is not None:
+            self._todo.put(None)
+            self._thread.join()
+            self._thread = None
+
+
+def _read_segments(dev: Device, ring: Ring, todo, done) -> None:
+    """The read-ahead thread: each segment read whole, in order; a failure is the segment's ``error``."""
+    while True:
+        seg = todo.get()
+        if seg is None:
+            return
+        before = bytes_read_total()
+        try:
+            with memoryview(seg.buf) as whole, whole[READ_AHEAD_CARRY:READ_AHEAD_CARRY + seg.n] as view:
+                dev.pread_into(ring.physical(seg.lo), view)
+        except BaseException as exc:  # the reader reads again itself and fails as it would without read-ahead
+            seg.error = exc
+        seg.counted = bytes_read_total() - before
+        done.put(seg)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,14 +558,28 @@ class Run:
     The scan has counted them in its report already. Valid only while the scan is paused at
     it: the scan reuses the chunk once it goes on (``entries()`` copies them out)."""
 
-    __slots__ = ("chunk", "rows", "first", "stop", "count", "offset", "end")
+    __slots__ = ("chunk", "rows", "first", "stop", "count", "offset", "end", "_summary")
 
-    def __init__(self, chunk, rows: memoryview, first: int, stop: int):
+    def __init__(self, chunk, rows: memoryview, first: int, stop: int, summary: tuple | None = None):
         self.chunk, self.rows, self.first, self.stop = chunk, rows, first, stop
         self.count = stop - first
         self.offset = rows[first * _ROW]  # the first record's WAL offset
         last = (stop - 1) * _ROW
         self.end = rows[last] + _REC_SIZE + rows[last + 2]  # where the last record ends
+        self._summary = summary
+
+    @property
+    def summary(self) -> tuple[bool, bool, int, bool, int]:
+        """walctl.format.bulk.rows_summary of its rows (computed once): (all batches, one stream,
+        its id, each batch following the one before, body bytes)."""
+        if self._summary is None:
+            self._summary = bulk.rows_summary(self.rows, self.first, self.stop)
+        return self._summary
+
+    def one_stream(self) -> int | None:
+        """The stream id when every record of the run is of one stream, else None."""
+        _, one, sid, _, _ = self.summary
+        return sid if one else None
 
     def column(self, field_index: int) -> list[int]:
         """One field of every row (bulk.ROW's order: 0 offset, 1 body_pos, 2 body_length,
@@ -309,7 +587,7 @@ class Run:
         return self.rows[self.first * _ROW + field_index:self.stop * _ROW:_ROW].tolist()
 
     def payload_bytes(self) -> int:
-        return sum(self.column(2)) - self.count * _BATCH_HEADER
+        return self.summary[4] - self.count * _BATCH_HEADER
 
     def entries(self, limit: int | None = None) -> list[Entry]:
         """The records (the first ``limit``) as Entries (bodies copied out of the chunk)."""
@@ -328,28 +606,33 @@ def account_run(res: ScanResult, run: Run, keep_offsets: bool) -> None:
     """What ``accepted`` does for each record of ``run``, in bulk: the counts, each stream's
     end, its offset jumps (ScanResult.streams), the offsets when kept."""
     n = run.count
-    offsets, sids, bases, counts = run.column(0), run.column(4), run.column(6), run.column(7)
     res.records += n
     res.payload_bytes += run.payload_bytes()
-    ends = list(map(_add, bases, counts))
     tracker = res.streams
     last = tracker.last
-    if sids.count(sids[0]) == n and bases[1:] == ends[:-1]:
-        # One stream, each batch following the one before: only the first can open a gap.
-        sid = sids[0]
+    _, one, sid, follows, _ = run.summary
+    if one and follows:
+        # One stream, each batch following the one before: only the first can open a gap (and
+        # no Python step per record: the first and the last row say it all).
+        rows, first, final = run.rows, run.first * _ROW, (run.stop - 1) * _ROW
+        base, end = rows[first + 6], rows[final + 6] + rows[final + 7]
         previous = last.get(sid)
-        if previous is not None and bases[0] > previous[1]:
-            tracker.gaps.append(StreamGap(sid, previous[1], bases[0], previous[0], offsets[0]))
-        last[sid] = (offsets[-1], ends[-1])
-        res.stream_ends[sid] = ends[-1]
-    else:
-        stream_ends = res.stream_ends
-        for offset, sid, base, end in zip(offsets, sids, bases, ends):  # GapTracker.add, inlined
-            previous = last.get(sid)
-            last[sid] = (offset, end)
-            stream_ends[sid] = end
-            if previous is not None and base > previous[1]:
-                tracker.gaps.append(StreamGap(sid, previous[1], base, previous[0], offset))
+        if previous is not None and base > previous[1]:
+            tracker.gaps.append(StreamGap(sid, previous[1], base, previous[0], rows[first]))
+        last[sid] = (rows[final], end)
+        res.stream_ends[sid] = end
+        if keep_offsets:
+            res.record_offsets.extend(run.column(0))
+        return
+    offsets, sids, bases, counts = run.column(0), run.column(4), run.column(6), run.column(7)
+    ends = list(map(_add, bases, counts))
+    stream_ends = res.stream_ends
+    for offset, sid, base, end in zip(offsets, sids, bases, ends):  # GapTracker.add, inlined
+        previous = last.get(sid)
+        last[sid] = (offset, end)
+        stream_ends[sid] = end
+        if previous is not None and base > previous[1]:
+            tracker.gaps.append(StreamGap(sid, previous[1], base, previous[0], offset))
     if keep_offsets:
         res.record_offsets.extend(offsets)
 

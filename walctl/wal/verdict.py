@@ -100,13 +100,15 @@ class RecoverRun:
 def recover(dev: Device, state: HeaderState, device: str, *, filters: RecoverFilter = RecoverFilter(),
             stats: bool = False, with_hexdump: bool = False, probe: bool = True,
             on_record: Callable[[Entry], None], on_finding: Callable[[Finding], None],
-            progress: Callable[[int], None] | None = None, on_run: Callable[[Run], None] | None = None) -> RecoverRun:
+            progress: Callable[[int], None] | None = None, on_run: Callable[[Run], None] | None = None,
+            readahead: bool = True) -> RecoverRun:
     """Scan the log after the trim point (from the first record at or after --from), call
     ``on_finding`` for each finding and ``on_record`` for each record the filters show (with
     ``stats``: count them per stream instead), then explain sealed holes and stream gaps.
 
     ``on_run``: a caller that renders a Run (a run of live records, valid only during the
-    call) in one go; without it each of its records goes to ``on_record``.
+    call) in one go; without it each of its records goes to ``on_record``. ``readahead``: the
+    scan's device reads go on ahead of its decoding (Scan's readahead; same results).
 
     On an interrupt (KeyboardInterrupt) the exception leaves with ``summary``: the run so far,
     complete false. Never writes.
@@ -114,7 +116,7 @@ def recover(dev: Device, state: HeaderState, device: str, *, filters: RecoverFil
     header = state.header
     # Without filters every record is shown (or counted): runs of them come in bulk.
     bulk = filters == RecoverFilter()
-    scan = Scan(dev, header, probe=probe, seek=filters.from_offset, bulk=bulk)
+    scan = Scan(dev, header, probe=probe, seek=filters.from_offset, bulk=bulk, readahead=readahead)
     run = RecoverRun(device, scan.report)
 
     def finding(f: Finding) -> None:
@@ -194,13 +196,13 @@ def _show_run(run: Run, per_stream: dict[int, list[int]] | None, on_record, on_r
 
 def _count_run(per_stream: dict[int, list[int]], run: Run) -> None:
     """--stats of a run of batches: records and payload bytes per stream."""
-    sids = run.column(4)
-    if sids.count(sids[0]) == run.count:
-        counts = per_stream.setdefault(sids[0], [0, 0])
+    sid = run.one_stream()
+    if sid is not None:
+        counts = per_stream.setdefault(sid, [0, 0])
         counts[0] += run.count
         counts[1] += run.payload_bytes()
         return
-    for sid, length in zip(sids, run.column(2)):
+    for sid, length in zip(run.column(4), run.column(2)):
         counts = per_stream.setdefault(sid, [0, 0])
         counts[0] += 1
         counts[1] += length - BATCH_HEADER
