@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass, field
 
 from walctl.device import safety
-from walctl.device.blockio import create_file, open_device, zero_fill
+from walctl.device.create import create_file, zero_fill
+from walctl.device.opening import open_device
 from walctl.device.buffers import aligned_buffer
 from walctl.errors import (CorruptionError, FormatError, NotFoundError, RefusedError, UsageError,
                            WalctlError)
@@ -464,7 +465,7 @@ def open_reader(path: str, *, block_size: int | None = None) -> RecoverSession:
     header slots are read again at 0 and that size. Raises UsageError for a walctl WAL
     whose block size (4096) it is not.
     """
-    from walctl.device.blockio import lock_holder
+    from walctl.device.locks import lock_holder
 
     dev = open_device(path, writable=False)
     try:
