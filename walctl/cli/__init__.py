@@ -31,9 +31,15 @@ def main() -> None:
         sys.stdout.write(f"walctl {__version__}\n")
         sys.stdout.flush()
         sys.exit(0)
-    from walctl.cli.app import main as run
+    from walctl.cli import startup
 
-    run()
+    startup.pause_collection()
+    try:
+        from walctl.cli.app import main as run
+
+        run()
+    finally:
+        startup.resume_collection()
 
 
 def __getattr__(name: str):
