@@ -137,7 +137,7 @@ def wal_status(path: str, *, scan: bool = False, progress=None) -> StatusResult:
         CorruptionError: the header's capacity exceeds the device.
         IOFailure: the device cannot be read.
     """
-    from walctl.device.blockio import bytes_read_total
+    from walctl.device.fdio import bytes_read_total
     from walctl.wal.lifecycle import open_reader, trusted_checkpoint
 
     read_before = bytes_read_total()

@@ -122,3 +122,44 @@ def test_every_command_name_maps_to_the_module_that_registers_it():
 ])
 def test_modules_for(args, wanted):
     assert modules_for(args) == wanted
+
+
+@pytest.mark.parametrize("argv, absent", [
+    (("read", "--store", "/nonexistent/store", "-s", "0", "--json"),
+     ("walctl.store.s3", "walctl.device.aio", "walctl.device.locks", "socket", "logging")),
+    (("status", "/nonexistent/wal"), ("walctl.device.aio", "walctl.device.writequeue", "logging")),
+    (("recover", "/nonexistent/wal"), ("walctl.device.aio", "walctl.device.writequeue", "logging")),
+])
+def test_readers_do_not_load_what_only_writers_or_s3_use(argv, absent):
+    modules = _imported_after(_run_main(), *argv)
+    assert sorted(set(absent) & modules) == []
+
+
+def _gc_probe(*argv: str) -> dict:
+    """Run main() with argv in a fresh Python; report the collector's state in the command's body and after."""
+    probe = ("import gc, json, sys\n"
+             f"sys.argv = ['walctl', *{list(argv)!r}]\n"
+             "from walctl.cli import main, startup\n"
+             "seen = []\n"
+             "starts = startup.command_starts\n"
+             "def spy():\n"
+             "    starts()\n"
+             "    seen.append([gc.isenabled(), gc.get_freeze_count()])\n"
+             "startup.command_starts = spy\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\n"
+             "print('GC ' + json.dumps({'body': seen, 'after': gc.isenabled()}))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    line = [x for x in proc.stdout.splitlines() if x.startswith("GC ")]
+    assert line, proc.stderr
+    return json.loads(line[-1].removeprefix("GC "))
+
+
+def test_the_collector_is_paused_only_while_starting():
+    # A command's body collects as usual, the start-up's objects frozen (never traversed again).
+    got = _gc_probe("status", "/nonexistent/wal")
+    assert len(got["body"]) == 1 and got["body"][0][0] is True and got["body"][0][1] > 10_000
+    assert got["after"] is True  # main() leaves the collector as it found it
+    # No command body (help, a usage error): collection resumes when main() ends.
+    for argv in (("--help",), ("status", "--bogus")):
+        got = _gc_probe(*argv)
+        assert got == {"body": [], "after": True}

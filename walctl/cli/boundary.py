@@ -25,6 +25,7 @@ except ImportError:  # pragma: no cover - older typer uses the click package
     import click
     from click.exceptions import UsageError as ClickUsageError
 
+from walctl.cli import startup
 from walctl.cli.coercion import plain_coercion
 from walctl.cli.conventions import apply_conventions, json_requested, normalise_args
 from walctl.cli.render import report_error
@@ -184,6 +185,7 @@ def boundary(fn: Callable, stream: bool = False) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         json_out = bool(kwargs.get("json_out"))
+        startup.command_starts()  # the collector, paused while walctl.cli.main started, resumes
         try:
             with signals_interrupt():
                 return fn(*args, **kwargs)

@@ -65,8 +65,9 @@ def read_cmd(
     st = open_for_read(store, endpoint_url)
     # Payload views, not copies: each record is printed and dropped (a copy per batch was a third
     # of the read's CPU).
+    # With no payload shown, the store's batches come as rows (no object per batch; same checks).
     reader = StreamReader(st, stream, from_offset=from_offset, to_offset=to_offset, limit=limit, wal=wal,
-                          payload_views=True)
+                          payload_views=True, rows=payload is Payload.none)
     out = _Printer(json_out, payload)
     interrupted = False
     try:
@@ -106,6 +107,18 @@ def read_cmd(
 _STORE_LINE = ('{"type":"record","stream_id":%d,"base_offset":%d,"end_offset":%d,"count":%d,"epoch":%d,'
                '"payload_bytes":%d,"source":"store","object_id":%d,"key":%s,"block_position":%d,'
                '"batch_position":%d,"wal_offset":null}\n')
+
+
+def _row_template(object_id: int, key_json: str) -> str:
+    """_STORE_LINE with one object's id and key filled in: ``template % row`` is a row's line."""
+    return (_STORE_LINE.replace('"object_id":%d', '"object_id":' + str(int(object_id)), 1)
+            .replace('"key":%s', '"key":' + key_json.replace("%", "%%"), 1))
+
+
+def _row_line(event, row, json) -> str:
+    return _row_template(event.object_id, json.dumps(event.key)) % row
+
+
 FLUSH_LINES = 512  # record lines are written this many at a time (a finding, a poll's wait, the end flush)
 
 
@@ -142,8 +155,11 @@ class _Printer:
             self.flush()
 
     def event(self, event) -> None:
-        from walctl.pipeline.read import ReadFinding
+        from walctl.pipeline.read import ReadFinding, ReadRows
 
+        if isinstance(event, ReadRows):
+            self._rows(event)
+            return
         if isinstance(event, ReadFinding):
             self.flush()
             if self.json_out:
@@ -181,6 +197,38 @@ class _Printer:
         if text is not None:
             line += "  " + text
         self._add(line + "\n")
+
+    def _rows(self, event) -> None:
+        """Batches served as rows (no payload shown): the lines a ReadRecord of each would give."""
+        if self.json_out:
+            import json
+
+            if self._fast is None:  # the template renders what the dict does: checked on the first row
+                self._fast = _row_line(event, event.rows[0], json) == self._render_row(event, event.rows[0])
+            if self._fast:
+                line = _row_template(event.object_id, json.dumps(event.key))
+                lines = [line % row for row in event.rows]
+            else:
+                lines = [self._render_row(event, row) for row in event.rows]
+        else:
+            if not self._header_done:
+                self._add(f"{'OFFSET':>12} {'COUNT':>6} {'BYTES':>8} {'FROM':<24}\n")
+                self._header_done = True
+            lines = [f"{row[1]:>12} {row[3]:>6} {row[5]:>8} {f'object {event.object_id}@{row[7]}':<24}\n"
+                     for row in event.rows]
+        self._lines += lines
+        if len(self._lines) >= FLUSH_LINES:
+            self.flush()
+
+    @staticmethod
+    def _render_row(event, row) -> str:
+        """A row's NDJSON line, from its dict (as _render renders a ReadRecord of it)."""
+        import json
+
+        obj = {"type": "record", "stream_id": row[0], "base_offset": row[1], "end_offset": row[2], "count": row[3],
+               "epoch": row[4], "payload_bytes": row[5], "source": "store", "object_id": event.object_id,
+               "key": event.key, "block_position": row[6], "batch_position": row[7], "wal_offset": None}
+        return json.dumps(obj, separators=(",", ":")) + "\n"
 
     def _text(self, payload) -> str | None:
         """The payload as --payload asks (None for none); a view is copied only to be shown."""

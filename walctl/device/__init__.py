@@ -3,28 +3,36 @@
 Only this package touches file descriptors of the WAL device; it never prints.
 """
 
-from walctl.device.base import Device
-from walctl.device.buffers import (
-    ALIGN,
-    align_down,
-    align_up,
-    aligned_buffer,
-    buffer_address,
-    check_aligned,
-    check_buffer,
-)
-from walctl.device.create import create_file, zero_fill
-from walctl.device.fakes import FaultyDevice, MemoryDevice
-from walctl.device.fdio import BufferedDevice, DirectDevice
-from walctl.device.locks import LockEntry, lock_holder, parse_proc_locks
-from walctl.device.opening import BUFFERED_WARNING, open_device
-from walctl.device.safety import (
-    SIGNATURE_READ_BYTES,
-    check_safe_to_overwrite,
-    detect_signature,
-    holders,
-    mount_points,
-)
+# Each name is imported from its module on first use (PEP 562): a command that needs aligned
+# buffers only (the local store's reads) does not load locks, safety checks and device creation.
+_HOMES = {
+    "Device": "base",
+    "ALIGN": "buffers", "align_down": "buffers", "align_up": "buffers", "aligned_buffer": "buffers",
+    "buffer_address": "buffers", "check_aligned": "buffers", "check_buffer": "buffers",
+    "create_file": "create", "zero_fill": "create",
+    "FaultyDevice": "fakes", "MemoryDevice": "fakes",
+    "BufferedDevice": "fdio", "DirectDevice": "fdio",
+    "LockEntry": "locks", "lock_holder": "locks", "parse_proc_locks": "locks",
+    "BUFFERED_WARNING": "opening", "open_device": "opening",
+    "SIGNATURE_READ_BYTES": "safety", "check_safe_to_overwrite": "safety", "detect_signature": "safety",
+    "holders": "safety", "mount_points": "safety",
+}
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})
+
 
 __all__ = [
     "ALIGN",

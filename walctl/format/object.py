@@ -27,6 +27,8 @@ from typing import Iterable, Iterator, NamedTuple, Sequence
 from walctl import defaults
 from walctl.errors import FormatError
 from walctl.format import checks
+from walctl.format.batch import MAGIC as BATCH_MAGIC
+from walctl.format.batch import STRUCT as BATCH_STRUCT
 from walctl.format.batch import StreamRecordBatch
 from walctl.format.composite import (
     COMPOSITE_FOOTER_MAGIC,
@@ -487,6 +489,60 @@ def iter_placed(buf, entry: IndexEntry, *, base_position: int = 0, copy: bool = 
                 yield PlacedBatch(pos, bpos, b)
                 bpos += b.size
             pos = bpos
+
+
+_BATCH_HEAD = BATCH_STRUCT  # >BqqqII
+_BATCH_HEADER_SIZE = _BATCH_HEAD.size
+_OFFSET_LIMIT = 1 << 63
+
+
+def entry_rows(buf, entry: IndexEntry, *, base_position: int = 0) -> list[tuple] | None:
+    """The batches of ``entry``'s DataBlock(s) without their payloads, as rows ``(stream_id, base_offset,
+    end_offset, count, epoch, payload_bytes, block_position, batch_position)`` (object positions), when
+    every check iter_placed makes passes; None when any fails (iter_placed on the same arguments then
+    raises the very error, after yielding the batches before it).
+
+    The same checks as iter_placed, as plain comparisons, with no object per batch: a reader that
+    shows no payload pays a tuple per batch instead of three objects."""
+    start = entry.block_position - base_position
+    end = start + entry.block_size
+    sid, expected = entry.stream_id, entry.start_offset
+    if start < 0 or end > len(buf) or sid < 0 or expected < 0:
+        return None
+    unpack_block, unpack_batch = DATA_BLOCK_HEADER_STRUCT.unpack_from, _BATCH_HEAD.unpack_from
+    head, block_magic, flags_ok = DATA_BLOCK_HEADER_SIZE, DATA_BLOCK_MAGIC, DATA_BLOCK_FLAGS
+    batch_head, batch_magic, limit = _BATCH_HEADER_SIZE, BATCH_MAGIC, _OFFSET_LIMIT
+    rows: list[tuple] = []
+    append = rows.append
+    pos = start
+    while pos < end:
+        if pos + head > end:
+            return None
+        magic, flags, count, length = unpack_block(buf, pos)
+        block_end = pos + head + length
+        if magic != block_magic or flags != flags_ok or count < 1 or length < 0 or block_end > end:
+            return None
+        block_at = pos + base_position
+        first = len(rows)
+        bpos = pos + head
+        while bpos < block_end:
+            if bpos + batch_head > block_end:
+                return None
+            magic, stream_id, epoch, base, n, plen = unpack_batch(buf, bpos)
+            nxt = bpos + batch_head + plen
+            if magic != batch_magic or stream_id != sid or base != expected or n < 1 or nxt > block_end:
+                return None
+            expected = base + n
+            if expected >= limit:
+                return None
+            append((stream_id, base, expected, n, epoch, plen, block_at, bpos + base_position))
+            bpos = nxt
+        if len(rows) - first != count:
+            return None
+        pos = block_end
+    if expected != entry.end_offset or len(rows) != entry.record_count:
+        return None
+    return rows
 
 
 @dataclass(frozen=True)

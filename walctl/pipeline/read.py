@@ -68,6 +68,17 @@ class ReadRecord:
 
 
 @dataclass(frozen=True)
+class ReadRows:
+    """Batches of one object served without their payloads (``StreamReader(rows=True)``), in offset
+    order: each row is ``(stream_id, base_offset, end_offset, count, epoch, payload_bytes,
+    block_position, batch_position)``, what a ReadRecord of source "store" says but its payload."""
+
+    object_id: int
+    key: str
+    rows: list
+
+
+@dataclass(frozen=True)
 class ReadFinding:
     """Something the read could not serve as the manifest promised, or found damaged."""
 
@@ -139,11 +150,15 @@ class StreamReader:
             (which it keeps alive), not a copy: for a caller that uses each record and drops it.
         read_ahead: without a limit, read the next run, and the next READ_AHEAD_OBJECTS objects' tails
             and first runs, in a thread while the current run is decoded (memory: four runs at most).
+        rows: serve the store's batches as ReadRows (header fields and positions, no payload), several
+            per event, for a caller that shows no payload: the same checks and the same summary, with
+            no object per batch. Batches of composite objects and of the WAL stay ReadRecords.
     """
 
     def __init__(self, store: Store, stream_id: int, *, from_offset: int | None = None, to_offset: int | None = None,
                  limit: int | None = None, wal: str | None = None, run_bytes: int = RUN_BYTES,
-                 entries_guess: int = ENTRIES_GUESS, read_ahead: bool = True, payload_views: bool = False):
+                 entries_guess: int = ENTRIES_GUESS, read_ahead: bool = True, payload_views: bool = False,
+                 rows: bool = False):
         self.store = store
         self.stream_id = stream_id
         self.from_offset = from_offset
@@ -158,6 +173,7 @@ class StreamReader:
         self._manifest_number: int | None = None
         self.read_ahead = read_ahead
         self.payload_views = payload_views
+        self.rows = rows
         # With payload views, a store that lends its read buffers (LocalStore: no copy out of the
         # O_DIRECT buffer) reads through them: read_*_view's bytes never change while viewed.
         self._lends = payload_views and hasattr(store, "read_range_view") and hasattr(store, "read_tail_view")
@@ -538,6 +554,12 @@ class StreamReader:
         return run
 
     def _serve_entry(self, data, base: int, entry, oid: int, key: str) -> Iterator[ReadRecord | ReadFinding]:
+        if self.rows:
+            rows = obj.entry_rows(data, entry, base_position=base)
+            if rows is not None:
+                yield from self._serve_rows(rows, oid, key)
+                return
+            # A check failed: the batches one by one, which finds the same failure and words it.
         try:
             # Views only of bytes (immutable) or of a buffer the store lent (never changed while viewed);
             # another buffer gets copies.
@@ -562,6 +584,45 @@ class StreamReader:
                 DAMAGE, f"{exc.what}; offsets [{self.next}, {entry.end_offset}) of this index entry unreadable",
                 self.next, entry.end_offset, oid, key, exc.offset))
             self.next = max(self.next, entry.end_offset)
+
+    def _serve_rows(self, rows: list, oid: int, key: str) -> Iterator[ReadRows | ReadFinding]:
+        """_serve_entry's loop on checked rows (entry_rows): the same skips, stops, gaps and summary."""
+        nxt, to = self.next, self.to_offset
+        left = None if self.limit is None else self.limit - self.summary.records  # batches still to serve
+        out: list = []
+        for row in rows:
+            if row[2] <= nxt:
+                continue
+            if to is not None and row[1] >= to:
+                nxt = max(nxt, to)
+                break
+            if row[1] > nxt:
+                if out:
+                    yield self._rows(out, oid, key)
+                    out = []
+                yield self._finding(ReadFinding(GAP, f"stream {self.stream_id}: offsets [{nxt}, {row[1]}) missing "
+                                                f"inside object {oid}", nxt, row[1], oid, key, row[7]))
+            out.append(row)
+            nxt = row[2]
+            if left is not None:
+                left -= 1
+                if left <= 0:
+                    break
+            if to is not None and nxt >= to:
+                break
+        if out:
+            yield self._rows(out, oid, key)
+        self.next = nxt
+
+    def _rows(self, out: list, oid: int, key: str) -> ReadRows:
+        """Count ``out`` (rows served) as _record counts records."""
+        s = self.summary
+        s.records += len(out)
+        s.payload_bytes += sum(row[5] for row in out)
+        self.next = s.next_offset = out[-1][2]
+        if self.limit is not None and s.records >= self.limit:
+            s.limited = True
+        return ReadRows(oid, key, out)
 
     def _record(self, record: ReadRecord) -> ReadRecord:
         s = self.summary
@@ -641,4 +702,4 @@ def read_stream(store: Store, stream_id: int, **kwargs) -> tuple[list[ReadRecord
     return events, reader.summary
 
 
-__all__ = ["ReadFinding", "ReadRecord", "ReadSummary", "StreamReader", "open_for_read", "read_stream"]
+__all__ = ["ReadFinding", "ReadRecord", "ReadRows", "ReadSummary", "StreamReader", "open_for_read", "read_stream"]

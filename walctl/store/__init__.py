@@ -22,7 +22,9 @@ from walctl.store.base import (
     check_prefix,
 )
 from walctl.store.local import LocalStore
-from walctl.store.s3 import S3Store
+
+# walctl.store.s3 (with logging, sockets and thread pools) is imported when first needed: a command
+# on a local store never loads it. ``from walctl.store import S3Store`` still works (__getattr__).
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 # Something that looks like the start of a URL but is not a well-formed one: "s3:/bucket",
@@ -78,6 +80,8 @@ def open_store(url: str, *, endpoint_url: str | None = None, create: bool = True
         if not bucket:
             raise UsageError("S3 store URL has no bucket", where=url,
                              hint="use s3://bucket or s3://bucket/prefix")
+        from walctl.store.s3 import S3Store
+
         return S3Store(bucket, prefix.strip("/"), endpoint_url=endpoint_url)
     if scheme == "file":
         parts = urlsplit(url)
@@ -103,6 +107,14 @@ def _local(path: str, create: bool, missing_ok: bool = False) -> LocalStore:
     except NotFoundError as exc:
         exc.hint = exc.hint or "check --store; a store is created by the first 'walctl upload'"
         raise
+
+
+def __getattr__(name: str):
+    if name == "S3Store":
+        from walctl.store.s3 import S3Store
+
+        return S3Store
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

@@ -14,7 +14,6 @@ import copy
 import json
 import os
 import re
-import socket
 import sys
 import time
 import uuid
@@ -301,6 +300,8 @@ def commit(store: Store, change: Callable[[Manifest], Manifest | None], *, comma
         doc.parent = base.number or None
         doc.commit_id = str(uuid.uuid4())
         doc.time = time.time()
+        import socket  # a writer's only need: readers do not load it
+
         doc.writer = {"host": socket.gethostname(), "pid": os.getpid(), "command": command, "argv": _safe_argv()}
         try:
             store.put(manifest_key(doc.number), doc.encode(), if_absent=True)

@@ -35,7 +35,6 @@ from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from walctl.device.blockio import open_write_queue
 from walctl.device.buffers import aligned_buffer
 from walctl.errors import FullError, IOFailure, UsageError, WalctlError
 from walctl.format import batch as batch_format
@@ -50,6 +49,15 @@ from walctl.device.signals import signals_deferred as _signals_deferred
 
 if TYPE_CHECKING:
     from walctl.device.base import Device
+
+
+def open_write_queue(dev, iodepth: int):
+    """walctl.device.writequeue's open_write_queue, imported on the first writer: a command that only
+    reads (recover, status, read --wal) never loads the write queues and their AIO bindings."""
+    from walctl.device.writequeue import open_write_queue as open_queue
+
+    return open_queue(dev, iodepth)
+
 
 BLOCK_SOFT_LIMIT_BYTES = 256 << 10  # AutoMQ's block size soft limit: big enough to batch, small enough for latency
 WINDOW_INITIAL_BYTES = 1 << 20  # sliding window: initial 1 MiB,
