@@ -32,6 +32,7 @@ from walctl.format import record as rec
 from walctl.format.batch import HEADER_SIZE as BATCH_HEADER_SIZE
 from walctl.format.crc import crc32c as _crc32c  # the C library, called directly
 from walctl.format.object import ObjectBuilder
+from walctl.pipeline import rowcopy
 from walctl.store import manifest as mf
 
 from walctl.defaults import DEFAULT_BLOCK_SIZE, DEFAULT_SPLIT_SIZE  # payload per DataBlock; own Stream Object above
@@ -240,7 +241,7 @@ class _Records:
         size = len(body)
         crc = _crc32c(body)
         if seg.spool is not None:
-            self._spool_add(seg, [body], [size], [end])
+            self._spool_add(seg, _Bodies([body]), 0, [size], [end])
         seg.wal.append(offset)  # Segment.add, inline: this runs once a record
         seg.crcs.append(crc)
         seg.end = end
@@ -269,7 +270,7 @@ class _Records:
         bases = rows[lo + 6:hi:_ROW].tolist()
         ends = list(map(operator.add, bases, rows[lo + 7:hi:_ROW].tolist()))
         # An intact record's header carries its body's crc32c (checked by the decoder).
-        crcs = [_BODY_CRC_AT(chunk, p - _BODY_CRC_BACK)[0] for p in positions]
+        crcs = rowcopy.body_crcs(chunk, rows, run.first, run.stop)
         n = len(offsets)
         uploaded = self.uploaded
         if self.mark is not None and offsets[0] <= uploaded <= offsets[-1] and uploaded in offsets:
@@ -306,9 +307,8 @@ class _Records:
                 self.kept = None  # too many bytes to hold: the objects read the WAL again
         bodies = None
         if self.spools is not None and self.spools.open:
-            # Views of the run's bodies in the chunk: the spools copy them before the scan goes on.
-            view = memoryview(chunk)
-            bodies = [view[p:p + size] for p, size in zip(positions, lengths)]
+            # The run's bodies in the chunk: the spools copy them out before the scan goes on.
+            bodies = _RunBodies(chunk, rows, run.first, positions, lengths)
         try:
             if sids.count(sids[first]) == n - first:
                 self._take(sids[first], offsets, lengths, bases, ends, crcs, first, n, bodies)
@@ -319,7 +319,7 @@ class _Records:
                 for sid, idx in by_stream.items():  # one stream after the other (events are sorted later)
                     self._take(sid, [offsets[i] for i in idx], [lengths[i] for i in idx], [bases[i] for i in idx],
                                [ends[i] for i in idx], [crcs[i] for i in idx], 0, len(idx),
-                               None if bodies is None else [bodies[i] for i in idx])
+                               None if bodies is None else bodies.select(idx))
                 self.events_sorted = False
         finally:
             if bodies is not None:
@@ -339,9 +339,9 @@ class _Records:
             self.spools.drop(seg.spool)
             seg.spool = None
 
-    def _spool_add(self, seg: Segment, bodies, lengths, ends) -> None:
+    def _spool_add(self, seg: Segment, bodies, at: int, lengths, ends) -> None:
         try:
-            seg.spool.add(bodies, lengths, ends)
+            seg.spool.add(bodies, at, lengths, ends)
         except _NoSpool:  # a batch no DataBlock index entry holds: the second read refuses it, as before
             self._drop_spool(seg)
 
@@ -385,7 +385,7 @@ class _Records:
             seg.bytes += sum(lengths[i:j])
             seg.wal_end = offsets[j - 1] + _REC_SIZE + lengths[j - 1]
             if seg.spool is not None and bodies is not None:
-                self._spool_add(seg, bodies[i:j], lengths[i:j], ends[i:j])
+                self._spool_add(seg, bodies, i, lengths[i:j], ends[i:j])
             elif seg.spool is not None:
                 self._drop_spool(seg)  # (no bodies given: not written as it goes)
             last = (offsets[j - 1], bases[j - 1], ends[j - 1], seg)
@@ -455,8 +455,6 @@ class _Records:
 
 
 _REC_SIZE = rec.SIZE
-_BODY_CRC_AT = struct.Struct(">I").unpack_from  # a record header's bodyCRC: 8 bytes before its body
-_BODY_CRC_BACK = rec.SIZE - 16  # the bodyCRC field sits at byte 16 of the 24-byte record header
 _BATCH_HEAD = struct.Struct(">BqqqI")  # magic, streamId, epoch, baseOffset, count (FORMATS.md 2)
 _ROW = bulk.ROW
 # The second read of the WAL (uploads above KEEP_SCANNED_BYTES): log order, CHUNK_READ_BYTES per
@@ -743,7 +741,7 @@ class _Cutter:
         bases, counts = rows[6::_ROW].tolist(), rows[7::_ROW].tolist()
         positions, lengths = rows[1::_ROW].tolist(), rows[2::_ROW].tolist()
         ends = list(map(operator.add, bases, counts))
-        crcs = [_BODY_CRC_AT(src, p - _BODY_CRC_BACK)[0] for p in positions]
+        crcs = rowcopy.body_crcs(src, rows, 0, k)
         if (kinds.count(bulk.KIND_BATCH) != k or sids.count(seg.stream_id) != k or bases[0] != self.expected
                 or bases[1:] != ends[:-1] or crcs != seg.crcs[i:i + k].tolist()):
             self._refuse(kinds, sids, bases, ends, crcs)
@@ -860,6 +858,35 @@ class _SpoolWriter:
         self._thread.join()
 
 
+class _Bodies:
+    """Batches handed to a spool: ``pieces(a, b)`` is items [a, b) as a list of bytes-like pieces."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list):
+        self.items = items  # one body each (bytes, or views of a chunk)
+
+    def pieces(self, a: int, b: int) -> list:
+        return self.items[a:b]
+
+
+class _RunBodies(_Bodies):
+    """A run's bodies in the scan's chunk, by row: a stretch of them is gathered in one copy (C)."""
+
+    __slots__ = ("chunk", "rows", "base", "positions", "lengths")
+
+    def __init__(self, chunk, rows, base: int, positions: list[int], lengths: list[int]):
+        self.chunk, self.rows, self.base, self.positions, self.lengths = chunk, rows, base, positions, lengths
+
+    def pieces(self, a: int, b: int) -> list:
+        return [rowcopy.gather_bodies(self.chunk, self.rows, self.base + a, self.base + b)]
+
+    def select(self, idx: list[int]) -> _Bodies:
+        """Items ``idx`` (one stream's records of a run shared with others), as views of the chunk."""
+        view = memoryview(self.chunk)
+        return _Bodies([view[self.positions[i]:self.positions[i] + self.lengths[i]] for i in idx])
+
+
 class _SegmentSpool:
     """A segment's object written as the scan reads its records: DataBlocks cut by iter_block_groups'
     rules (a block closes once its payload reaches block_size; cut early where the index's Java ints
@@ -869,30 +896,33 @@ class _SegmentSpool:
     offsets; ``hold`` copies the open block's views out before the scan reuses its chunk.
     """
 
-    __slots__ = ("spool", "writer", "builder", "sid", "block_size", "parts", "payload", "first", "last_end",
-                 "next", "dropped")
+    __slots__ = ("spool", "writer", "builder", "sid", "block_size", "parts", "count", "payload", "first",
+                 "last_end", "next", "dropped")
 
     def __init__(self, spool, writer: _SpoolWriter, sid: int, first: int, block_size: int):
         self.spool, self.writer, self.sid, self.block_size = spool, writer, sid, block_size
         self.builder = ObjectBuilder()
-        self.parts: list = []  # the open block's batches
+        self.parts: list = []  # the open block's batches: pieces of one or more back to back
+        self.count = 0  # ... how many batches they hold
         self.payload = 0  # ... and their bytes
         self.first = first  # the open block's first stream offset
         self.last_end = first
         self.next = first  # the stream offset the next batch starts at
         self.dropped = False
 
-    def add(self, bodies, lengths, ends) -> None:
+    def add(self, bodies: "_Bodies", at: int, lengths, ends) -> None:
+        """The next batches: ``bodies``' items [at, at + len(lengths)), their lengths and end offsets."""
         cum = list(itertools.accumulate(lengths))
         if self.payload + cum[-1] >= _SAFE_SPAN or ends[-1] - self.first >= _SAFE_SPAN:
-            self._add_one_by_one(bodies, lengths, ends)
+            self._add_one_by_one(bodies, at, lengths, ends)
             return
         k, j = len(cum), 0
         while j < k:
             before = cum[j - 1] if j else 0
             t = bisect.bisect_left(cum, before + self.block_size - self.payload, j)  # the block's last record
             last = min(t, k - 1)
-            self.parts += bodies[j:last + 1]
+            self.parts += bodies.pieces(at + j, at + last + 1)
+            self.count += last + 1 - j
             self.payload += cum[last] - before
             self.last_end = ends[last]
             j = last + 1
@@ -900,16 +930,17 @@ class _SegmentSpool:
                 self._close()
         self.next = ends[-1]
 
-    def _add_one_by_one(self, bodies, lengths, ends) -> None:
+    def _add_one_by_one(self, bodies: "_Bodies", at: int, lengths, ends) -> None:
         from walctl.format.object import DATA_BLOCK_HEADER_SIZE, INT32_MAX
 
         base = self.next
-        for body, n, end in zip(bodies, lengths, ends):
+        for i, (n, end) in enumerate(zip(lengths, ends)):
             if end - base > INT32_MAX or n > INT32_MAX - DATA_BLOCK_HEADER_SIZE:
                 raise _NoSpool(f"batch at offset {base} too large for one DataBlock index entry")
             if self.parts and (self.payload + n > INT32_MAX - DATA_BLOCK_HEADER_SIZE or end - self.first > INT32_MAX):
                 self._close()
-            self.parts.append(body)
+            self.parts += bodies.pieces(at + i, at + i + 1)
+            self.count += 1
             self.payload += n
             self.last_end = end
             if self.payload >= self.block_size:
@@ -919,15 +950,16 @@ class _SegmentSpool:
 
     def _close(self) -> None:
         try:
-            data = self.builder.add_block(self.sid, self.first, self.last_end, self.parts)
+            data = self.builder.add_block(self.sid, self.first, self.last_end, self.parts, count=self.count)
         except ValueError as exc:  # offsets no index entry holds: the usual way refuses them
             raise _NoSpool(str(exc)) from exc
-        self.parts, self.payload, self.first = [], 0, self.last_end
+        self.parts, self.count, self.payload, self.first = [], 0, 0, self.last_end
         self.writer.put(self, data)
 
     def hold(self) -> None:
+        """Copy out the open block's views of the scan's chunk (before the scan reads into it again)."""
         if self.parts:
-            self.parts = [*map(bytes, self.parts)]  # bytes(a bytes object) is that object: no copy
+            self.parts = [p if type(p) is bytes else bytes(p) for p in self.parts]
 
     def finish(self) -> None:
         """Close the last block (queued for the writer)."""
