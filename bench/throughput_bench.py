@@ -25,7 +25,9 @@ walctl process's VmHWM (from /proc, read by a wrapper inside the process).
 
 --phases leaves out recover and the fio reference of append (append always runs: it builds the
 WAL). --rounds N times upload (and its cp) and recover (and its dd) N times, interleaved, and
-reports the medians.
+reports the medians (the JSON also has each round's times and the range of the ratios). Upload's
+"CPU s" is the median user + system CPU time of the upload process: on a shared machine, its work
+when wall times wander with the others' load.
 --compare-root DIR also times upload and recover with the walctl source tree in DIR (e.g. a `git
 archive` of an older commit, with its built extension), interleaved with this tree's on the same
 WAL, and prints its row below ("before" and "after" under the same load).
@@ -130,15 +132,20 @@ def upload_rounds(target: str, store: str, inp: str, records: int, rounds: int, 
     round with a cp of the input beside it; one dict per tree, with the medians."""
     import statistics
 
-    runs: dict[str, list[tuple[float, int, int]]] = {root: [] for root in roots}
+    import resource
+
+    runs: dict[str, list[tuple[float, int, int, float]]] = {root: [] for root in roots}
     cps = []
     for _ in range(rounds):
         for root in roots:
             shutil.rmtree(store, ignore_errors=True)
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             secs, rss, lines = walctl("upload", target, "--store", store, "--json", "--no-trim", root=root)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
             s = json.loads(lines[-1])
             assert s["records"] == records, s
-            runs[root].append((secs, rss, s["payload_bytes"]))
+            runs[root].append((secs, rss, s["payload_bytes"], cpu))
         os.makedirs(store, exist_ok=True)
         copy = os.path.join(store, "cp-copy")
         cps.append(timed(["sh", "-c", f'cp "{inp}" "{copy}" && sync "{copy}"']))
@@ -149,8 +156,12 @@ def upload_rounds(target: str, store: str, inp: str, records: int, rounds: int, 
     for root in roots:
         secs = statistics.median(r[0] for r in runs[root])
         payload = runs[root][0][2]
+        ratios = sorted(payload / MiB / r[0] / cp_mib_s for r in runs[root])
         out.append({"root": root, "records_per_s": records / secs, "payload_mib_s": payload / MiB / secs,
                     "seconds": secs, "all_seconds": [round(r[0], 3) for r in runs[root]],
+                    "ratio_range": [round(ratios[0], 3), round(ratios[-1], 3)],
+                    "cpu_seconds": statistics.median(r[3] for r in runs[root]),
+                    "all_cp_seconds": [round(c, 3) for c in cps],
                     "rss": max(r[1] for r in runs[root]), "cp_seconds": cp_secs, "cp_mib_s": cp_mib_s,
                     "ratio": payload / MiB / secs / cp_mib_s})
     return out
@@ -277,7 +288,7 @@ def size_text(n: int) -> str:
 def print_header() -> None:
     print(f"{'WAL':>7} {'record':>7} | {'append rec/s':>12} {'MiB/s':>7} {'fio':>7} {'ratio':>5} {'RSS':>5} | "
           f"{'recover rec/s':>13} {'MiB/s':>7} {'dd':>7} {'ratio':>5} {'RSS':>5} | "
-          f"{'upload rec/s':>12} {'MiB/s':>7} {'cp':>7} {'ratio':>5} {'RSS':>5}", flush=True)
+          f"{'upload rec/s':>12} {'MiB/s':>7} {'cp':>7} {'ratio':>5} {'RSS':>5} {'CPU s':>6}", flush=True)
 
 
 def main() -> int:
@@ -339,7 +350,7 @@ def print_row(r: dict) -> None:
     ups = [r["upload"]] + r["upload_compared"] if r["upload"] else [None]
     for n, u in enumerate(ups):
         up = (f"{u['records_per_s']:>12,.0f} {u['payload_mib_s']:>7.1f} {u['cp_mib_s']:>7.1f} {u['ratio']:>5.2f} "
-              f"{u['rss'] // MiB:>5}" if u else f"{'-':>12} {'-':>7} {'-':>7} {'-':>5} {'-':>5}")
+              f"{u['rss'] // MiB:>5} {u['cpu_seconds']:>6.2f}" if u else f"{'-':>12} {'-':>7} {'-':>7} {'-':>5} {'-':>5}")
         if n == 0:
             print(f"{lead}{a['records_per_s']:>12,.0f} {a['device_mib_s']:>7.1f} {fio} {a['rss'] // MiB:>5} | "
                   f"{rec} | {up}", flush=True)

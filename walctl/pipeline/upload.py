@@ -32,6 +32,7 @@ from walctl.format import record as rec
 from walctl.format.batch import HEADER_SIZE as BATCH_HEADER_SIZE
 from walctl.format.crc import crc32c as _crc32c  # the C library, called directly
 from walctl.format.object import ObjectBuilder
+from walctl.pipeline import rowcopy
 from walctl.store import manifest as mf
 
 from walctl.defaults import DEFAULT_BLOCK_SIZE, DEFAULT_SPLIT_SIZE  # payload per DataBlock; own Stream Object above
@@ -57,7 +58,7 @@ class Segment:
     so memory does not grow with the WAL's bytes.
     """
 
-    __slots__ = ("stream_id", "start", "end", "wal", "crcs", "bytes", "wal_end")
+    __slots__ = ("stream_id", "start", "end", "wal", "crcs", "bytes", "wal_end", "spool")
 
     def __init__(self, stream_id: int, start: int):
         self.stream_id = stream_id
@@ -67,6 +68,7 @@ class Segment:
         self.crcs = array("I")
         self.bytes = 0  # the batches' sizes (= their record bodies)
         self.wal_end = 0  # the WAL offset where the last batch's record ends
+        self.spool: _SegmentSpool | None = None  # its object as the scan writes it (one-pass uploads)
 
     def add(self, wal_offset: int, end: int, size: int, crc: int) -> None:
         self.wal.append(wal_offset)
@@ -162,8 +164,9 @@ class _Records:
     scan yields a finding before the records after it).
     """
 
-    def __init__(self, doc: mf.Manifest, mark: dict | None, scan, keep_bytes: int = 0):
+    def __init__(self, doc: mf.Manifest, mark: dict | None, scan, keep_bytes: int = 0, spools=None):
         self.doc = doc
+        self.spools: _Spools | None = spools  # each new segment's object written as the scan reads it
         self.kept: dict[int, bytes] | None = {} if keep_bytes > 0 else None  # WAL offset -> body
         self._keep_left = keep_bytes
         self.mark = mark
@@ -223,19 +226,22 @@ class _Records:
                     self.events.append((offset, "store_overlap", (sid, known.end, base)))
                 else:
                     self.events.append((offset, "gap", (sid, known.end, base, self._before.get(sid))))
-            seg = Segment(sid, base)
+            seg = self._segment(sid, base)
             self.segments[sid] = [seg]
         else:
             prev_offset, prev_base, prev_end, seg = last
             if base < prev_end:
                 self.events.append((offset, "wal_overlap", (sid, prev_base, prev_end, base)))
+                self._drop_spool(seg)  # refused after the scan; the object is never made
             elif base > prev_end:
                 self.events.append((offset, "gap", (sid, prev_end, base, prev_offset)))
-                seg = Segment(sid, base)
+                seg = self._segment(sid, base)
                 self.segments[sid].append(seg)
         body = entry.body
         size = len(body)
         crc = _crc32c(body)
+        if seg.spool is not None:
+            self._spool_add(seg, _Bodies([body]), 0, [size], [end])
         seg.wal.append(offset)  # Segment.add, inline: this runs once a record
         seg.crcs.append(crc)
         seg.end = end
@@ -264,7 +270,7 @@ class _Records:
         bases = rows[lo + 6:hi:_ROW].tolist()
         ends = list(map(operator.add, bases, rows[lo + 7:hi:_ROW].tolist()))
         # An intact record's header carries its body's crc32c (checked by the decoder).
-        crcs = [_BODY_CRC_AT(chunk, p - _BODY_CRC_BACK)[0] for p in positions]
+        crcs = rowcopy.body_crcs(chunk, rows, run.first, run.stop)
         n = len(offsets)
         uploaded = self.uploaded
         if self.mark is not None and offsets[0] <= uploaded <= offsets[-1] and uploaded in offsets:
@@ -299,21 +305,49 @@ class _Records:
                     kept[offsets[i]] = bytes(view[p:p + lengths[i]])
             else:
                 self.kept = None  # too many bytes to hold: the objects read the WAL again
-        if sids.count(sids[first]) == n - first:
-            self._take(sids[first], offsets, lengths, bases, ends, crcs, first, n)
-        else:
-            by_stream: dict[int, list[int]] = {}  # in order of first appearance; each in log order
-            for i in range(first, n):
-                by_stream.setdefault(sids[i], []).append(i)
-            for sid, idx in by_stream.items():  # one stream after the other (events are sorted later)
-                self._take(sid, [offsets[i] for i in idx], [lengths[i] for i in idx], [bases[i] for i in idx],
-                           [ends[i] for i in idx], [crcs[i] for i in idx], 0, len(idx))
-            self.events_sorted = False
+        bodies = None
+        if self.spools is not None and self.spools.open:
+            # The run's bodies in the chunk: the spools copy them out before the scan goes on.
+            bodies = _RunBodies(chunk, rows, run.first, positions, lengths)
+        try:
+            if sids.count(sids[first]) == n - first:
+                self._take(sids[first], offsets, lengths, bases, ends, crcs, first, n, bodies)
+            else:
+                by_stream: dict[int, list[int]] = {}  # in order of first appearance; each in log order
+                for i in range(first, n):
+                    by_stream.setdefault(sids[i], []).append(i)
+                for sid, idx in by_stream.items():  # one stream after the other (events are sorted later)
+                    self._take(sid, [offsets[i] for i in idx], [lengths[i] for i in idx], [bases[i] for i in idx],
+                               [ends[i] for i in idx], [crcs[i] for i in idx], 0, len(idx),
+                               None if bodies is None else bodies.select(idx))
+                self.events_sorted = False
+        finally:
+            if bodies is not None:
+                del bodies
+                self.spools.hold()  # no view of the chunk is kept past the run
         last = n - 1
         self._last_todo = (offsets[last], sids[last], bases[last], crcs[last])
 
-    def _take(self, sid: int, offsets, lengths, bases, ends, crcs, first: int, n: int) -> None:
-        """One stream's records [first, n) of a run, in log order: ``add``'s rules in bulk."""
+    def _segment(self, sid: int, base: int) -> Segment:
+        seg = Segment(sid, base)
+        if self.spools is not None:
+            seg.spool = self.spools.new(sid, base)
+        return seg
+
+    def _drop_spool(self, seg: Segment) -> None:
+        if seg.spool is not None:
+            self.spools.drop(seg.spool)
+            seg.spool = None
+
+    def _spool_add(self, seg: Segment, bodies, at: int, lengths, ends) -> None:
+        try:
+            seg.spool.add(bodies, at, lengths, ends)
+        except _NoSpool:  # a batch no DataBlock index entry holds: the second read refuses it, as before
+            self._drop_spool(seg)
+
+    def _take(self, sid: int, offsets, lengths, bases, ends, crcs, first: int, n: int, bodies=None) -> None:
+        """One stream's records [first, n) of a run, in log order: ``add``'s rules in bulk.
+        ``bodies``: the records' bodies (views), for a segment whose object is written as it goes."""
         last = self._last.get(sid)
         events = self.events
         i = first
@@ -326,15 +360,16 @@ class _Records:
                         events.append((offsets[i], "store_overlap", (sid, known.end, base)))
                     else:
                         events.append((offsets[i], "gap", (sid, known.end, base, self._before.get(sid))))
-                seg = Segment(sid, base)
+                seg = self._segment(sid, base)
                 self.segments[sid] = [seg]
             else:
                 prev_offset, prev_base, prev_end, seg = last
                 if base < prev_end:
                     events.append((offsets[i], "wal_overlap", (sid, prev_base, prev_end, base)))
+                    self._drop_spool(seg)  # refused after the scan; the object is never made
                 elif base > prev_end:
                     events.append((offsets[i], "gap", (sid, prev_end, base, prev_offset)))
-                    seg = Segment(sid, base)
+                    seg = self._segment(sid, base)
                     self.segments[sid].append(seg)
             # How far the batches follow each other from i: those join seg in bulk.
             j = i + 1
@@ -349,6 +384,10 @@ class _Records:
             seg.end = ends[j - 1]
             seg.bytes += sum(lengths[i:j])
             seg.wal_end = offsets[j - 1] + _REC_SIZE + lengths[j - 1]
+            if seg.spool is not None and bodies is not None:
+                self._spool_add(seg, bodies, i, lengths[i:j], ends[i:j])
+            elif seg.spool is not None:
+                self._drop_spool(seg)  # (no bodies given: not written as it goes)
             last = (offsets[j - 1], bases[j - 1], ends[j - 1], seg)
             i = j
         self._last[sid] = last
@@ -416,8 +455,6 @@ class _Records:
 
 
 _REC_SIZE = rec.SIZE
-_BODY_CRC_AT = struct.Struct(">I").unpack_from  # a record header's bodyCRC: 8 bytes before its body
-_BODY_CRC_BACK = rec.SIZE - 16  # the bodyCRC field sits at byte 16 of the 24-byte record header
 _BATCH_HEAD = struct.Struct(">BqqqI")  # magic, streamId, epoch, baseOffset, count (FORMATS.md 2)
 _ROW = bulk.ROW
 # The second read of the WAL (uploads above KEEP_SCANNED_BYTES): log order, CHUNK_READ_BYTES per
@@ -704,7 +741,7 @@ class _Cutter:
         bases, counts = rows[6::_ROW].tolist(), rows[7::_ROW].tolist()
         positions, lengths = rows[1::_ROW].tolist(), rows[2::_ROW].tolist()
         ends = list(map(operator.add, bases, counts))
-        crcs = [_BODY_CRC_AT(src, p - _BODY_CRC_BACK)[0] for p in positions]
+        crcs = rowcopy.body_crcs(src, rows, 0, k)
         if (kinds.count(bulk.KIND_BATCH) != k or sids.count(seg.stream_id) != k or bases[0] != self.expected
                 or bases[1:] != ends[:-1] or crcs != seg.crcs[i:i + k].tolist()):
             self._refuse(kinds, sids, bases, ends, crcs)
@@ -759,6 +796,246 @@ class _Cutter:
         raise AssertionError("a run of records failed a check and none of them fails it")
 
 
+# One-pass uploads (stores with ``open_spool``: the local store): each segment's DataBlocks are cut
+# and written to a temp object of the store as the scan reads its records, by a writer thread, so
+# the WAL is read once and its reads overlap the writes. A segment that the plan makes a Stream
+# Object of its own gets its index and footer and is published under its reserved key after the
+# prepare commit; the others (streams sharing a Stream Set Object, or beyond SPOOL_SEGMENTS) are
+# built as before (kept bodies, or a second read) and their temp objects removed.
+SPOOL_SEGMENTS = 16  # segments written as they are read; more (many interleaved streams) read again
+SPOOL_QUEUE_BLOCKS = 8  # DataBlocks waiting for the writer thread (about 8 MiB at the default block size)
+
+
+class _NoSpool(Exception):
+    """A batch that no DataBlock index entry holds: the segment is built the usual way (which refuses it)."""
+
+
+class _SpoolWriter:
+    """The thread that writes the spooled DataBlocks (os.write releases the GIL: the writes overlap
+    the scan). ``put`` waits while SPOOL_QUEUE_BLOCKS blocks are queued; an error of the thread is
+    raised by the next ``put`` or ``flush`` (the blocks after it are dropped)."""
+
+    def __init__(self):
+        import queue
+        import threading
+
+        self._queue: queue.Queue = queue.Queue(maxsize=SPOOL_QUEUE_BLOCKS)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="walctl-upload-write", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                seg_spool, data = item
+                del item
+                if self._error is None and not seg_spool.dropped:
+                    seg_spool.spool.write(data)
+            except BaseException as exc:  # raised in the uploading thread
+                self._error = exc
+            finally:
+                self._queue.task_done()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def put(self, seg_spool: "_SegmentSpool", data: bytes) -> None:
+        self._raise()
+        self._queue.put((seg_spool, data))
+
+    def flush(self) -> None:
+        """Wait until every queued block is written."""
+        self._queue.join()
+        self._raise()
+
+    def close(self) -> None:
+        self._error = self._error or _NoSpool("closed")  # drop what is still queued
+        self._queue.put(None)
+        self._thread.join()
+
+
+class _Bodies:
+    """Batches handed to a spool: ``pieces(a, b)`` is items [a, b) as a list of bytes-like pieces."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list):
+        self.items = items  # one body each (bytes, or views of a chunk)
+
+    def pieces(self, a: int, b: int) -> list:
+        return self.items[a:b]
+
+
+class _RunBodies(_Bodies):
+    """A run's bodies in the scan's chunk, by row: a stretch of them is gathered in one copy (C)."""
+
+    __slots__ = ("chunk", "rows", "base", "positions", "lengths")
+
+    def __init__(self, chunk, rows, base: int, positions: list[int], lengths: list[int]):
+        self.chunk, self.rows, self.base, self.positions, self.lengths = chunk, rows, base, positions, lengths
+
+    def pieces(self, a: int, b: int) -> list:
+        return [rowcopy.gather_bodies(self.chunk, self.rows, self.base + a, self.base + b)]
+
+    def select(self, idx: list[int]) -> _Bodies:
+        """Items ``idx`` (one stream's records of a run shared with others), as views of the chunk."""
+        view = memoryview(self.chunk)
+        return _Bodies([view[self.positions[i]:self.positions[i] + self.lengths[i]] for i in idx])
+
+
+class _SegmentSpool:
+    """A segment's object written as the scan reads its records: DataBlocks cut by iter_block_groups'
+    rules (a block closes once its payload reaches block_size; cut early where the index's Java ints
+    could not hold it), each built by an ObjectBuilder and queued for the writer at once.
+
+    ``add`` takes the next records' bodies (views of the scan's chunk, or bytes), lengths and end
+    offsets; ``hold`` copies the open block's views out before the scan reuses its chunk.
+    """
+
+    __slots__ = ("spool", "writer", "builder", "sid", "block_size", "parts", "count", "payload", "first",
+                 "last_end", "next", "dropped")
+
+    def __init__(self, spool, writer: _SpoolWriter, sid: int, first: int, block_size: int):
+        self.spool, self.writer, self.sid, self.block_size = spool, writer, sid, block_size
+        self.builder = ObjectBuilder()
+        self.parts: list = []  # the open block's batches: pieces of one or more back to back
+        self.count = 0  # ... how many batches they hold
+        self.payload = 0  # ... and their bytes
+        self.first = first  # the open block's first stream offset
+        self.last_end = first
+        self.next = first  # the stream offset the next batch starts at
+        self.dropped = False
+
+    def add(self, bodies: "_Bodies", at: int, lengths, ends) -> None:
+        """The next batches: ``bodies``' items [at, at + len(lengths)), their lengths and end offsets."""
+        cum = list(itertools.accumulate(lengths))
+        if self.payload + cum[-1] >= _SAFE_SPAN or ends[-1] - self.first >= _SAFE_SPAN:
+            self._add_one_by_one(bodies, at, lengths, ends)
+            return
+        k, j = len(cum), 0
+        while j < k:
+            before = cum[j - 1] if j else 0
+            t = bisect.bisect_left(cum, before + self.block_size - self.payload, j)  # the block's last record
+            last = min(t, k - 1)
+            self.parts += bodies.pieces(at + j, at + last + 1)
+            self.count += last + 1 - j
+            self.payload += cum[last] - before
+            self.last_end = ends[last]
+            j = last + 1
+            if t < k:
+                self._close()
+        self.next = ends[-1]
+
+    def _add_one_by_one(self, bodies: "_Bodies", at: int, lengths, ends) -> None:
+        from walctl.format.object import DATA_BLOCK_HEADER_SIZE, INT32_MAX
+
+        base = self.next
+        for i, (n, end) in enumerate(zip(lengths, ends)):
+            if end - base > INT32_MAX or n > INT32_MAX - DATA_BLOCK_HEADER_SIZE:
+                raise _NoSpool(f"batch at offset {base} too large for one DataBlock index entry")
+            if self.parts and (self.payload + n > INT32_MAX - DATA_BLOCK_HEADER_SIZE or end - self.first > INT32_MAX):
+                self._close()
+            self.parts += bodies.pieces(at + i, at + i + 1)
+            self.count += 1
+            self.payload += n
+            self.last_end = end
+            if self.payload >= self.block_size:
+                self._close()
+            base = end
+        self.next = base
+
+    def _close(self) -> None:
+        try:
+            data = self.builder.add_block(self.sid, self.first, self.last_end, self.parts, count=self.count)
+        except ValueError as exc:  # offsets no index entry holds: the usual way refuses them
+            raise _NoSpool(str(exc)) from exc
+        self.parts, self.count, self.payload, self.first = [], 0, 0, self.last_end
+        self.writer.put(self, data)
+
+    def hold(self) -> None:
+        """Copy out the open block's views of the scan's chunk (before the scan reads into it again)."""
+        if self.parts:
+            self.parts = [p if type(p) is bytes else bytes(p) for p in self.parts]
+
+    def finish(self) -> None:
+        """Close the last block (queued for the writer)."""
+        if self.parts:
+            self._close()
+
+
+class _Spools:
+    """The segments' spools of one upload (at most ``limit``) and their writer thread."""
+
+    def __init__(self, store: Store, block_size: int, limit: int):
+        self.store, self.block_size, self.limit = store, block_size, limit
+        self.made = 0
+        self.live: list[_SegmentSpool] = []  # written as the scan goes
+        self.writer: _SpoolWriter | None = None
+        self._dropped: list[_SegmentSpool] = []  # removed by close()
+
+    @property
+    def open(self) -> bool:
+        """True while a segment may be written as it is read (the scan then hands over bodies)."""
+        return bool(self.live) or self.made < self.limit
+
+    def new(self, sid: int, first: int) -> _SegmentSpool | None:
+        if self.made >= self.limit:
+            return None
+        self.made += 1
+        if self.writer is None:
+            self.writer = _SpoolWriter()
+        seg_spool = _SegmentSpool(self.store.open_spool(), self.writer, sid, first, self.block_size)
+        self.live.append(seg_spool)
+        return seg_spool
+
+    def drop(self, seg_spool: _SegmentSpool) -> None:
+        """Write no more of it (its temp object is removed by ``close``, once the writer is done with it)."""
+        seg_spool.dropped = True
+        self.live.remove(seg_spool)
+        self._dropped.append(seg_spool)
+
+    def hold(self) -> None:
+        for seg_spool in self.live:
+            seg_spool.hold()
+
+    def finish(self, plan: list[PlannedObject]) -> None:
+        """The scan is over: close the last blocks of the plan's own Stream Objects; drop the other spools
+        (and a segment's whose last block no index entry holds: it is built the usual way)."""
+        keep = []
+        for planned in plan:
+            seg = planned.streams[0][1]
+            if planned.kind == "SO" and len(planned.streams) == 1 and seg.spool is not None:
+                try:
+                    seg.spool.finish()
+                    keep.append(seg.spool)
+                except _NoSpool:
+                    seg.spool = None
+        for seg_spool in list(self.live):
+            if not any(seg_spool is k for k in keep):
+                self.drop(seg_spool)
+
+    def publish(self, seg_spool: _SegmentSpool, key: str) -> ObjectBuilder:
+        """The segment's object, whole and durable under ``key`` (its blocks written, then its index
+        and footer; fsync and rename as a put)."""
+        self.writer.flush()
+        tail = seg_spool.builder.finish()
+        seg_spool.spool.publish(key, tail)
+        self.live.remove(seg_spool)
+        return seg_spool.builder
+
+    def close(self) -> None:
+        """Stop the writer; remove every temp object not published."""
+        if self.writer is not None:
+            self.writer.close()
+        for seg_spool in self.live + self._dropped:
+            seg_spool.spool.discard()
+        self.live, self._dropped = [], []
+
+
 def _object_chunks(builder, planned: PlannedObject, fetch: _WalBatches, block_size: int) -> Iterator[bytes]:
     """The object's bytes, a DataBlock at a time, then its index and footer."""
     for sid, seg in planned.streams:
@@ -783,6 +1060,20 @@ def upload(wal_path: str, store: Store, *, namespace: str = mf.DEFAULT_NAMESPACE
     Returns an UploadResult; ``bad_records`` lists records whose body is no StreamRecordBatch:
     they are not uploaded and the WAL is not trimmed past the first of them (see 'recover').
     """
+    spools = None
+    if not dry_run and callable(getattr(store, "open_spool", None)) and SPOOL_SEGMENTS > 0:
+        spools = _Spools(store, block_size, SPOOL_SEGMENTS)
+    try:
+        return _upload(wal_path, store, namespace=namespace, block_size=block_size, split_size=split_size, trim=trim,
+                       dry_run=dry_run, accept_gaps=accept_gaps, progress=progress, trim_timeout_s=trim_timeout_s,
+                       spools=spools)
+    finally:
+        if spools is not None:
+            spools.close()  # the temp objects of an upload that did not publish them
+
+
+def _upload(wal_path: str, store: Store, *, namespace: str, block_size: int, split_size: int, trim: bool,
+            dry_run: bool, accept_gaps, progress, trim_timeout_s: float, spools: _Spools | None) -> UploadResult:
     from walctl.wal import gaps, reader
     from walctl.wal.lifecycle import read_wal_state
     from walctl.wal.verdict import unexplained_error
@@ -799,7 +1090,7 @@ def upload(wal_path: str, store: Store, *, namespace: str = mf.DEFAULT_NAMESPACE
         node_key = str(header.node_id)
         mark = doc.upload_mark(node_key)
         scan = reader.ScanResult(header, reader.Ring(header.capacity))
-        records = _Records(doc, mark, scan, KEEP_SCANNED_BYTES)
+        records = _Records(doc, mark, scan, KEEP_SCANNED_BYTES, spools)
         findings = []
         run_type = reader.Run
         for event in reader.Scan(dev, header, report=scan, probe=locked, bulk=True):
@@ -851,6 +1142,8 @@ def upload(wal_path: str, store: Store, *, namespace: str = mf.DEFAULT_NAMESPACE
                          where=wal_path, hint="'walctl recover' and 'walctl status' list the gaps; "
                                               "give exactly stream:from-to of one")
     plan = plan_objects(streams, split_size, after_gaps)
+    if spools is not None:  # the plan's own Stream Objects written as the scan read them: their last blocks
+        spools.finish(plan)
     result.records = records.todo_count
     result.payload_bytes = records.todo_bytes - result.records * BATCH_HEADER_SIZE
     last_todo_mark = records.last_mark
@@ -879,8 +1172,11 @@ def upload(wal_path: str, store: Store, *, namespace: str = mf.DEFAULT_NAMESPACE
         try:
             failpoint("upload-after-prepare")
             for planned, reservation in zip(plan, prepared):
-                built = ObjectBuilder()
-                store.put_large(reservation["key"], _object_chunks(built, planned, fetch, block_size))
+                if _spooled(planned):  # written during the scan: its index and footer, then published
+                    built = spools.publish(planned.streams[0][1].spool, reservation["key"])
+                else:
+                    built = ObjectBuilder()
+                    store.put_large(reservation["key"], _object_chunks(built, planned, fetch, block_size))
                 # bytes: the stream's span in the object (its DataBlocks, headers included)
                 ranges = [{"stream_id": sid, "start": rg.start_offset, "end": rg.end_offset,
                            "bytes": rg.size_bytes} for sid, rg in sorted(built.ranges.items())]
@@ -938,6 +1234,12 @@ def upload(wal_path: str, store: Store, *, namespace: str = mf.DEFAULT_NAMESPACE
             raise
     result.seconds = time.monotonic() - started
     return result
+
+
+def _spooled(planned: PlannedObject) -> bool:
+    """True when the planned object is a segment's own Stream Object written as the scan read it."""
+    seg_spool = planned.streams[0][1].spool
+    return planned.kind == "SO" and len(planned.streams) == 1 and seg_spool is not None and not seg_spool.dropped
 
 
 def _release(store: Store, prepared: list[dict], warnings: list[str]) -> None:

@@ -412,32 +412,46 @@ class LocalStore:
         """Write ``chunks`` to a temp file beside ``key`` and publish it atomically.
 
         A ``CopySource`` chunk is copied from another object of this store (``compose``)."""
-        path = self._path(key)
-        directory = os.path.dirname(path)
-        tmp = os.path.join(directory, f"{TEMP_PREFIX}{uuid.uuid4().hex}")
+        path = self._make_key_dirs(key)
+        tmp = os.path.join(os.path.dirname(path), f"{TEMP_PREFIX}{uuid.uuid4().hex}")
         written = kicked = 0
         try:
-            self._make_dirs(directory)
-        except (FileExistsError, NotADirectoryError) as exc:
-            raise UsageError("a directory of the key is an object (a local store cannot hold "
-                             "both 'a' and 'a/...')", where=self._where(key)) from exc
-        except OSError as exc:
-            raise IOFailure(f"cannot create directory: {exc.strerror}",
-                            where=self._where(key)) from exc
-        try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as exc:
+            err = IOFailure(f"write failed: {exc.strerror or exc}", where=self._where(key))
+            err.errno = exc.errno
+            raise err from exc
+        try:
+            for chunk in chunks:
+                if isinstance(chunk, CopySource):
+                    copied = self._copy_into(fd, chunk)
+                    self.stats.add("copy_parts")
+                    self.stats.add("bytes_copied", copied)
+                    continue
+                _write_all(fd, chunk)
+                written += len(chunk)
+                if written - kicked >= WRITEBACK_BYTES:
+                    os.posix_fadvise(fd, kicked, written - kicked, os.POSIX_FADV_DONTNEED)
+                    kicked = written
+        except BaseException as exc:
+            os.close(fd)
+            self._remove_quietly(tmp)
+            if isinstance(exc, OSError) and not isinstance(exc, PreconditionFailed):
+                err = IOFailure(f"write failed: {exc.strerror or exc}", where=self._where(key))
+                err.errno = exc.errno
+                raise err from exc
+            raise
+        self._publish(fd, tmp, key, path, if_absent=if_absent)
+        self.stats.add("bytes_written", written)
+
+    def _publish(self, fd: int, tmp: str, key: str, path: str, *, if_absent: bool) -> None:
+        """Make the temp file ``tmp`` (open as ``fd``, closed here) durable, then the object under
+        ``key`` (at ``path``): fsync, rename (``if_absent``: link, EEXIST if the key exists), fsync
+        of the key's directory (and of the temp file's, when another). On failure the temp file is
+        removed and nothing appears under the key."""
+        directory = os.path.dirname(path)
+        try:
             try:
-                for chunk in chunks:
-                    if isinstance(chunk, CopySource):
-                        copied = self._copy_into(fd, chunk)
-                        self.stats.add("copy_parts")
-                        self.stats.add("bytes_copied", copied)
-                        continue
-                    _write_all(fd, chunk)
-                    written += len(chunk)
-                    if written - kicked >= WRITEBACK_BYTES:
-                        os.posix_fadvise(fd, kicked, written - kicked, os.POSIX_FADV_DONTNEED)
-                        kicked = written
                 # The data must be on disk before the name points at it, or a
                 # crash could leave the key naming an empty or partial file.
                 os.fsync(fd)
@@ -475,10 +489,29 @@ class LocalStore:
         try:
             # Makes the new name (and the temp name's removal) durable.
             _fsync_dir(directory)
+            if os.path.dirname(tmp) != directory:
+                _fsync_dir(os.path.dirname(tmp))
         except OSError as exc:
             raise IOFailure(f"fsync of directory failed: {exc.strerror}",
                             where=self._where(key)) from exc
-        self.stats.add("bytes_written", written)
+
+    def _make_key_dirs(self, key: str) -> str:
+        """The key's path, its directories made (and fsynced)."""
+        path = self._path(key)
+        try:
+            self._make_dirs(os.path.dirname(path))
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise UsageError("a directory of the key is an object (a local store cannot hold "
+                             "both 'a' and 'a/...')", where=self._where(key)) from exc
+        except OSError as exc:
+            raise IOFailure(f"cannot create directory: {exc.strerror}",
+                            where=self._where(key)) from exc
+        return path
+
+    def open_spool(self) -> "LocalSpool":
+        """An object written before its key is known (upload writes an object's DataBlocks as it
+        reads the WAL, and learns the object's id only afterwards): see LocalSpool."""
+        return LocalSpool(self)
 
     @staticmethod
     def _remove_quietly(path: str) -> None:
@@ -526,3 +559,72 @@ class LocalStore:
         except OSError as exc:
             raise IOFailure(f"fsync of directory failed: {exc.strerror}",
                             where=self._where(key)) from exc
+
+
+class LocalSpool:
+    """An object of a local store written before its key is known: a temp file (``.tmp-*``, which
+    ``list`` never shows) in the store's root. ``write`` appends (starting the writeback every
+    WRITEBACK_BYTES, as a put does); ``publish`` appends the last bytes and makes the object appear
+    under a key exactly as a put does (fsync, rename, fsync of the directories); ``discard``
+    removes it. A crash leaves at most the temp file, as a crash during a put does.
+
+    ``write`` may run on another thread than the one that opened it; ``publish`` and ``discard``
+    only once no ``write`` runs.
+    """
+
+    def __init__(self, store: LocalStore):
+        self._store = store
+        self.path = os.path.join(store.root, f"{TEMP_PREFIX}{uuid.uuid4().hex}")
+        try:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as exc:
+            err = IOFailure(f"cannot create a temp object: {exc.strerror or exc}", where=self.path)
+            err.errno = exc.errno
+            raise err from exc
+        self.size = 0  # bytes written so far
+        self.key: str | None = None  # where it was published
+        self._kicked = 0
+
+    def write(self, data) -> None:
+        try:
+            _write_all(self._fd, data)
+            self.size += len(data)
+            if self.size - self._kicked >= WRITEBACK_BYTES:
+                os.posix_fadvise(self._fd, self._kicked, self.size - self._kicked, os.POSIX_FADV_DONTNEED)
+                self._kicked = self.size
+        except OSError as exc:
+            err = IOFailure(f"write failed: {exc.strerror or exc}", where=self.path)
+            err.errno = exc.errno
+            raise err from exc
+
+    def publish(self, key: str, tail: bytes = b"") -> None:
+        """Append ``tail`` and store the whole under ``key`` (replacing what is there, as put)."""
+        store = self._store
+        check_key(key)
+        store.stats.add("put")
+        if self._fd < 0:
+            raise UsageError("the spool is already published or discarded", where=self.path)
+        fd, self._fd = self._fd, -1
+        try:
+            path = store._make_key_dirs(key)
+            _write_all(fd, tail)
+        except BaseException as exc:
+            os.close(fd)
+            store._remove_quietly(self.path)
+            if isinstance(exc, OSError):
+                err = IOFailure(f"write failed: {exc.strerror or exc}", where=store._where(key))
+                err.errno = exc.errno
+                raise err from exc
+            raise
+        store._publish(fd, self.path, key, path, if_absent=False)
+        self.key = key
+        store.stats.add("bytes_written", self.size + len(tail))
+
+    def discard(self) -> None:
+        """Remove the temp file (nothing was published); a no-op once published or discarded."""
+        if self._fd < 0:
+            return
+        fd, self._fd = self._fd, -1
+        os.close(fd)
+        self._store._remove_quietly(self.path)
+
