@@ -79,7 +79,8 @@ def memory_of(pid: int, pss: bool) -> tuple[int, int, str]:
     except OSError:
         return 0, 0, "gone"
     text = b" ".join(argv).decode(errors="replace")
-    name = ("JVM" if "java" in argv[0].decode(errors="replace") else "python worker" if "pyspark" in text
+    worker = any(w in text for w in ("pyspark", "walctl.spark.worker", "walctl.spark.daemon"))
+    name = ("JVM" if "java" in argv[0].decode(errors="replace") else "python worker" if worker
             else "driver" if pid == os.getpid() else os.path.basename(argv[0].decode(errors="replace")))
     return rss, pss_bytes, name
 

@@ -145,7 +145,8 @@ def test_sigterm_mid_job_rolls_back_reports_and_leaves_nothing(tmp_path, two_sso
         while mf.load_latest(store).number == before.number:  # the fence + prepare commit
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.1)
-        while not any("pyspark.worker" in p or "pyspark.daemon" in p for p in session_processes(proc.pid)):  # the task's worker is up
+        while not any(w in p for p in session_processes(proc.pid)  # the task's worker is up
+                      for w in ("pyspark.worker", "pyspark.daemon", "walctl.spark.worker", "walctl.spark.daemon")):
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.1)
         time.sleep(1.5)  # the task reads (paced)

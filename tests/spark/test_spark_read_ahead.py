@@ -78,3 +78,44 @@ def test_a_read_larger_than_the_share_goes_alone():
         assert len(ahead.futures[0][1].result()) == KiB
     finally:
         ahead.close()
+
+
+def test_a_local_store_reads_into_the_tasks_pool_same_bytes_buffers_reused(tmp_path):
+    """A local store's reads land in the task's own aligned buffers (read_range_into: no copy):
+    the bytes are read_range's, one GET each, and a buffer given back serves a later read."""
+    import os
+
+    from walctl.store import open_store
+
+    store = open_store(str(tmp_path / "s"))
+    data = os.urandom(300 * KiB)
+    store.put("o", data)
+    reads = [read("o", 5, 100 * KiB), read("o", 100 * KiB + 5, 100 * KiB), read("o", 199 * KiB, 100 * KiB)]
+    task = [SimpleNamespace(reads=(r,), memory_bytes=120 * KiB, read_rate_bps=None, read_threads=2) for r in reads]
+    before = store.stats.snapshot().get("get", 0)
+    ahead = ReadAhead(store, task)
+    try:
+        assert ahead.buffers is not None
+        for k, r in enumerate(reads):
+            got = ahead.futures[k][0].result()
+            assert bytes(got) == data[r.start:r.end] == store.read_range("o", r.start, r.end)
+            ahead.release(r.size, (k, 0))
+        assert ahead.buffers.total <= ahead.buffers.cap
+        assert len(ahead.buffers.free) == 1  # one read at a time (120 KiB): its buffer served the next two
+    finally:
+        ahead.close()
+    assert store.stats.snapshot()["get"] - before == 2 * len(reads)  # one per read, and read_range's here
+
+
+def test_read_range_into_a_short_object_and_a_small_buffer(tmp_path):
+    from walctl.device.buffers import aligned_buffer
+    from walctl.store import open_store
+
+    store = open_store(str(tmp_path / "s"))
+    store.put("o", b"x" * 5000)
+    buf = aligned_buffer(store.into_size(4000, 9000))
+    assert bytes(store.read_range_into("o", 4000, 9000, buf)) == b"x" * 1000  # the object ends at 5000
+    import pytest
+
+    with pytest.raises(ValueError):
+        store.read_range_into("o", 0, 5000, aligned_buffer(4096))

@@ -149,6 +149,10 @@ def spark_session(master: str | None = None, log_level: str = "OFF", *, worker_d
         # our installed walctl and dependencies) rather than whatever `python3` PATH finds.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        if installed_pyspark():
+            # Their pyspark from its compiled install rather than Spark's zip (walctl.spark.worker).
+            builder = (builder.config("spark.python.worker.module", "walctl.spark.worker")
+                       .config("spark.python.daemon.module", "walctl.spark.daemon"))
     builder = (builder.config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")  # no progress bars in cron logs / --json
                .config("spark.task.maxFailures", "2")
@@ -162,6 +166,16 @@ def spark_session(master: str | None = None, log_level: str = "OFF", *, worker_d
         session.sparkContext.environment.setdefault(key, value)
     session.sparkContext.setLogLevel(log_level)
     return session
+
+
+def installed_pyspark() -> bool:
+    """True when this driver's pyspark is an installed package (not Spark's zip) and the local
+    workers run this very interpreter, so they can import the same pyspark, compiled."""
+    import pyspark
+
+    python = os.environ.get("PYSPARK_PYTHON")
+    return (".zip" not in pyspark.__file__ and python is not None
+            and os.path.realpath(python) == os.path.realpath(sys.executable))
 
 
 def owns_new_session() -> bool:
@@ -342,6 +356,41 @@ class _Closed(Exception):
     """A read not started because the task stopped (never reaches a result: nobody waits for it)."""
 
 
+class BufferPool:
+    """A task's read buffers (page-aligned, for O_DIRECT), reused from one read to the next: a read
+    lands where its bytes are checked and written from (no copy), in pages already mapped (a fresh
+    mapping costs a page fault per 4 KiB, more than the copy). A free buffer is reused for a read
+    that fills at least 4/5 of it; buffers allocated, lent or free, stay within ``cap`` bytes (free
+    ones are dropped to make room) unless the lent ones alone need more."""
+
+    SLACK = 64 << 10  # a free buffer this much larger than a read (beyond the 1/4) still serves it
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.free: list = []
+        self.total = 0
+        self.lock = threading.Lock()
+
+    def take(self, size: int):
+        from walctl.device.buffers import aligned_buffer
+
+        with self.lock:
+            fits = [b for b in self.free if size <= len(b) <= size + size // 4 + self.SLACK]
+            if fits:
+                buf = min(fits, key=len)
+                self.free.remove(buf)
+                return buf
+            self.free.sort(key=len)
+            while self.free and self.total + size > self.cap:
+                self.total -= len(self.free.pop())  # its pages go back once no view of it is left
+            self.total += size
+        return aligned_buffer(size)
+
+    def give(self, buf) -> None:
+        with self.lock:
+            self.free.append(buf)
+
+
 class ReadAhead:
     """A task's GETs, every iteration's in plan order, read by a few threads ahead of the writes.
 
@@ -366,9 +415,14 @@ class ReadAhead:
         self.spans = [[None, None, None] for _ in specs]  # per iteration: first start, last end (monotonic), wall start
         self.bytes = [0] * len(specs)
         self.pool = ThreadPoolExecutor(max_workers=max(1, specs[0].read_threads), thread_name_prefix="walctl-read")
+        # A local store reads into buffers of the task's pool (read_range_into); others return bytes.
+        self.buffers = BufferPool(self.memory + self.memory // 4) if hasattr(store, "read_range_into") else None
+        self.lent: dict[tuple[int, int], object] = {}  # (iteration, ticket) -> the pool's buffer its read holds
         self.futures = []
+        self.first_ticket = []
         ticket = 0
         for k, spec in enumerate(specs):
+            self.first_ticket.append(ticket)
             self.futures.append([self.pool.submit(self._fetch, k, ticket + n, read) for n, read in enumerate(spec.reads)])
             ticket += len(spec.reads)
 
@@ -388,7 +442,13 @@ class ReadAhead:
             self.cond.notify_all()
         started, wall = time.monotonic(), time.time()
         try:
-            data = self.store.read_range(read.key, read.start, read.end)
+            if self.buffers is None:
+                data = self.store.read_range(read.key, read.start, read.end)
+            else:  # into a buffer of the task's own: no copy, and no fresh pages once the pool is warm
+                buf = self.buffers.take(self.store.into_size(read.start, read.end))
+                with self.cond:
+                    self.lent[(k, ticket)] = buf
+                data = self.store.read_range_into(read.key, read.start, read.end, buf)
         finally:
             with self.cond:
                 self.inflight -= size
@@ -408,11 +468,15 @@ class ReadAhead:
             self.bytes[k] += size
         return data
 
-    def release(self, size: int) -> None:
-        """A buffer written out: its bytes go to the reads waiting."""
+    def release(self, size: int, read: tuple[int, int] | None = None) -> None:
+        """A buffer written out: its bytes go to the reads waiting; ``read`` (iteration k, its read
+        n): the pool's buffer it held goes back to the pool."""
         with self.cond:
             self.held -= size
+            buf = self.lent.pop((read[0], self.first_ticket[read[0]] + read[1]), None) if read else None
             self.cond.notify_all()
+        if buf is not None:
+            self.buffers.give(buf)
 
     def close(self) -> None:
         with self.cond:
@@ -421,10 +485,24 @@ class ReadAhead:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
+_HOLD_GIL = None
+
+
+def _hold_gil(crc32c) -> dict:
+    """crc32c's keyword to keep the GIL (the crc32c package's gil_release_mode=0), {} if it has none."""
+    global _HOLD_GIL
+    try:
+        crc32c(b"", 0, gil_release_mode=0)
+        _HOLD_GIL = {"gil_release_mode": 0}
+    except TypeError:
+        _HOLD_GIL = {}
+    return _HOLD_GIL
+
+
 def _run_iteration(spec: IterationSpec, store: Store, ahead: ReadAhead, k: int) -> dict:
     from walctl.compaction.common import Pacer
     from walctl.format.crc import crc32c
-    from walctl.format.object import VERSION_WALCTL, Footer, IndexEntry, iter_blocks
+    from walctl.format.object import VERSION_WALCTL, Footer, IndexEntry, iter_placed
     from walctl.spark import multipart
 
     started = time.monotonic()
@@ -432,15 +510,19 @@ def _run_iteration(spec: IterationSpec, store: Store, ahead: ReadAhead, k: int) 
     writes = Pacer(spec.write_rate_bps)
     futures = ahead.futures[k]
 
-    # Where each source range's bytes are, and how many pieces still need each read's buffer.
+    # Where each source range's bytes are (per piece: read, offset in it), which reads each piece
+    # takes bytes from, and how many pieces still need each read's buffer.
     uses = [0] * len(spec.reads)
     buffers: dict[int, bytes] = {}
     located = {}
     for n, read in enumerate(spec.reads):
         for r in read.ranges:
             located[r] = (n, r.position - read.start)
-    for p in spec.pieces:
-        for n in {located[r][0] for r in p.piece.ranges}:
+    places = [[(*located[r], r) for r in p.piece.ranges] for p in spec.pieces]
+    sources = [sorted({n for n, _, _ in where}) for where in places]
+    del located
+    for needed in sources:
+        for n in needed:
             uses[n] += 1
     unused = [n for n, count in enumerate(uses) if count == 0]
 
@@ -458,33 +540,35 @@ def _run_iteration(spec: IterationSpec, store: Store, ahead: ReadAhead, k: int) 
 
     def finish(pending) -> None:
         """A piece's write done: its record, the pace, and the buffers no later piece needs."""
-        future, p, crc, size = pending
+        future, p, crc, size, needed = pending
         part = future.result()  # a failed write raises its error here
         writes.paid(size)
-        for n in {located[r][0] for r in p.piece.ranges}:
+        for n in needed:
             uses[n] -= 1
             if uses[n] == 0:
                 del buffers[n]  # memory follows the pieces still to write
-                ahead.release(spec.reads[n].size)
+                ahead.release(spec.reads[n].size, (k, n))
         parts.append({"output": p.piece.output, "part": p.piece.part, "crc": crc, "bytes": p.piece.data_bytes,
                       "record": part})
 
     parts: list[dict] = []
     pending = None
+    # Ranges are ~100 KB: summed in microseconds with the GIL held, where releasing it and waiting
+    # to get it back from the read threads costs several times more (crc32c's gil_release_mode).
+    hold_gil = _HOLD_GIL if _HOLD_GIL is not None else _hold_gil(crc32c)
     # One piece is written (its syscalls release the GIL) while the next one is checked and summed.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="walctl-write") as writer:
-        for p in spec.pieces:
-            piece = p.piece
+        for p, where, needed in zip(spec.pieces, places, sources):
             chunks: list = []
             crc = 0  # this piece's data alone: pieces of one object run in any order, the driver combines
-            for r in piece.ranges:
-                n, at = located[r]
+            for n, at, r in where:
                 view = memoryview(buffer(n))[at:at + r.size]
-                # A misplaced read must never be published as data: decode the blocks against their entry.
-                for _ in iter_blocks(view, IndexEntry(r.stream_id, r.start_offset, r.end_offset - r.start_offset,
-                                                      r.record_count, 0, r.size)):
+                # A misplaced read must never be published as data: decode the blocks against their
+                # entry (the batches' payloads as views: the buffer never changes, nothing is copied).
+                for _ in iter_placed(view, IndexEntry(r.stream_id, r.start_offset, r.end_offset - r.start_offset,
+                                                      r.record_count, 0, r.size), copy=False):
                     pass
-                crc = crc32c(view, crc)
+                crc = crc32c(view, crc, **hold_gil)
                 chunks.append(view)
             view = None  # the chunks hold the views: a buffer goes when the last piece using it is written
             if p.index is not None:  # an object of one piece: its IndexBlock and Footer follow
@@ -493,14 +577,14 @@ def _run_iteration(spec: IterationSpec, store: Store, ahead: ReadAhead, k: int) 
             size = sum(len(c) for c in chunks)
             if pending is not None:
                 finish(pending)
-            pending = (writer.submit(write, p, chunks), p, crc, size)
+            pending = (writer.submit(write, p, chunks), p, crc, size, needed)
             del chunks
         if pending is not None:
             finish(pending)
     for n in unused:  # a GET no piece uses (none in a plan): wait for it, give its memory back
         futures[n].result()
         futures[n] = None
-        ahead.release(spec.reads[n].size)
+        ahead.release(spec.reads[n].size, (k, n))
     after = store.stats.snapshot()
     stats = {key: after.get(key, 0) - before.get(key, 0) for key in after}
     first, last, wall = ahead.spans[k]

@@ -311,6 +311,42 @@ class LocalStore:
         """read_tail without the copy out, as read_range_view."""
         return self._read_tail(key, length, view=True)
 
+    def read_range_into(self, key: str, start: int, end: int, buf) -> memoryview:
+        """read_range into the caller's page-aligned buffer ``buf`` (at least ``into_size(start, end)``
+        bytes, e.g. device.buffers.aligned_buffer): one O_DIRECT read of the aligned span, no copy;
+        returns a read-only view of ``buf`` holding [start, end) (shorter at the end of the object).
+        One GET, counted as read_range's. The caller owns ``buf``: the bytes change if it reads into
+        it again."""
+        check_range(start, end)
+        pos = align_down(start)
+        span = align_up(end) - pos
+        if len(buf) < span:
+            raise ValueError(f"buffer of {len(buf)} bytes for an aligned span of {span}")
+        self.stats.add("get")
+        self.stats.add("ranged_gets")
+        fd, direct = self._open_read(key)
+        try:
+            whole = memoryview(buf)[:span]
+            got = done = 0
+            while done < end - pos:  # a short read before the end of the file is retried from there
+                try:
+                    got = os.preadv(fd, [whole[done:]], pos + done)
+                except OSError as exc:
+                    raise self._read_error(exc, key) from exc
+                done += got
+                if got <= 0 or (direct and got % ALIGN):
+                    break  # the end of the object
+        finally:
+            os.close(fd)
+        data = whole[start - pos:max(start - pos, min(end - pos, done))].toreadonly()
+        self.stats.add("bytes_read", len(data))
+        return data
+
+    @staticmethod
+    def into_size(start: int, end: int) -> int:
+        """Bytes of the buffer read_range_into(start, end) needs: the aligned span."""
+        return align_up(end) - align_down(start)
+
     def _read_range(self, key: str, start: int, end: int, *, view: bool):
         check_range(start, end)
         self.stats.add("get")
