@@ -24,7 +24,8 @@ run right after it, so a burst of load on a shared machine moves one pair, not t
 it the ratio of the best runs (each side's fastest: what each does undisturbed, but the two best
 runs may come from different moments) and every pair's ratio (their range). Then walctl's GETs
 against the minimum (1 manifest + one GET per object: a Stream Object wanted whole is read in one
-GET), and the reader's peak RSS (target < 256 MiB).
+GET), the CPU seconds of each (user + sys, from wait4: what each costs even when a shared machine's
+load makes the times wander), and the reader's peak RSS (target < 256 MiB).
 """
 
 from __future__ import annotations
@@ -109,17 +110,25 @@ WRAPPER = ("import atexit, sys\n"
 
 
 def run_child(argv: list[str], env: dict, work: str) -> tuple[float, bytes, bytes]:
-    """(seconds, stdout, stderr) of ``python ARGV``, its output in files: the parent only waits."""
+    """(seconds, stdout, stderr) of ``python ARGV``, its output in files: the parent only waits.
+    Its CPU seconds (user + sys, threads included; from wait4) go to LAST_CPU."""
+    global LAST_CPU
     with tempfile.TemporaryFile(dir=work) as out, tempfile.TemporaryFile(dir=work) as err:
         started = time.monotonic()
-        proc = subprocess.run([sys.executable, *argv], stdout=out, stderr=err, env=env)
+        proc = subprocess.Popen([sys.executable, *argv], stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.monotonic() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        LAST_CPU = usage.ru_utime + usage.ru_stime
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv[:5])}... exited {proc.returncode}: {stderr.decode()[-500:]}")
     return seconds, stdout, stderr
+
+
+LAST_CPU = 0.0
 
 
 def walctl_read(url: str, env: dict, work: str) -> dict:
@@ -130,7 +139,7 @@ def walctl_read(url: str, env: dict, work: str) -> dict:
     summary = json.loads(lines[-1])
     records = sum(1 for line in lines if line.startswith(b'{"type":"record"'))
     return {"seconds": seconds, "summary": summary, "records": records, "rss": hwm[-1] * 1024,
-            "bytes": summary["bytes_read"]}
+            "bytes": summary["bytes_read"], "cpu": LAST_CPU}
 
 
 # The raw local reader: every object whole, O_DIRECT (as the local store reads), into one aligned
@@ -161,13 +170,13 @@ RAW_S3 = ("import os, sys, boto3\n"
 def raw_local(root: str, made: list[dict], work: str) -> dict:
     paths = [os.path.join(root, o["key"]) for o in made]
     seconds, out, _ = run_child(["-c", RAW_LOCAL, *paths], child_env(), work)
-    return {"seconds": seconds, "bytes": int(out)}
+    return {"seconds": seconds, "bytes": int(out), "cpu": LAST_CPU}
 
 
 def raw_s3(env: dict, bucket: str, prefix: str, made: list[dict], work: str) -> dict:
     keys = [f"{prefix}/{o['key']}" for o in made]
     seconds, out, _ = run_child(["-c", RAW_S3, bucket, *keys], env, work)
-    return {"seconds": seconds, "bytes": int(out)}
+    return {"seconds": seconds, "bytes": int(out), "cpu": LAST_CPU}
 
 
 def report(name: str, payload: int, objects: int, raws: list[dict], reads: list[dict]) -> None:
@@ -193,6 +202,8 @@ def report(name: str, payload: int, objects: int, raws: list[dict], reads: list[
           f"{objects + 1} (the manifest + one GET per object); tail + blocks per object would be {design_min}")
     print(f"  bytes read: {format_size(s['bytes_read'])} for {format_size(payload)} of payload "
           f"({s['bytes_read'] / max(obj_bytes, 1):.4f} x the objects' bytes)")
+    print(f"  CPU seconds (user + sys, median of {len(reads)}): walctl {statistics.median(r['cpu'] for r in reads):.2f}, "
+          f"raw {statistics.median(r['cpu'] for r in raws):.2f} (on a loaded machine: what each costs, whatever the waits)")
     print(f"  peak RSS of the reader: {max(r['rss'] for r in reads) / MiB:.1f} MiB, worst of {len(reads)} "
           "(target < 256 MiB)")
     if s["findings"] or best["records"] != s["records"]:

@@ -40,10 +40,11 @@ def status_cmd(
     from walctl.status import wal_status
     from walctl.wal.verdict import unexplained_error
 
-    from walctl import metrics
     from walctl.errors import WalctlError
 
     if metrics_file is not None:
+        from walctl import metrics  # (with tempfile): only for a metrics file
+
         metrics.check_path(metrics_file)
     try:
         with progress_bar(None, "scanning the WAL", json_out=json_out, lazy=True) as progress:
