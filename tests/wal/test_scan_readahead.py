@@ -274,3 +274,22 @@ def test_memory_stays_bounded(logs, monkeypatch):
     events = _scan(_Recording(logs["plain"]), True)[0]
     assert len(events) == 60 and len(made) == 1
     assert made[0]._buffers == ringread.READ_AHEAD_DEPTH + 1  # 60 records of 9000 bytes: ~66 reads
+
+
+@pytest.mark.parametrize("bulk", [True, False])
+def test_a_whole_log_scan_reads_ahead_from_its_first_read(logs, monkeypatch, bulk):
+    """A scan of the whole log (bulk: no filter may stop it early) reads ahead from its first
+    read; otherwise read-ahead starts once three reads in a row went forward."""
+    monkeypatch.setattr(ringread, "CHUNK_BYTES", 16 * KiB)
+    monkeypatch.setattr(ringread, "READ_AHEAD_BYTES", 32 * KiB)
+    monkeypatch.setattr(ringread, "READ_AHEAD_CARRY", 32 * KiB)
+    dev = _Recording(logs["plain"])
+    state = read_headers(dev)
+    dev.reads.clear()
+    one = reader.Scan(dev, state.header, readahead=True, bulk=bulk)
+    one.drain()
+    names = [name for name, _, _ in dev.reads]
+    if bulk:
+        assert names[0] == THREAD
+    else:
+        assert names[:3] == ["MainThread"] * 3 and THREAD in names
