@@ -403,9 +403,10 @@ class _ReadAhead:
         logical ``lo``; None (nothing waited for) when it does not."""
         if not self._queued or self._queued[0].lo != lo:
             return None
-        seg = self._queued.popleft()
-        done = self._done.get()
+        seg = self._queued[0]
+        done = self._done.get()  # (interrupted here, by a signal: seg is still queued, stop() drains it)
         assert done is seg, "read-ahead segments complete in order"
+        self._queued.popleft()
         return seg
 
     def release(self, buf) -> None:
@@ -418,9 +419,10 @@ class _ReadAhead:
         drained = []
         self._limit = self._next
         while self._queued:
-            seg = self._queued.popleft()
+            seg = self._queued[0]
             done = self._done.get()
             assert done is seg, "read-ahead segments complete in order"
+            self._queued.popleft()
             self._free.append(seg.buf)
             drained.append(seg)
         return drained
