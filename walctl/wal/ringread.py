@@ -123,8 +123,8 @@ class LogReader:
                 if start + readable <= device_end or exc.__cause__ is not None:
                     raise  # a real I/O error, not the device's unaligned end
         self._count(size - carry)
-        # Two reads in a row going on where the one before ended are a scan going forward: read
-        # ahead of it (one alone may be a walk back, as a seek's).
+        # Three reads in a row, each going on where the one before ended, are a scan going
+        # forward: read ahead of it (one or two alone may be a walk through a block, as a seek's).
         self._following = self._following + 1 if lo + carry == self._chunk_lo + self._chunk_len else 0
         self._chunk_start, self._chunk_len, self._chunk_lo = start, size, lo
         if self._following >= 2 and self._ahead is not None:
