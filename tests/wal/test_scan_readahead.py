@@ -274,3 +274,60 @@ def test_memory_stays_bounded(logs, monkeypatch):
     events = _scan(_Recording(logs["plain"]), True)[0]
     assert len(events) == 60 and len(made) == 1
     assert made[0]._buffers == ringread.READ_AHEAD_DEPTH + 1  # 60 records of 9000 bytes: ~66 reads
+
+
+@pytest.mark.parametrize("bulk", [True, False])
+def test_a_whole_log_scan_reads_ahead_from_its_first_read(logs, monkeypatch, bulk):
+    """A scan of the whole log (bulk: no filter may stop it early) reads ahead from its first
+    read; otherwise read-ahead starts once three reads in a row went forward."""
+    monkeypatch.setattr(ringread, "CHUNK_BYTES", 16 * KiB)
+    monkeypatch.setattr(ringread, "READ_AHEAD_BYTES", 32 * KiB)
+    monkeypatch.setattr(ringread, "READ_AHEAD_CARRY", 32 * KiB)
+    dev = _Recording(logs["plain"])
+    state = read_headers(dev)
+    dev.reads.clear()
+    one = reader.Scan(dev, state.header, readahead=True, bulk=bulk)
+    one.drain()
+    names = [name for name, _, _ in dev.reads]
+    if bulk:
+        assert names[0] == THREAD
+    else:
+        assert names[:3] == ["MainThread"] * 3 and THREAD in names
+
+
+def test_a_signal_while_waiting_for_a_read_leaves_read_ahead_clean(monkeypatch):
+    """SIGINT/SIGTERM (KeyboardInterrupt) while the scan waits for a read-ahead read: the scan's
+    cleanup (stop, close) still waits for every read in flight, then ends the thread."""
+    import signal
+
+    from walctl.wal.layout import Ring
+
+    monkeypatch.setattr(ringread, "READ_AHEAD_BYTES", 8 * KiB)
+    monkeypatch.setattr(ringread, "READ_AHEAD_CARRY", 8 * KiB)
+    gate = threading.Event()
+
+    class Slow(MemoryDevice):
+        def pread_into(self, offset: int, buf) -> None:
+            gate.wait(10)
+            super().pread_into(offset, buf)
+
+    dev = Slow(1 * MiB)
+    ahead = ringread._ReadAhead(dev, Ring(dev.size_bytes))
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        ahead.start(0, 64 * KiB)
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(KeyboardInterrupt):
+            ahead.take(0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    gate.set()
+    drained = ahead.stop()
+    assert [seg.lo for seg in drained] == [0, 8 * KiB] and all(seg.error is None for seg in drained)
+    ahead.close()
+    assert not any(t.name == THREAD for t in threading.enumerate())

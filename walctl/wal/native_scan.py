@@ -86,7 +86,9 @@ class NativeScan:
             self.o = res.end_offset = self._seek(seek)
         res.read_from_offset = self.o
         if self.readahead:
-            self.reader.read_ahead()  # from here on the scan goes forward (a seek's walk does not)
+            # From here on the scan goes forward (a seek's walk does not); one that reads the whole
+            # log (bulk: no filter stops it early) reads ahead from its first read on.
+            self.reader.read_ahead(forward=bulk)
         step = self.decoder.step
         while self.o < self.limit:
             if self.first_bad is not None and self._must_stop():

@@ -82,14 +82,16 @@ class LogReader:
         if readahead:
             self.read_ahead()
 
-    def read_ahead(self) -> None:
+    def read_ahead(self, forward: bool = False) -> None:
         """Read ahead from now on (as ``readahead=True``): a caller that first reads here and
-        there (a seek) turns it on when it goes forward. Only on walctl's own rings: 4 KiB
-        aligned, so every read-ahead read is a whole number of blocks."""
+        there (a seek) turns it on when it goes forward; ``forward``: it does from its next read
+        on (read-ahead starts there, not after reads in a row). Only on walctl's own rings:
+        4 KiB aligned, so every read-ahead read is a whole number of blocks."""
         ring = self.ring
         if self._ahead is None and ring.size % ALIGN == 0 and self._ring_start % ALIGN == 0 \
                 and ring.capacity <= self.dev.size_bytes:
             self._ahead = _ReadAhead(self.dev, ring)
+        self._kick = forward and self._ahead is not None
 
     def read(self, offset: int, length: int) -> memoryview:
         """Bytes at logical [offset, offset+length); shorter when the range would cross the lap end."""
@@ -121,8 +123,8 @@ class LogReader:
                 if start + readable <= device_end or exc.__cause__ is not None:
                     raise  # a real I/O error, not the device's unaligned end
         self._count(size - carry)
-        # Two reads in a row going on where the one before ended are a scan going forward: read
-        # ahead of it (one alone may be a walk back, as a seek's).
+        # Three reads in a row, each going on where the one before ended, are a scan going
+        # forward: read ahead of it (one or two alone may be a walk through a block, as a seek's).
         self._following = self._following + 1 if lo + carry == self._chunk_lo + self._chunk_len else 0
         self._chunk_start, self._chunk_len, self._chunk_lo = start, size, lo
         if self._following >= 2 and self._ahead is not None:
@@ -169,6 +171,10 @@ class LogReader:
         start = align_down(phys)
         lo = offset - (phys - start)
         carry = self._carried(start)
+        if self._kick:  # the caller goes forward from here: read ahead from this read on
+            self._kick = False
+            if not ahead.reading():
+                ahead.start(lo + carry, self._ahead_limit(lo + carry))
         seg = ahead.take(lo + carry)
         if seg is None:
             self._stop_ahead()
@@ -228,6 +234,7 @@ class LogReader:
                 return False
 
     _segment = None  # the read-ahead buffer the cached chunk lives in
+    _kick = False  # start reading ahead at the next read (read_ahead(forward=True))
     _following = 0  # reads in a row that went on where the one before ended
 
     def _drop_segment(self) -> None:
@@ -387,14 +394,19 @@ class _ReadAhead:
                 self._thread.start()
             self._todo.put(seg)
 
+    def reading(self) -> bool:
+        """Reads are in flight."""
+        return bool(self._queued)
+
     def take(self, lo: int) -> _Segment | None:
         """The next segment once read (its ``error`` set if the read failed) when it starts at
         logical ``lo``; None (nothing waited for) when it does not."""
         if not self._queued or self._queued[0].lo != lo:
             return None
-        seg = self._queued.popleft()
-        done = self._done.get()
+        seg = self._queued[0]
+        done = self._done.get()  # (interrupted here, by a signal: seg is still queued, stop() drains it)
         assert done is seg, "read-ahead segments complete in order"
+        self._queued.popleft()
         return seg
 
     def release(self, buf) -> None:
@@ -407,9 +419,10 @@ class _ReadAhead:
         drained = []
         self._limit = self._next
         while self._queued:
-            seg = self._queued.popleft()
+            seg = self._queued[0]
             done = self._done.get()
             assert done is seg, "read-ahead segments complete in order"
+            self._queued.popleft()
             self._free.append(seg.buf)
             drained.append(seg)
         return drained
