@@ -157,8 +157,10 @@ def wal_status(path: str, *, scan: bool = False, progress=None) -> StatusResult:
         start, end = max(header.trim_offset, 0), getattr(header, "next_offset", None)
         if progress is not None:
             progress(0, end - start if end and end > start else None)
-        # In bulk: runs of intact records come as one Run each (decoded a chunk at a time).
-        for event in reader.Scan(session.dev, header, report=scan, probe=session.writer_pid is None, bulk=True):
+        # In bulk (runs of intact records come as one Run each, decoded a chunk at a time) and,
+        # with no writer, with recover's read-ahead (the device read on ahead of the decoding).
+        idle = session.writer_pid is None
+        for event in reader.Scan(session.dev, header, report=scan, probe=idle, bulk=True, readahead=idle):
             if progress is not None:
                 progress(max(event.offset - start, 0))
             if isinstance(event, reader.Run):
