@@ -81,8 +81,8 @@ def test_a_read_larger_than_the_share_goes_alone():
 
 
 def test_a_local_store_reads_into_the_tasks_pool_same_bytes_buffers_reused(tmp_path):
-    """A local store's reads land in the task's own aligned buffers (read_range_into: no copy):
-    the bytes are read_range's, one GET each, and a buffer given back serves a later read."""
+    """A local store's reads land in the task's own aligned arena (read_range_into: no copy):
+    the bytes are read_range's, one GET each, and every extent goes back to the arena."""
     import os
 
     from walctl.store import open_store
@@ -100,8 +100,7 @@ def test_a_local_store_reads_into_the_tasks_pool_same_bytes_buffers_reused(tmp_p
             got = ahead.futures[k][0].result()
             assert bytes(got) == data[r.start:r.end] == store.read_range("o", r.start, r.end)
             ahead.release(r.size, (k, 0))
-        assert ahead.buffers.total <= ahead.buffers.cap
-        assert len(ahead.buffers.free) == 1  # one read at a time (120 KiB): its buffer served the next two
+        assert ahead.buffers.free == [(0, ahead.buffers.cap)]  # every extent given back, merged
     finally:
         ahead.close()
     assert store.stats.snapshot()["get"] - before == 2 * len(reads)  # one per read, and read_range's here
@@ -119,3 +118,25 @@ def test_read_range_into_a_short_object_and_a_small_buffer(tmp_path):
 
     with pytest.raises(ValueError):
         store.read_range_into("o", 0, 5000, aligned_buffer(4096))
+
+
+def test_buffer_pool_extents_are_reused_merged_and_never_overlap():
+    from walctl.spark.job import BufferPool
+
+    pool = BufferPool(64 * KiB)
+    a, ta = pool.take(10 * KiB)  # 12 KiB: whole pages
+    b, tb = pool.take(4 * KiB)
+    c, tc = pool.take(16 * KiB)
+    assert (ta, tb, tc) == ((0, 12 * KiB), (12 * KiB, 4 * KiB), (16 * KiB, 16 * KiB))
+    assert len(a) == 12 * KiB and len(b) == 4 * KiB and len(c) == 16 * KiB
+    a[:] = b"a" * len(a)
+    b[:] = b"b" * len(b)
+    assert bytes(a) == b"a" * len(a)  # extents do not overlap
+    big, none = pool.take(40 * KiB)  # 32 KiB left: a buffer of its own
+    assert none is None and len(big) == 40 * KiB
+    pool.give(tb)
+    again, t2 = pool.take(3 * KiB)
+    assert t2 == (12 * KiB, 4 * KiB)  # first fit: the extent given back
+    for token in (t2, ta, tc):
+        pool.give(token)
+    assert pool.free == [(0, 64 * KiB)]

@@ -11,9 +11,9 @@ pyspark is an installed one (the one talking to the JVM); when the worker finds 
 outside the zips it keeps them.
 """
 
-import importlib.util
 import runpy
 import sys
+from importlib.machinery import PathFinder
 
 
 def spark_zip(entry: str) -> bool:
@@ -31,11 +31,9 @@ def without_spark_zips() -> None:
     if not zips:
         return
     kept = [p for p in sys.path if not spark_zip(p)]
-    saved = sys.path[:]
-    sys.path[:] = kept
-    if any(importlib.util.find_spec(name) is None for name in ("pyspark", "py4j")):
-        sys.path[:] = saved
+    if any(PathFinder.find_spec(name, kept) is None for name in ("pyspark", "py4j")):  # the path alone
         return
+    sys.path[:] = kept
     for path in zips:
         sys.path_importer_cache.pop(path, None)
 

@@ -34,7 +34,6 @@ from walctl.store.base import (
     check_part_size,
     check_prefix,
     check_range,
-    iter_chunks,
 )
 
 # errnos that mean "no object under this key" when reading.
@@ -107,6 +106,15 @@ def _fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _written_as_given(data: bytes | Iterable[bytes]) -> Iterable[bytes]:
+    """put_large's chunks as they come (checked, not copied): _commit writes each one before it
+    asks for the next, so a chunk that is a view, or a buffer the caller fills again, is safe."""
+    for chunk in [data] if isinstance(data, (bytes, bytearray, memoryview)) else data:
+        if not isinstance(chunk, (bytes, bytearray, memoryview)):
+            raise UsageError(f"put_large: chunks must be bytes, got {type(chunk).__name__}")
+        yield chunk if isinstance(chunk, bytes) else memoryview(chunk).cast("B")
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -566,7 +574,7 @@ class LocalStore:
         check_key(key)
         check_part_size(part_size)
         self.stats.add("put")
-        self._commit(key, iter_chunks(data), if_absent=False)
+        self._commit(key, _written_as_given(data), if_absent=False)
 
     def compose(self, key: str, pieces: Sequence[bytes | CopySource]) -> None:
         check_key(key)
