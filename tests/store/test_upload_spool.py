@@ -175,3 +175,18 @@ def test_the_object_is_durable_before_its_name_and_the_commit(tmp_path, monkeypa
     # the data durable, then the name; both directories' entries durable before the commit
     assert events[at - 1] == ("fsync spool", spool)
     assert events[at + 1:at + 4] == [("fsync dir", key_dir), ("fsync dir", root), ("commit", "upload")]
+
+
+@pytest.mark.parametrize("block_size", [4 * KiB, 300 * KiB])
+def test_records_larger_than_a_block_buffer_and_large_block_sizes(tmp_path, monkeypatch, block_size):
+    monkeypatch.setattr(upload_mod, "SPOOL_MAX_BLOCK", 256 * KiB)  # 300 KiB blocks: built the usual way
+    wal = make_wal(tmp_path)
+    appended = append(wal, {1: (6, 200 * KiB), 2: (40, 3000)})  # 200 KiB records overflow a 4 KiB block's buffer
+    made = _spools_made(monkeypatch)
+    spooled = LocalStore(str(tmp_path / "spooled"))
+    upload_mod.upload(wal, spooled, trim=False, block_size=block_size, split_size=1)
+    assert len(made) == (2 if block_size <= upload_mod.SPOOL_MAX_BLOCK else 0)
+    monkeypatch.setattr(upload_mod, "SPOOL_SEGMENTS", 0)
+    other = LocalStore(str(tmp_path / "other"))
+    upload_mod.upload(wal, other, trim=False, block_size=block_size, split_size=1)
+    assert _objects(spooled) == _objects(other) and read_back(spooled) == expect(appended)
