@@ -807,7 +807,7 @@ class _Cutter:
 # built as before (kept bodies, or a second read) and their temp objects removed.
 SPOOL_SEGMENTS = 16  # segments written as they are read; more (many interleaved streams) read again
 SPOOL_QUEUE_BLOCKS = 8  # DataBlocks waiting for the writer thread (about 8 MiB at the default block size)
-SPOOL_MAX_BLOCK = 8 << 20  # larger --block-size: built the usual way (a block buffer per spool and queued block)
+SPOOL_MAX_BLOCK = 2 << 20  # larger --block-size: built the usual way (memory: a block buffer per spool and queued block)
 _BLOCK_SLACK = 64 << 10  # a block buffer's room past block_size for the record that ends the block
 
 
