@@ -1166,7 +1166,10 @@ def _upload(wal_path: str, store: Store, *, namespace: str, block_size: int, spl
         node_key = str(header.node_id)
         mark = doc.upload_mark(node_key)
         scan = reader.ScanResult(header, reader.Ring(header.capacity))
-        records = _Records(doc, mark, scan, KEEP_SCANNED_BYTES, spools)
+        keep = KEEP_SCANNED_BYTES
+        if spools is not None and header.clean and header.next_offset - max(header.trim_offset, 0) > keep:
+            keep = 0  # the log is larger: its bodies would be copied, then dropped (the spools take them)
+        records = _Records(doc, mark, scan, keep, spools)
         findings = []
         run_type = reader.Run
         for event in reader.Scan(dev, header, report=scan, probe=locked, bulk=True):
