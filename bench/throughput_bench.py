@@ -77,7 +77,9 @@ def walctl(*args: str, root: str = REPO_ROOT) -> tuple[float, int, list[str]]:
     env = {**os.environ, "PYTHONPATH": root}
     started = time.monotonic()
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.run([sys.executable, "-c", _WRAPPER, str(write_fd), *args], stdout=out,
+        # -P: the working directory is not put first on sys.path, or a walctl tree there (the bench run
+        # from a checkout) would shadow ``root`` and --compare-root would time the same code twice.
+        proc = subprocess.run([sys.executable, "-P", "-c", _WRAPPER, str(write_fd), *args], stdout=out,
                               stderr=subprocess.PIPE, pass_fds=(write_fd,), env=env)
         seconds = time.monotonic() - started
         os.close(write_fd)

@@ -38,8 +38,13 @@ def test_c_and_python_twins_agree(bodies, gap, data):
     buf, rows, n = _log(bodies, gap)
     first = data.draw(st.integers(0, n))
     stop = data.draw(st.integers(first, n))
-    gathered = rowcopy.gather_bodies(buf, rows, first, stop)
-    assert gathered == rowcopy._py_gather_bodies(buf, rows, first, stop) == b"".join(bodies[first:stop])
+    gathered = b"".join(bodies[first:stop])
+    pos = data.draw(st.integers(0, 20))
+    room = pos + len(gathered) + data.draw(st.integers(0, 5))
+    dst, twin = bytearray(b"\xee" * room), bytearray(b"\xee" * room)
+    assert rowcopy.gather_into(dst, pos, buf, rows, first, stop) == pos + len(gathered)
+    assert rowcopy._py_gather_into(twin, pos, buf, rows, first, stop) == pos + len(gathered)
+    assert dst == twin and dst[pos:pos + len(gathered)] == gathered
     crcs = rowcopy.body_crcs(buf, rows, first, stop)
     assert crcs == rowcopy._py_body_crcs(buf, rows, first, stop)
     assert crcs == [rec.RecordHeader.decode(rec.encode_record(0, b)[:rec.SIZE]).body_crc for b in bodies[first:stop]]
@@ -49,15 +54,17 @@ def test_c_and_python_twins_agree(bodies, gap, data):
 def test_rows_outside_the_buffer_are_refused(twin):
     if twin == "native" and not rowcopy.NATIVE:
         pytest.skip("the C extension is not built here")
-    gather = rowcopy.gather_bodies if twin == "native" else rowcopy._py_gather_bodies
+    into = rowcopy.gather_into if twin == "native" else rowcopy._py_gather_into
     crcs = rowcopy.body_crcs if twin == "native" else rowcopy._py_body_crcs
     buf, rows, n = _log([StreamRecordBatch(1, 0, 0, 1, b"abc").encode()], 0)
     with pytest.raises(ValueError, match="out of range"):
-        gather(buf, rows, 0, n + 1)
+        into(bytearray(100), 0, buf, rows, 0, n + 1)
     with pytest.raises(ValueError, match="out of range"):
         crcs(buf, rows, 1, 0)
     with pytest.raises(ValueError, match="outside the buffer"):
-        gather(buf[:-1], rows, 0, n)  # the body runs past the buffer's end
+        into(bytearray(100), 0, buf[:-1], rows, 0, n)  # the body runs past the buffer's end
+    with pytest.raises(ValueError, match="do not fit"):
+        into(bytearray(len(buf) - rec.SIZE), 2, buf, rows, 0, n)  # room for all but 2 bytes
     bad = memoryview(bytearray(rows.cast("B"))).cast("q")
     bad[1] = 3  # a body that would start inside its own record header
     with pytest.raises(ValueError, match="outside the buffer"):

@@ -175,3 +175,41 @@ def test_the_object_is_durable_before_its_name_and_the_commit(tmp_path, monkeypa
     # the data durable, then the name; both directories' entries durable before the commit
     assert events[at - 1] == ("fsync spool", spool)
     assert events[at + 1:at + 4] == [("fsync dir", key_dir), ("fsync dir", root), ("commit", "upload")]
+
+
+@pytest.mark.parametrize("block_size", [4 * KiB, 300 * KiB])
+def test_records_larger_than_a_block_buffer_and_large_block_sizes(tmp_path, monkeypatch, block_size):
+    monkeypatch.setattr(upload_mod, "SPOOL_MAX_BLOCK", 256 * KiB)  # 300 KiB blocks: built the usual way
+    wal = make_wal(tmp_path)
+    appended = append(wal, {1: (6, 200 * KiB), 2: (40, 3000)})  # 200 KiB records overflow a 4 KiB block's buffer
+    made = _spools_made(monkeypatch)
+    spooled = LocalStore(str(tmp_path / "spooled"))
+    upload_mod.upload(wal, spooled, trim=False, block_size=block_size, split_size=1)
+    assert len(made) == (2 if block_size <= upload_mod.SPOOL_MAX_BLOCK else 0)
+    monkeypatch.setattr(upload_mod, "SPOOL_SEGMENTS", 0)
+    other = LocalStore(str(tmp_path / "other"))
+    upload_mod.upload(wal, other, trim=False, block_size=block_size, split_size=1)
+    assert _objects(spooled) == _objects(other) and read_back(spooled) == expect(appended)
+
+
+def test_a_log_larger_than_the_kept_bodies_keeps_none_when_spooled(tmp_path, monkeypatch):
+    """The spools take the bodies: a clean log longer than KEEP_SCANNED_BYTES copies none of them to
+    keep (it used to copy that much, then drop it: 64 MiB of copies and RSS in every large upload)."""
+    monkeypatch.setattr(upload_mod, "KEEP_SCANNED_BYTES", 64 * KiB)
+    wal = make_wal(tmp_path)
+    appended = append(wal, {1: (30, 10 * KiB)})  # about 300 KiB of log
+    seen = []
+    real = upload_mod._Records
+
+    def records(doc, mark, scan, keep_bytes=0, spools=None):
+        seen.append(real(doc, mark, scan, keep_bytes, spools))
+        return seen[-1]
+
+    monkeypatch.setattr(upload_mod, "_Records", records)
+    store = LocalStore(str(tmp_path / "store"))
+    upload_mod.upload(wal, store, trim=False)
+    assert seen[-1].kept is None and seen[-1].spools is not None
+    assert read_back(store) == expect(appended)
+    monkeypatch.setattr(upload_mod, "SPOOL_SEGMENTS", 0)  # no spools: the bodies are kept up to the bound
+    upload_mod.upload(wal, LocalStore(str(tmp_path / "other")), trim=False)
+    assert seen[-1].spools is None and seen[-1]._keep_left < 0  # it tried, and gave up past the bound

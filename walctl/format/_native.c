@@ -634,7 +634,7 @@ static PyObject *py_split_lines(PyObject *self, PyObject *args)
 
 static PyObject *py_rows_summary(PyObject *self, PyObject *args); /* (at the end of the file) */
 /* defined in the sections after the module table */
-static PyObject *py_gather_bodies(PyObject *self, PyObject *args);
+static PyObject *py_gather_into(PyObject *self, PyObject *args);
 static PyObject *py_body_crcs(PyObject *self, PyObject *args);
 
 static PyMethodDef methods[] = {
@@ -649,8 +649,9 @@ static PyMethodDef methods[] = {
     {"split_lines", py_split_lines, METH_VARARGS, "split_lines(buf, start, max_records) -> (spans, count, next_pos)"},
     {"rows_summary", py_rows_summary, METH_VARARGS,
      "rows_summary(rows, first, stop) -> (all_batch, one_stream, stream_id, follows, body_bytes)"},
-    {"gather_bodies", py_gather_bodies, METH_VARARGS,
-     "gather_bodies(buf, rows, first, stop) -> bytes: the bodies of decoded rows [first, stop) back to back"},
+    {"gather_into", py_gather_into, METH_VARARGS,
+     "gather_into(dst, pos, buf, rows, first, stop) -> int: the bodies of decoded rows [first, stop) written"
+     " back to back into dst from pos; where they end"},
     {"body_crcs", py_body_crcs, METH_VARARGS,
      "body_crcs(buf, rows, first, stop) -> bytes: the bodyCRC of each row's record header, native uint32s"},
     {NULL, NULL, 0, NULL},
@@ -733,58 +734,58 @@ static PyObject *py_rows_summary(PyObject *self, PyObject *args)
  * rows: decode_records' rows (ROW int64s each) over buf; each row's body is buf[body_pos, +body_length)
  * and its record header the REC_SIZE bytes before it. Rows outside buf raise ValueError. */
 
-static int rows_args(PyObject *args, Py_buffer *b, Py_buffer *r, Py_ssize_t *first, Py_ssize_t *stop)
+static inline int64_t row_field(const uint8_t *rows, Py_ssize_t i, int field)
 {
-    if (!PyArg_ParseTuple(args, "y*y*nn", b, r, first, stop))
-        return -1;
+    int64_t v;
+    memcpy(&v, rows + ((size_t)i * ROW + (size_t)field) * sizeof(int64_t), sizeof(v));
+    return v;
+}
+
+/* 0, or -1 with ValueError set: [first, stop) not rows of r, or a row's record outside b.
+ * *total: the bodies' bytes. */
+static int rows_check(Py_buffer *b, Py_buffer *r, Py_ssize_t first, Py_ssize_t stop, Py_ssize_t *total)
+{
     Py_ssize_t n = r->len / (Py_ssize_t)(ROW * sizeof(int64_t));
-    if (*first < 0 || *stop < *first || *stop > n) {
-        PyBuffer_Release(b);
-        PyBuffer_Release(r);
+    if (first < 0 || stop < first || stop > n) {
         PyErr_SetString(PyExc_ValueError, "rows [first, stop) out of range");
         return -1;
     }
-    const uint8_t *rows = r->buf;
-    for (Py_ssize_t i = *first; i < *stop; i++) {
-        int64_t v[ROW];
-        memcpy(v, rows + (size_t)i * ROW * sizeof(int64_t), sizeof(v));
-        if (v[1] < REC_SIZE || v[2] < 0 || v[1] > b->len || v[2] > b->len - v[1]) {
-            PyBuffer_Release(b);
-            PyBuffer_Release(r);
+    *total = 0;
+    for (Py_ssize_t i = first; i < stop; i++) {
+        int64_t pos = row_field(r->buf, i, 1), len = row_field(r->buf, i, 2);
+        if (pos < REC_SIZE || len < 0 || pos > b->len || len > b->len - pos) {
             PyErr_SetString(PyExc_ValueError, "a row's record lies outside the buffer");
             return -1;
         }
+        *total += (Py_ssize_t)len;
     }
     return 0;
 }
 
-static PyObject *py_gather_bodies(PyObject *self, PyObject *args)
+static PyObject *py_gather_into(PyObject *self, PyObject *args)
 {
-    Py_buffer b, r;
-    Py_ssize_t first, stop;
-    if (rows_args(args, &b, &r, &first, &stop) < 0)
+    Py_buffer d, b, r;
+    Py_ssize_t pos, first, stop, total;
+    if (!PyArg_ParseTuple(args, "w*ny*y*nn", &d, &pos, &b, &r, &first, &stop))
         return NULL;
-    const uint8_t *rows = r.buf;
-    Py_ssize_t total = 0;
-    for (Py_ssize_t i = first; i < stop; i++) {
-        int64_t len;
-        memcpy(&len, rows + ((size_t)i * ROW + 2) * sizeof(int64_t), sizeof(len));
-        total += (Py_ssize_t)len;
-    }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
-    if (out != NULL) {
-        uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(out);
-        const uint8_t *src = b.buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = first; i < stop; i++) {
-            int64_t pos, len;
-            memcpy(&pos, rows + ((size_t)i * ROW + 1) * sizeof(int64_t), sizeof(pos));
-            memcpy(&len, rows + ((size_t)i * ROW + 2) * sizeof(int64_t), sizeof(len));
-            memcpy(dst, src + pos, (size_t)len);
-            dst += len;
+    PyObject *out = NULL;
+    if (rows_check(&b, &r, first, stop, &total) == 0) {
+        if (pos < 0 || pos > d.len || total > d.len - pos) {
+            PyErr_SetString(PyExc_ValueError, "the bodies do not fit dst from pos");
+        } else {
+            uint8_t *dst = (uint8_t *)d.buf + pos;
+            const uint8_t *src = b.buf, *rows = r.buf;
+            Py_BEGIN_ALLOW_THREADS
+            for (Py_ssize_t i = first; i < stop; i++) {
+                int64_t at = row_field(rows, i, 1), len = row_field(rows, i, 2);
+                memcpy(dst, src + at, (size_t)len);
+                dst += len;
+            }
+            Py_END_ALLOW_THREADS
+            out = PyLong_FromSsize_t(pos + total);
         }
-        Py_END_ALLOW_THREADS
     }
+    PyBuffer_Release(&d);
     PyBuffer_Release(&b);
     PyBuffer_Release(&r);
     return out;
@@ -793,23 +794,23 @@ static PyObject *py_gather_bodies(PyObject *self, PyObject *args)
 static PyObject *py_body_crcs(PyObject *self, PyObject *args)
 {
     Py_buffer b, r;
-    Py_ssize_t first, stop;
-    if (rows_args(args, &b, &r, &first, &stop) < 0)
+    Py_ssize_t first, stop, total;
+    if (!PyArg_ParseTuple(args, "y*y*nn", &b, &r, &first, &stop))
         return NULL;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, (stop - first) * (Py_ssize_t)sizeof(uint32_t));
-    if (out != NULL) {
-        const uint8_t *rows = r.buf, *src = b.buf;
-        uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(out);
-        for (Py_ssize_t i = first; i < stop; i++) {
-            int64_t pos;
-            memcpy(&pos, rows + ((size_t)i * ROW + 1) * sizeof(int64_t), sizeof(pos));
-            uint32_t crc = be32(src + pos - (REC_SIZE - 16)); /* bodyCRC: byte 16 of the record header */
-            memcpy(dst, &crc, sizeof(crc));
-            dst += sizeof(crc);
+    PyObject *out = NULL;
+    if (rows_check(&b, &r, first, stop, &total) == 0) {
+        out = PyBytes_FromStringAndSize(NULL, (stop - first) * (Py_ssize_t)sizeof(uint32_t));
+        if (out != NULL) {
+            const uint8_t *src = b.buf;
+            uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(out);
+            for (Py_ssize_t i = first; i < stop; i++) {
+                uint32_t crc = be32(src + row_field(r.buf, i, 1) - (REC_SIZE - 16)); /* bodyCRC: header byte 16 */
+                memcpy(dst, &crc, sizeof(crc));
+                dst += sizeof(crc);
+            }
         }
     }
     PyBuffer_Release(&b);
     PyBuffer_Release(&r);
     return out;
 }
-

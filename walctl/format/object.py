@@ -306,15 +306,12 @@ class ObjectBuilder:
         self._stream: int | None = None
         self._stream_start = 0
 
-    def add_block(self, stream_id: int, start_offset: int, end_offset: int, batches: Sequence,
-                  count: int | None = None) -> bytes:
+    def add_block(self, stream_id: int, start_offset: int, end_offset: int, batches: Sequence) -> bytes:
         """One DataBlock of ``stream_id`` covering stream offsets [start_offset, end_offset).
 
         Args:
             batches: the block's StreamRecordBatches, each already encoded (bytes-like), back to back
                 in offset order; the caller has checked they are the stream's and contiguous.
-            count: how many batches ``batches`` holds, when its items are runs of batches back to
-                back (upload's gathered bodies); by default one each.
         Raises:
             ValueError: streams not ascending, a block not continuing its stream's offsets, an empty
                 block, values that do not fit the index's Java ints, or the object already finished.
@@ -338,11 +335,10 @@ class ObjectBuilder:
             raise ValueError(f"stream {stream_id}: block offsets [{start_offset}, {end_offset}) do not fit an "
                              "index entry")
         # One copy of the batches (join with the header first), not two (join, then concatenate).
-        count = len(batches) if count is None else count
-        data = b"".join([DataBlockHeader(count, sum(len(b) for b in batches)).encode(), *batches])
+        data = b"".join([DataBlockHeader(len(batches), sum(len(b) for b in batches)).encode(), *batches])
         if len(data) > INT32_MAX:
             raise ValueError(f"stream {stream_id}: a DataBlock of {len(data)} bytes does not fit a Java int")
-        self.entries.append(IndexEntry(stream_id, start_offset, end_offset - start_offset, count,
+        self.entries.append(IndexEntry(stream_id, start_offset, end_offset - start_offset, len(batches),
                                        self.position, len(data)))
         self.position += len(data)
         first = self.ranges.get(stream_id)

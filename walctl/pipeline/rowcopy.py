@@ -3,7 +3,8 @@
 The rows are walctl.format.bulk.decode_records' (``bulk.ROW`` int64s each: offset, body_pos,
 body_length, ...) over ``buf``, which holds each row's record: its 24-byte header, then its body.
 
-    gather_bodies(buf, rows, first, stop) -> bytes: the bodies of rows [first, stop) back to back
+    gather_into(dst, pos, buf, rows, first, stop) -> int: the bodies of rows [first, stop) written back
+                                                          to back into dst from pos; where they end
     body_crcs(buf, rows, first, stop)     -> list[int]: each row's bodyCRC, read from its record header
 
 In C (walctl.format._native) when it is built, else the pure Python twins below: same results
@@ -23,7 +24,7 @@ try:
         raise ImportError("WALCTL_NO_NATIVE is set")
     from walctl.format import _native
 
-    if _native.ROW != bulk.ROW or not hasattr(_native, "gather_bodies"):
+    if _native.ROW != bulk.ROW or not hasattr(_native, "gather_into"):
         raise ImportError("a stale build of the extension")
 except ImportError:
     _native = None
@@ -49,11 +50,12 @@ def _check(buf, rows, first: int, stop: int) -> list[tuple[int, int]]:
     return spans
 
 
-def gather_bodies(buf, rows, first: int, stop: int) -> bytes:
-    """The bodies of rows [first, stop), concatenated (one copy, no object per record in C)."""
+def gather_into(dst, pos: int, buf, rows, first: int, stop: int) -> int:
+    """The bodies of rows [first, stop), back to back, into the writable buffer ``dst`` from ``pos``
+    (one copy; ValueError when they do not fit); returns where they end."""
     if _native is not None:
-        return _native.gather_bodies(buf, rows, first, stop)
-    return _py_gather_bodies(buf, rows, first, stop)
+        return _native.gather_into(dst, pos, buf, rows, first, stop)
+    return _py_gather_into(dst, pos, buf, rows, first, stop)
 
 
 def body_crcs(buf, rows, first: int, stop: int) -> list[int]:
@@ -67,6 +69,15 @@ def _py_gather_bodies(buf, rows, first: int, stop: int) -> bytes:
     spans = _check(buf, rows, first, stop)
     view = memoryview(buf)
     return b"".join(view[pos:pos + length] for pos, length in spans)
+
+
+def _py_gather_into(dst, pos: int, buf, rows, first: int, stop: int) -> int:
+    data = _py_gather_bodies(buf, rows, first, stop)
+    out = memoryview(dst)
+    if pos < 0 or pos > len(out) or len(data) > len(out) - pos:
+        raise ValueError("the bodies do not fit dst from pos")
+    out[pos:pos + len(data)] = data
+    return pos + len(data)
 
 
 def _py_body_crcs(buf, rows, first: int, stop: int) -> list[int]:

@@ -31,6 +31,8 @@ from walctl.format import bulk
 from walctl.format import record as rec
 from walctl.format.batch import HEADER_SIZE as BATCH_HEADER_SIZE
 from walctl.format.crc import crc32c as _crc32c  # the C library, called directly
+from walctl.format.datablock import (DATA_BLOCK_FLAGS, DATA_BLOCK_HEADER_SIZE, DATA_BLOCK_HEADER_STRUCT,
+                                      DATA_BLOCK_MAGIC)
 from walctl.format.object import ObjectBuilder
 from walctl.pipeline import rowcopy
 from walctl.store import manifest as mf
@@ -322,9 +324,7 @@ class _Records:
                                None if bodies is None else bodies.select(idx))
                 self.events_sorted = False
         finally:
-            if bodies is not None:
-                del bodies
-                self.spools.hold()  # no view of the chunk is kept past the run
+            del bodies  # (the spools copied what they took: nothing of the chunk is held past the run)
         last = n - 1
         self._last_todo = (offsets[last], sids[last], bases[last], crcs[last])
 
@@ -456,6 +456,9 @@ class _Records:
 
 _REC_SIZE = rec.SIZE
 _BATCH_HEAD = struct.Struct(">BqqqI")  # magic, streamId, epoch, baseOffset, count (FORMATS.md 2)
+_BLOCK_HEAD = DATA_BLOCK_HEADER_SIZE
+_BLOCK_HEAD_PACK = DATA_BLOCK_HEADER_STRUCT.pack_into
+_BLOCK_MAGIC, _BLOCK_FLAGS = DATA_BLOCK_MAGIC, DATA_BLOCK_FLAGS
 _ROW = bulk.ROW
 # The second read of the WAL (uploads above KEEP_SCANNED_BYTES): log order, CHUNK_READ_BYTES per
 # O_DIRECT read, from a thread that stays up to READ_AHEAD_CHUNKS chunks ahead of the block building.
@@ -804,10 +807,37 @@ class _Cutter:
 # built as before (kept bodies, or a second read) and their temp objects removed.
 SPOOL_SEGMENTS = 16  # segments written as they are read; more (many interleaved streams) read again
 SPOOL_QUEUE_BLOCKS = 8  # DataBlocks waiting for the writer thread (about 8 MiB at the default block size)
+SPOOL_MAX_BLOCK = 2 << 20  # larger --block-size: built the usual way (memory: a block buffer per spool and queued block)
+_BLOCK_SLACK = 64 << 10  # a block buffer's room past block_size for the record that ends the block
 
 
 class _NoSpool(Exception):
     """A batch that no DataBlock index entry holds: the segment is built the usual way (which refuses it)."""
+
+
+class _BlockBuffers:
+    """The block buffers of one upload's spools, reused: a DataBlock is laid out in one (its header, then
+    its batches copied in straight from the scan's chunk), written from it, and the buffer handed back
+    by the writer thread. Reused buffers cost no page faults; about SPOOL_QUEUE_BLOCKS + the live
+    spools of them exist at a time."""
+
+    def __init__(self, size: int):
+        import threading
+
+        self.size = size  # a block's usual room: block_size + its header + some of the record that ends it
+        self._free: list[bytearray] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> bytearray:
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+        return bytearray(self.size)
+
+    def give(self, buf: bytearray) -> None:
+        if len(buf) == self.size:
+            with self._lock:
+                self._free.append(buf)
 
 
 class _SpoolWriter:
@@ -815,10 +845,11 @@ class _SpoolWriter:
     the scan). ``put`` waits while SPOOL_QUEUE_BLOCKS blocks are queued; an error of the thread is
     raised by the next ``put`` or ``flush`` (the blocks after it are dropped)."""
 
-    def __init__(self):
+    def __init__(self, buffers: _BlockBuffers):
         import queue
         import threading
 
+        self._buffers = buffers
         self._queue: queue.Queue = queue.Queue(maxsize=SPOOL_QUEUE_BLOCKS)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="walctl-upload-write", daemon=True)
@@ -830,10 +861,12 @@ class _SpoolWriter:
             try:
                 if item is None:
                     return
-                seg_spool, data = item
+                seg_spool, buf, size = item
                 del item
                 if self._error is None and not seg_spool.dropped:
-                    seg_spool.spool.write(data)
+                    with memoryview(buf) as whole, whole[:size] as block:
+                        seg_spool.spool.write(block)
+                self._buffers.give(buf)
             except BaseException as exc:  # raised in the uploading thread
                 self._error = exc
             finally:
@@ -843,9 +876,10 @@ class _SpoolWriter:
         if self._error is not None:
             raise self._error
 
-    def put(self, seg_spool: "_SegmentSpool", data: bytes) -> None:
+    def put(self, seg_spool: "_SegmentSpool", buf: bytearray, size: int) -> None:
+        """Write buf[:size] to the spool, then give buf back to the buffers."""
         self._raise()
-        self._queue.put((seg_spool, data))
+        self._queue.put((seg_spool, buf, size))
 
     def flush(self) -> None:
         """Wait until every queued block is written."""
@@ -858,28 +892,62 @@ class _SpoolWriter:
         self._thread.join()
 
 
+class _SpoolBuilder(ObjectBuilder):
+    """ObjectBuilder for DataBlocks laid out by the caller (a spool's block buffer): ``add_laid_out`` keeps
+    the index entry, the stream's range and the data crc exactly as ``add_block`` does for the same
+    bytes; ``finish`` is ObjectBuilder's. One stream (a spool's segment), blocks contiguous by
+    construction."""
+
+    def add_laid_out(self, stream_id: int, start_offset: int, end_offset: int, count: int, block) -> None:
+        from walctl.format.index_entry import INT32_MAX, INT64_LIMIT
+        from walctl.format.object import IndexEntry, StreamRange
+
+        if self.footer is not None:
+            raise ValueError("the object is already finished")
+        if not 0 <= stream_id < INT64_LIMIT or count < 1:
+            raise ValueError(f"stream {stream_id}: no DataBlock of {count} batches")
+        if not 0 <= start_offset < end_offset <= start_offset + INT32_MAX or end_offset >= INT64_LIMIT:
+            raise ValueError(f"stream {stream_id}: block offsets [{start_offset}, {end_offset}) do not fit an "
+                             "index entry")
+        if len(block) > INT32_MAX:
+            raise ValueError(f"stream {stream_id}: a DataBlock of {len(block)} bytes does not fit a Java int")
+        self.entries.append(IndexEntry(stream_id, start_offset, end_offset - start_offset, count, self.position,
+                                       len(block)))
+        self.position += len(block)
+        first = self.ranges.get(stream_id)
+        self.ranges[stream_id] = StreamRange(first.start_offset if first else start_offset, end_offset,
+                                             self.position)
+        self._data_crc = _crc32c(block, self._data_crc)  # (ObjectBuilder's running crc of the data region)
+
+
 class _Bodies:
-    """Batches handed to a spool: ``pieces(a, b)`` is items [a, b) as a list of bytes-like pieces."""
+    """Batches handed to a spool, by index: ``copy_into`` copies a stretch of them into a block buffer."""
 
     __slots__ = ("items",)
 
     def __init__(self, items: list):
         self.items = items  # one body each (bytes, or views of a chunk)
 
-    def pieces(self, a: int, b: int) -> list:
-        return self.items[a:b]
+    def copy_into(self, buf: bytearray, pos: int, a: int, b: int) -> int:
+        """Copy items [a, b) into ``buf`` at ``pos``, back to back; returns where they end."""
+        with memoryview(buf) as out:
+            for item in self.items[a:b]:
+                end = pos + len(item)
+                out[pos:end] = item
+                pos = end
+        return pos
 
 
 class _RunBodies(_Bodies):
-    """A run's bodies in the scan's chunk, by row: a stretch of them is gathered in one copy (C)."""
+    """A run's bodies in the scan's chunk, by row: a stretch of them is copied in one call (C)."""
 
     __slots__ = ("chunk", "rows", "base", "positions", "lengths")
 
     def __init__(self, chunk, rows, base: int, positions: list[int], lengths: list[int]):
         self.chunk, self.rows, self.base, self.positions, self.lengths = chunk, rows, base, positions, lengths
 
-    def pieces(self, a: int, b: int) -> list:
-        return [rowcopy.gather_bodies(self.chunk, self.rows, self.base + a, self.base + b)]
+    def copy_into(self, buf: bytearray, pos: int, a: int, b: int) -> int:
+        return rowcopy.gather_into(buf, pos, self.chunk, self.rows, self.base + a, self.base + b)
 
     def select(self, idx: list[int]) -> _Bodies:
         """Items ``idx`` (one stream's records of a run shared with others), as views of the chunk."""
@@ -890,27 +958,28 @@ class _RunBodies(_Bodies):
 class _SegmentSpool:
     """A segment's object written as the scan reads its records: DataBlocks cut by iter_block_groups'
     rules (a block closes once its payload reaches block_size; cut early where the index's Java ints
-    could not hold it), each built by an ObjectBuilder and queued for the writer at once.
+    could not hold it), each laid out in a block buffer as its batches arrive (copied from the scan's
+    chunk at once: nothing of the chunk is held) and queued for the writer when it closes.
 
-    ``add`` takes the next records' bodies (views of the scan's chunk, or bytes), lengths and end
-    offsets; ``hold`` copies the open block's views out before the scan reuses its chunk.
+    ``add`` takes the next records: their bodies (``_Bodies``), lengths and end offsets.
     """
 
-    __slots__ = ("spool", "writer", "builder", "sid", "block_size", "parts", "count", "payload", "first",
-                 "last_end", "next", "dropped")
+    __slots__ = ("spool", "writer", "buffers", "builder", "sid", "block_size", "buf", "fill", "count", "payload",
+                 "first", "last_end", "next", "dropped")
 
-    def __init__(self, spool, writer: _SpoolWriter, sid: int, first: int, block_size: int):
-        self.spool, self.writer, self.sid, self.block_size = spool, writer, sid, block_size
-        self.builder = ObjectBuilder()
-        self.parts: list = []  # the open block's batches: pieces of one or more back to back
-        self.count = 0  # ... how many batches they hold
+    def __init__(self, spool, writer: _SpoolWriter, buffers: _BlockBuffers, sid: int, first: int, block_size: int):
+        self.spool, self.writer, self.buffers, self.sid, self.block_size = spool, writer, buffers, sid, block_size
+        self.builder = _SpoolBuilder()
+        self.buf: bytearray | None = None  # the open block: header room, then its batches
+        self.fill = _BLOCK_HEAD  # ... bytes used
+        self.count = 0  # its batches
         self.payload = 0  # ... and their bytes
-        self.first = first  # the open block's first stream offset
+        self.first = first  # its first stream offset
         self.last_end = first
         self.next = first  # the stream offset the next batch starts at
         self.dropped = False
 
-    def add(self, bodies: "_Bodies", at: int, lengths, ends) -> None:
+    def add(self, bodies: _Bodies, at: int, lengths, ends) -> None:
         """The next batches: ``bodies``' items [at, at + len(lengths)), their lengths and end offsets."""
         cum = list(itertools.accumulate(lengths))
         if self.payload + cum[-1] >= _SAFE_SPAN or ends[-1] - self.first >= _SAFE_SPAN:
@@ -921,49 +990,58 @@ class _SegmentSpool:
             before = cum[j - 1] if j else 0
             t = bisect.bisect_left(cum, before + self.block_size - self.payload, j)  # the block's last record
             last = min(t, k - 1)
-            self.parts += bodies.pieces(at + j, at + last + 1)
+            self._copy(bodies, at + j, at + last + 1, cum[last] - before)
             self.count += last + 1 - j
-            self.payload += cum[last] - before
             self.last_end = ends[last]
             j = last + 1
             if t < k:
                 self._close()
         self.next = ends[-1]
 
-    def _add_one_by_one(self, bodies: "_Bodies", at: int, lengths, ends) -> None:
-        from walctl.format.object import DATA_BLOCK_HEADER_SIZE, INT32_MAX
+    def _add_one_by_one(self, bodies: _Bodies, at: int, lengths, ends) -> None:
+        from walctl.format.index_entry import INT32_MAX
 
         base = self.next
         for i, (n, end) in enumerate(zip(lengths, ends)):
-            if end - base > INT32_MAX or n > INT32_MAX - DATA_BLOCK_HEADER_SIZE:
+            if end - base > INT32_MAX or n > INT32_MAX - _BLOCK_HEAD:
                 raise _NoSpool(f"batch at offset {base} too large for one DataBlock index entry")
-            if self.parts and (self.payload + n > INT32_MAX - DATA_BLOCK_HEADER_SIZE or end - self.first > INT32_MAX):
+            if self.count and (self.payload + n > INT32_MAX - _BLOCK_HEAD or end - self.first > INT32_MAX):
                 self._close()
-            self.parts += bodies.pieces(at + i, at + i + 1)
+            self._copy(bodies, at + i, at + i + 1, n)
             self.count += 1
-            self.payload += n
             self.last_end = end
             if self.payload >= self.block_size:
                 self._close()
             base = end
         self.next = base
 
+    def _copy(self, bodies: _Bodies, a: int, b: int, size: int) -> None:
+        """Items [a, b) of ``bodies`` (``size`` bytes) after the open block's batches."""
+        buf = self.buf
+        if buf is None:
+            buf = self.buf = self.buffers.take()
+        need = self.fill + size
+        if len(buf) < need:  # a block ended by a large record: a larger buffer of its own
+            grown = bytearray(max(need, 2 * len(buf)))
+            grown[:self.fill] = memoryview(buf)[:self.fill]
+            buf = self.buf = grown
+        self.fill = bodies.copy_into(buf, self.fill, a, b)
+        self.payload += size
+
     def _close(self) -> None:
+        buf, size = self.buf, self.fill
+        _BLOCK_HEAD_PACK(buf, 0, _BLOCK_MAGIC, _BLOCK_FLAGS, self.count, size - _BLOCK_HEAD)
         try:
-            data = self.builder.add_block(self.sid, self.first, self.last_end, self.parts, count=self.count)
+            with memoryview(buf) as whole, whole[:size] as block:
+                self.builder.add_laid_out(self.sid, self.first, self.last_end, self.count, block)
         except ValueError as exc:  # offsets no index entry holds: the usual way refuses them
             raise _NoSpool(str(exc)) from exc
-        self.parts, self.count, self.payload, self.first = [], 0, 0, self.last_end
-        self.writer.put(self, data)
-
-    def hold(self) -> None:
-        """Copy out the open block's views of the scan's chunk (before the scan reads into it again)."""
-        if self.parts:
-            self.parts = [p if type(p) is bytes else bytes(p) for p in self.parts]
+        self.buf, self.fill, self.count, self.payload, self.first = None, _BLOCK_HEAD, 0, 0, self.last_end
+        self.writer.put(self, buf, size)
 
     def finish(self) -> None:
         """Close the last block (queued for the writer)."""
-        if self.parts:
+        if self.count:
             self._close()
 
 
@@ -975,6 +1053,7 @@ class _Spools:
         self.made = 0
         self.live: list[_SegmentSpool] = []  # written as the scan goes
         self.writer: _SpoolWriter | None = None
+        self.buffers = _BlockBuffers(block_size + _BLOCK_HEAD + _BLOCK_SLACK)
         self._dropped: list[_SegmentSpool] = []  # removed by close()
 
     @property
@@ -987,8 +1066,8 @@ class _Spools:
             return None
         self.made += 1
         if self.writer is None:
-            self.writer = _SpoolWriter()
-        seg_spool = _SegmentSpool(self.store.open_spool(), self.writer, sid, first, self.block_size)
+            self.writer = _SpoolWriter(self.buffers)
+        seg_spool = _SegmentSpool(self.store.open_spool(), self.writer, self.buffers, sid, first, self.block_size)
         self.live.append(seg_spool)
         return seg_spool
 
@@ -997,10 +1076,6 @@ class _Spools:
         seg_spool.dropped = True
         self.live.remove(seg_spool)
         self._dropped.append(seg_spool)
-
-    def hold(self) -> None:
-        for seg_spool in self.live:
-            seg_spool.hold()
 
     def finish(self, plan: list[PlannedObject]) -> None:
         """The scan is over: close the last blocks of the plan's own Stream Objects; drop the other spools
@@ -1061,7 +1136,8 @@ def upload(wal_path: str, store: Store, *, namespace: str = mf.DEFAULT_NAMESPACE
     they are not uploaded and the WAL is not trimmed past the first of them (see 'recover').
     """
     spools = None
-    if not dry_run and callable(getattr(store, "open_spool", None)) and SPOOL_SEGMENTS > 0:
+    if (not dry_run and callable(getattr(store, "open_spool", None)) and SPOOL_SEGMENTS > 0
+            and block_size <= SPOOL_MAX_BLOCK):
         spools = _Spools(store, block_size, SPOOL_SEGMENTS)
     try:
         return _upload(wal_path, store, namespace=namespace, block_size=block_size, split_size=split_size, trim=trim,
@@ -1090,10 +1166,13 @@ def _upload(wal_path: str, store: Store, *, namespace: str, block_size: int, spl
         node_key = str(header.node_id)
         mark = doc.upload_mark(node_key)
         scan = reader.ScanResult(header, reader.Ring(header.capacity))
-        records = _Records(doc, mark, scan, KEEP_SCANNED_BYTES, spools)
+        keep = KEEP_SCANNED_BYTES
+        if spools is not None and header.clean and header.next_offset - max(header.trim_offset, 0) > keep:
+            keep = 0  # the log is larger: its bodies would be copied, then dropped (the spools take them)
+        records = _Records(doc, mark, scan, keep, spools)
         findings = []
         run_type = reader.Run
-        for event in reader.Scan(dev, header, report=scan, probe=locked, bulk=True):
+        for event in reader.Scan(dev, header, report=scan, probe=locked, bulk=True, readahead=True):
             if type(event) is run_type:  # intact batches, in bulk: most of the log
                 records.add_run(event)
             elif isinstance(event, reader.Finding):
