@@ -56,16 +56,18 @@ def _header(wal: str):
         dev.close()
 
 
-@pytest.mark.parametrize("keep", ["kept", "read again", "written as read"])
-def test_one_upload_reads_each_wal_byte_once_and_the_trim_one_header(tmp_path, store, keep, monkeypatch):
+# Only a local store writes an object as the scan reads it (S3 has no spools).
+@pytest.mark.parametrize("backend, keep", [("local", "kept"), ("local", "read again"), ("local", "written as read"),
+                                           ("s3", "kept"), ("s3", "read again")])
+def test_one_upload_reads_each_wal_byte_once_and_the_trim_one_header(tmp_path, request, backend, keep, monkeypatch):
     from walctl.pipeline import upload as upload_mod
 
+    store = request.getfixturevalue(f"{backend}_store")
+    assert hasattr(store, "open_spool") == (backend == "local")
     if keep != "kept":  # as an upload of more than KEEP_SCANNED_BYTES does
         monkeypatch.setattr(upload_mod, "KEEP_SCANNED_BYTES", RECORDS * RECORD_BLOCK // 2)
     if keep != "written as read":  # a store without spools (S3), or more segments than SPOOL_SEGMENTS
         monkeypatch.setattr(upload_mod, "SPOOL_SEGMENTS", 0)
-    elif not hasattr(store, "open_spool"):
-        pytest.skip("only a local store writes an object as the scan reads it")
     wal = make_wal(tmp_path)
     log = _fill(wal, crash=False)
     assert log == RECORDS * RECORD_BLOCK and (log <= upload_mod.KEEP_SCANNED_BYTES) == (keep == "kept")
