@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Start-up benchmark: short walctl commands on a tiny WAL and store, against ``python -c pass``.
 
-    python bench/startup_bench.py [--runs 20] [--dir DIR]
+    python bench/startup_bench.py [--runs 20] [--dir DIR] [--compare-root DIR]
 
 Each command is a child process (``python -m walctl ...``, bytecode cached in the work directory
 as an installed walctl's is); the commands and the ``pass`` reference run interleaved, ``--runs``
 rounds. Printed per command: the median wall time and the median CPU seconds (user + sys, from
 wait4: the figure a loaded machine blurs least), each also as the excess over ``python -c pass``
-(what walctl itself adds to an interpreter's start and end).
+(what walctl itself adds to an interpreter's start and end). --compare-root DIR also runs each
+command with the walctl source tree in DIR (e.g. a `git archive` of an older commit, its extension
+built), interleaved in the same rounds: its rows, marked "(compared)", are before/after under one load.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=20, help="interleaved rounds (default 20)")
     p.add_argument("--dir", default=None, help="where the tiny WAL and store go (default: a temp dir, removed)")
+    p.add_argument("--compare-root", default=None, help="another walctl source tree, timed interleaved with this one")
     args = p.parse_args()
     work = tempfile.mkdtemp(prefix="walctl-startup-bench-", dir=args.dir)
     env = dict(os.environ)
@@ -48,12 +51,20 @@ def main() -> int:
             "read --json": [*walctl, "read", "--store", store, "-s", "1", "--json"],
             "--help": [*walctl, "--help"],
         }
+        envs = {name: env for name in commands}
+        if args.compare_root:
+            other = dict(env, PYTHONPATH=os.pathsep.join(
+                x for x in (os.path.abspath(args.compare_root), os.environ.get("PYTHONPATH", "")) if x))
+            for name, argv in list(commands.items())[1:]:
+                commands[name + " (compared)"] = argv
+                envs[name + " (compared)"] = other
         walls: dict[str, list[float]] = {k: [] for k in commands}
         cpus: dict[str, list[float]] = {k: [] for k in commands}
         for _ in range(1 + args.runs):  # the first round fills the bytecode cache: not counted
             for name, argv in commands.items():
                 started = time.perf_counter()
-                proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=work)
+                proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=envs[name],
+                                        cwd=work)
                 _, status, usage = os.wait4(proc.pid, 0)
                 if os.waitstatus_to_exitcode(status) != 0:
                     raise SystemExit(f"{name} exited {os.waitstatus_to_exitcode(status)}")
@@ -62,11 +73,11 @@ def main() -> int:
         print(f"{args.runs} interleaved rounds; load {os.getloadavg()[0]:.1f}; ms, medians")
         base_wall = statistics.median(walls["python -c pass"][1:]) * 1000
         base_cpu = statistics.median(cpus["python -c pass"][1:]) * 1000
-        print(f"{'':24} {'wall':>7} {'cpu':>7} {'wall - pass':>12} {'cpu - pass':>11}")
+        print(f"{'':35} {'wall':>7} {'cpu':>7} {'wall - pass':>12} {'cpu - pass':>11}")
         for name in commands:
             wall = statistics.median(walls[name][1:]) * 1000
             cpu = statistics.median(cpus[name][1:]) * 1000
-            print(f"{name:24} {wall:7.1f} {cpu:7.1f} {wall - base_wall:12.1f} {cpu - base_cpu:11.1f}")
+            print(f"{name:35} {wall:7.1f} {cpu:7.1f} {wall - base_wall:12.1f} {cpu - base_cpu:11.1f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -163,3 +163,41 @@ def test_the_collector_is_paused_only_while_starting():
     for argv in (("--help",), ("status", "--bogus")):
         got = _gc_probe(*argv)
         assert got == {"body": [], "after": True}
+
+
+def test_recover_of_a_walctl_log_loads_neither_automq_scan_nor_rich(tmp_path):
+    """recover --stats --json of walctl's own log: AutoMQ's scan policy and rich (human output)
+    are not imported."""
+    wal = str(tmp_path / "wal.img")
+    subprocess.run([sys.executable, "-m", "walctl", "init", wal, "--capacity", "1MiB"], check=True,
+                   capture_output=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "walctl", "append", wal, "-s", "1", "a", "b"], check=True,
+                   capture_output=True, timeout=120)
+    modules = _imported_after(_run_main(), "recover", wal, "--stats", "--json")
+    assert "walctl.wal.native_scan" in modules  # (it did scan)
+    assert sorted(m for m in modules if m == "walctl.wal.automq_scan" or m.split(".")[0] == "rich") == []
+
+
+@pytest.mark.parametrize("argv, prefetched", [
+    (("recover", "/nonexistent/wal", "--stats", "--json"), [False]),
+    (("--debug", "status", "/nonexistent/wal"), [False]),
+    (("read", "--store", "/nonexistent/store", "-s", "0", "--json"), []),
+    (("recover", "--help"), [False]),
+])
+def test_readers_start_reading_proc_locks_before_the_imports(argv, prefetched):
+    """recover and status (readers that ask who holds the device) start /proc/locks' read
+    (walctl.device.locks.prefetch) before typer is imported; other commands do not."""
+    code = ("import walctl.device.locks as locks\n"
+            "seen = []\n"
+            "real = locks.prefetch\n"
+            "def spy(*a, **k):\n"
+            "    seen.append('typer' in sys.modules)\n"
+            "    real(*a, **k)\n"
+            "locks.prefetch = spy\n"
+            f"{_run_main()}\n"
+            "print('SEEN ' + json.dumps(seen))\n")
+    probe = f"import json, sys\nsys.argv = ['walctl', *{list(argv)!r}]\n{code}"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    line = [x for x in proc.stdout.splitlines() if x.startswith("SEEN ")]
+    assert line, proc.stderr
+    assert json.loads(line[-1].removeprefix("SEEN ")) == prefetched

@@ -78,6 +78,29 @@ def test_lock_holder_unknown(tmp_path, wal_path):
     assert lock_holder(str(tmp_path / "missing.img")) is None
 
 
+def test_a_prefetched_read_answers_for_prefetch_seconds(tmp_path, wal_path, monkeypatch):
+    """locks.prefetch (the CLI's, at a reader's start): lock_holder answers from that read while
+    it is fresh (PREFETCH_SECONDS), from a read of its own after; a missing file is no holder."""
+    from walctl.device import locks as locks_mod
+
+    monkeypatch.setattr(locks_mod, "_prefetched", {})
+    locks = tmp_path / "locks"
+    locks.write_text(_locks_line(wal_path, 444))
+    locks_mod.prefetch(str(locks))
+    locks_mod._prefetched[str(locks)][1].join()  # (the read done: what it read is what it answers)
+    locks.write_text(_locks_line(wal_path, 555))
+    assert lock_holder(wal_path, proc_locks=str(locks)) == 444
+    assert lock_holder(wal_path, proc_locks=str(locks)) == 444
+    monkeypatch.setattr(locks_mod, "PREFETCH_SECONDS", 0.0)
+    assert lock_holder(wal_path, proc_locks=str(locks)) == 555
+    assert not locks_mod._prefetched
+    missing = str(tmp_path / "missing")
+    monkeypatch.setattr(locks_mod, "PREFETCH_SECONDS", 60.0)
+    locks_mod.prefetch(missing)
+    assert lock_holder(wal_path, proc_locks=missing) is None
+    assert not any(t.name == "walctl-proc-locks" for t in __import__("threading").enumerate())
+
+
 # --- the writer lock, for real -------------------------------------------------
 
 def test_unlocked_file_has_no_holder(wal_path):

@@ -107,11 +107,12 @@ def _scan(dev, readahead: bool, *, bulk: bool = False, seek: int | None = None, 
     return events, summary, extra, bytes_read
 
 
-def _sizes(monkeypatch, chunk: int, ahead: int, depth: int) -> None:
+def _sizes(monkeypatch, chunk: int, ahead: int, depth: int, threads: int = 1) -> None:
     monkeypatch.setattr(ringread, "CHUNK_BYTES", chunk)
     monkeypatch.setattr(ringread, "READ_AHEAD_BYTES", ahead)
     monkeypatch.setattr(ringread, "READ_AHEAD_CARRY", ahead)
     monkeypatch.setattr(ringread, "READ_AHEAD_DEPTH", depth)
+    monkeypatch.setattr(ringread, "READ_AHEAD_THREADS", threads)
 
 
 def _both(image: bytes, **kwargs):
@@ -124,15 +125,15 @@ def _both(image: bytes, **kwargs):
 
 
 _SIZES = dict(chunk=st.integers(1, 12).map(lambda k: k * ALIGN), ahead=st.integers(1, 12).map(lambda k: k * ALIGN),
-              depth=st.integers(1, 3))
+              depth=st.integers(1, 4), threads=st.integers(1, 4))
 _SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @_SETTINGS
 @given(**_SIZES, which=st.sampled_from(["clean", "crashed", "plain"]), bulk=st.booleans())
-def test_intact_logs_scan_the_same_at_every_chunk_size(logs, monkeypatch, chunk, ahead, depth, which, bulk):
+def test_intact_logs_scan_the_same_at_every_chunk_size(logs, monkeypatch, chunk, ahead, depth, threads, which, bulk):
     with monkeypatch.context() as m:
-        _sizes(m, chunk, ahead, depth)
+        _sizes(m, chunk, ahead, depth, threads)
         on, off, dev = _both(logs[which], bulk=bulk)
     assert sum(1 for e in on[0] if e[0] == "record") > 30
     # runs of records counted in bulk (Run, account_run) or one by one (accepted): the same report
@@ -149,7 +150,8 @@ def test_intact_logs_scan_the_same_at_every_chunk_size(logs, monkeypatch, chunk,
 @given(**_SIZES, which=st.sampled_from(["clean", "crashed"]),
        damage=st.lists(st.tuples(st.integers(0, RING - 1), st.integers(0, 2), st.binary(min_size=64, max_size=64)),
                        min_size=1, max_size=3))
-def test_damaged_logs_scan_the_same_at_every_chunk_size(logs, monkeypatch, chunk, ahead, depth, which, damage):
+def test_damaged_logs_scan_the_same_at_every_chunk_size(logs, monkeypatch, chunk, ahead, depth, threads, which,
+                                                      damage):
     image = bytearray(logs[which])
     for where, how, noise in damage:
         pos = HEADERS_SIZE + where
@@ -160,7 +162,7 @@ def test_damaged_logs_scan_the_same_at_every_chunk_size(logs, monkeypatch, chunk
         else:
             image[pos:pos + 64] = noise[:len(image[pos:pos + 64])]
     with monkeypatch.context() as m:
-        _sizes(m, chunk, ahead, depth)
+        _sizes(m, chunk, ahead, depth, threads)
         on, off, _ = _both(bytes(image))
     # A crashed (or damaged) log has no known end: read-ahead may read up to its reads in
     # flight past where the scan stops, and counts them.
@@ -169,9 +171,9 @@ def test_damaged_logs_scan_the_same_at_every_chunk_size(logs, monkeypatch, chunk
 
 @_SETTINGS
 @given(**_SIZES, at=st.integers(0, RING - 1))
-def test_seek_scans_the_same(logs, monkeypatch, chunk, ahead, depth, at):
+def test_seek_scans_the_same(logs, monkeypatch, chunk, ahead, depth, threads, at):
     with monkeypatch.context() as m:
-        _sizes(m, chunk, ahead, depth)
+        _sizes(m, chunk, ahead, depth, threads)
         on, off, _ = _both(logs["plain"], seek=at)
     assert on[3] == off[3]
 
@@ -195,9 +197,10 @@ def _failing(image: bytes, bad: int, short: bool):
     return Short(dev)
 
 
+@pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("short", [False, True])
 @pytest.mark.parametrize("where", [0.3, 0.55, 0.9])
-def test_a_read_error_mid_scan_fails_the_scan_as_without_read_ahead(logs, monkeypatch, short, where):
+def test_a_read_error_mid_scan_fails_the_scan_as_without_read_ahead(logs, monkeypatch, short, where, threads):
     image = logs["plain"]
     every = _scan(_Recording(image), False)[0]
     end = max(e[1] for e in every if e[0] == "record")
@@ -205,6 +208,8 @@ def test_a_read_error_mid_scan_fails_the_scan_as_without_read_ahead(logs, monkey
     monkeypatch.setattr(ringread, "CHUNK_BYTES", 64 * KiB)
     monkeypatch.setattr(ringread, "READ_AHEAD_BYTES", 96 * KiB)
     monkeypatch.setattr(ringread, "READ_AHEAD_CARRY", 96 * KiB)
+    monkeypatch.setattr(ringread, "READ_AHEAD_DEPTH", 3)
+    monkeypatch.setattr(ringread, "READ_AHEAD_THREADS", threads)
     errors, seen = [], []
     for readahead in (False, True):
         dev = _failing(image, bad, short)
@@ -221,7 +226,8 @@ def test_a_read_error_mid_scan_fails_the_scan_as_without_read_ahead(logs, monkey
     for got in seen:  # records in order up to the unreadable block, none from it or past it
         assert got == every[:len(got)]
         assert all(HEADERS_SIZE + e[1] + 24 + len(e[2]) <= bad for e in got)
-        # and every record before the last read's reach (a read-ahead read plus a record) is there
+        # and every record before the last read's reach (a read-ahead read plus a record) is there,
+        # whichever of the reads in flight failed first
         assert got == [e for e in every if HEADERS_SIZE + e[1] + 24 + len(e[2]) <= bad - 96 * KiB - 16 * KiB] \
             + got[len([e for e in every if HEADERS_SIZE + e[1] + 24 + len(e[2]) <= bad - 96 * KiB - 16 * KiB]):]
 
@@ -242,7 +248,7 @@ def test_a_scan_stopped_early_ends_its_reads_and_thread(logs, monkeypatch):
     assert not any(t.name == THREAD for t in threading.enumerate())
     # every read the device made is counted, the read-ahead ones too
     assert one.report.bytes_read == sum(n for _, _, n in dev.reads)
-    assert one.report.bytes_read <= 20 * 9100 + 16 * KiB + 3 * 32 * KiB
+    assert one.report.bytes_read <= 20 * 9100 + 16 * KiB + (ringread.READ_AHEAD_DEPTH + 1) * 32 * KiB
 
 
 def test_read_ahead_reads_count_as_the_callers_device_reads(tmp_path):
@@ -295,6 +301,37 @@ def test_a_whole_log_scan_reads_ahead_from_its_first_read(logs, monkeypatch, bul
         assert names[:3] == ["MainThread"] * 3 and THREAD in names
 
 
+def test_reads_ahead_on_several_threads_at_once(logs, monkeypatch):
+    """READ_AHEAD_THREADS reads at the device at once: the first read-ahead read waits (up to 10 s)
+    until a second one is in flight beside it; the scan's events are the same."""
+    monkeypatch.setattr(ringread, "READ_AHEAD_BYTES", 16 * KiB)
+    monkeypatch.setattr(ringread, "READ_AHEAD_CARRY", 16 * KiB)
+    monkeypatch.setattr(ringread, "READ_AHEAD_DEPTH", 4)
+    monkeypatch.setattr(ringread, "READ_AHEAD_THREADS", 2)
+    met = []
+
+    class Paired(_Recording):
+        def __init__(self, image):
+            super().__init__(image)
+            self.entered = 0
+            self.cond = threading.Condition()
+
+        def pread_into(self, offset: int, buf) -> None:
+            if threading.current_thread().name == THREAD:
+                with self.cond:
+                    self.entered += 1
+                    self.cond.notify_all()
+                    if self.entered == 1:  # the first waits for the second, still reading beside it
+                        met.append(self.cond.wait_for(lambda: self.entered >= 2, timeout=10))
+            super().pread_into(offset, buf)
+
+    off = _scan(_Recording(logs["plain"]), False, bulk=True)
+    dev = Paired(logs["plain"])
+    on = _scan(dev, True, bulk=True)
+    assert on[:3] == off[:3] and on[3] == off[3]
+    assert met == [True] and dev.entered > 10
+
+
 def test_a_signal_while_waiting_for_a_read_leaves_read_ahead_clean(monkeypatch):
     """SIGINT/SIGTERM (KeyboardInterrupt) while the scan waits for a read-ahead read: the scan's
     cleanup (stop, close) still waits for every read in flight, then ends the thread."""
@@ -328,6 +365,7 @@ def test_a_signal_while_waiting_for_a_read_leaves_read_ahead_clean(monkeypatch):
         signal.signal(signal.SIGALRM, old)
     gate.set()
     drained = ahead.stop()
-    assert [seg.lo for seg in drained] == [0, 8 * KiB] and all(seg.error is None for seg in drained)
+    assert [seg.lo for seg in drained] == [i * 8 * KiB for i in range(ringread.READ_AHEAD_DEPTH)]
+    assert all(seg.error is None for seg in drained)
     ahead.close()
     assert not any(t.name == THREAD for t in threading.enumerate())

@@ -18,6 +18,16 @@ _HOMES = {"Interrupted": "boundary", "WalctlGroup": "boundary", "boundary": "bou
           "interrupted_error": "boundary", "usage_line": "boundary", "register": "app",
           "apply_conventions": "conventions", "env_name": "conventions", "normalise_args": "conventions"}
 _VERSION_ONLY = (["--version"], ["-V"])
+# Commands that open a device read-only and look up who holds it (walctl.device.locks.lock_holder).
+_READERS = ("recover", "status")
+
+
+def _command_of(args: list[str]) -> str | None:
+    """The command word of a command line (root options take no value), or None."""
+    for token in args:
+        if token == "--" or not token.startswith("-"):
+            return token if token != "--" else None
+    return None
 
 
 def main() -> None:
@@ -31,6 +41,10 @@ def main() -> None:
         sys.stdout.write(f"walctl {__version__}\n")
         sys.stdout.flush()
         sys.exit(0)
+    if _command_of(sys.argv[1:]) in _READERS and not os.environ.get("_WALCTL_COMPLETE"):
+        from walctl.device import locks
+
+        locks.prefetch()  # who holds the device: read while the imports below run
     from walctl.cli import startup
 
     startup.pause_collection()

@@ -21,6 +21,8 @@ HEADER_SIZE = STRUCT.size  # 33
 
 @dataclass(frozen=True)
 class StreamRecordBatch:
+    """A StreamRecordBatch (docs/FORMATS.md): a run of one stream's records, and its payload."""
+
     stream_id: int
     epoch: int
     base_offset: int

@@ -26,6 +26,8 @@ KEEP = object()  # write_header: carry the current slot's checkpoint over
 
 @dataclass(frozen=True)
 class Slot:
+    """One header slot as read: its header (None: damaged, ``error`` says why) and checkpoint."""
+
     index: int
     header: WalHeader | None
     error: FormatError | None

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class InitResult:
+    """What init did."""
+
     path: str
     header: WalHeader
     created: bool
@@ -320,6 +322,8 @@ def _scan_for_writer(dev: Device, header: WalHeader, path: str, keep_offsets: bo
 
 @dataclass
 class TrimResult:
+    """What a trim did."""
+
     previous_trim_offset: int
     trim_offset: int
     records_deleted: int | None  # None when no scan ran (a clean log with a checkpoint)

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Iterator
 
 from walctl.device.buffers import aligned_buffer
 from walctl.format.header import WalHeader
-from walctl.wal.automq_scan import AUTOMQ_EXTRA_SCAN_BYTES, AutomqScan
 from walctl.wal.findings import (BAD_BATCH, BAD_HEADER_SLOT, BAD_PADDING, BEYOND_WINDOW, CAUSES, DISCARDED,
                                  END_MISMATCH, HOLE, TORN_TAIL, TRIM_RECORD, Cause, Finding, Kind)
 from walctl.wal.native_scan import NativeScan
@@ -26,6 +25,14 @@ if TYPE_CHECKING:
     from walctl.device.base import Device
 
 HEXDUMP_BYTES = 256  # recover --hexdump shows at most this many bytes of each finding
+
+
+def __getattr__(name: str):
+    if name == "AUTOMQ_EXTRA_SCAN_BYTES":  # re-exported, imported on first use (as AutomqScan is)
+        from walctl.wal.automq_scan import AUTOMQ_EXTRA_SCAN_BYTES
+
+        return AUTOMQ_EXTRA_SCAN_BYTES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["AUTOMQ_EXTRA_SCAN_BYTES", "BAD_BATCH", "BAD_HEADER_SLOT", "BAD_PADDING", "BEYOND_WINDOW", "CAUSES",
            "CHUNK_BYTES", "DISCARDED", "END_MISMATCH", "HOLE", "TORN_TAIL", "TRIM_RECORD", "Cause", "Entry",
@@ -67,6 +74,8 @@ class Scan:
         if header.flavour == "walctl":
             policy = NativeScan(dev, header, self.report, probe=probe, keep_offsets=keep_offsets, readahead=readahead)
         else:
+            from walctl.wal.automq_scan import AutomqScan  # (AutoMQ's logs only: a walctl scan never loads it)
+
             policy = AutomqScan(dev, header, self.report, probe=probe, keep_offsets=keep_offsets)
         self._events = policy.events(seek, bulk)
 

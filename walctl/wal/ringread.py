@@ -30,11 +30,17 @@ if TYPE_CHECKING:
     from walctl.device.base import Device
 
 CHUNK_BYTES = 1 << 20  # read the device in 1 MiB aligned chunks: few syscalls, bounded memory
-# Read-ahead (LogReader(readahead=True)): device reads of this many bytes, this many in flight on a
-# thread while the scan decodes the chunk before them; each buffer has room for as many bytes of
-# the chunk before in front (a record across a read's end): (DEPTH + 1) x 4 MiB resident at most.
-READ_AHEAD_BYTES = 4 << 20
-READ_AHEAD_DEPTH = 2
+# Read-ahead (LogReader(readahead=True)): device reads of this many bytes, this many in flight
+# while the scan decodes the chunk before them, this many at the device at once (one per thread);
+# each buffer has room for as many bytes of the chunk before in front (a record across a read's
+# end): (DEPTH + 1) x 2 MiB read into, plus what is carried. On a virtio disk (bench/
+# throughput_bench.py's, fio: 1 MiB x 1 ~1.5 GB/s, 4-16 MiB x 1-4 no faster) two 2 MiB reads
+# at once kept the scan at the device's pace (2 x 2 MiB: 0.215 s for a 256 MiB log against
+# 0.265 s with one thread reading 4 MiB at a time; dd bs=1M 0.193 s in the same rounds), and
+# when other work shares the disk, two reads at once get it a larger share.
+READ_AHEAD_BYTES = 2 << 20
+READ_AHEAD_DEPTH = 4
+READ_AHEAD_THREADS = 2
 READ_AHEAD_CARRY = READ_AHEAD_BYTES
 BULK_RECORDS = 1 << 30  # decode_block's bound when nothing asks the scan to look at each record
 
@@ -340,20 +346,23 @@ class LogReader:
 class _Segment:
     """One read-ahead read: logical [lo, lo + n) into ``buf`` after its READ_AHEAD_CARRY bytes of room."""
 
-    __slots__ = ("lo", "n", "buf", "error", "counted")
+    __slots__ = ("lo", "n", "buf", "error", "counted", "read")
 
     def __init__(self, lo: int, n: int, buf):
         self.lo, self.n, self.buf = lo, n, buf
         self.error: BaseException | None = None
         self.counted = 0  # bytes_read_total of the thread that read it
+        self.read = False  # the thread is done with it (read, or failed)
 
 
 class _ReadAhead:
     """A LogReader's reads ahead: logical [lo, limit) in segments of at most READ_AHEAD_BYTES
-    (never across a lap's end), read in order by one thread (os.preadv gives up the GIL while the
-    device works), at most READ_AHEAD_DEPTH in flight, into READ_AHEAD_DEPTH + 1 pooled buffers
-    (the one the reader's chunk lives in is given back when it moves on). The LogReader takes
-    them in order (``take``) and falls back to its own reads for anything else (``stop``)."""
+    (never across a lap's end), submitted in order, at most READ_AHEAD_DEPTH in flight, into
+    READ_AHEAD_DEPTH + 1 pooled buffers (the one the reader's chunk lives in is given back when
+    it moves on). Up to READ_AHEAD_THREADS threads read them (os.preadv gives up the GIL while the
+    device works): that many reads at once at the device, which a virtio or NVMe disk serves
+    faster than one after the other; they may end in any order, the LogReader takes them in
+    order (``take``) and falls back to its own reads for anything else (``stop``)."""
 
     def __init__(self, dev: Device, ring: Ring):
         self.dev, self.ring = dev, ring
@@ -361,7 +370,8 @@ class _ReadAhead:
         self._buffers = 0
         self._queued: deque[_Segment] = deque()
         self._next = self._limit = 0
-        self._todo = self._done = self._thread = None
+        self._todo = self._done = None
+        self._threads: list = []
 
     def start(self, lo: int, limit: int) -> None:
         """Read [lo, limit) ahead (nothing may be in flight)."""
@@ -384,15 +394,29 @@ class _ReadAhead:
             seg = _Segment(lo, min(READ_AHEAD_BYTES, self.ring.lap_end(lo) - lo, self._limit - lo), buf)
             self._next = lo + seg.n
             self._queued.append(seg)
-            if self._thread is None:
-                import threading
-                from queue import SimpleQueue
-
-                self._todo, self._done = SimpleQueue(), SimpleQueue()
-                self._thread = threading.Thread(target=_read_segments, name="walctl-scan-read", daemon=True,
-                                                args=(self.dev, self.ring, self._todo, self._done))
-                self._thread.start()
+            if len(self._threads) < min(READ_AHEAD_THREADS, len(self._queued)):
+                self._thread()
             self._todo.put(seg)
+
+    def _thread(self) -> None:
+        """One more reading thread (a scan's first segments start them, up to READ_AHEAD_THREADS)."""
+        import threading
+
+        if self._todo is None:
+            from queue import SimpleQueue
+
+            self._todo, self._done = SimpleQueue(), SimpleQueue()
+        thread = threading.Thread(target=_read_segments, name="walctl-scan-read", daemon=True,
+                                  args=(self.dev, self.ring, self._todo, self._done))
+        thread.start()
+        self._threads.append(thread)
+
+    def _wait(self, seg: _Segment) -> None:
+        """Until ``seg`` is read. The thread marks it read, then puts a token on the done queue:
+        while it is not marked, its token is still to come (a token taken here for a segment
+        read earlier, or lost to a signal, never leaves this waiting on none)."""
+        while not seg.read:
+            self._done.get()
 
     def reading(self) -> bool:
         """Reads are in flight."""
@@ -404,8 +428,7 @@ class _ReadAhead:
         if not self._queued or self._queued[0].lo != lo:
             return None
         seg = self._queued[0]
-        done = self._done.get()  # (interrupted here, by a signal: seg is still queued, stop() drains it)
-        assert done is seg, "read-ahead segments complete in order"
+        self._wait(seg)  # (interrupted here, by a signal: seg is still queued, stop() drains it)
         self._queued.popleft()
         return seg
 
@@ -420,23 +443,23 @@ class _ReadAhead:
         self._limit = self._next
         while self._queued:
             seg = self._queued[0]
-            done = self._done.get()
-            assert done is seg, "read-ahead segments complete in order"
+            self._wait(seg)
             self._queued.popleft()
             self._free.append(seg.buf)
             drained.append(seg)
         return drained
 
     def close(self) -> None:
-        """End the thread (after stop)."""
-        if self._thread is not None:
+        """End the threads (after stop)."""
+        for _ in self._threads:
             self._todo.put(None)
-            self._thread.join()
-            self._thread = None
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
 
 
 def _read_segments(dev: Device, ring: Ring, todo, done) -> None:
-    """The read-ahead thread: each segment read whole, in order; a failure is the segment's ``error``."""
+    """A read-ahead thread: each segment it takes read whole; a failure is the segment's ``error``."""
     while True:
         seg = todo.get()
         if seg is None:
@@ -448,23 +471,25 @@ def _read_segments(dev: Device, ring: Ring, todo, done) -> None:
         except BaseException as exc:  # the reader reads again itself and fails as it would without read-ahead
             seg.error = exc
         seg.counted = bytes_read_total() - before
-        done.put(seg)
+        seg.read = True  # before its token: see _ReadAhead._wait
+        done.put(True)
 
 
-@dataclass(frozen=True, slots=True)
 class Intact:
     """LogReader.intact_run's answer: ``count`` rows (walctl.format.bulk.ROW int64 each) decoded
-    from ``chunk`` (held at LogReader.position() ``where``) starting at ``rel``, and the Stop."""
+    from ``chunk`` (held at LogReader.position() ``where``) starting at ``rel``, and the Stop.
+    (A plain class: one is made per chunk, and a dataclass costs a command's start-up ~0.5 ms.)"""
 
-    chunk: object
-    rel: int
-    rows: memoryview
-    count: int
-    stop: bulk.Stop
-    where: tuple[int, int]
+    __slots__ = ("chunk", "rel", "rows", "count", "stop", "where")
+
+    def __init__(self, chunk, rel: int, rows: memoryview, count: int, stop: bulk.Stop, where: tuple[int, int]):
+        self.chunk, self.rel, self.rows, self.count, self.stop, self.where = chunk, rel, rows, count, stop, where
 
     def __len__(self) -> int:
         return self.count
+
+    def __repr__(self) -> str:
+        return f"Intact(rel={self.rel}, count={self.count}, stop={self.stop!r}, where={self.where})"
 
 
 _REC_SIZE = rec.SIZE
