@@ -135,3 +135,22 @@ def test_a_wrong_secret_is_refused(monkeypatch):
     with pytest.raises(ConnectionError):
         worker.connect()
     jvm.done()
+
+
+def test_a_quiet_run_starts_its_jvm_with_the_quiet_log_config_a_debug_run_does_not():
+    """Without --debug (Spark's log OFF) the JVM walctl starts gets walctl's log4j2 config, so
+    Spark's start-up warnings (loopback hostname, native-hadoop) and its announcement of a
+    default level stay off stderr; with --debug (WARN) Spark's own defaults apply."""
+    import os
+
+    from walctl.spark import job
+
+    quiet = job.jvm_settings("OFF")["spark.driver.extraJavaOptions"]
+    assert f"-Dlog4j2.configurationFile=file:{job.QUIET_LOG_CONFIG}" in quiet
+    assert quiet.startswith(job.JVM_CONF["spark.driver.extraJavaOptions"])  # the JVM's sizing kept
+    assert job.jvm_settings("WARN") == job.JVM_CONF
+    with open(job.QUIET_LOG_CONFIG) as f:
+        text = f.read()
+    assert "rootLogger.level = warn" in text and "threshold.level = error" in text
+    assert os.path.basename(job.QUIET_LOG_CONFIG) in open(
+        os.path.join(os.path.dirname(job.__file__), "..", "..", "pyproject.toml")).read()  # shipped in the wheel

@@ -133,16 +133,17 @@ def spark_session(master: str | None = None, log_level: str = "OFF", *, worker_d
     if SparkContext._gateway is None and os.environ.get("TMPDIR") and "SPARK_LOCAL_DIRS" not in os.environ:
         # The JVM we start keeps its scratch files (deleted as it exits) where TMPDIR says, not in /tmp.
         os.environ["SPARK_LOCAL_DIRS"] = tempfile.gettempdir()
+    jvm_conf = jvm_settings(log_level)
     if master is None:
         # Start (or, under spark-submit, join) the JVM first: its system properties hold
         # spark-submit's --master and --conf, which a default must never override.
         conf = None if os.environ.get("PYSPARK_GATEWAY_PORT") else SparkConf(loadDefaults=False).setAll(
-            JVM_CONF.items())
+            jvm_conf.items())
         SparkContext._ensure_initialized(conf=conf)
         master = SparkConf().get("spark.master", None) or DEFAULT_MASTER
     builder = SparkSession.builder.master(master).appName("walctl-compact")
     if SparkContext._gateway is None:  # we start the JVM: ours to size
-        for key, value in JVM_CONF.items():
+        for key, value in jvm_conf.items():
             builder = builder.config(key, value)
     if master.startswith("local"):
         # local[*] workers are children of this machine: give them our interpreter (and so
@@ -166,6 +167,18 @@ def spark_session(master: str | None = None, log_level: str = "OFF", *, worker_d
         session.sparkContext.environment.setdefault(key, value)
     session.sparkContext.setLogLevel(log_level)
     return session
+
+
+QUIET_LOG_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2-quiet.properties")
+
+
+def jvm_settings(log_level: str) -> dict[str, str]:
+    """JVM_CONF, and for a quiet run (Spark's log OFF or ERROR) a log configuration that keeps
+    Spark's start-up warnings off stderr: they come before setLogLevel can act."""
+    conf = dict(JVM_CONF)
+    if log_level.upper() in ("OFF", "ERROR", "FATAL") and os.path.exists(QUIET_LOG_CONFIG):
+        conf["spark.driver.extraJavaOptions"] += f" -Dlog4j2.configurationFile=file:{QUIET_LOG_CONFIG}"
+    return conf
 
 
 def installed_pyspark() -> bool:
