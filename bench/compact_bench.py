@@ -3,7 +3,7 @@
 compacted by the real Spark job; speed against the disk's floor, peak memory, objects, requests.
 
     python bench/compact_bench.py [--ssos 160] [--streams 80] [--size 800MB] [--zipf 1.2]
-        [--batch-bytes 65536] [--master local[2]] [--tasks N] [--no-compare] [--memory-limit 64MiB]
+        [--batch-bytes 65536] [--master local[2]] [--tasks N] [--no-compare] [--rounds N] [--memory-limit 64MiB]
         [--split-size 16MiB] [--store DIR] [--read-rate MIB/S]
     python bench/compact_bench.py --level so [so_compact_bench options]   # SO compaction (issue 17)
     python bench/compact_bench.py --level all                              # both, one after the other
@@ -20,7 +20,8 @@ Prints, in one run:
   adjacent blocks (a plan without memory limit), PUTs;
 - a second compaction of the result: it must be idle (nothing written);
 - the same layout compacted again (fresh copies, the JVM warm) by one task and by two at
-  once: how much faster two were (target > 1).
+  once, --rounds times, alternating which goes first: how much faster two were (median and
+  range of the rounds' ratios; target > 1), with each run's workers' start and end and CPU.
 
 With --read-rate, the read phase of every iteration is paced: the bench prints the achieved
 read rate against the limit (issue 8).
@@ -32,18 +33,21 @@ import argparse
 import os
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from walctl.format.batch import StreamRecordBatch  # noqa: E402
 from walctl.format.object import build_object  # noqa: E402
 from walctl.sizes import format_size, parse_size  # noqa: E402
 from walctl.store import manifest as mf  # noqa: E402
 from walctl.store import open_store  # noqa: E402
+from _common import evict  # noqa: E402
 
 
 def descendants(root: int) -> list[int]:
@@ -161,18 +165,6 @@ def input_paths(store) -> list[str]:
     return [store._path(o["key"]) for o in mf.load_latest(store).objects]
 
 
-def evict(paths: list[str]) -> None:
-    """Drop these files from the page cache (synced first): the next read comes from the disk,
-    as the compaction's O_DIRECT reads do. Only our files: the machine's cache is left alone."""
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
 def floor_seconds(store, directory: str) -> float:
     """`cat INPUTS | dd of=OUT bs=1M conv=fsync`: the inputs' bytes read (from the disk, not the
     page cache) and written once, synced."""
@@ -198,6 +190,18 @@ def run(store, directory: str, spark, args, tasks: int) -> tuple[object, float]:
     result = compact(store, directory, spark=spark, memory_limit=parse_size(args.memory_limit),
                      split_size=parse_size(args.split_size), read_rate_bps=rate, tasks=tasks)
     return result, time.monotonic() - started
+
+
+def task_spans(result, wall: float) -> str:
+    """Per Python worker: its start, its task's entry and its last iteration's end, seconds into the run."""
+    workers: dict = {}
+    for t in result.tasks:
+        workers.setdefault(t.get("worker_started"), []).append(t)
+    parts = []
+    for started, ts in sorted(workers.items(), key=lambda kv: kv[0] or 0):
+        begun = f"started {started - wall:.2f}, " if started else ""
+        parts.append(f"{begun}in task {ts[0]['task_entered'] - wall:.2f}, done {max(t['finished'] for t in ts) - wall:.2f}")
+    return "workers: " + "; ".join(parts)
 
 
 def main() -> None:
@@ -233,7 +237,8 @@ def main() -> None:
     p.add_argument("--batch-bytes", type=int, default=65536)
     p.add_argument("--master", default="local[2]")
     p.add_argument("--tasks", type=int, default=None, help="tasks at once (default 1, compact's on a local master)")
-    p.add_argument("--no-compare", action="store_true", help="skip the one-task run on the same layout")
+    p.add_argument("--no-compare", action="store_true", help="skip the 1-task against 2-task runs")
+    p.add_argument("--rounds", type=int, default=1, help="rounds of the 1-task against 2-task runs (median, range)")
     p.add_argument("--memory-limit", default="64MiB")
     p.add_argument("--split-size", default="16MiB")
     p.add_argument("--store", default=None, help="directory for the stores (default: a temporary one, removed)")
@@ -292,21 +297,38 @@ def main() -> None:
               f"from each one's first GET to its last, {busy:.1f} s at the writer: "
               f"the reads run ahead of the writes, so the two overlap), {seconds - last:.1f} s after (the "
               f"driver's last parts, commit)")
+    if result.tasks and result.tasks[0].get("worker_cpu") is not None:
+        workers = {t["worker_started"]: t for t in result.tasks}
+        print(f"Python workers' CPU: {sum(t['worker_cpu'] for t in workers.values()):.2f} s "
+              f"({sum(t['entry_cpu'] for t in workers.values()):.2f} s of it before their task began), "
+              f"against {seconds:.2f} s of run: the rest of the time they waited for the disk (or a core)")
     print(f"requests: {out['data_gets']} data GETs (the plan's {result.plan.gets}; one per run of adjacent "
           f"blocks, memory aside: {minimum}) + {result.index_gets} index reads, {out['puts']} PUTs")
     print(f"peak memory (driver + JVM + Python workers): RSS {format_size(sampler.peak)} ({sampler.describe()}); "
           f"PSS {format_size(sampler.peak_pss)}; target: limit + 400 MiB = {format_size(limit + (400 << 20))}")
     print(f"second compaction: {'idle' if again.idle else 'NOT IDLE'} ({again.plan.reason})", flush=True)
     if not args.no_compare:
-        times = {}
-        for n, name in ((1, "b"), (2, "c")):  # fresh copies of the layout, on the now warm JVM
-            path = os.path.join(top, name)
-            generate(open_store(path), args.ssos, args.streams, parse_size(args.size), args.zipf, args.batch_bytes)
-            done, times[n] = run(open_store(path), path, spark, args, n)
-            print(f"the same layout again, {n} task(s): {times[n]:.1f} s ({done.to_json()['data_gets']} data GETs)",
-                  flush=True)
-            shutil.rmtree(path)
-        print(f"2 tasks at once are {times[1] / times[2]:.2f}x as fast as 1 (target > 1)")
+        # Fresh copies of the layout, on the now warm JVM: one task, then two, alternating which
+        # goes first from round to round; the ratio per round (the machine's load drifts slowly).
+        times: dict[int, list[float]] = {1: [], 2: []}
+        ratios = []
+        for k in range(args.rounds):
+            for n in ((1, 2) if k % 2 == 0 else (2, 1)):
+                path = os.path.join(top, f"r{n}")
+                generate(open_store(path), args.ssos, args.streams, parse_size(args.size), args.zipf,
+                         args.batch_bytes)
+                done, seconds_n = run(open_store(path), path, spark, args, n)
+                times[n].append(seconds_n)
+                cpu = {t["worker_started"]: t.get("worker_cpu", 0.0) for t in done.tasks}
+                print(f"round {k + 1}: the same layout again, {n} task(s): {seconds_n:.2f} s "
+                      f"({done.to_json()['data_gets']} data GETs; tasks' CPU {sum(cpu.values()):.2f} s; "
+                      f"{task_spans(done, run.wall)}; load {os.getloadavg()[0]:.1f})", flush=True)
+                shutil.rmtree(path)
+            ratios.append(times[1][-1] / times[2][-1])
+        med = statistics.median
+        print(f"2 tasks at once are {med(ratios):.2f}x as fast as 1 (median of {len(ratios)} rounds, range "
+              f"{min(ratios):.2f}-{max(ratios):.2f}; 1 task {med(times[1]):.2f} s, 2 tasks {med(times[2]):.2f} s; "
+              f"target > 1)")
     stop_session(spark)
     if args.read_rate:
         made = [t for t in result.tasks if t.get("read_seconds")]

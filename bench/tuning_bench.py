@@ -41,6 +41,9 @@ sys.path.insert(0, REPO_ROOT)
 
 from walctl.sizes import format_size, parse_size  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import evict  # noqa: E402
+
 KiB, MiB = 1 << 10, 1 << 20
 
 
@@ -179,15 +182,6 @@ def resident(path: str) -> int:
     out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path], capture_output=True,
                          text=True, check=True).stdout
     return int(out.split()[0])
-
-
-def evict(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 FILL = r"""

@@ -140,3 +140,81 @@ def test_buffer_pool_extents_are_reused_merged_and_never_overlap():
     for token in (t2, ta, tc):
         pool.give(token)
     assert pool.free == [(0, 64 * KiB)]
+
+
+def test_a_reads_memory_goes_back_once_its_last_chunk_is_written_not_with_the_piece(tmp_path, monkeypatch):
+    """A local store's task gives a read's arena extent back as soon as the write has taken its
+    last chunk: the next iteration's read starts while the piece is still being written (it
+    waited for the whole piece, fsync included, before), and the bytes written are the plan's."""
+    import os
+
+    from walctl.format.batch import StreamRecordBatch
+    from walctl.format.object import build_object
+    from walctl.spark import multipart
+    from walctl.spark.compact import read_indexes
+    from walctl.spark.job import IterationSpec, PieceSpec, index_block, run_iterations_in_task
+    from walctl.spark.plan import plan_compaction
+    from walctl.store import manifest as mf
+    from walctl.store import open_store
+    from walctl.store.local import LocalStore
+
+    root = str(tmp_path / "s")
+    store = open_store(root)
+    objects, offset = [], 0
+    for object_id in (1, 2):
+        batches = []
+        for _ in range(4):
+            batches.append(StreamRecordBatch(1, 0, offset, 1, os.urandom(8 * KiB)))
+            offset += 1
+        built = build_object([(1, batches)], block_size=8 * KiB)
+        key = mf.object_key(object_id)
+        store.put_large(key, built.data)
+        objects.append({"id": object_id, "key": key, "kind": "SSO", "size": len(built.data), "order_id": object_id,
+                        "data_time": 0, "ranges": [{"stream_id": 1, "start": r.start_offset, "end": r.end_offset,
+                                                    "bytes": r.size_bytes} for r in built.ranges.values()]})
+
+    def install(m):
+        m.objects = objects
+        m.next_object_id = 3
+        m.streams = {1: mf.StreamSpan(0, offset)}
+
+    mf.commit(store, install, command="test")
+    doc = mf.load_latest(store)
+    indexes, _ = read_indexes(store, objects)
+    one = sum(e.block_size for e in indexes[1])
+    plan = plan_compaction(doc.to_json(), indexes, memory_limit=one, split_size=1 << 40)
+    assert [len(it.reads) for it in plan.iterations] == [1, 1]  # one GET per source object, one per iteration
+    (out,) = plan.outputs
+    key = mf.object_key(9)
+    upload = multipart.create(store, key)
+    specs = [IterationSpec(root, None, it.index, it.reads,
+                           tuple(PieceSpec(key, p, upload, out.data_bytes, None) for p in it.pieces),
+                           memory_bytes=plan.task_memory) for it in plan.iterations]
+    assert index_block(out)  # (the driver's tail part: not this test's)
+
+    second_read = threading.Event()
+    real_read, real_part = LocalStore.read_range_into, multipart.put_part
+
+    def read_into(self, key, start, end, buf):
+        if key == mf.object_key(2):
+            second_read.set()
+        return real_read(self, key, start, end, buf)
+
+    waited = []
+
+    def put_part(store, key, upload_id, number, chunks, position, size=None):
+        def spy():
+            yield from chunks
+            if number == 1:  # every chunk of part 1 written, the part not yet synced nor returned
+                waited.append(second_read.wait(10))
+        return real_part(store, key, upload_id, number, spy(), position, size=size)
+
+    monkeypatch.setattr(LocalStore, "read_range_into", read_into)
+    monkeypatch.setattr(multipart, "put_part", put_part)
+    results = run_iterations_in_task(specs)
+    assert [r.get("error") for r in results] == [None, None]
+    assert waited == [True]  # the next iteration's read had started while part 1 was being written
+    with open(store._path(key), "rb") as f:
+        written = f.read()
+    expected = b"".join(store.read_range(r.key, r.position, r.end_position) for r in out.ranges)
+    assert written == expected

@@ -133,16 +133,17 @@ def spark_session(master: str | None = None, log_level: str = "OFF", *, worker_d
     if SparkContext._gateway is None and os.environ.get("TMPDIR") and "SPARK_LOCAL_DIRS" not in os.environ:
         # The JVM we start keeps its scratch files (deleted as it exits) where TMPDIR says, not in /tmp.
         os.environ["SPARK_LOCAL_DIRS"] = tempfile.gettempdir()
+    jvm_conf = jvm_settings(log_level)
     if master is None:
         # Start (or, under spark-submit, join) the JVM first: its system properties hold
         # spark-submit's --master and --conf, which a default must never override.
         conf = None if os.environ.get("PYSPARK_GATEWAY_PORT") else SparkConf(loadDefaults=False).setAll(
-            JVM_CONF.items())
+            jvm_conf.items())
         SparkContext._ensure_initialized(conf=conf)
         master = SparkConf().get("spark.master", None) or DEFAULT_MASTER
     builder = SparkSession.builder.master(master).appName("walctl-compact")
     if SparkContext._gateway is None:  # we start the JVM: ours to size
-        for key, value in JVM_CONF.items():
+        for key, value in jvm_conf.items():
             builder = builder.config(key, value)
     if master.startswith("local"):
         # local[*] workers are children of this machine: give them our interpreter (and so
@@ -166,6 +167,18 @@ def spark_session(master: str | None = None, log_level: str = "OFF", *, worker_d
         session.sparkContext.environment.setdefault(key, value)
     session.sparkContext.setLogLevel(log_level)
     return session
+
+
+QUIET_LOG_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2-quiet.properties")
+
+
+def jvm_settings(log_level: str) -> dict[str, str]:
+    """JVM_CONF, and for a quiet run (Spark's log OFF or ERROR) a log configuration that keeps
+    Spark's start-up warnings off stderr: they come before setLogLevel can act."""
+    conf = dict(JVM_CONF)
+    if log_level.upper() in ("OFF", "ERROR", "FATAL") and os.path.exists(QUIET_LOG_CONFIG):
+        conf["spark.driver.extraJavaOptions"] += f" -Dlog4j2.configurationFile=file:{QUIET_LOG_CONFIG}"
+    return conf
 
 
 def installed_pyspark() -> bool:
@@ -316,6 +329,7 @@ def run_iterations_in_task(specs) -> list[dict]:
     own request counts. Errors come back in the result (``error``), classified, not raised;
     the task stops at its first."""
     entered = time.time()
+    entry_cpu = sum(os.times()[:2])  # the worker's start and the task's unpickling, CPU seconds
     specs = list(specs)
     out: list[dict] = []
     if not specs:
@@ -335,20 +349,23 @@ def run_iterations_in_task(specs) -> list[dict]:
     finally:
         if ahead is not None:
             ahead.close()
+    cpu, started = os.times(), process_started()
     for result in out:  # where the task's time went before its first GET (bench/compact_bench.py)
-        result.update(worker_started=process_started(), task_entered=entered)
+        result.update(worker_started=started, task_entered=entered,
+                      worker_cpu=cpu.user + cpu.system, entry_cpu=entry_cpu)
     return out
 
 
 def process_started() -> float | None:
-    """This process's start, wall clock (Linux /proc), None elsewhere."""
+    """This process's start, wall clock (Linux /proc: its start in clock ticks after boot, against
+    the uptime now; /proc/stat's boot time is whole seconds), None elsewhere."""
     try:
         with open("/proc/self/stat") as f:
             ticks = int(f.read().rpartition(")")[2].split()[19])
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
         return None
 
 
@@ -537,10 +554,31 @@ def _run_iteration(spec: IterationSpec, store: Store, ahead: ReadAhead, k: int) 
     places = [[(*located[r], r) for r in p.piece.ranges] for p in spec.pieces]
     sources = [sorted({n for n, _, _ in where}) for where in places]
     del located
-    for needed in sources:
+    last_piece = {}
+    for i, needed in enumerate(sources):
         for n in needed:
             uses[n] += 1
+            last_piece[n] = i
     unused = [n for n, count in enumerate(uses) if count == 0]
+    # A local store's reads land in the task's arena, and its writes take each chunk before asking
+    # for the next (put_large, put_part): a read's extent goes back to the reads waiting as soon as
+    # its last chunk is written, not when the whole piece is (which held the next iteration's reads
+    # back until then: reading and writing took turns). Elsewhere the reads are bytes objects that
+    # the write holds until it is done: they are given back with the piece.
+    progressive = ahead.buffers is not None
+    released: set[int] = set()
+
+    def release(n: int) -> None:
+        released.add(n)
+        ahead.release(spec.reads[n].size, (k, n))
+
+    def feed(chunks: list, releases: dict):
+        """The piece's chunks, one at a time; once chunk j is written (the next one asked for), the
+        reads whose last chunk it was are given back."""
+        for j, chunk in enumerate(chunks):
+            yield chunk
+            for n in releases.get(j, ()):
+                release(n)
 
     def buffer(n: int) -> bytes:
         if n not in buffers:
@@ -548,11 +586,11 @@ def _run_iteration(spec: IterationSpec, store: Store, ahead: ReadAhead, k: int) 
             futures[n] = None  # a done future keeps its result: the buffer must go with its last piece
         return buffers[n]
 
-    def write(p: PieceSpec, chunks: list):
+    def write(p: PieceSpec, chunks, size: int):
         if p.upload_id is None:
             store.put_large(p.key, chunks)
             return None
-        return multipart.put_part(store, p.key, p.upload_id, p.piece.part, chunks, p.piece.position)
+        return multipart.put_part(store, p.key, p.upload_id, p.piece.part, chunks, p.piece.position, size=size)
 
     def finish(pending) -> None:
         """A piece's write done: its record, the pace, and the buffers no later piece needs."""
@@ -563,7 +601,8 @@ def _run_iteration(spec: IterationSpec, store: Store, ahead: ReadAhead, k: int) 
             uses[n] -= 1
             if uses[n] == 0:
                 del buffers[n]  # memory follows the pieces still to write
-                ahead.release(spec.reads[n].size, (k, n))
+                if n not in released:
+                    release(n)
         parts.append({"output": p.piece.output, "part": p.piece.part, "crc": crc, "bytes": p.piece.data_bytes,
                       "record": part})
 
@@ -574,10 +613,13 @@ def _run_iteration(spec: IterationSpec, store: Store, ahead: ReadAhead, k: int) 
     hold_gil = _HOLD_GIL if _HOLD_GIL is not None else _hold_gil(crc32c)
     # One piece is written (its syscalls release the GIL) while the next one is checked and summed.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="walctl-write") as writer:
-        for p, where, needed in zip(spec.pieces, places, sources):
+        for i, (p, where, needed) in enumerate(zip(spec.pieces, places, sources)):
             chunks: list = []
+            last_chunk: dict[int, int] = {}  # a read no later piece needs -> its last chunk here
             crc = 0  # this piece's data alone: pieces of one object run in any order, the driver combines
-            for n, at, r in where:
+            for j, (n, at, r) in enumerate(where):
+                if progressive and last_piece[n] == i:
+                    last_chunk[n] = j
                 view = memoryview(buffer(n))[at:at + r.size]
                 # A misplaced read must never be published as data: decode the blocks against their
                 # entry (the batches' payloads as views: the buffer never changes, nothing is copied).
@@ -593,8 +635,14 @@ def _run_iteration(spec: IterationSpec, store: Store, ahead: ReadAhead, k: int) 
             size = sum(len(c) for c in chunks)
             if pending is not None:
                 finish(pending)
-            pending = (writer.submit(write, p, chunks), p, crc, size, needed)
-            del chunks
+            body = chunks
+            if last_chunk:
+                releases: dict[int, list[int]] = {}
+                for n, j in last_chunk.items():
+                    releases.setdefault(j, []).append(n)
+                body = feed(chunks, releases)
+            pending = (writer.submit(write, p, body, size), p, crc, size, needed)
+            del chunks, body
         if pending is not None:
             finish(pending)
     for n in unused:  # a GET no piece uses (none in a plan): wait for it, give its memory back

@@ -17,7 +17,7 @@ The upload id travels in the task spec; each task opens the store itself.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 import os
 import uuid
@@ -50,16 +50,24 @@ def create(store: Store, key: str) -> str:
     return f"local-{uuid.uuid4().hex}"
 
 
-def put_part(store: Store, key: str, upload_id: str, number: int, chunks: list, position: int) -> dict:
+def put_part(store: Store, key: str, upload_id: str, number: int, chunks: Iterable, position: int,
+             size: int | None = None) -> dict:
     """Upload part ``number`` (1-based) made of ``chunks`` (bytes-likes), at object byte ``position``.
 
-    Returns the part's record for ``complete`` (S3: its ETag and checksum).
+    ``chunks`` may be an iterator when ``size`` (their total) is given: a local store writes each
+    chunk before it asks for the next, so the caller may reuse a chunk's buffer by then (as
+    LocalStore.put_large does). Returns the part's record for ``complete`` (S3: its ETag and checksum).
     """
-    size = sum(len(c) for c in chunks)
+    if size is None:
+        chunks = list(chunks)
+        size = sum(len(c) for c in chunks)
     if not _local(store):
         checksum = store._checksum_algorithm()
+        body = b"".join(chunks)
+        if len(body) != size:
+            raise IOFailure(f"part {number} holds {len(body)} bytes, {size} were announced", where=key)
         args = {"Bucket": store.bucket, "Key": store._full_key(key), "UploadId": upload_id,
-                "PartNumber": number, "Body": b"".join(chunks)}
+                "PartNumber": number, "Body": body}
         if checksum:
             args["ChecksumAlgorithm"] = checksum
         resp = store._call("UploadPart", key, **args)
@@ -76,17 +84,17 @@ def put_part(store: Store, key: str, upload_id: str, number: int, chunks: list, 
         raise NotFoundError("multipart object file is gone (aborted, or collected by gc)",
                             where=store._where(key)) from exc
     try:
-        done, views = 0, [memoryview(c) for c in chunks]
-        while done < size:
-            n = os.pwritev(fd, views, position + done)
-            if n <= 0:
-                raise OSError(5, "pwritev wrote nothing")
-            done += n
-            while views and n >= len(views[0]):
-                n -= len(views[0])
-                views.pop(0)
-            if views and n:
-                views[0] = views[0][n:]
+        done = 0
+        for chunk in chunks:  # each written before the next is asked for
+            view = memoryview(chunk).cast("B")
+            while view:
+                n = os.pwrite(fd, view, position + done)
+                if n <= 0:
+                    raise OSError(5, "pwrite wrote nothing")
+                done += n
+                view = view[n:]
+        if done != size:
+            raise IOFailure(f"part {number} holds {done} bytes, {size} were announced", where=store._where(key))
         os.fsync(fd)
         os.posix_fadvise(fd, position, size, os.POSIX_FADV_DONTNEED)
     except OSError as exc:
