@@ -187,3 +187,18 @@ def test_spark_submit_master_is_respected_and_no_temp_dir_is_left(tmp_path, two_
     assert out["spark_master"] == "local[2]"  # not local[*]: spark-submit's master stands
     assert out["commit_number"] is not None and read_back(store) == expect(appended)
     assert wait_empty(lambda: sorted(p.name for p in tmpdir.iterdir())) == []
+
+
+def test_local_workers_do_not_import_a_walctl_from_the_current_directory(tmp_path, two_ssos):
+    """A local master's Python workers start as `python -m ...`, which would put the current
+    directory first on their path: run from a directory holding another walctl (an old checkout),
+    they must still import the driver's."""
+    store, url, appended = two_ssos
+    cwd = tmp_path / "elsewhere"
+    (cwd / "walctl").mkdir(parents=True)
+    (cwd / "walctl" / "__init__.py").write_text('raise ImportError("the walctl of the current directory")\n')
+    proc = subprocess.run([sys.executable, "-P", "-m", "walctl", "compact", "--store", url, "--json"],
+                          capture_output=True, text=True, timeout=300, env=env_with(), cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["commit_number"] is not None
+    assert read_back(store) == expect(appended)

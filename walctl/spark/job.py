@@ -165,6 +165,10 @@ def spark_session(master: str | None = None, log_level: str = "OFF", *, worker_d
     session = builder.getOrCreate()
     for key, value in WORKER_ENV.items():  # (spark.executorEnv.* of the user's stand)
         session.sparkContext.environment.setdefault(key, value)
+    if master.startswith("local"):
+        # Local workers start as `python -m ...`, which puts the current directory first on their
+        # path: a walctl there (an old checkout) would stand in for the driver's. Not with -P.
+        session.sparkContext.environment["PYTHONSAFEPATH"] = "1"
     session.sparkContext.setLogLevel(log_level)
     return session
 
