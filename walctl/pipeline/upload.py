@@ -946,10 +946,12 @@ class _SpoolWriter:
 class _SpoolBuilder(ObjectBuilder):
     """ObjectBuilder for DataBlocks laid out by the caller (a spool's block buffer): ``add_laid_out`` keeps
     the index entry, the stream's range and the data crc exactly as ``add_block`` does for the same
-    bytes; ``finish`` is ObjectBuilder's. One stream (a spool's segment), blocks contiguous by
-    construction."""
+    bytes (the data crc from the block's crc: combined, not read again); ``finish`` is ObjectBuilder's.
+    One stream (a spool's segment), blocks contiguous by construction."""
 
-    def add_laid_out(self, stream_id: int, start_offset: int, end_offset: int, count: int, block) -> None:
+    def add_laid_out(self, stream_id: int, start_offset: int, end_offset: int, count: int, block,
+                     crc: int) -> None:
+        """The DataBlock ``block`` (its bytes), whose crc32c is ``crc``."""
         from walctl.format.index_entry import INT32_MAX, INT64_LIMIT
         from walctl.format.object import IndexEntry, StreamRange
 
@@ -968,7 +970,8 @@ class _SpoolBuilder(ObjectBuilder):
         first = self.ranges.get(stream_id)
         self.ranges[stream_id] = StreamRange(first.start_offset if first else start_offset, end_offset,
                                              self.position)
-        self._data_crc = _crc32c(block, self._data_crc)  # (ObjectBuilder's running crc of the data region)
+        # ObjectBuilder's running crc of the data region: crc32c(blocks so far + block)
+        self._data_crc = rowcopy.crc32c_combine(self._data_crc, crc, len(block))
 
 
 class _Bodies:
@@ -979,14 +982,16 @@ class _Bodies:
     def __init__(self, items: list):
         self.items = items  # one body each (bytes, or views of a chunk)
 
-    def copy_into(self, buf: bytearray, pos: int, a: int, b: int) -> int:
-        """Copy items [a, b) into ``buf`` at ``pos``, back to back; returns where they end."""
+    def copy_into(self, buf, pos: int, a: int, b: int, crc: int) -> tuple[int, int]:
+        """Copy items [a, b) into ``buf`` at ``pos``, back to back; returns where they end and ``crc``
+        (the crc32c of some bytes X) extended over them: crc32c(X + the items)."""
         with memoryview(buf) as out:
             for item in self.items[a:b]:
                 end = pos + len(item)
                 out[pos:end] = item
+                crc = _crc32c(item, crc)
                 pos = end
-        return pos
+        return pos, crc
 
 
 class _RunBodies(_Bodies):
@@ -997,8 +1002,9 @@ class _RunBodies(_Bodies):
     def __init__(self, chunk, rows, base: int, positions: list[int], lengths: list[int]):
         self.chunk, self.rows, self.base, self.positions, self.lengths = chunk, rows, base, positions, lengths
 
-    def copy_into(self, buf: bytearray, pos: int, a: int, b: int) -> int:
-        return rowcopy.gather_into(buf, pos, self.chunk, self.rows, self.base + a, self.base + b)
+    def copy_into(self, buf, pos: int, a: int, b: int, crc: int) -> tuple[int, int]:
+        # (crc extended from the records' bodyCRCs, which the decoder checked: the bodies are read once)
+        return rowcopy.gather_crc_into(buf, pos, self.chunk, self.rows, self.base + a, self.base + b, crc)
 
     def select(self, idx: list[int]) -> _Bodies:
         """Items ``idx`` (one stream's records of a run shared with others), as views of the chunk."""
@@ -1016,7 +1022,7 @@ class _SegmentSpool:
     """
 
     __slots__ = ("spool", "writer", "buffers", "builder", "sid", "block_size", "buf", "lead", "fill", "count",
-                 "payload", "first", "last_end", "next", "dropped", "aligned", "carry")
+                 "payload", "crc", "first", "last_end", "next", "dropped", "aligned", "carry")
 
     def __init__(self, spool, writer: _SpoolWriter, buffers: _BlockBuffers, sid: int, first: int, block_size: int):
         self.spool, self.writer, self.buffers, self.sid, self.block_size = spool, writer, buffers, sid, block_size
@@ -1029,6 +1035,7 @@ class _SegmentSpool:
         self.fill = _BLOCK_HEAD  # ... and where its bytes end
         self.count = 0  # its batches
         self.payload = 0  # ... and their bytes
+        self.crc = 0  # ... and those bytes' crc32c
         self.first = first  # its first stream offset
         self.last_end = first
         self.next = first  # the stream offset the next batch starts at
@@ -1083,18 +1090,20 @@ class _SegmentSpool:
             grown[:self.fill] = buf[:self.fill]
             self.buffers.give(buf)
             buf = self.buf = grown
-        self.fill = bodies.copy_into(buf, self.fill, a, b)
+        self.fill, self.crc = bodies.copy_into(buf, self.fill, a, b, self.crc)
         self.payload += size
 
     def _close(self) -> None:
         buf, lead, end = self.buf, self.lead, self.fill
-        _BLOCK_HEAD_PACK(buf, lead, _BLOCK_MAGIC, _BLOCK_FLAGS, self.count, end - lead - _BLOCK_HEAD)
+        payload = end - lead - _BLOCK_HEAD
+        _BLOCK_HEAD_PACK(buf, lead, _BLOCK_MAGIC, _BLOCK_FLAGS, self.count, payload)
         try:
             with memoryview(buf) as whole, whole[lead:end] as block:
-                self.builder.add_laid_out(self.sid, self.first, self.last_end, self.count, block)
+                crc = rowcopy.crc32c_combine(_crc32c(block[:_BLOCK_HEAD]), self.crc, payload)
+                self.builder.add_laid_out(self.sid, self.first, self.last_end, self.count, block, crc)
         except ValueError as exc:  # offsets no index entry holds: the usual way refuses them
             raise _NoSpool(str(exc)) from exc
-        self.buf, self.count, self.payload, self.first = None, 0, 0, self.last_end
+        self.buf, self.count, self.payload, self.crc, self.first = None, 0, 0, 0, self.last_end
         self.writer.put(self, buf, lead, end)
 
     def finish(self) -> None:
