@@ -806,9 +806,9 @@ class _Cutter:
 # prepare commit; the others (streams sharing a Stream Set Object, or beyond SPOOL_SEGMENTS) are
 # built as before (kept bodies, or a second read) and their temp objects removed.
 SPOOL_SEGMENTS = 16  # segments written as they are read; more (many interleaved streams) read again
-SPOOL_QUEUE_BLOCKS = 8  # DataBlocks waiting for the writer thread (about 8 MiB at the default block size)
-SPOOL_WRITE_BYTES = 4 << 20  # the writer thread writes blocks this many bytes at a time (one system call)
+SPOOL_WRITE_BYTES = 4 << 20  # DataBlocks go to the writer thread this many bytes at a time (one system call)
 SPOOL_WRITE_BLOCKS = 8  # ... or this many blocks (smaller ones), whichever comes first
+SPOOL_QUEUE_WRITES = 2  # such batches waiting for the writer thread (about 8 MiB)
 SPOOL_MAX_BLOCK = 2 << 20  # larger --block-size: built the usual way (memory: a block buffer per spool and queued block)
 _BLOCK_SLACK = 64 << 10  # a block buffer's room past block_size for the record that ends the block
 
@@ -820,9 +820,10 @@ class _NoSpool(Exception):
 class _BlockBuffers:
     """The block buffers of one upload's spools, reused: a DataBlock is laid out in one (its header, then
     its batches copied in straight from the scan's chunk), written from it, and the buffer handed back
-    by the writer thread. Reused buffers cost no page faults; about SPOOL_QUEUE_BLOCKS + the live
-    spools + a write's blocks of them exist at a time. Page-aligned (O_DIRECT writes): a block starts
-    at its object position's offset in a page, after room for the object's bytes before it in that page."""
+    by the writer thread. Reused buffers cost no page faults; at most (SPOOL_QUEUE_WRITES + 2) batches of
+    them (queued, being written, being filled) and one per live spool exist at a time (4 MiB batches:
+    about 16 at the default block size). Page-aligned (O_DIRECT writes): a block starts at its object
+    position's offset in a page, after room for the object's bytes before it in that page."""
 
     def __init__(self, size: int):
         import threading
@@ -844,15 +845,14 @@ class _BlockBuffers:
                 self._free.append(buf)
 
 
-_FLUSH = object()  # queued by _SpoolWriter.flush: write what is queued now
-
-
 class _SpoolWriter:
     """The thread that writes the spooled DataBlocks (the writes release the GIL: they overlap the
-    scan). ``put`` waits while SPOOL_QUEUE_BLOCKS blocks are queued; an error of the thread is raised
-    by the next ``put`` or ``flush`` (the blocks after it are dropped). The thread writes about
-    SPOOL_WRITE_BYTES of blocks at a time (one system call per spool among them; ``flush`` writes
-    what is there): O_DIRECT writes of 1 MiB took ~1.5x as long as 4 MiB ones beside the scan's reads.
+    scan). The uploading thread hands the blocks over SPOOL_WRITE_BYTES (or SPOOL_WRITE_BLOCKS) at a
+    time, one queue item each (one wake-up of the thread), which the thread writes with one system
+    call per spool among them: O_DIRECT writes of 1 MiB took ~1.5x as long as 4 MiB ones beside the
+    scan's reads. ``put`` waits while SPOOL_QUEUE_WRITES such batches are queued; ``kick`` and
+    ``flush`` hand over what there is. An error of the thread is raised by the next ``put``, ``kick``
+    or ``flush`` (the blocks after it are dropped).
 
     An aligned spool (O_DIRECT) is written in whole pages: a block buffer holds its block after the
     bytes of the object's page before it (``lead`` of them); the thread puts there the page's bytes
@@ -865,7 +865,9 @@ class _SpoolWriter:
         import threading
 
         self._buffers = buffers
-        self._queue: queue.Queue = queue.Queue(maxsize=SPOOL_QUEUE_BLOCKS)
+        self._queue: queue.Queue = queue.Queue(maxsize=SPOOL_QUEUE_WRITES)
+        self._batch: list = []  # (uploading thread) blocks not handed over yet
+        self._batch_bytes = 0
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="walctl-upload-write", daemon=True)
         self._thread.start()
@@ -873,37 +875,29 @@ class _SpoolWriter:
     def _run(self) -> None:
         q = self._queue
         while True:
-            # Blocks are written SPOOL_WRITE_BYTES at a time (large writes: the disk's best with O_DIRECT):
-            # the thread waits for that much, or a flush, or the end.
-            items = [q.get()]
-            size = items[0][3] if type(items[0]) is tuple else 0
-            while type(items[-1]) is tuple and len(items) < SPOOL_WRITE_BLOCKS and size < SPOOL_WRITE_BYTES:
-                items.append(q.get())
-                size += items[-1][3] if type(items[-1]) is tuple else 0
+            batch = q.get()
             try:
-                if self._error is None:
-                    self._write(items)
+                if batch is not None and self._error is None:
+                    self._write(batch)
             except BaseException as exc:  # raised in the uploading thread
                 self._error = exc
             finally:
-                for item in items:
-                    if type(item) is tuple:
-                        self._buffers.give(item[1])
-                    q.task_done()
-                last = items[-1]
-                del items, item
-            if last is None:
+                for item in batch or ():
+                    self._buffers.give(item[1])
+                q.task_done()
+            if batch is None:
                 return
+            del batch
 
     @staticmethod
     def _write(items: list) -> None:
-        """Write the blocks ``items`` (then maybe a marker), each spool's consecutive ones together."""
+        """Write the blocks ``items``, each spool's consecutive ones together."""
         views, spool = [], None
         for item in items + [None]:
-            if type(item) is not tuple or item[0] is not spool:
+            if item is None or item[0] is not spool:
                 if views:
                     spool.spool.write(views)
-                views, spool = [], item[0] if type(item) is tuple else None
+                views, spool = [], None if item is None else item[0]
             if spool is None or spool.dropped:
                 continue
             seg_spool, buf, lead, end = item
@@ -924,21 +918,31 @@ class _SpoolWriter:
         """Write buf[lead:end] to the spool (an aligned one: from its page start), then give buf back
         to the buffers."""
         self._raise()
-        self._queue.put((seg_spool, buf, lead, end))
+        self._batch.append((seg_spool, buf, lead, end))
+        self._batch_bytes += end - lead
+        if self._batch_bytes >= SPOOL_WRITE_BYTES or len(self._batch) >= SPOOL_WRITE_BLOCKS:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        if self._batch:
+            batch, self._batch, self._batch_bytes = self._batch, [], 0
+            self._queue.put(batch)
 
     def kick(self) -> None:
-        """Write what is queued now, without waiting for it."""
+        """Have the blocks put so far written, without waiting for it."""
         self._raise()
-        self._queue.put(_FLUSH)
+        self._hand_over()
 
     def flush(self) -> None:
-        """Wait until every queued block is written."""
-        self._queue.put(_FLUSH)
+        """Wait until every block put is written."""
+        self._raise()
+        self._hand_over()
         self._queue.join()
         self._raise()
 
     def close(self) -> None:
         self._error = self._error or _NoSpool("closed")  # drop what is still queued
+        self._batch = []
         self._queue.put(None)
         self._thread.join()
 
