@@ -129,6 +129,8 @@ def test_modules_for(args, wanted):
      ("walctl.store.s3", "walctl.device.aio", "walctl.device.locks", "socket", "logging")),
     (("status", "/nonexistent/wal"), ("walctl.device.aio", "walctl.device.writequeue", "logging")),
     (("recover", "/nonexistent/wal"), ("walctl.device.aio", "walctl.device.writequeue", "logging")),
+    # upload: its metrics file's writer only with --metrics-file, the gap spec parser only with --accept-gap
+    (("upload", "/nonexistent/wal", "--store", "/nonexistent/store", "--json"), ("walctl.metrics", "walctl.bounds")),
 ])
 def test_readers_do_not_load_what_only_writers_or_s3_use(argv, absent):
     modules = _imported_after(_run_main(), *argv)

@@ -1,4 +1,5 @@
-"""walctl.pipeline.rowcopy: the C functions and their pure-Python twins give the same results."""
+"""walctl.pipeline.rowcopy: the C functions and their pure-Python twins give the same results (and the
+crcs combined from the records' bodyCRCs are the crcs of the bytes copied)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from hypothesis import strategies as st
 from walctl.format import bulk
 from walctl.format import record as rec
 from walctl.format.batch import StreamRecordBatch
+from walctl.format.crc import crc32c
+from walctl.format.crc import crc32c_combine as _py_crc32c_combine
 from walctl.pipeline import rowcopy
 
 
@@ -76,3 +79,45 @@ def test_walctl_no_native_uses_the_twins():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "WALCTL_NO_NATIVE": "1"}).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.skipif(not rowcopy.NATIVE, reason="the C extension is not built here")
+@settings(max_examples=200, deadline=None)
+@given(bodies=bodies_st, gap=st.integers(0, 50), before=st.binary(max_size=40), data=st.data())
+def test_gather_crc_into_twins_agree_and_give_the_crc_of_the_bytes(bodies, gap, before, data):
+    buf, rows, n = _log(bodies, gap)
+    first = data.draw(st.integers(0, n))
+    stop = data.draw(st.integers(first, n))
+    gathered = b"".join(bodies[first:stop])
+    pos = data.draw(st.integers(0, 20))
+    room = pos + len(gathered) + data.draw(st.integers(0, 5))
+    dst, twin = bytearray(b"\xee" * room), bytearray(b"\xee" * room)
+    got = rowcopy.gather_crc_into(dst, pos, buf, rows, first, stop, crc32c(before))
+    assert got == rowcopy._py_gather_crc_into(twin, pos, buf, rows, first, stop, crc32c(before))
+    assert got == (pos + len(gathered), crc32c(before + gathered))  # the copy's crc, as if read again
+    assert dst == twin and dst[pos:pos + len(gathered)] == gathered
+
+
+@pytest.mark.skipif(not rowcopy.NATIVE, reason="the C extension is not built here")
+@settings(max_examples=300, deadline=None)
+@given(a=st.binary(max_size=200), b=st.binary(max_size=5000), crcs=st.tuples(st.integers(0, 2**32 - 1),
+       st.integers(0, 2**32 - 1)), length=st.integers(0, 2**50))
+def test_crc32c_combine_twins_agree(a, b, crcs, length):
+    assert rowcopy.crc32c_combine(crc32c(a), crc32c(b), len(b)) == crc32c(a + b)
+    assert rowcopy.crc32c_combine(*crcs, length) == _py_crc32c_combine(*crcs, length)
+
+
+@pytest.mark.parametrize("twin", ["native", "python"])
+def test_gather_crc_into_refuses_what_gather_into_refuses_and_wide_crcs(twin):
+    if twin == "native" and not rowcopy.NATIVE:
+        pytest.skip("the C extension is not built here")
+    into = rowcopy._native.gather_crc_into if twin == "native" else rowcopy._py_gather_crc_into
+    buf, rows, n = _log([StreamRecordBatch(1, 0, 0, 1, b"abc").encode()], 0)
+    with pytest.raises(ValueError, match="out of range"):
+        into(bytearray(100), 0, buf, rows, 0, n + 1, 0)
+    with pytest.raises(ValueError, match="outside the buffer"):
+        into(bytearray(100), 0, buf[:-1], rows, 0, n, 0)
+    with pytest.raises(ValueError, match="do not fit"):
+        into(bytearray(len(buf) - rec.SIZE), 2, buf, rows, 0, n, 0)
+    with pytest.raises(ValueError, match="32-bit"):
+        into(bytearray(100), 0, buf, rows, 0, n, 1 << 32)

@@ -213,3 +213,73 @@ def test_a_log_larger_than_the_kept_bodies_keeps_none_when_spooled(tmp_path, mon
     monkeypatch.setattr(upload_mod, "SPOOL_SEGMENTS", 0)  # no spools: the bodies are kept up to the bound
     upload_mod.upload(wal, LocalStore(str(tmp_path / "other")), trim=False)
     assert seen[-1].spools is None and seen[-1]._keep_left < 0  # it tried, and gave up past the bound
+
+
+def _takes_o_direct(directory) -> bool:
+    """True when files in ``directory`` can be opened with O_DIRECT (tmpfs and the like refuse it)."""
+    path = os.path.join(str(directory), "probe")
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644))
+        return True
+    except OSError:
+        return False
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_direct_and_buffered_spools_write_the_same_objects_in_large_writes(tmp_path, monkeypatch, direct):
+    """Where the filesystem takes O_DIRECT, a spool writes whole pages straight to the disk (the last
+    partial page goes with the index and footer); where not, it writes buffered. The objects are the
+    same either way, and the blocks go out SPOOL_WRITE_BYTES at a time, not one write each."""
+    if direct and not _takes_o_direct(tmp_path):
+        pytest.skip("this filesystem refuses O_DIRECT: only the buffered spools can be checked here")
+    if not direct:
+        monkeypatch.setattr(local_mod.LocalSpool, "_set_direct", lambda self, on: False)
+    wal = make_wal(tmp_path, capacity=64 << 20)
+    appended = append(wal, {1: (170, 60 * KiB + 7), 2: (50, 3001)})  # ~10 MiB, blocks at odd offsets in pages
+    made = _spools_made(monkeypatch)
+    writes = []
+    real_write = local_mod.LocalSpool.write
+
+    def write(self, data):
+        real_write(self, data)
+        writes.append((self, self.direct, sum(memoryview(d).nbytes for d in data)))  # still direct after it
+
+    monkeypatch.setattr(local_mod.LocalSpool, "write", write)
+    spooled = LocalStore(str(tmp_path / "spooled"))
+    upload_mod.upload(wal, spooled, trim=False, split_size=1)
+    big = made[0]
+    assert len(made) == 2 and all(d == direct for s, d, _ in writes if s is big)  # (publish's tail: buffered)
+    big_writes = [n for s, _, n in writes if s is big]
+    assert sum(big_writes) >= 170 * 60 * KiB - upload_mod.ALIGN
+    assert len(big_writes) <= sum(big_writes) // upload_mod.SPOOL_WRITE_BYTES + 2  # ~4 MiB each, not 1 MiB
+    if direct:
+        assert all(n % upload_mod.ALIGN == 0 for n in big_writes)
+    monkeypatch.setattr(upload_mod, "SPOOL_SEGMENTS", 0)
+    other = LocalStore(str(tmp_path / "other"))
+    upload_mod.upload(wal, other, trim=False, split_size=1)
+    assert _objects(spooled) == _objects(other) and read_back(spooled) == expect(appended)
+
+
+def test_a_spool_given_unaligned_bytes_goes_on_buffered(tmp_path):
+    """A direct spool written anything but whole pages from aligned memory turns O_DIRECT off and
+    writes on buffered: the object holds every byte, in order."""
+    if not _takes_o_direct(tmp_path):
+        pytest.skip("this filesystem refuses O_DIRECT: no direct spool to turn off here")
+    from walctl.device.buffers import aligned_buffer
+
+    store = LocalStore(str(tmp_path / "store"))
+    spool = store.open_spool()
+    assert spool.direct
+    page = aligned_buffer(2 * upload_mod.ALIGN)
+    page[:] = os.urandom(len(page))
+    spool.write([memoryview(page)])
+    assert spool.direct and spool.size == len(page)
+    spool.write(b"odd")
+    assert not spool.direct
+    spool.write([memoryview(page)[:100], b"more"])
+    spool.publish("k/obj", b"tail")
+    assert store.read_all("k/obj") == bytes(page) + b"odd" + bytes(page[:100]) + b"more" + b"tail"
+    assert _temp_files(tmp_path / "store") == []

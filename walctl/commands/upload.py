@@ -75,20 +75,28 @@ def upload_cmd(
 
 def _upload(device: str, store: str, metrics_file, json_out: bool, o: dict):
     """(result, summary): the upload run under its metrics file (success 0 on any failure)."""
-    from walctl import bounds
     from walctl.errors import TrimPendingError, UsageError
-    from walctl.metrics import MetricsRun
     from walctl.pipeline.upload import upload
     from walctl.sizes import parse_size
     from walctl.store import open_store, store_exists
 
     dry_run = o["dry_run"]
-    labels = {"device": device, "store": store, "node_id": _node_id(device)} if metrics_file else None
-    with MetricsRun(metrics_file, "upload", enabled=not dry_run, on_warning=warn, labels=labels) as metrics:
-        try:
-            accepted = [bounds.stream_gap(spec) for spec in o["accept_gap"] or []]
-        except UsageError as exc:
-            raise exc.at(device)
+    if metrics_file is not None:
+        from walctl.metrics import MetricsRun  # (with tempfile): only for a metrics file
+
+        labels = {"device": device, "store": store, "node_id": _node_id(device)}
+        run = MetricsRun(metrics_file, "upload", enabled=not dry_run, on_warning=warn, labels=labels)
+    else:
+        run = _NoMetrics()
+    with run as metrics:
+        accepted = []
+        if o["accept_gap"]:
+            from walctl import bounds
+
+            try:
+                accepted = [bounds.stream_gap(spec) for spec in o["accept_gap"]]
+            except UsageError as exc:
+                raise exc.at(device)
         # A dry run creates nothing: a store not made yet is planned against as empty.
         st = open_store(store, endpoint_url=o["endpoint_url"], create=not dry_run, missing_ok=dry_run)
         if not store_exists(st):
@@ -112,6 +120,21 @@ def _upload(device: str, store: str, metrics_file, json_out: bool, o: dict):
         metrics.record(bytes=sum(o["size_bytes"] or 0 for o in result.objects), payload_bytes=result.payload_bytes,
                        objects=len(result.objects), records=result.records, requests=st.stats.requests)
     return result, out
+
+
+class _NoMetrics:
+    """MetricsRun's place without --metrics-file (it would write nothing): walctl.metrics not imported."""
+
+    summary: dict | None = None
+
+    def record(self, **amounts: float) -> None:
+        pass
+
+    def __enter__(self) -> "_NoMetrics":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        return False
 
 
 def _bad_records_error(result, device: str, out: dict):

@@ -636,6 +636,8 @@ static PyObject *py_rows_summary(PyObject *self, PyObject *args); /* (at the end
 /* defined in the sections after the module table */
 static PyObject *py_gather_into(PyObject *self, PyObject *args);
 static PyObject *py_body_crcs(PyObject *self, PyObject *args);
+static PyObject *py_crc32c_combine(PyObject *self, PyObject *args);
+static PyObject *py_gather_crc_into(PyObject *self, PyObject *args);
 
 static PyMethodDef methods[] = {
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0) -> int: CRC-32C of data, continuing value."},
@@ -654,6 +656,11 @@ static PyMethodDef methods[] = {
      " back to back into dst from pos; where they end"},
     {"body_crcs", py_body_crcs, METH_VARARGS,
      "body_crcs(buf, rows, first, stop) -> bytes: the bodyCRC of each row's record header, native uint32s"},
+    {"crc32c_combine", py_crc32c_combine, METH_VARARGS,
+     "crc32c_combine(crc_a, crc_b, length_b) -> int: crc32c(A + B) from crc32c(A), crc32c(B) and len(B)"},
+    {"gather_crc_into", py_gather_crc_into, METH_VARARGS,
+     "gather_crc_into(dst, pos, buf, rows, first, stop, crc) -> (end, crc): gather_into, and crc (of the bytes"
+     " before) extended over the bodies copied, from their record headers' bodyCRCs"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -810,6 +817,95 @@ static PyObject *py_body_crcs(PyObject *self, PyObject *args)
             }
         }
     }
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&r);
+    return out;
+}
+
+/* ---- upload: a spooled object's data crc without a second pass over its bytes (issue 19) ----
+ * crc32c_combine(crc_a, crc_b, length_b) -> int: crc32c(A + B) from crc32c(A), crc32c(B) and len(B)
+ *   (zlib's crc32_combine for the Castagnoli polynomial; walctl.format.crc.crc32c_combine is its twin).
+ * gather_crc_into(dst, pos, buf, rows, first, stop, crc) -> (end, crc): gather_into's copy, and crc (the
+ *   crc32c of some bytes X) extended to crc32c(X + the bodies copied) by combining each body's bodyCRC,
+ *   read from its record header (the decoder checked it against the body): the bodies are read once.
+ *   The powers x^(8 len) are taken from a table of x^(2^k); the last length's is kept (records of
+ *   one size cost one multiplication each). */
+
+static uint32_t combine_x2n[32];
+static int combine_ready = 0;
+
+static void combine_init(void)
+{
+    combine_x2n[0] = 1u << 30; /* x^1 (reflected: x^0 is the top bit) */
+    for (int i = 1; i < 32; i++)
+        combine_x2n[i] = gf_multmodp(combine_x2n[i - 1], combine_x2n[i - 1]);
+    combine_ready = 1;
+}
+
+static uint32_t combine_x8n(uint64_t len)
+{
+    uint32_t p = 1u << 31;
+    int k = 3;
+    while (len) {
+        if (len & 1)
+            p = gf_multmodp(combine_x2n[k & 31], p);
+        len >>= 1;
+        k++;
+    }
+    return p;
+}
+
+static PyObject *py_crc32c_combine(PyObject *self, PyObject *args)
+{
+    unsigned long long a, b;
+    long long len;
+    if (!PyArg_ParseTuple(args, "KKL", &a, &b, &len))
+        return NULL;
+    if (len < 0 || a > 0xFFFFFFFFull || b > 0xFFFFFFFFull) {
+        PyErr_SetString(PyExc_ValueError, "crc32c_combine: crcs are 32-bit, the length >= 0");
+        return NULL;
+    }
+    if (!combine_ready)
+        combine_init();
+    return PyLong_FromUnsignedLong(gf_multmodp(combine_x8n((uint64_t)len), (uint32_t)a) ^ (uint32_t)b);
+}
+
+static PyObject *py_gather_crc_into(PyObject *self, PyObject *args)
+{
+    Py_buffer d, b, r;
+    Py_ssize_t pos, first, stop, total;
+    unsigned long long crc_in;
+    if (!PyArg_ParseTuple(args, "w*ny*y*nnK", &d, &pos, &b, &r, &first, &stop, &crc_in))
+        return NULL;
+    PyObject *out = NULL;
+    if (crc_in > 0xFFFFFFFFull) {
+        PyErr_SetString(PyExc_ValueError, "gather_crc_into: the crc is 32-bit");
+    } else if (rows_check(&b, &r, first, stop, &total) == 0) {
+        if (pos < 0 || pos > d.len || total > d.len - pos) {
+            PyErr_SetString(PyExc_ValueError, "the bodies do not fit dst from pos");
+        } else {
+            uint8_t *dst = (uint8_t *)d.buf + pos;
+            const uint8_t *src = b.buf, *rows = r.buf;
+            uint32_t crc = (uint32_t)crc_in, op = 0;
+            int64_t op_len = -1;
+            if (!combine_ready)
+                combine_init();
+            Py_BEGIN_ALLOW_THREADS
+            for (Py_ssize_t i = first; i < stop; i++) {
+                int64_t at = row_field(rows, i, 1), len = row_field(rows, i, 2);
+                memcpy(dst, src + at, (size_t)len);
+                dst += len;
+                if (len != op_len) {
+                    op = combine_x8n((uint64_t)len);
+                    op_len = len;
+                }
+                crc = gf_multmodp(op, crc) ^ be32(src + at - (REC_SIZE - 16)); /* bodyCRC: header byte 16 */
+            }
+            Py_END_ALLOW_THREADS
+            out = Py_BuildValue("(nk)", pos + total, (unsigned long)crc);
+        }
+    }
+    PyBuffer_Release(&d);
     PyBuffer_Release(&b);
     PyBuffer_Release(&r);
     return out;

@@ -554,7 +554,8 @@ class LocalStore:
 
     def open_spool(self) -> "LocalSpool":
         """An object written before its key is known (upload writes an object's DataBlocks as it
-        reads the WAL, and learns the object's id only afterwards): see LocalSpool."""
+        reads the WAL, and learns the object's id only afterwards): see LocalSpool (O_DIRECT where
+        the filesystem takes it)."""
         return LocalSpool(self)
 
     @staticmethod
@@ -607,16 +608,22 @@ class LocalStore:
 
 class LocalSpool:
     """An object of a local store written before its key is known: a temp file (``.tmp-*``, which
-    ``list`` never shows) in the store's root. ``write`` appends (starting the writeback every
-    WRITEBACK_BYTES, as a put does); ``publish`` appends the last bytes and makes the object appear
-    under a key exactly as a put does (fsync, rename, fsync of the directories); ``discard``
-    removes it. A crash leaves at most the temp file, as a crash during a put does.
+    ``list`` never shows) in the store's root. ``write`` appends; ``publish`` appends the last bytes
+    and makes the object appear under a key exactly as a put does (fsync, rename, fsync of the
+    directories); ``discard`` removes it. A crash leaves at most the temp file, as a crash during a
+    put does.
+
+    ``direct`` (where the filesystem takes O_DIRECT): appends of whole ALIGN units from aligned
+    memory (a list of them: one system call) go to the disk without the page cache: no copy into
+    it, no dirty pages competing with the reads of the WAL for the disk, nothing to drop after. Any
+    other append turns direct off for the rest of the spool (buffered from there, as a put: the
+    writeback started every WRITEBACK_BYTES). ``publish``'s last bytes are written buffered.
 
     ``write`` may run on another thread than the one that opened it; ``publish`` and ``discard``
     only once no ``write`` runs.
     """
 
-    def __init__(self, store: LocalStore):
+    def __init__(self, store: LocalStore, *, direct: bool = True):
         self._store = store
         self.path = os.path.join(store.root, f"{TEMP_PREFIX}{uuid.uuid4().hex}")
         try:
@@ -628,11 +635,36 @@ class LocalSpool:
         self.size = 0  # bytes written so far
         self.key: str | None = None  # where it was published
         self._kicked = 0
+        self.direct = direct and self._set_direct(True)
+
+    def _set_direct(self, on: bool) -> bool:
+        """Turn O_DIRECT on or off for the spool's fd; False when the filesystem refuses it.
+        (Set after the exclusive create: an O_DIRECT refused at open would leave the file made.)"""
+        import fcntl
+
+        try:
+            flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
+            fcntl.fcntl(self._fd, fcntl.F_SETFL, flags | os.O_DIRECT if on else flags & ~os.O_DIRECT)
+        except OSError:
+            return False
+        return on
 
     def write(self, data) -> None:
+        """Append ``data`` (bytes-like, or a list of them written with one system call)."""
+        views = [memoryview(d).cast("B") for d in (data if isinstance(data, list) else [data])]
         try:
-            _write_all(self._fd, data)
-            self.size += len(data)
+            if self.direct:
+                if self.size % ALIGN or any(v.nbytes % ALIGN for v in views):
+                    self.direct = self._set_direct(False)
+                else:
+                    try:
+                        self.size += _pwrite_all(self._fd, views, self.size)
+                        return
+                    except OSError as exc:
+                        if exc.errno != errno.EINVAL:  # EINVAL: memory O_DIRECT does not take (nothing written)
+                            raise
+                        self.direct = self._set_direct(False)
+            self.size += _pwrite_all(self._fd, views, self.size)
             if self.size - self._kicked >= WRITEBACK_BYTES:
                 os.posix_fadvise(self._fd, self._kicked, self.size - self._kicked, os.POSIX_FADV_DONTNEED)
                 self._kicked = self.size
@@ -648,11 +680,13 @@ class LocalSpool:
         store.stats.add("put")
         if self._fd < 0:
             raise UsageError("the spool is already published or discarded", where=self.path)
-        fd, self._fd = self._fd, -1
         try:
             path = store._make_key_dirs(key)
-            _write_all(fd, tail)
+            if self.direct:
+                self.direct = self._set_direct(False)
+            _pwrite_all(self._fd, [memoryview(tail).cast("B")], self.size)
         except BaseException as exc:
+            fd, self._fd = self._fd, -1
             os.close(fd)
             store._remove_quietly(self.path)
             if isinstance(exc, OSError):
@@ -660,6 +694,7 @@ class LocalSpool:
                 err.errno = exc.errno
                 raise err from exc
             raise
+        fd, self._fd = self._fd, -1
         store._publish(fd, self.path, key, path, if_absent=False)
         self.key = key
         store.stats.add("bytes_written", self.size + len(tail))
@@ -672,3 +707,20 @@ class LocalSpool:
         os.close(fd)
         self._store._remove_quietly(self.path)
 
+
+def _pwrite_all(fd: int, views: list, pos: int) -> int:
+    """Write ``views`` back to back at ``pos`` (pwritev, again after a short write); returns the bytes written."""
+    total = 0
+    views = [v for v in views if v.nbytes]
+    while views:
+        done = os.pwritev(fd, views, pos)
+        if done == 0:
+            raise OSError(errno.EIO, "write returned 0")
+        pos += done
+        total += done
+        while views and done >= views[0].nbytes:
+            done -= views[0].nbytes
+            views = views[1:]
+        if done:
+            views = [views[0][done:]] + views[1:]
+    return total
