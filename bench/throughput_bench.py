@@ -19,7 +19,11 @@ For each WAL size and record size, in this order on the same target:
      and the interpreter alone takes ~0.02 s, so no Python process reaches it there;
   3. upload: `walctl upload --store DIR` into a local directory store (records/s, payload
      MiB/s), against `cp` of the input file (the same payload bytes) into that directory
-     followed by `sync` of the copy (upload fsyncs its objects too);
+     followed by `sync` of the copy (upload fsyncs its objects too); the input was just written,
+     so that cp reads it from the page cache (the headline "cp" column and ratio). Each round
+     also copies it once more after dropping it from the page cache (bench/_common.evict): a cp
+     that reads from the disk, as upload reads the WAL with O_DIRECT, printed on a line below
+     ("cold_ratio" in the JSON);
   4. fio: sequential writes at the average block size append submitted (bytes written /
      blocks written), with append's durability (--direct=1 --sync=dsync), --iodepth 4 as
      append's default, the same number of bytes: the reference for append.
@@ -55,7 +59,9 @@ import time
 
 REPO_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, REPO_ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from _common import evict  # noqa: E402
 from walctl.sizes import parse_size  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -141,7 +147,7 @@ def upload_rounds(target: str, store: str, inp: str, records: int, rounds: int, 
     import resource
 
     runs: dict[str, list[tuple[float, int, int, float]]] = {root: [] for root in roots}
-    cps = []
+    cps, cold_cps = [], []
     for _ in range(rounds):
         for root in roots:
             shutil.rmtree(store, ignore_errors=True)
@@ -156,8 +162,13 @@ def upload_rounds(target: str, store: str, inp: str, records: int, rounds: int, 
         copy = os.path.join(store, "cp-copy")
         cps.append(timed(["sh", "-c", f'cp "{inp}" "{copy}" && sync "{copy}"']))
         os.unlink(copy)
+        # The same copy with its input read from the disk, as upload reads the WAL (O_DIRECT).
+        evict(inp)
+        cold_cps.append(timed(["sh", "-c", f'cp "{inp}" "{copy}" && sync "{copy}"']))
+        os.unlink(copy)
     cp_secs = statistics.median(cps)
     cp_mib_s = os.path.getsize(inp) / MiB / cp_secs
+    cold_cp_mib_s = os.path.getsize(inp) / MiB / statistics.median(cold_cps)
     out = []
     for root in roots:
         secs = statistics.median(r[0] for r in runs[root])
@@ -169,7 +180,9 @@ def upload_rounds(target: str, store: str, inp: str, records: int, rounds: int, 
                     "cpu_seconds": statistics.median(r[3] for r in runs[root]),
                     "all_cp_seconds": [round(c, 3) for c in cps],
                     "rss": max(r[1] for r in runs[root]), "cp_seconds": cp_secs, "cp_mib_s": cp_mib_s,
-                    "ratio": payload / MiB / secs / cp_mib_s})
+                    "ratio": payload / MiB / secs / cp_mib_s,
+                    "cold_cp_seconds": statistics.median(cold_cps), "cold_cp_mib_s": cold_cp_mib_s,
+                    "cold_ratio": payload / MiB / secs / cold_cp_mib_s})
     return out
 
 
@@ -372,6 +385,13 @@ def print_row(r: dict) -> None:
               f"{c['startup_seconds']:.3f} s; scan only (walctl minus start-up) {c['scan_seconds']:.3f} s, "
               f"ratio {c['scan_only_ratio']:.2f}; ceiling at dd's pace dd / (start-up + dd) "
               f"{c['ceiling_ratio']:.2f} (0.8x needs a start-up <= dd / 4 = {c['dd_seconds'] / 4:.3f} s)", flush=True)
+    for u in ups if r["upload"] else []:
+        who = "upload" if u is r["upload"] else f"upload with {u['root']}"
+        lo, hi = u["ratio_range"]
+        print(f"{'':>{len(lead) - 2}}| {who}: median {u['seconds']:.3f} s (rounds {lo:.2f}-{hi:.2f} of cp); cp + sync "
+              f"{u['cp_seconds']:.3f} s with its input in the page cache (the cp column), "
+              f"{u['cold_cp_seconds']:.3f} s with its input read from the disk as upload reads the WAL: "
+              f"ratio {u['cold_ratio']:.2f}", flush=True)
 
 
 if __name__ == "__main__":
