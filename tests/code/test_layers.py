@@ -42,7 +42,7 @@ MAY_IMPORT = {
 # By walctl's sub-package, or by module for the top-level files.
 LAYER_OF = {
     "walctl": "base", "walctl.errors": "base", "walctl.defaults": "base", "walctl.sizes": "base",
-    "walctl.failpoints": "base", "walctl.percentile": "base",
+    "walctl.failpoints": "base", "walctl.percentile": "base", "walctl.lazynames": "base",
     "walctl.format": "format",
     "walctl.device": "device",
     "walctl.wal": "wal",

@@ -34,17 +34,23 @@ def _log(bodies: list[bytes], gap: int) -> tuple[bytes, memoryview, int]:
 bodies_st = st.lists(st.binary(min_size=1, max_size=300), min_size=1, max_size=30)
 
 
-@pytest.mark.skipif(not rowcopy.NATIVE, reason="the C extension is not built here")
-@settings(max_examples=200, deadline=None)
-@given(bodies=bodies_st, gap=st.integers(0, 50), data=st.data())
-def test_c_and_python_twins_agree(bodies, gap, data):
+def _gather_case(bodies, gap, data):
+    """A log of ``bodies``, a drawn row range [first, stop), its bodies back to back, a drawn
+    position in two equal destination buffers with room to spare."""
     buf, rows, n = _log(bodies, gap)
     first = data.draw(st.integers(0, n))
     stop = data.draw(st.integers(first, n))
     gathered = b"".join(bodies[first:stop])
     pos = data.draw(st.integers(0, 20))
     room = pos + len(gathered) + data.draw(st.integers(0, 5))
-    dst, twin = bytearray(b"\xee" * room), bytearray(b"\xee" * room)
+    return buf, rows, first, stop, gathered, pos, bytearray(b"\xee" * room), bytearray(b"\xee" * room)
+
+
+@pytest.mark.skipif(not rowcopy.NATIVE, reason="the C extension is not built here")
+@settings(max_examples=200, deadline=None)
+@given(bodies=bodies_st, gap=st.integers(0, 50), data=st.data())
+def test_c_and_python_twins_agree(bodies, gap, data):
+    buf, rows, first, stop, gathered, pos, dst, twin = _gather_case(bodies, gap, data)
     assert rowcopy.gather_into(dst, pos, buf, rows, first, stop) == pos + len(gathered)
     assert rowcopy._py_gather_into(twin, pos, buf, rows, first, stop) == pos + len(gathered)
     assert dst == twin and dst[pos:pos + len(gathered)] == gathered
@@ -85,13 +91,7 @@ def test_walctl_no_native_uses_the_twins():
 @settings(max_examples=200, deadline=None)
 @given(bodies=bodies_st, gap=st.integers(0, 50), before=st.binary(max_size=40), data=st.data())
 def test_gather_crc_into_twins_agree_and_give_the_crc_of_the_bytes(bodies, gap, before, data):
-    buf, rows, n = _log(bodies, gap)
-    first = data.draw(st.integers(0, n))
-    stop = data.draw(st.integers(first, n))
-    gathered = b"".join(bodies[first:stop])
-    pos = data.draw(st.integers(0, 20))
-    room = pos + len(gathered) + data.draw(st.integers(0, 5))
-    dst, twin = bytearray(b"\xee" * room), bytearray(b"\xee" * room)
+    buf, rows, first, stop, gathered, pos, dst, twin = _gather_case(bodies, gap, data)
     got = rowcopy.gather_crc_into(dst, pos, buf, rows, first, stop, crc32c(before))
     assert got == rowcopy._py_gather_crc_into(twin, pos, buf, rows, first, stop, crc32c(before))
     assert got == (pos + len(gathered), crc32c(before + gathered))  # the copy's crc, as if read again

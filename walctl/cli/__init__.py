@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import types
+from walctl.lazynames import module_getattr
 
 _HOMES = {"Interrupted": "boundary", "WalctlGroup": "boundary", "boundary": "boundary",
           "interrupted_error": "boundary", "usage_line": "boundary", "register": "app",
@@ -56,15 +57,7 @@ def main() -> None:
         startup.resume_collection()
 
 
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = module_getattr(__name__, _HOMES, globals())
 
 
 class _Package(types.ModuleType):

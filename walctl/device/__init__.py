@@ -3,6 +3,8 @@
 Only this package touches file descriptors of the WAL device; it never prints.
 """
 
+from walctl.lazynames import module_getattr
+
 # Each name is imported from its module on first use (PEP 562): a command that needs aligned
 # buffers only (the local store's reads) does not load locks, safety checks and device creation.
 _HOMES = {
@@ -19,15 +21,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = module_getattr(__name__, _HOMES, globals())
 
 
 def __dir__() -> list[str]:
