@@ -66,15 +66,7 @@ def put_part(store: Store, key: str, upload_id: str, number: int, chunks: Iterab
         body = b"".join(chunks)
         if len(body) != size:
             raise IOFailure(f"part {number} holds {len(body)} bytes, {size} were announced", where=key)
-        args = {"Bucket": store.bucket, "Key": store._full_key(key), "UploadId": upload_id,
-                "PartNumber": number, "Body": body}
-        if checksum:
-            args["ChecksumAlgorithm"] = checksum
-        resp = store._call("UploadPart", key, **args)
-        part = {"PartNumber": number, "ETag": resp["ETag"]}
-        member = f"Checksum{checksum}" if checksum else None
-        if member and resp.get(member):
-            part[member] = resp[member]
+        part = store._upload_part(key, store._full_key(key), upload_id, number, body, checksum)
         store.stats.add("bytes_written", size)
         return part
     path = store._path(key)

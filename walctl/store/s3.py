@@ -512,14 +512,7 @@ class S3Store:
                     copied += part.size
                 else:
                     body = b"".join(self._fetch(p) for p in part)
-                    kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full, "UploadId": upload_id,
-                                              "PartNumber": number, "Body": body}
-                    if checksum:
-                        kwargs["ChecksumAlgorithm"] = checksum
-                    resp = self._call("UploadPart", key, **kwargs)
-                    entry = {"PartNumber": number, "ETag": resp["ETag"]}
-                    if member and resp.get(member):
-                        entry[member] = resp[member]
+                    entry = self._upload_part(key, full, upload_id, number, body, checksum)
                     written += len(body)
                 done.append(entry)
                 failpoint("compose-after-part")
