@@ -129,17 +129,17 @@ static uint32_t gf_multmodp(uint32_t a, uint32_t b)
     return p;
 }
 
-static uint32_t x8nmodp(size_t len)
+/* x^(2^k) modulo the polynomial, k = 0..31 (filled by shift_init at the module's import) */
+static uint32_t x2n_table[32];
+
+/* x^(8 len) modulo the polynomial: the operator that appends len zero bytes to a CRC register */
+static uint32_t x8nmodp(uint64_t len)
 {
-    uint32_t x2n[32];
-    x2n[0] = 1u << 30;
-    for (int i = 1; i < 32; i++)
-        x2n[i] = gf_multmodp(x2n[i - 1], x2n[i - 1]);
     uint32_t p = 1u << 31;
     int k = 3;
     while (len) {
         if (len & 1)
-            p = gf_multmodp(x2n[k & 31], p);
+            p = gf_multmodp(x2n_table[k & 31], p);
         len >>= 1;
         k++;
     }
@@ -148,8 +148,11 @@ static uint32_t x8nmodp(size_t len)
 
 static void shift_init(void)
 {
+    x2n_table[0] = 1u << 30; /* x^1 (reflected: x^0 is the top bit) */
+    for (int i = 1; i < 32; i++)
+        x2n_table[i] = gf_multmodp(x2n_table[i - 1], x2n_table[i - 1]);
     for (int s = 1; s <= 2; s++) {
-        uint32_t op = x8nmodp((size_t)256 * s);
+        uint32_t op = x8nmodp((uint64_t)256 * s);
         for (int byte = 0; byte < 4; byte++)
             for (uint32_t v = 0; v < 256; v++)
                 shift_table[s][byte][v] = gf_multmodp(op, v << (8 * byte));
@@ -828,32 +831,8 @@ static PyObject *py_body_crcs(PyObject *self, PyObject *args)
  * gather_crc_into(dst, pos, buf, rows, first, stop, crc) -> (end, crc): gather_into's copy, and crc (the
  *   crc32c of some bytes X) extended to crc32c(X + the bodies copied) by combining each body's bodyCRC,
  *   read from its record header (the decoder checked it against the body): the bodies are read once.
- *   The powers x^(8 len) are taken from a table of x^(2^k); the last length's is kept (records of
- *   one size cost one multiplication each). */
-
-static uint32_t combine_x2n[32];
-static int combine_ready = 0;
-
-static void combine_init(void)
-{
-    combine_x2n[0] = 1u << 30; /* x^1 (reflected: x^0 is the top bit) */
-    for (int i = 1; i < 32; i++)
-        combine_x2n[i] = gf_multmodp(combine_x2n[i - 1], combine_x2n[i - 1]);
-    combine_ready = 1;
-}
-
-static uint32_t combine_x8n(uint64_t len)
-{
-    uint32_t p = 1u << 31;
-    int k = 3;
-    while (len) {
-        if (len & 1)
-            p = gf_multmodp(combine_x2n[k & 31], p);
-        len >>= 1;
-        k++;
-    }
-    return p;
-}
+ *   The powers x^(8 len) come from x8nmodp (the CRC section's table of x^(2^k)); the last length's is
+ *   kept (records of one size cost one multiplication each). */
 
 static PyObject *py_crc32c_combine(PyObject *self, PyObject *args)
 {
@@ -865,9 +844,7 @@ static PyObject *py_crc32c_combine(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "crc32c_combine: crcs are 32-bit, the length >= 0");
         return NULL;
     }
-    if (!combine_ready)
-        combine_init();
-    return PyLong_FromUnsignedLong(gf_multmodp(combine_x8n((uint64_t)len), (uint32_t)a) ^ (uint32_t)b);
+    return PyLong_FromUnsignedLong(gf_multmodp(x8nmodp((uint64_t)len), (uint32_t)a) ^ (uint32_t)b);
 }
 
 static PyObject *py_gather_crc_into(PyObject *self, PyObject *args)
@@ -888,15 +865,13 @@ static PyObject *py_gather_crc_into(PyObject *self, PyObject *args)
             const uint8_t *src = b.buf, *rows = r.buf;
             uint32_t crc = (uint32_t)crc_in, op = 0;
             int64_t op_len = -1;
-            if (!combine_ready)
-                combine_init();
             Py_BEGIN_ALLOW_THREADS
             for (Py_ssize_t i = first; i < stop; i++) {
                 int64_t at = row_field(rows, i, 1), len = row_field(rows, i, 2);
                 memcpy(dst, src + at, (size_t)len);
                 dst += len;
                 if (len != op_len) {
-                    op = combine_x8n((uint64_t)len);
+                    op = x8nmodp((uint64_t)len);
                     op_len = len;
                 }
                 crc = gf_multmodp(op, crc) ^ be32(src + at - (REC_SIZE - 16)); /* bodyCRC: header byte 16 */
