@@ -14,12 +14,13 @@ import pytest
 
 from walctl.device import open_device
 from walctl.format.crc import crc32c
-from walctl.format.header import HEADERS_SIZE, SHUTDOWN_UNGRACEFUL, SLOT_SIZE, WalHeader
+from walctl.format.header import HEADERS_SIZE, SLOT_SIZE, WalHeader
 from walctl.format.seal import SealDescriptor
 from walctl.store import manifest as mf
 from walctl.store import open_store
-from walctl.wal.headers import decode_slots, read_headers, write_header
+from walctl.wal.headers import decode_slots
 from walctl.wal.lifecycle import open_writer
+from walhelpers import mark_ungraceful
 
 INT64_MAX = (1 << 63) - 1
 
@@ -40,16 +41,6 @@ def _device_write(path: str, position: int, data: bytes) -> None:
         dev.close()
 
 
-def _mark_ungraceful(path: str) -> None:
-    """The header a crashed writer leaves: the newest slot says shutdownType = 1."""
-    dev = open_device(path, writable=True)
-    try:
-        state = read_headers(dev)
-        write_header(dev, state, state.header.with_(shutdown_type=SHUTDOWN_UNGRACEFUL))
-    finally:
-        dev.close()
-
-
 def _crash_hole(cli, dev: str) -> None:
     """The issue's recipe: three one-record blocks of stream 3 (offsets 0, 4096, 8192); the block at
     4096 lost and the newest header slot ungraceful (what a power loss with it in flight leaves)."""
@@ -57,7 +48,7 @@ def _crash_hole(cli, dev: str) -> None:
         res = cli("append", dev, "--stream", "3", data)
         assert res.exit_code == 0, res
     _device_write(dev, HEADERS_SIZE + 4096, bytes(4096))
-    _mark_ungraceful(dev)
+    mark_ungraceful(dev)
 
 
 def _records(cli, dev: str) -> list[dict]:
@@ -165,7 +156,7 @@ def test_gap_at_the_store_boundary_after_a_crash_is_explained(cli, tmp_path):
     for data in ("rec-b", "rec-c"):
         assert cli("append", dev, "--stream", "3", data).exit_code == 0  # blocks at 4096 and 8192
     _device_write(dev, HEADERS_SIZE + 4096, bytes(4096))
-    _mark_ungraceful(dev)
+    mark_ungraceful(dev)
     assert cli("append", dev, "--stream", "3", "rec-d").exit_code == 0  # seals the hole
     res = cli("upload", dev, "--store", store, "--json")
     assert res.exit_code == 0, res
@@ -387,7 +378,7 @@ def test_killed_while_sealing_the_next_writer_finishes_it(cli, tmp_path, monkeyp
         assert cli("append", dev, "--stream", "3", data).exit_code == 0
     for lost in (4096, 12288):
         _device_write(dev, HEADERS_SIZE + lost, bytes(4096))
-    _mark_ungraceful(dev)
+    mark_ungraceful(dev)
 
     real_patch, calls = wal_ops._patch, []
 

@@ -16,13 +16,13 @@ import pytest
 
 from walctl.device import open_device
 from walctl.device.buffers import aligned_buffer
-from walctl.format.header import HEADERS_SIZE, SHUTDOWN_UNGRACEFUL
+from walctl.format.header import HEADERS_SIZE
 from walctl.pipeline.upload import upload
 from walctl.store import open_store
-from walctl.wal.headers import read_headers, write_header
 from walctl.wal.lifecycle import open_writer
 
 from storehelpers import make_wal, payload
+from walhelpers import mark_ungraceful
 
 # Runs upload on argv[1] (WAL) into argv[2] (store dir) and prints what it produced: the result,
 # every object's bytes (hashed) and the manifest, without times. WALCTL_TEST_ENTRIES=1: the scan
@@ -72,15 +72,6 @@ def _zero_block(path: str, offset: int) -> None:
         dev.close()
 
 
-def _crashed(path: str) -> None:
-    dev = open_device(path, writable=True)
-    try:
-        state = read_headers(dev)
-        write_header(dev, state, state.header.with_(shutdown_type=SHUTDOWN_UNGRACEFUL))
-    finally:
-        dev.close()
-
-
 @pytest.fixture
 def damaged_wal(tmp_path):
     """A WAL of three streams, part of it uploaded already (not trimmed), then a bad record, more
@@ -110,7 +101,7 @@ def damaged_wal(tmp_path):
     writer.close()
     assert lost % 4096 == 0
     _zero_block(wal, lost)
-    _crashed(wal)
+    mark_ungraceful(wal)
     return wal, store_dir
 
 

@@ -21,7 +21,7 @@ from walctl.wal import reader
 from walctl.wal.headers import read_headers
 from walctl.wal.lifecycle import open_writer, trim_wal
 
-from walhelpers import append_records, new_wal
+from walhelpers import append_records, damaged, new_wal
 
 KiB, MiB = 1 << 10, 1 << 20
 RING = 256 * KiB - HEADERS_SIZE
@@ -93,19 +93,8 @@ def test_intact_logs_scan_the_same(tmp_path, monkeypatch, clean):
 def test_randomly_damaged_logs_scan_the_same(tmp_path, monkeypatch):
     base = _log(tmp_path, clean=False)
     rng = random.Random(19)
-    ring = RING
     for _ in range(60):
-        image = bytearray(base)
-        for _ in range(rng.randint(1, 3)):
-            pos = HEADERS_SIZE + rng.randrange(ring)
-            how = rng.randrange(3)
-            if how == 0:
-                image[pos] ^= 1 << rng.randrange(8)
-            elif how == 1:
-                image[pos:pos + 512] = bytes(len(image[pos:pos + 512]))
-            else:
-                image[pos:pos + 64] = rng.randbytes(len(image[pos:pos + 64]))
-        _same(bytes(image), monkeypatch)
+        _same(damaged(base, rng, RING), monkeypatch)
 
 
 def test_recover_ndjson_fast_lines_are_the_dict_rendering(tmp_path, monkeypatch):

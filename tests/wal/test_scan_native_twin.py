@@ -22,7 +22,7 @@ from walctl.wal.headers import read_headers
 from walctl.wal.lifecycle import open_writer, trim_wal
 from walctl.wal.verdict import RecoverFilter, recover
 
-from walhelpers import append_records, new_wal
+from walhelpers import append_records, damaged, new_wal
 
 KiB = 1 << 10
 RING = 256 * KiB - HEADERS_SIZE
@@ -82,17 +82,7 @@ def _images(tmp_path):
     yield _log(tmp_path / "clean", clean=True)
     rng = random.Random(1919)
     for _ in range(40):
-        image = bytearray(base)
-        for _ in range(rng.randint(1, 3)):
-            pos = HEADERS_SIZE + rng.randrange(RING)
-            how = rng.randrange(3)
-            if how == 0:
-                image[pos] ^= 1 << rng.randrange(8)
-            elif how == 1:
-                image[pos:pos + 512] = bytes(len(image[pos:pos + 512]))
-            else:
-                image[pos:pos + 64] = rng.randbytes(len(image[pos:pos + 64]))
-        yield bytes(image)
+        yield damaged(base, rng, RING)
 
 
 @pytest.mark.skipif(not bulk.NATIVE, reason="the C kernel is not built here")

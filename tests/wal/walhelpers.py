@@ -9,9 +9,9 @@ import sys
 
 from walctl.device import open_device
 from walctl.format.batch import StreamRecordBatch
-from walctl.format.header import HEADERS_SIZE
+from walctl.format.header import HEADERS_SIZE, SHUTDOWN_UNGRACEFUL
 from walctl.wal import reader
-from walctl.wal.headers import read_headers
+from walctl.wal.headers import read_headers, write_header
 from walctl.wal.lifecycle import init_wal, open_writer
 
 
@@ -82,6 +82,32 @@ def poke(path: str, position: int, data: bytes) -> None:
     with open(path, "r+b") as f:
         f.seek(position)
         f.write(data)
+
+
+def mark_ungraceful(path: str) -> None:
+    """The header a crashed writer leaves: the newest slot says shutdownType = 1."""
+    dev = open_device(path, writable=True)
+    try:
+        state = read_headers(dev)
+        write_header(dev, state, state.header.with_(shutdown_type=SHUTDOWN_UNGRACEFUL))
+    finally:
+        dev.close()
+
+
+def damaged(image: bytes, rng, ring: int) -> bytes:
+    """``image`` (a WAL file's bytes) with 1-3 random hits in its ring: a flipped bit, 512 zero
+    bytes or 64 random bytes each."""
+    image = bytearray(image)
+    for _ in range(rng.randint(1, 3)):
+        pos = HEADERS_SIZE + rng.randrange(ring)
+        how = rng.randrange(3)
+        if how == 0:
+            image[pos] ^= 1 << rng.randrange(8)
+        elif how == 1:
+            image[pos:pos + 512] = bytes(len(image[pos:pos + 512]))
+        else:
+            image[pos:pos + 64] = rng.randbytes(len(image[pos:pos + 64]))
+    return bytes(image)
 
 
 def peek(path: str, position: int, length: int) -> bytes:
