@@ -23,7 +23,8 @@ For each WAL size and record size, in this order on the same target:
      so that cp reads it from the page cache (the headline "cp" column and ratio). Each round
      also copies it once more after dropping it from the page cache (bench/_common.evict): a cp
      that reads from the disk, as upload reads the WAL with O_DIRECT, printed on a line below
-     ("cold_ratio" in the JSON);
+     ("cold_ratio" in the JSON), with cp / (bare interpreter + cold cp): what a Python process
+     whose reads and writes went at that cold cp's pace would reach;
   4. fio: sequential writes at the average block size append submitted (bytes written /
      blocks written), with append's durability (--direct=1 --sync=dsync), --iodepth 4 as
      append's default, the same number of bytes: the reference for append.
@@ -102,6 +103,12 @@ def walctl(*args: str, root: str = REPO_ROOT) -> tuple[float, int, list[str]]:
     return seconds, int(hwm.split()[1]) * KiB, lines
 
 
+def python_start() -> float:
+    """Seconds of the bare interpreter walctl runs on, started as walctl's children are (``-P``, its site
+    and venv, nothing of walctl imported): a floor no Python process's start-up goes below."""
+    return timed([sys.executable, "-P", "-c", "pass"])
+
+
 def timed(cmd: list[str]) -> float:
     started = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -147,8 +154,9 @@ def upload_rounds(target: str, store: str, inp: str, records: int, rounds: int, 
     import resource
 
     runs: dict[str, list[tuple[float, int, int, float]]] = {root: [] for root in roots}
-    cps, cold_cps = [], []
+    cps, cold_cps, pythons = [], [], []
     for _ in range(rounds):
+        pythons.append(python_start())
         for root in roots:
             shutil.rmtree(store, ignore_errors=True)
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -169,6 +177,7 @@ def upload_rounds(target: str, store: str, inp: str, records: int, rounds: int, 
     cp_secs = statistics.median(cps)
     cp_mib_s = os.path.getsize(inp) / MiB / cp_secs
     cold_cp_mib_s = os.path.getsize(inp) / MiB / statistics.median(cold_cps)
+    python_secs = statistics.median(pythons)
     out = []
     for root in roots:
         secs = statistics.median(r[0] for r in runs[root])
@@ -182,7 +191,8 @@ def upload_rounds(target: str, store: str, inp: str, records: int, rounds: int, 
                     "rss": max(r[1] for r in runs[root]), "cp_seconds": cp_secs, "cp_mib_s": cp_mib_s,
                     "ratio": payload / MiB / secs / cp_mib_s,
                     "cold_cp_seconds": statistics.median(cold_cps), "cold_cp_mib_s": cold_cp_mib_s,
-                    "cold_ratio": payload / MiB / secs / cold_cp_mib_s})
+                    "cold_ratio": payload / MiB / secs / cold_cp_mib_s, "python_seconds": python_secs,
+                    "python_ceiling_ratio": cp_secs / (python_secs + statistics.median(cold_cps))})
     return out
 
 
@@ -202,9 +212,10 @@ def recover_rounds(workdir: str, target: str, capacity: int, records: int, round
     walctl("init", empty, "--capacity", str(capacity))
     try:
         runs: dict[str, list[tuple[float, int, float]]] = {root: [] for root in roots}
-        dds = []
+        dds, pythons = [], []
         log_bytes = 0
         for _ in range(rounds):
+            pythons.append(python_start())
             for root in roots:
                 start = walctl("recover", empty, "--stats", "--json", root=root)[0]
                 secs, rss, lines = walctl("recover", target, "--stats", "--json", root=root)
@@ -217,6 +228,7 @@ def recover_rounds(workdir: str, target: str, capacity: int, records: int, round
     finally:
         os.unlink(empty)
     dd_secs = statistics.median(dds)
+    python_secs = statistics.median(pythons)
     out = []
     for root in roots:
         secs = statistics.median(r[0] for r in runs[root])
@@ -230,7 +242,8 @@ def recover_rounds(workdir: str, target: str, capacity: int, records: int, round
                     "all_seconds": [round(r[0], 3) for r in runs[root]], "all_dd_seconds": [round(d, 3) for d in dds],
                     "startup_seconds": start, "all_startup_seconds": [round(r[2], 3) for r in runs[root]],
                     "scan_seconds": scan, "scan_only_ratio": dd_secs / scan,
-                    "ceiling_ratio": dd_secs / (start + dd_secs)})
+                    "ceiling_ratio": dd_secs / (start + dd_secs), "python_seconds": python_secs,
+                    "python_ceiling_ratio": dd_secs / (python_secs + dd_secs)})
     return out
 
 
@@ -384,14 +397,18 @@ def print_row(r: dict) -> None:
               f"ratio {c['ratio']:.2f} (rounds {lo:.2f}-{hi:.2f}); start-up (recover --stats of an empty WAL) "
               f"{c['startup_seconds']:.3f} s; scan only (walctl minus start-up) {c['scan_seconds']:.3f} s, "
               f"ratio {c['scan_only_ratio']:.2f}; ceiling at dd's pace dd / (start-up + dd) "
-              f"{c['ceiling_ratio']:.2f} (0.8x needs a start-up <= dd / 4 = {c['dd_seconds'] / 4:.3f} s)", flush=True)
+              f"{c['ceiling_ratio']:.2f} (0.8x needs a start-up <= dd / 4 = {c['dd_seconds'] / 4:.3f} s); "
+              f"any Python process: the bare interpreter starts in {c['python_seconds']:.3f} s, "
+              f"so dd / (that + dd) = {c['python_ceiling_ratio']:.2f} at most", flush=True)
     for u in ups if r["upload"] else []:
         who = "upload" if u is r["upload"] else f"upload with {u['root']}"
         lo, hi = u["ratio_range"]
         print(f"{'':>{len(lead) - 2}}| {who}: median {u['seconds']:.3f} s (rounds {lo:.2f}-{hi:.2f} of cp); cp + sync "
               f"{u['cp_seconds']:.3f} s with its input in the page cache (the cp column), "
               f"{u['cold_cp_seconds']:.3f} s with its input read from the disk as upload reads the WAL: "
-              f"ratio {u['cold_ratio']:.2f}", flush=True)
+              f"ratio {u['cold_ratio']:.2f}; a Python process whose I/O went at that cold cp's pace: "
+              f"cp / (bare interpreter {u['python_seconds']:.3f} s + cold cp) = {u['python_ceiling_ratio']:.2f}",
+              flush=True)
 
 
 if __name__ == "__main__":
