@@ -7,7 +7,9 @@ Each command is a child process (``python -m walctl ...``, bytecode cached in th
 as an installed walctl's is); the commands and the ``pass`` reference run interleaved, ``--runs``
 rounds. Printed per command: the median wall time and the median CPU seconds (user + sys, from
 wait4: the figure a loaded machine blurs least), each also as the excess over ``python -c pass``
-(what walctl itself adds to an interpreter's start and end). --compare-root DIR also runs each
+(what walctl itself adds to an interpreter's start and end). Two more references: a Python process
+that imports only the standard modules walctl's readers use (dataclasses, json, threading ...), and
+the same with typer: what any reader built on them pays before its first line of its own. --compare-root DIR also runs each
 command with the walctl source tree in DIR (e.g. a `git archive` of an older commit, its extension
 built), interleaved in the same rounds: its rows, marked "(compared)", are before/after under one load.
 """
@@ -24,6 +26,8 @@ import tempfile
 import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+# The standard modules walctl's readers import (recover, status: python -X importtime), none of walctl.
+READER_STDLIB = "import dataclasses, typing, enum, json, base64, struct, threading, queue, signal, mmap, zlib"
 
 
 def main() -> int:
@@ -45,6 +49,9 @@ def main() -> int:
             subprocess.run([*walctl, *setup], env=env, check=True, capture_output=True)
         commands = {
             "python -c pass": [sys.executable, "-c", "pass"],
+            # What any reader written in Python with these modules pays before its own code (no walctl):
+            "python: a reader's stdlib": [sys.executable, "-c", READER_STDLIB],
+            "python: + typer": [sys.executable, "-c", READER_STDLIB + ", typer"],
             "--version": [*walctl, "--version"],
             "status --json": [*walctl, "status", wal, "--json"],
             "recover --stats --json": [*walctl, "recover", wal, "--stats", "--json"],
@@ -55,7 +62,7 @@ def main() -> int:
         if args.compare_root:
             other = dict(env, PYTHONPATH=os.pathsep.join(
                 x for x in (os.path.abspath(args.compare_root), os.environ.get("PYTHONPATH", "")) if x))
-            for name, argv in list(commands.items())[1:]:
+            for name, argv in [(n, a) for n, a in commands.items() if not n.startswith("python")]:
                 commands[name + " (compared)"] = argv
                 envs[name + " (compared)"] = other
         walls: dict[str, list[float]] = {k: [] for k in commands}
