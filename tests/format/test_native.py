@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from walctl.errors import (BadMagicError, BoundsError, ChecksumError, FormatError, TruncatedError,
                            ZeroedError)
 from walctl.format import bulk
+from walctl.format import crc
 from walctl.format import record as rec
 from walctl.format.batch import StreamRecordBatch
 
@@ -84,6 +85,41 @@ print(_native.CRC_IMPL)
 @given(data=st.binary(max_size=3000), value=st.integers(0, 0xFFFFFFFF))
 def test_crc32c_random(data, value):
     assert NATIVE.crc32c(data, value) == crc32c_package.crc32c(data, value)
+
+
+# ---- CRC-32C combine ---------------------------------------------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(a=st.binary(max_size=200), b=st.binary(max_size=5000), crcs=st.tuples(st.integers(0, 2**32 - 1),
+       st.integers(0, 2**32 - 1)), length=st.integers(0, 2**50))
+def test_crc32c_combine_twins_agree(a, b, crcs, length):
+    """walctl.format.crc.crc32c_combine (the C one where built) and its pure-Python twin: the crc
+    of the whole, and the same answer on any crcs and length."""
+    for combine in (crc.crc32c_combine, crc._crc32c_combine_py):
+        assert combine(crc.crc32c(a), crc.crc32c(b), len(b)) == crc.crc32c(a + b)
+    assert crc.crc32c_combine(*crcs, length) == crc._crc32c_combine_py(*crcs, length)
+
+
+def test_crc32c_combine_is_the_c_one_where_built_and_loads_it_on_first_use():
+    """Importing walctl.format.crc loads neither bulk nor the extension (start-up); the first
+    combine picks the C function when bulk uses the extension, the twin under WALCTL_NO_NATIVE=1."""
+    code = """
+import sys
+from walctl.format import crc
+print("walctl.format.bulk" in sys.modules, "walctl.format._native" in sys.modules)
+assert crc.crc32c_combine(crc.crc32c(b"ab"), crc.crc32c(b"c"), 1) == crc.crc32c(b"abc")
+from walctl.format import bulk
+print(crc._combine_impl() is crc._crc32c_combine_py, bulk.NATIVE)
+"""
+    built = importlib.util.find_spec("walctl.format._native") is not None
+    for no_native in ("0", "1"):
+        env = dict(os.environ, WALCTL_NO_NATIVE=no_native)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        native = no_native == "0" and built
+        assert out.stdout.split() == ["False", "False", str(not native), str(native)]
+    if NATIVE is not None:
+        assert crc._combine_impl() is NATIVE.crc32c_combine
 
 
 # ---- decode ----------------------------------------------------------------------------------

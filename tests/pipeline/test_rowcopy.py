@@ -15,7 +15,6 @@ from walctl.format import bulk
 from walctl.format import record as rec
 from walctl.format.batch import StreamRecordBatch
 from walctl.format.crc import crc32c
-from walctl.format.crc import crc32c_combine as _py_crc32c_combine
 from walctl.pipeline import rowcopy
 
 
@@ -96,15 +95,6 @@ def test_gather_crc_into_twins_agree_and_give_the_crc_of_the_bytes(bodies, gap, 
     assert got == rowcopy._py_gather_crc_into(twin, pos, buf, rows, first, stop, crc32c(before))
     assert got == (pos + len(gathered), crc32c(before + gathered))  # the copy's crc, as if read again
     assert dst == twin and dst[pos:pos + len(gathered)] == gathered
-
-
-@pytest.mark.skipif(not rowcopy.NATIVE, reason="the C extension is not built here")
-@settings(max_examples=300, deadline=None)
-@given(a=st.binary(max_size=200), b=st.binary(max_size=5000), crcs=st.tuples(st.integers(0, 2**32 - 1),
-       st.integers(0, 2**32 - 1)), length=st.integers(0, 2**50))
-def test_crc32c_combine_twins_agree(a, b, crcs, length):
-    assert rowcopy.crc32c_combine(crc32c(a), crc32c(b), len(b)) == crc32c(a + b)
-    assert rowcopy.crc32c_combine(*crcs, length) == _py_crc32c_combine(*crcs, length)
 
 
 @pytest.mark.parametrize("twin", ["native", "python"])

@@ -19,7 +19,6 @@ costs no object per record until the caller asks for one.
 
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass
 
@@ -27,13 +26,9 @@ from walctl.errors import BoundsError, FormatError
 from walctl.format import batch as batch_format
 from walctl.format import record as rec
 from walctl.format.crc import crc32c as _py_crc32c
+from walctl.format.extension import load_native
 
-try:
-    if os.environ.get("WALCTL_NO_NATIVE", "") not in ("", "0"):
-        raise ImportError("WALCTL_NO_NATIVE is set")
-    from walctl.format import _native
-except ImportError:
-    _native = None
+_native = load_native()
 
 NATIVE = _native is not None
 CRC_IMPL = _native.CRC_IMPL if _native is not None else "crc32c package"

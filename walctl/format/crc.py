@@ -93,8 +93,28 @@ def _x8nmodp(length: int) -> int:
     return p
 
 
-def crc32c_combine(crc_a: int, crc_b: int, length_b: int) -> int:
-    """crc32c(A + B) from crc32c(A), crc32c(B) and len(B), without the bytes."""
+def _crc32c_combine_py(crc_a: int, crc_b: int, length_b: int) -> int:
+    """crc32c_combine in pure Python: the twin of walctl.format._native.crc32c_combine."""
     if length_b < 0:
         raise ValueError(f"length must be >= 0, got {length_b}")
     return _multmodp(_x8nmodp(length_b), crc_a) ^ crc_b
+
+
+_combine = None  # the implementation crc32c_combine calls, chosen on its first call
+
+
+def _combine_impl():
+    """The C crc32c_combine when walctl runs its extension (walctl.format.extension's rule) and
+    the build has it, else the Python twin. Loaded here, at the first combine, not at start-up:
+    most commands never combine."""
+    global _combine
+    if _combine is None:
+        from walctl.format.extension import load_native
+
+        _combine = getattr(load_native(), "crc32c_combine", None) or _crc32c_combine_py
+    return _combine
+
+
+def crc32c_combine(crc_a: int, crc_b: int, length_b: int) -> int:
+    """crc32c(A + B) from crc32c(A), crc32c(B) and len(B), without the bytes (in C when built)."""
+    return (_combine or _combine_impl())(crc_a, crc_b, length_b)

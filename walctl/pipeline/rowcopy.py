@@ -9,30 +9,23 @@ body_length, ...) over ``buf``, which holds each row's record: its 24-byte heade
     gather_crc_into(dst, pos, buf, rows, first, stop, crc) -> (int, int): gather_into, and ``crc`` (the
                                           crc32c of some bytes X) extended to crc32c(X + the bodies) from
                                           their bodyCRCs (combined: the bodies are not read again)
-    crc32c_combine(crc_a, crc_b, length_b) -> int: crc32c(A + B) from crc32c(A), crc32c(B) and len(B)
 
 In C (walctl.format._native) when it is built, else the pure Python twins below: same results
 (tests/pipeline/test_rowcopy.py compares them). WALCTL_NO_NATIVE=1 forces the Python path.
+crc32c_combine itself is walctl.format.crc's (C when built, by the same rule).
 """
 
 from __future__ import annotations
 
-import os
 import struct
 
 from walctl.format import bulk
 from walctl.format import record as rec
-from walctl.format.crc import crc32c_combine as _py_crc32c_combine
+from walctl.format.crc import _crc32c_combine_py
 
-try:
-    if os.environ.get("WALCTL_NO_NATIVE", "") not in ("", "0"):
-        raise ImportError("WALCTL_NO_NATIVE is set")
-    from walctl.format import _native
-
-    if _native.ROW != bulk.ROW or not hasattr(_native, "gather_crc_into"):
-        raise ImportError("a stale build of the extension")
-except ImportError:
-    _native = None
+# The extension when walctl.format.bulk uses it (walctl.format.extension's rule, and bulk's row
+# layout) and the build has this module's functions (one older than them: the twins).
+_native = bulk._native if hasattr(bulk._native, "gather_crc_into") else None
 
 NATIVE = _native is not None
 _ROW = bulk.ROW
@@ -78,20 +71,13 @@ def gather_crc_into(dst, pos: int, buf, rows, first: int, stop: int, crc: int) -
     return _py_gather_crc_into(dst, pos, buf, rows, first, stop, crc)
 
 
-def crc32c_combine(crc_a: int, crc_b: int, length_b: int) -> int:
-    """crc32c(A + B) from crc32c(A), crc32c(B) and len(B), without the bytes."""
-    if _native is not None:
-        return _native.crc32c_combine(crc_a, crc_b, length_b)
-    return _py_crc32c_combine(crc_a, crc_b, length_b)
-
-
 def _py_gather_crc_into(dst, pos: int, buf, rows, first: int, stop: int, crc: int) -> tuple[int, int]:
     if not 0 <= crc <= 0xFFFFFFFF:
         raise ValueError("gather_crc_into: the crc is 32-bit")
     end = _py_gather_into(dst, pos, buf, rows, first, stop)
     lengths = [length for _, length in _check(buf, rows, first, stop)]
     for body_crc, length in zip(_py_body_crcs(buf, rows, first, stop), lengths):
-        crc = _py_crc32c_combine(crc, body_crc, length)
+        crc = _crc32c_combine_py(crc, body_crc, length)
     return end, crc
 
 

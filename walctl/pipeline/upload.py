@@ -31,6 +31,7 @@ from walctl.format import bulk
 from walctl.format import record as rec
 from walctl.format.batch import HEADER_SIZE as BATCH_HEADER_SIZE
 from walctl.format.crc import crc32c as _crc32c  # the C library, called directly
+from walctl.format.crc import crc32c_combine
 from walctl.format.datablock import (DATA_BLOCK_FLAGS, DATA_BLOCK_HEADER_SIZE, DATA_BLOCK_HEADER_STRUCT,
                                       DATA_BLOCK_MAGIC)
 from walctl.format.object import ObjectBuilder
@@ -975,7 +976,7 @@ class _SpoolBuilder(ObjectBuilder):
         self.ranges[stream_id] = StreamRange(first.start_offset if first else start_offset, end_offset,
                                              self.position)
         # ObjectBuilder's running crc of the data region: crc32c(blocks so far + block)
-        self._data_crc = rowcopy.crc32c_combine(self._data_crc, crc, len(block))
+        self._data_crc = crc32c_combine(self._data_crc, crc, len(block))
 
 
 class _Bodies:
@@ -1103,7 +1104,7 @@ class _SegmentSpool:
         _BLOCK_HEAD_PACK(buf, lead, _BLOCK_MAGIC, _BLOCK_FLAGS, self.count, payload)
         try:
             with memoryview(buf) as whole, whole[lead:end] as block:
-                crc = rowcopy.crc32c_combine(_crc32c(block[:_BLOCK_HEAD]), self.crc, payload)
+                crc = crc32c_combine(_crc32c(block[:_BLOCK_HEAD]), self.crc, payload)
                 self.builder.add_laid_out(self.sid, self.first, self.last_end, self.count, block, crc)
         except ValueError as exc:  # offsets no index entry holds: the usual way refuses them
             raise _NoSpool(str(exc)) from exc

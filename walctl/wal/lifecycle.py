@@ -254,6 +254,19 @@ def checkpoint_after_scan(state: HeaderState, result: reader.ScanResult, keep: i
     return Checkpoint(result.end_offset, streams, complete and kept_all, cp.uploaded_offset if cp is not None else -1)
 
 
+def _open_own_wal(path: str) -> tuple[Device, HeaderState]:
+    """The device opened for writing (the writer lock taken) and its header state, for a walctl
+    WAL only (RefusedError for an AutoMQ one). On any error the device is closed again."""
+    dev = open_device(path, writable=True)
+    try:
+        state = read_wal_state(dev, path)
+        refuse_foreign(state.header, path)
+    except BaseException:
+        dev.close()
+        raise
+    return dev, state
+
+
 def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
                 keep_offsets: bool = False, budget=None, need_stream: int | None = None,
                 scan_without_checkpoint: bool = False, batch_interval_s: float | None = None) -> OpenedWAL:
@@ -274,11 +287,9 @@ def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
     from walctl.wal.crash_repair import repair_crash_damage
     from walctl.wal.writer import WalWriter
 
-    dev = open_device(path, writable=True)
+    dev, state = _open_own_wal(path)
     try:
-        state = read_wal_state(dev, path)
         header = state.header
-        refuse_foreign(header, path)
         previous = header.shutdown_type
         result = None
         repair = None
@@ -397,11 +408,9 @@ def trim_scanned(path: str, offset: int) -> TrimResult:
     """
     from walctl.wal.writer import check_record_at
 
-    dev = open_device(path, writable=True)
+    dev, state = _open_own_wal(path)
     try:
-        state = read_wal_state(dev, path)
         header = state.header
-        refuse_foreign(header, path)
         previous = header.trim_offset
         if offset <= previous:
             raise UsageError(f"trim offset {offset} is not after the current trim point {previous}",
