@@ -827,7 +827,7 @@ static PyObject *py_body_crcs(PyObject *self, PyObject *args)
 
 /* ---- upload: a spooled object's data crc without a second pass over its bytes (issue 19) ----
  * crc32c_combine(crc_a, crc_b, length_b) -> int: crc32c(A + B) from crc32c(A), crc32c(B) and len(B)
- *   (zlib's crc32_combine for the Castagnoli polynomial; walctl.format.crc.crc32c_combine is its twin).
+ *   (zlib's crc32_combine for the Castagnoli polynomial; walctl.format.crc._crc32c_combine_py is its twin; crc32c_combine calls this one where the extension is built).
  * gather_crc_into(dst, pos, buf, rows, first, stop, crc) -> (end, crc): gather_into's copy, and crc (the
  *   crc32c of some bytes X) extended to crc32c(X + the bodies copied) by combining each body's bodyCRC,
  *   read from its record header (the decoder checked it against the body): the bodies are read once.
