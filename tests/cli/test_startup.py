@@ -7,6 +7,7 @@ sys.modules: no timing.
 
 from __future__ import annotations
 
+import enum
 import json
 import subprocess
 import sys
@@ -50,6 +51,10 @@ def test_importing_the_cli_imports_no_command_and_no_heavy_library():
     (("status", "/nonexistent/wal"), {"walctl.commands.status"}),
     (("read", "--store", "/nonexistent/store", "-s", "0", "--limit", "1", "--json"),
      {"walctl.commands.read", "walctl.commands.recover"}),
+    # an Enum option's value named on the command line: typer's choice matching, without pydantic
+    (("read", "--store", "/nonexistent/store", "-s", "0", "--json", "--payload", "none"),
+     {"walctl.commands.read", "walctl.commands.recover"}),
+    (("recover", "/nonexistent/wal", "--payload", "hex"), {"walctl.commands.recover"}),
 ])
 def test_a_run_imports_its_own_command_module_only(argv, wanted):
     modules = _imported_after(_run_main(), *argv)
@@ -62,6 +67,14 @@ def test_a_run_imports_its_own_command_module_only(argv, wanted):
 
 SAMPLES = (None, "", "0", "7", "-1", "007", "-0", "+3", " 3", "12x", "1.5", "1KiB", "64MiB", "abc", "-", "1_000",
            "999999999999999999", "99999999999999999999", "s3://bucket/prefix", "\u00e9t\u00e9")
+
+
+def _choice_samples(descriptor) -> tuple:
+    """An Enum (or Literal) parameter's choices as typed on a command line: each exactly, upper-cased
+    and padded (typer's choice matching answers or refuses them)."""
+    choices = descriptor.choices or ()
+    texts = [str(c.value) if isinstance(c, enum.Enum) else str(c) for c in choices]
+    return (*texts, *(t.upper() for t in texts), *(f" {t}" for t in texts))
 
 
 def _outcome(call):
@@ -86,7 +99,7 @@ def test_plain_coercion_gives_typers_answers_on_every_parameter():
         for param in command.get_params(ctx):
             if getattr(param, "type_descriptor", None) is None or param.type_descriptor.file_annotation is not None:
                 continue  # not typer's; or a file (opened, even for writing: both hand it to typer alike)
-            for value in (*SAMPLES, param.default):
+            for value in (*SAMPLES, param.default, *_choice_samples(param.type_descriptor)):
                 typer_says = _outcome(lambda: build_runtime_param(param.type_descriptor).coerce(value, param=param,
                                                                                                ctx=ctx))
                 plain = PlainFirst()
