@@ -20,14 +20,16 @@ from walctl.cli.app import COMMAND_MODULE_OF, modules_for
 HEAVY = ("boto3", "botocore", "pyspark", "py4j", "rich", "hypothesis")
 
 
-def _imported_after(code: str, *argv: str) -> set[str]:
-    """The top-level packages and walctl modules in sys.modules after ``code`` ran in a fresh Python."""
+def _imported_after(code: str, *argv: str, with_output: bool = False):
+    """The top-level packages and walctl modules in sys.modules after ``code`` ran in a fresh Python
+    (``with_output``: and what it printed before them)."""
     probe = (f"import json, sys\nsys.argv = ['walctl', *{list(argv)!r}]\n{code}\n"
              "print('MODULES ' + json.dumps(sorted(sys.modules)))\n")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     line = [x for x in proc.stdout.splitlines() if x.startswith("MODULES ")]
     assert line, proc.stderr
-    return set(json.loads(line[-1].removeprefix("MODULES ")))
+    modules = set(json.loads(line[-1].removeprefix("MODULES ")))
+    return (modules, proc.stdout.rsplit("MODULES ", 1)[0]) if with_output else modules
 
 
 def _run_main() -> str:
@@ -216,3 +218,52 @@ def test_readers_start_reading_proc_locks_before_the_imports(argv, prefetched):
     line = [x for x in proc.stdout.splitlines() if x.startswith("SEEN ")]
     assert line, proc.stderr
     assert json.loads(line[-1].removeprefix("SEEN ")) == prefetched
+
+
+@pytest.fixture(scope="module")
+def small_wal_and_store(tmp_path_factory):
+    """A cleanly closed walctl WAL with a few records of streams 0 and 1, and a store holding them."""
+    root = tmp_path_factory.mktemp("clean")
+    wal, store = str(root / "wal.img"), str(root / "store")
+
+    def walctl(*args: str) -> None:
+        subprocess.run([sys.executable, "-m", "walctl", *args], check=True, capture_output=True, timeout=120)
+
+    walctl("init", wal, "--capacity", "4MiB")
+    walctl("append", wal, "-s", "0", "a", "b", "c")
+    walctl("append", wal, "-s", "1", "d", "e")
+    walctl("upload", wal, "--store", store, "--no-trim")
+    return wal, store
+
+
+# What a clean run of a short command does not use, so does not load: the device's creation and
+# safety checks (init), seal descriptors (only in sealed padding records), socket (upload names its
+# host through os.uname), AutoMQ's composite objects (only when the store holds one), base64 (only
+# --payload base64), pydantic (typer's coercion of an Enum option's value), and for status of a
+# cleanly closed WAL the whole scan (its checkpoint answers).
+_NEVER_ON_A_CLEAN_RUN = ("pydantic", "socket", "base64", "walctl.device.create", "walctl.device.safety",
+                         "walctl.format.seal", "walctl.format.composite", "walctl.store.inspect", "walctl.store.s3")
+_SCAN = ("walctl.wal.reader", "walctl.wal.native_scan", "walctl.wal.ringread", "walctl.wal.decoder", "walctl.wal.gaps",
+         "walctl.wal.findings", "walctl.format.bulk", "walctl.format.record", "walctl.format.batch")
+
+
+@pytest.mark.parametrize("argv, loaded, absent", [
+    (("recover", "{wal}", "--stats", "--json"), ("walctl.wal.native_scan",), _NEVER_ON_A_CLEAN_RUN),
+    (("status", "{wal}", "--json"), ("walctl.status",), _NEVER_ON_A_CLEAN_RUN + _SCAN),
+    (("upload", "{copy}", "--store", "{fresh}", "--json", "--no-trim"), ("walctl.pipeline.upload",),
+     _NEVER_ON_A_CLEAN_RUN + ("walctl.device.locks",)),
+    (("read", "--store", "{store}", "-s", "0", "--json", "--payload", "none"), ("walctl.pipeline.read",),
+     tuple(m for m in _NEVER_ON_A_CLEAN_RUN if m != "walctl.format.composite")),
+])
+def test_a_clean_run_loads_nothing_only_rare_paths_use(small_wal_and_store, tmp_path, argv, loaded, absent):
+    """A clean run's modules (checked in a fresh interpreter): what only damage, findings rendering,
+    crash holes, writers' init, S3, composite objects or other encodings use is imported where it is used."""
+    import shutil
+
+    wal, store = small_wal_and_store
+    copy = str(tmp_path / "copy.img")
+    shutil.copyfile(wal, copy)
+    names = {"wal": wal, "store": store, "copy": copy, "fresh": str(tmp_path / "fresh")}
+    modules, out = _imported_after(_run_main(), *(a.format(**names) for a in argv), with_output=True)
+    assert set(loaded) <= modules and '"error"' not in out and ('"records":' in out or '"objects_made":1' in out), out
+    assert sorted(m for m in modules if m in absent or m.split(".")[0] in absent) == []

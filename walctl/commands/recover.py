@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import enum
 import json
 import sys
@@ -26,6 +25,8 @@ def encode_payload(data: bytes, how: Payload) -> str | None:
     if how is Payload.hex:
         return data.hex()
     if how is Payload.base64:
+        import base64  # (only for --payload base64)
+
         return base64.b64encode(data).decode("ascii")
     return None
 
