@@ -248,12 +248,14 @@ _SCAN = ("walctl.wal.reader", "walctl.wal.native_scan", "walctl.wal.ringread", "
 
 
 @pytest.mark.parametrize("argv, loaded, absent", [
-    (("recover", "{wal}", "--stats", "--json"), ("walctl.wal.native_scan",), _NEVER_ON_A_CLEAN_RUN),
-    (("status", "{wal}", "--json"), ("walctl.status",), _NEVER_ON_A_CLEAN_RUN + _SCAN),
+    # recover: walctl.options (and its size parsing) only to check a --from/--to range
+    (("recover", "{wal}", "--stats", "--json"), ("walctl.wal.native_scan",),
+     _NEVER_ON_A_CLEAN_RUN + ("walctl.options", "walctl.sizes")),
+    (("status", "{wal}", "--json"), ("walctl.status",), _NEVER_ON_A_CLEAN_RUN + _SCAN + ("walctl.options",)),
     (("upload", "{copy}", "--store", "{fresh}", "--json", "--no-trim"), ("walctl.pipeline.upload",),
      _NEVER_ON_A_CLEAN_RUN + ("walctl.device.locks",)),
     (("read", "--store", "{store}", "-s", "0", "--json", "--payload", "none"), ("walctl.pipeline.read",),
-     tuple(m for m in _NEVER_ON_A_CLEAN_RUN if m != "walctl.format.composite")),
+     tuple(m for m in _NEVER_ON_A_CLEAN_RUN if m != "walctl.format.composite") + ("walctl.options",)),
 ])
 def test_a_clean_run_loads_nothing_only_rare_paths_use(small_wal_and_store, tmp_path, argv, loaded, absent):
     """A clean run's modules (checked in a fresh interpreter): what only damage, findings rendering,
@@ -267,3 +269,13 @@ def test_a_clean_run_loads_nothing_only_rare_paths_use(small_wal_and_store, tmp_
     modules, out = _imported_after(_run_main(), *(a.format(**names) for a in argv), with_output=True)
     assert set(loaded) <= modules and '"error"' not in out and ('"records":' in out or '"objects_made":1' in out), out
     assert sorted(m for m in modules if m in absent or m.split(".")[0] in absent) == []
+
+
+@pytest.mark.parametrize("argv", [("--help",), ("append", "--help"), ("upload", "--help")])
+def test_help_loads_no_engine(argv):
+    """The help needs the commands' signatures only: append's --framing type (walctl.wal.framing)
+    without the bulk decoders its batches() use, and nothing of the formats, devices, stores or pipelines."""
+    modules = _imported_after(_run_main(), *argv)
+    engine = sorted(m for m in modules if m.startswith(("walctl.format", "walctl.device", "walctl.store",
+                                                        "walctl.pipeline")))
+    assert engine == [], engine
