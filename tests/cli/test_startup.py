@@ -251,7 +251,9 @@ _SCAN = ("walctl.wal.reader", "walctl.wal.native_scan", "walctl.wal.ringread", "
     # recover: walctl.options (and its size parsing) only to check a --from/--to range
     (("recover", "{wal}", "--stats", "--json"), ("walctl.wal.native_scan",),
      _NEVER_ON_A_CLEAN_RUN + ("walctl.options", "walctl.sizes")),
-    (("status", "{wal}", "--json"), ("walctl.status",), _NEVER_ON_A_CLEAN_RUN + _SCAN + ("walctl.options",)),
+    # status of a cleanly closed WAL: nor the verdict (no findings to judge) or the ring's layout
+    (("status", "{wal}", "--json"), ("walctl.status",),
+     _NEVER_ON_A_CLEAN_RUN + _SCAN + ("walctl.options", "walctl.wal.verdict", "walctl.wal.layout")),
     (("upload", "{copy}", "--store", "{fresh}", "--json", "--no-trim"), ("walctl.pipeline.upload",),
      _NEVER_ON_A_CLEAN_RUN + ("walctl.device.locks",)),
     (("read", "--store", "{store}", "-s", "0", "--json", "--payload", "none"), ("walctl.pipeline.read",),

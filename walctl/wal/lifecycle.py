@@ -12,7 +12,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from walctl.device.buffers import aligned_buffer
+from walctl.device.buffers import align_down, align_up, aligned_buffer  # (walctl.wal.layout's twins)
 from walctl.device.opening import open_device
 from walctl.errors import (CorruptionError, FormatError, NotFoundError, RefusedError, UsageError,
                            WalctlError)
@@ -20,11 +20,11 @@ from walctl.format.checkpoint import Checkpoint, bounded
 from walctl.format.header import (HEADERS_SIZE, SLOT_SIZE, MIN_CAPACITY, SHUTDOWN_GRACEFUL, SHUTDOWN_UNGRACEFUL,
                                   WalHeader)
 from walctl.wal.headers import HeaderState, decode_slots, read_headers, write_header, write_slot
-from walctl.wal.layout import Ring, align_down, align_up
 
 if TYPE_CHECKING:
     from walctl.device.base import Device
     from walctl.wal import reader
+    from walctl.wal.layout import Ring
     from walctl.wal.crash_repair import RepairResult
     from walctl.wal.writer import WalWriter
 
@@ -400,6 +400,7 @@ def trim_scanned(path: str, offset: int) -> TrimResult:
         RefusedError: a writer holds the lock. UsageError: ``offset`` is not after the trim
         point, past the log's end (a clean log), or no data record.
     """
+    from walctl.wal.layout import Ring
     from walctl.wal.writer import check_record_at
 
     dev = open_device(path, writable=True)
