@@ -255,7 +255,7 @@ _SCAN = ("walctl.wal.reader", "walctl.wal.native_scan", "walctl.wal.ringread", "
     (("status", "{wal}", "--json"), ("walctl.status",),
      _NEVER_ON_A_CLEAN_RUN + _SCAN + ("walctl.options", "walctl.wal.verdict", "walctl.wal.layout")),
     (("upload", "{copy}", "--store", "{fresh}", "--json", "--no-trim"), ("walctl.pipeline.upload",),
-     _NEVER_ON_A_CLEAN_RUN + ("walctl.device.locks",)),
+     _NEVER_ON_A_CLEAN_RUN + ("walctl.device.locks", "walctl.wal.verdict")),
     (("read", "--store", "{store}", "-s", "0", "--json", "--payload", "none"), ("walctl.pipeline.read",),
      tuple(m for m in _NEVER_ON_A_CLEAN_RUN if m != "walctl.format.composite") + ("walctl.options",)),
 ])
