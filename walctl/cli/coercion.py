@@ -18,7 +18,10 @@ import re
 from enum import Enum
 from typing import Any
 
-from typer._param_types import choice_coercion_annotation, coerce_cli_choice  # (typer._coercion's own)
+try:  # typer's own choice matching, which its adapter for an Enum (or Literal) parameter calls
+    from typer._param_types import choice_coercion_annotation, coerce_cli_choice
+except ImportError:  # pragma: no cover - another typer: its own coercion answers
+    choice_coercion_annotation = coerce_cli_choice = None
 
 _PLAIN_INT = re.compile(r"-?[0-9]{1,18}")
 _TYPER = object()  # _plain's "ask typer"
@@ -73,7 +76,7 @@ def _plain(value: Any, annotation: Any, info, ctx=None) -> Any:
         return _TYPER
     if type(value) is not str:
         return _TYPER
-    choices = choice_coercion_annotation(annotation, info)
+    choices = choice_coercion_annotation(annotation, info) if choice_coercion_annotation is not None else None
     if choices is not None:  # typer: Annotated[Any, BeforeValidator(coerce_cli_choice(...))]
         try:
             return coerce_cli_choice(value, choices=choices[0], case_sensitive=choices[1], ctx=ctx)
