@@ -9,11 +9,14 @@ recovery scan ``recover`` runs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from walctl.format.checkpoint import Checkpoint
 from walctl.format.header import WalHeader
-from walctl.wal import reader
 from walctl.wal.headers import HeaderState
+
+if TYPE_CHECKING:
+    from walctl.wal import reader  # imported where a scan runs: a checkpoint's answer loads no scan
 
 
 @dataclass
@@ -117,10 +120,10 @@ class StatusResult:
 
     def _gaps_json(self) -> dict:
         """Sealed crash holes and stream gaps, each with why it exists and what to do (walctl.wal.gaps)."""
-        from walctl.wal import gaps
-
         if self.scan is None:
             return {"sealed_holes": None, "stream_gaps": None}
+        from walctl.wal import gaps
+
         holes = gaps.holes_of(self.scan.findings, self.scan.sealed_holes)
         return {"sealed_holes": [h.to_json() for h in self.scan.sealed_holes],
                 "stream_gaps": [gaps.gap_to_json(g, gaps.explain(g, holes)) for g in self.scan.stream_gaps]}
@@ -149,6 +152,8 @@ def wal_status(path: str, *, scan: bool = False, progress=None) -> StatusResult:
         if checkpoint is not None and not scan and session.writer_pid is None:
             return StatusResult(path, session.dev.size_bytes, session.state, None, None, None, warnings,
                                 checkpoint=checkpoint, device_bytes_read=bytes_read_total() - read_before)
+        from walctl.wal import reader
+
         streams: set[int] = set()
         # AutoMQ's WALs too: the scan reads them with AutoMQ's checksums and rules (forensics).
         scan = reader.ScanResult(header, reader.Ring(header.capacity))

@@ -7,6 +7,7 @@ sys.modules: no timing.
 
 from __future__ import annotations
 
+import enum
 import json
 import subprocess
 import sys
@@ -19,14 +20,16 @@ from walctl.cli.app import COMMAND_MODULE_OF, modules_for
 HEAVY = ("boto3", "botocore", "pyspark", "py4j", "rich", "hypothesis")
 
 
-def _imported_after(code: str, *argv: str) -> set[str]:
-    """The top-level packages and walctl modules in sys.modules after ``code`` ran in a fresh Python."""
+def _imported_after(code: str, *argv: str, with_output: bool = False):
+    """The top-level packages and walctl modules in sys.modules after ``code`` ran in a fresh Python
+    (``with_output``: and what it printed before them)."""
     probe = (f"import json, sys\nsys.argv = ['walctl', *{list(argv)!r}]\n{code}\n"
              "print('MODULES ' + json.dumps(sorted(sys.modules)))\n")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     line = [x for x in proc.stdout.splitlines() if x.startswith("MODULES ")]
     assert line, proc.stderr
-    return set(json.loads(line[-1].removeprefix("MODULES ")))
+    modules = set(json.loads(line[-1].removeprefix("MODULES ")))
+    return (modules, proc.stdout.rsplit("MODULES ", 1)[0]) if with_output else modules
 
 
 def _run_main() -> str:
@@ -50,6 +53,10 @@ def test_importing_the_cli_imports_no_command_and_no_heavy_library():
     (("status", "/nonexistent/wal"), {"walctl.commands.status"}),
     (("read", "--store", "/nonexistent/store", "-s", "0", "--limit", "1", "--json"),
      {"walctl.commands.read", "walctl.commands.recover"}),
+    # an Enum option's value named on the command line: typer's choice matching, without pydantic
+    (("read", "--store", "/nonexistent/store", "-s", "0", "--json", "--payload", "none"),
+     {"walctl.commands.read", "walctl.commands.recover"}),
+    (("recover", "/nonexistent/wal", "--payload", "hex"), {"walctl.commands.recover"}),
 ])
 def test_a_run_imports_its_own_command_module_only(argv, wanted):
     modules = _imported_after(_run_main(), *argv)
@@ -62,6 +69,14 @@ def test_a_run_imports_its_own_command_module_only(argv, wanted):
 
 SAMPLES = (None, "", "0", "7", "-1", "007", "-0", "+3", " 3", "12x", "1.5", "1KiB", "64MiB", "abc", "-", "1_000",
            "999999999999999999", "99999999999999999999", "s3://bucket/prefix", "\u00e9t\u00e9")
+
+
+def _choice_samples(descriptor) -> tuple:
+    """An Enum (or Literal) parameter's choices as typed on a command line: each exactly, upper-cased
+    and padded (typer's choice matching answers or refuses them)."""
+    choices = descriptor.choices or ()
+    texts = [str(c.value) if isinstance(c, enum.Enum) else str(c) for c in choices]
+    return (*texts, *(t.upper() for t in texts), *(f" {t}" for t in texts))
 
 
 def _outcome(call):
@@ -86,7 +101,7 @@ def test_plain_coercion_gives_typers_answers_on_every_parameter():
         for param in command.get_params(ctx):
             if getattr(param, "type_descriptor", None) is None or param.type_descriptor.file_annotation is not None:
                 continue  # not typer's; or a file (opened, even for writing: both hand it to typer alike)
-            for value in (*SAMPLES, param.default):
+            for value in (*SAMPLES, param.default, *_choice_samples(param.type_descriptor)):
                 typer_says = _outcome(lambda: build_runtime_param(param.type_descriptor).coerce(value, param=param,
                                                                                                ctx=ctx))
                 plain = PlainFirst()
@@ -203,3 +218,66 @@ def test_readers_start_reading_proc_locks_before_the_imports(argv, prefetched):
     line = [x for x in proc.stdout.splitlines() if x.startswith("SEEN ")]
     assert line, proc.stderr
     assert json.loads(line[-1].removeprefix("SEEN ")) == prefetched
+
+
+@pytest.fixture(scope="module")
+def small_wal_and_store(tmp_path_factory):
+    """A cleanly closed walctl WAL with a few records of streams 0 and 1, and a store holding them."""
+    root = tmp_path_factory.mktemp("clean")
+    wal, store = str(root / "wal.img"), str(root / "store")
+
+    def walctl(*args: str) -> None:
+        subprocess.run([sys.executable, "-m", "walctl", *args], check=True, capture_output=True, timeout=120)
+
+    walctl("init", wal, "--capacity", "4MiB")
+    walctl("append", wal, "-s", "0", "a", "b", "c")
+    walctl("append", wal, "-s", "1", "d", "e")
+    walctl("upload", wal, "--store", store, "--no-trim")
+    return wal, store
+
+
+# What a clean run of a short command does not use, so does not load: the device's creation and
+# safety checks (init), seal descriptors (only in sealed padding records), socket (upload names its
+# host through os.uname), AutoMQ's composite objects (only when the store holds one), base64 (only
+# --payload base64), pydantic (typer's coercion of an Enum option's value), and for status of a
+# cleanly closed WAL the whole scan (its checkpoint answers).
+_NEVER_ON_A_CLEAN_RUN = ("pydantic", "socket", "base64", "walctl.device.create", "walctl.device.safety",
+                         "walctl.format.seal", "walctl.format.composite", "walctl.store.inspect", "walctl.store.s3")
+_SCAN = ("walctl.wal.reader", "walctl.wal.native_scan", "walctl.wal.ringread", "walctl.wal.decoder", "walctl.wal.gaps",
+         "walctl.wal.findings", "walctl.format.bulk", "walctl.format.record", "walctl.format.batch")
+
+
+@pytest.mark.parametrize("argv, loaded, absent", [
+    # recover: walctl.options (and its size parsing) only to check a --from/--to range
+    (("recover", "{wal}", "--stats", "--json"), ("walctl.wal.native_scan",),
+     _NEVER_ON_A_CLEAN_RUN + ("walctl.options", "walctl.sizes")),
+    # status of a cleanly closed WAL: nor the verdict (no findings to judge) or the ring's layout
+    (("status", "{wal}", "--json"), ("walctl.status",),
+     _NEVER_ON_A_CLEAN_RUN + _SCAN + ("walctl.options", "walctl.wal.verdict", "walctl.wal.layout")),
+    (("upload", "{copy}", "--store", "{fresh}", "--json", "--no-trim"), ("walctl.pipeline.upload",),
+     _NEVER_ON_A_CLEAN_RUN + ("walctl.device.locks", "walctl.wal.verdict")),
+    (("read", "--store", "{store}", "-s", "0", "--json", "--payload", "none"), ("walctl.pipeline.read",),
+     tuple(m for m in _NEVER_ON_A_CLEAN_RUN if m != "walctl.format.composite") + ("walctl.options",)),
+])
+def test_a_clean_run_loads_nothing_only_rare_paths_use(small_wal_and_store, tmp_path, argv, loaded, absent):
+    """A clean run's modules (checked in a fresh interpreter): what only damage, findings rendering,
+    crash holes, writers' init, S3, composite objects or other encodings use is imported where it is used."""
+    import shutil
+
+    wal, store = small_wal_and_store
+    copy = str(tmp_path / "copy.img")
+    shutil.copyfile(wal, copy)
+    names = {"wal": wal, "store": store, "copy": copy, "fresh": str(tmp_path / "fresh")}
+    modules, out = _imported_after(_run_main(), *(a.format(**names) for a in argv), with_output=True)
+    assert set(loaded) <= modules and '"error"' not in out and ('"records":' in out or '"objects_made":1' in out), out
+    assert sorted(m for m in modules if m in absent or m.split(".")[0] in absent) == []
+
+
+@pytest.mark.parametrize("argv", [("--help",), ("append", "--help"), ("upload", "--help")])
+def test_help_loads_no_engine(argv):
+    """The help needs the commands' signatures only: append's --framing type (walctl.wal.framing)
+    without the bulk decoders its batches() use, and nothing of the formats, devices, stores or pipelines."""
+    modules = _imported_after(_run_main(), *argv)
+    engine = sorted(m for m in modules if m.startswith(("walctl.format", "walctl.device", "walctl.store",
+                                                        "walctl.pipeline")))
+    assert engine == [], engine

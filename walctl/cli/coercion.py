@@ -5,8 +5,9 @@ TypeAdapter, built the first time the parameter gets a value (even ``None``); im
 pydantic (and its plugin loader's importlib.metadata) is most of a short command's start-up.
 ``plain_coercion(params)`` gives each parameter a coercion that answers by itself where it
 gives exactly typer's answer -- no value; a str for a ``str`` parameter; plain digits within the
-bounds for an ``int``; a member of an Enum parameter's Enum (a default); a value its ``parser``
-accepts -- and hands everything else, and every
+bounds for an ``int``; a member of an Enum parameter's Enum (a default), or the member a string
+names (typer's own choice matching, ``coerce_cli_choice``, which its adapter calls); a value its
+``parser`` accepts -- and hands everything else, and every
 value typer would refuse (so the messages stay typer's), to typer's own coercion.
 tests/cli/test_startup.py compares the two on every parameter of every command.
 """
@@ -16,6 +17,11 @@ from __future__ import annotations
 import re
 from enum import Enum
 from typing import Any
+
+try:  # typer's own choice matching, which its adapter for an Enum (or Literal) parameter calls
+    from typer._param_types import choice_coercion_annotation, coerce_cli_choice
+except ImportError:  # pragma: no cover - another typer: its own coercion answers
+    choice_coercion_annotation = coerce_cli_choice = None
 
 _PLAIN_INT = re.compile(r"-?[0-9]{1,18}")
 _TYPER = object()  # _plain's "ask typer"
@@ -42,7 +48,7 @@ class PlainFirst:
             return () if multiple else None
         descriptor = param.type_descriptor
         if not multiple and descriptor.file_annotation is None:
-            plain = _plain(value, descriptor.annotation, descriptor.parameter_info)
+            plain = _plain(value, descriptor.annotation, descriptor.parameter_info, ctx)
             if plain is not _TYPER:
                 return plain
         return self.typer(param).coerce(value, param=param, ctx=ctx)
@@ -56,7 +62,7 @@ class PlainFirst:
         return self._typer
 
 
-def _plain(value: Any, annotation: Any, info) -> Any:
+def _plain(value: Any, annotation: Any, info, ctx=None) -> Any:
     """What typer's adapter makes of ``value``, or _TYPER when only typer can say."""
     parser = getattr(info, "parser", None)
     if parser is not None:  # typer: Annotated[Any, BeforeValidator(parser)]
@@ -70,6 +76,12 @@ def _plain(value: Any, annotation: Any, info) -> Any:
         return _TYPER
     if type(value) is not str:
         return _TYPER
+    choices = choice_coercion_annotation(annotation, info) if choice_coercion_annotation is not None else None
+    if choices is not None:  # typer: Annotated[Any, BeforeValidator(coerce_cli_choice(...))]
+        try:
+            return coerce_cli_choice(value, choices=choices[0], case_sensitive=choices[1], ctx=ctx)
+        except ValueError:  # typer raises it again and words the error
+            return _TYPER
     if annotation is str:  # typer: Annotated[str, BeforeValidator(str)]
         return value
     if annotation is int and _PLAIN_INT.fullmatch(value) and not getattr(info, "clamp", None):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import enum
 import json
 import sys
@@ -26,6 +25,8 @@ def encode_payload(data: bytes, how: Payload) -> str | None:
     if how is Payload.hex:
         return data.hex()
     if how is Payload.base64:
+        import base64  # (only for --payload base64)
+
         return base64.b64encode(data).decode("ascii")
     return None
 
@@ -77,11 +78,13 @@ def recover_cmd(
     sealed, the stream offsets it cost) and each stream gap with its cause (crash, or none)
     and what to do ("sealed_hole" and "stream_gap" lines with --json).
     """
-    from walctl.options import check_order
     from walctl.wal.lifecycle import open_reader
     from walctl.wal.verdict import RecoverFilter, recover
 
-    check_order(from_offset, to_offset, "--from", "--to")
+    if from_offset is not None and to_offset is not None:  # (walctl.options: only for a range to check)
+        from walctl.options import check_order
+
+        check_order(from_offset, to_offset, "--from", "--to")
     _refuse_short_file(device)
     session = open_reader(device, block_size=_block_size(block_size))
     try:
@@ -131,12 +134,12 @@ def _warn_about(session) -> None:
 
 
 def _block_size(text: str | None) -> int | None:
+    if text is None:
+        return None
     from walctl.errors import UsageError
     from walctl.format.header import AUTOMQ_BLOCK_SIZES
     from walctl.sizes import parse_size
 
-    if text is None:
-        return None
     size = parse_size(text)
     if size not in AUTOMQ_BLOCK_SIZES:
         raise UsageError(f"--block-size {text} is not one of AutoMQ's block sizes", where="recover",

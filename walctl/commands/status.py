@@ -38,7 +38,6 @@ def status_cmd(
     stream gaps (found by a scan) are listed with their cause and what to do.
     """
     from walctl.status import wal_status
-    from walctl.wal.verdict import unexplained_error
 
     from walctl.errors import WalctlError
 
@@ -62,9 +61,12 @@ def status_cmd(
                                  node_id="" if node is None or node < 0 else str(node))
     if not json_out:
         _render(out)
-    exc = unexplained_error(result.corrupt, device, hint="see 'walctl recover'", summary=out)
-    if exc is not None:
-        raise exc
+    if result.corrupt:  # (the verdict: only for a scan's findings)
+        from walctl.wal.verdict import unexplained_error
+
+        exc = unexplained_error(result.corrupt, device, hint="see 'walctl recover'", summary=out)
+        if exc is not None:
+            raise exc
     if json_out:
         emit_json(out)
 

@@ -10,7 +10,6 @@ import stat
 from walctl.device.base import Device, io_failure
 from walctl.device.buffers import ALIGN
 from walctl.device.fdio import BufferedDevice, DirectDevice, FdDevice
-from walctl.device.locks import lock_holder
 from walctl.errors import NotFoundError, RefusedError, UsageError
 
 BUFFERED_WARNING = ("{path}: the filesystem does not support O_DIRECT (tmpfs?); "
@@ -32,6 +31,8 @@ def open_error(exc: OSError, path: str) -> Exception:
 
 
 def _holder_hint(path: str) -> str | None:
+    from walctl.device.locks import lock_holder
+
     pid = lock_holder(path)
     return f"pid {pid}" if pid is not None else None
 
@@ -109,7 +110,9 @@ def open_device(path: str, *, writable: bool, allow_buffered: bool = True) -> De
                                    hint=_holder_hint(path)) from exc
             except OSError as exc:
                 raise io_failure(f"cannot lock: {exc.strerror}", where=path, exc=exc) from exc
-        else:
+        else:  # a reader asks who holds it (a writer that got the lock does not load walctl.device.locks)
+            from walctl.device.locks import lock_holder
+
             holder = lock_holder(path)
             if holder is not None:
                 warnings.append(f"{path}: a writer (pid {holder}) holds the device; "

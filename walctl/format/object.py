@@ -30,18 +30,6 @@ from walctl.format import checks
 from walctl.format.batch import MAGIC as BATCH_MAGIC
 from walctl.format.batch import STRUCT as BATCH_STRUCT
 from walctl.format.batch import StreamRecordBatch
-from walctl.format.composite import (
-    COMPOSITE_FOOTER_MAGIC,
-    LINKED_OBJECT_SIZE,
-    LINKED_OBJECT_STRUCT,
-    OBJECTS_BLOCK_HEADER_SIZE,
-    OBJECTS_BLOCK_HEADER_STRUCT,
-    OBJECTS_BLOCK_MAGIC,
-    CompositeObject,
-    LinkedObject,
-    decode_composite,
-    is_composite,
-)
 from walctl.format.crc import crc32c
 from walctl.format.datablock import (
     DATA_BLOCK_FLAGS,
@@ -122,6 +110,24 @@ __all__ = [
     "verify_object",
     "verify_report",
 ]
+
+# AutoMQ's composite objects (read only): their names are re-exported from walctl.format.composite
+# on first use, so that building an object (upload) does not load them.
+_COMPOSITE_NAMES = frozenset({
+    "COMPOSITE_FOOTER_MAGIC", "LINKED_OBJECT_SIZE", "LINKED_OBJECT_STRUCT", "OBJECTS_BLOCK_HEADER_SIZE",
+    "OBJECTS_BLOCK_HEADER_STRUCT", "OBJECTS_BLOCK_MAGIC", "CompositeObject", "LinkedObject", "decode_composite",
+    "is_composite",
+})
+
+
+def __getattr__(name: str) -> object:
+    if name not in _COMPOSITE_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from walctl.format import composite
+
+    value = globals()[name] = getattr(composite, name)
+    return value
+
 
 DEFAULT_BLOCK_SIZE = defaults.DEFAULT_BLOCK_SIZE  # FORMATS.md 3: a block closes once its payload reaches 1 MiB
 # Guess for the first ranged read of an object's tail: the footer plus this many index

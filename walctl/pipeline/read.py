@@ -28,7 +28,6 @@ from walctl.format import object as obj
 from walctl.format.batch import StreamRecordBatch
 from walctl.format.crc import crc32c
 from walctl.store import manifest as mf
-from walctl.store.inspect import member_key
 
 if TYPE_CHECKING:
     from walctl.store.base import Store
@@ -496,6 +495,8 @@ class StreamReader:
 
     def _read_composite(self, o: dict, tail: bytes, size: int, range_end: int) -> Iterator[ReadRecord | ReadFinding]:
         """An AutoMQ composite object: its index points into member objects; read their blocks there."""
+        from walctl.store.inspect import member_key  # (inspect-object's: a plain object's read does not load it)
+
         key, oid = o["key"], o["id"]
         try:
             whole = tail if len(tail) == size else self.store.read_range(key, 0, size)

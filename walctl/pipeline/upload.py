@@ -1226,7 +1226,6 @@ def _upload(wal_path: str, store: Store, *, namespace: str, block_size: int, spl
             dry_run: bool, accept_gaps, progress, trim_timeout_s: float, spools: _Spools | None) -> UploadResult:
     from walctl.wal import gaps, reader
     from walctl.wal.lifecycle import read_wal_state
-    from walctl.wal.verdict import unexplained_error
 
     started = time.monotonic()
     result = UploadResult(dry_run=dry_run)
@@ -1260,10 +1259,13 @@ def _upload(wal_path: str, store: Store, *, namespace: str, block_size: int, spl
         dev.close()  # the lock only covered the read: appends may go on during the upload
     # A bad batch (a valid record whose body is no StreamRecordBatch) stops only itself: the
     # other records are uploaded, the WAL is not trimmed past it, 'recover' shows it.
-    damage = unexplained_error(scan.findings, wal_path, framing_only=True,
-                               hint="nothing uploaded; inspect with 'walctl recover'")
-    if damage is not None:
-        raise damage
+    if scan.findings:  # (the verdict: only for findings to judge)
+        from walctl.wal.verdict import unexplained_error
+
+        damage = unexplained_error(scan.findings, wal_path, framing_only=True,
+                                   hint="nothing uploaded; inspect with 'walctl recover'")
+        if damage is not None:
+            raise damage
     bad_findings = {f.offset: f for f in findings if f.kind == reader.BAD_BATCH}
     findings = [f for f in findings if f.kind != reader.BAD_BATCH]
     if not locked and findings:

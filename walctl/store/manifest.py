@@ -300,9 +300,9 @@ def commit(store: Store, change: Callable[[Manifest], Manifest | None], *, comma
         doc.parent = base.number or None
         doc.commit_id = str(uuid.uuid4())
         doc.time = time.time()
-        import socket  # a writer's only need: readers do not load it
-
-        doc.writer = {"host": socket.gethostname(), "pid": os.getpid(), "command": command, "argv": _safe_argv()}
+        # The host name as socket.gethostname() gives it (glibc's gethostname is uname's nodename
+        # on Linux), without importing socket (~2 ms of a short upload's start-up).
+        doc.writer = {"host": os.uname().nodename, "pid": os.getpid(), "command": command, "argv": _safe_argv()}
         try:
             store.put(manifest_key(doc.number), doc.encode(), if_absent=True)
         except PreconditionFailed:

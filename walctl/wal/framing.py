@@ -15,9 +15,12 @@ from __future__ import annotations
 import enum
 import sys
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from walctl.errors import UsageError
-from walctl.format import bulk
+
+if TYPE_CHECKING:
+    from walctl.format import bulk  # imported by batches(): the CLI's option type (Framing) does not load it
 
 CHUNK = 1 << 20  # bytes per read
 
@@ -57,6 +60,8 @@ def batches(source, framing: Framing, chunk: int = CHUNK) -> Iterator[tuple[memo
     """
     if framing is Framing.raw:
         raise ValueError("raw input is one record: use records()")
+    from walctl.format import bulk
+
     read = source.read1 if hasattr(source, "read1") else source.read
     split = bulk.split_lines if framing is Framing.lines else bulk.split_length_prefixed
     carry = _Carry(framing is Framing.lines)

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from walctl.format.seal import SealDescriptor
 from walctl.wal.findings import HOLE
+
+if TYPE_CHECKING:
+    from walctl.format.seal import SealDescriptor  # (decoded by the scan, from sealed padding records only)
 
 
 @dataclass(frozen=True)

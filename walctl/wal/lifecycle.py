@@ -8,34 +8,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import bisect
 import os
 import time
 from dataclasses import dataclass, field
 
-from walctl.device import safety
-from walctl.device.buffers import aligned_buffer
-from walctl.device.create import create_file, zero_fill
+from walctl.device.buffers import align_down, align_up, aligned_buffer  # (walctl.wal.layout's twins)
 from walctl.device.opening import open_device
 from walctl.errors import (CorruptionError, FormatError, NotFoundError, RefusedError, UsageError,
                            WalctlError)
-from walctl.failpoints import failpoint
-from walctl.format import record as rec
 from walctl.format.checkpoint import Checkpoint, bounded
 from walctl.format.header import (HEADERS_SIZE, SLOT_SIZE, MIN_CAPACITY, SHUTDOWN_GRACEFUL, SHUTDOWN_UNGRACEFUL,
                                   WalHeader)
-from walctl.wal import reader
 from walctl.wal.headers import HeaderState, decode_slots, read_headers, write_header, write_slot
-from walctl.wal.layout import Ring, align_down, align_up
-from walctl.wal.verdict import unexplained_error
 
 if TYPE_CHECKING:
     from walctl.device.base import Device
+    from walctl.wal import reader
+    from walctl.wal.layout import Ring
     from walctl.wal.crash_repair import RepairResult
     from walctl.wal.writer import WalWriter
 
 # The writer and the crash repair are imported by the functions that write (open_writer, trim,
-# init): a reader (recover, status) does not load them (start-up of a short command).
+# init): a reader (recover, status) does not load them (start-up of a short command). Nor does
+# it load what only init uses (device creation, safety checks) or the scan (walctl.wal.reader,
+# the verdict): status of a cleanly closed WAL answers from its header slots alone.
 
 
 @dataclass
@@ -62,6 +58,10 @@ def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool 
         UsageError: capacity missing for a new file, too small, or larger than the device.
         RefusedError: mounted, held, a filesystem/partition signature or a WAL already there (no --force).
     """
+    from walctl.device import safety
+    from walctl.device.create import create_file, zero_fill
+    from walctl.failpoints import failpoint
+
     warnings: list[str] = []
     capacity = _checked_capacity(capacity, path)
     created = not os.path.lexists(path)
@@ -122,6 +122,8 @@ def _capacity_on(size: int, capacity: int | None, path: str) -> int:
 
 def _clear_old(dev: Device, path: str, capacity: int, force: bool, progress) -> tuple[int, int]:
     """Refuse or wipe what an existing device holds; (the old WAL's timestamp or 0, bytes wiped)."""
+    from walctl.device.create import zero_fill
+
     previous_ts = _existing_wal_check(dev, path, force)
     where = None if previous_ts else _first_nonzero(dev, capacity)
     if not previous_ts and where is None:
@@ -321,6 +323,9 @@ def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
 
 
 def _scan_for_writer(dev: Device, header: WalHeader, path: str, keep_offsets: bool) -> reader.ScanResult:
+    from walctl.wal import reader
+    from walctl.wal.verdict import unexplained_error
+
     result = reader.scan_report(dev, header, keep_offsets=keep_offsets)
     # A bad batch is a whole, valid record whose body is not a StreamRecordBatch: the log's
     # framing is intact, so writing after it overwrites no evidence (recover shows it).
@@ -406,6 +411,7 @@ def trim_scanned(path: str, offset: int) -> TrimResult:
         RefusedError: a writer holds the lock. UsageError: ``offset`` is not after the trim
         point, past the log's end (a clean log), or no data record.
     """
+    from walctl.wal.layout import Ring
     from walctl.wal.writer import check_record_at
 
     dev, state = _open_own_wal(path)
@@ -439,6 +445,9 @@ NEAR_SEARCH_BYTES = 1 << 20  # how far before a wrong trim offset to look for a 
 def _records_near(dev: Device, ring: Ring, offset: int, start: int, end: int) -> list[int]:
     """The record offsets just before and after ``offset``, for an error's hint: find a block
     start at most 1 MiB before it, then follow its records (reads about that much, not the log)."""
+    from walctl.format import record as rec
+    from walctl.wal import reader
+
     log = reader.LogReader(dev, ring)
     o = align_down(offset)
     floor = max(start, o - NEAR_SEARCH_BYTES)
@@ -470,6 +479,8 @@ def _records_near(dev: Device, ring: Ring, offset: int, start: int, end: int) ->
 def _nearest(offsets: list[int], offset: int) -> str:
     if not offsets:
         return "the log has no live records"
+    import bisect
+
     i = bisect.bisect_left(offsets, offset)
     near = [str(o) for o in offsets[max(0, i - 1):i + 1]]
     return "nearest record offsets: " + ", ".join(near)

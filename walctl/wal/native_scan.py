@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Iterator
 
 from walctl.errors import FormatError
 from walctl.format import record as rec
-from walctl.format import seal as seal_format
 from walctl.format.batch import HEADER_SIZE as _BATCH_HEADER
 from walctl.format.batch import StreamRecordBatch
 from walctl.format.bulk import KIND_BATCH, KIND_PADDING, ROW as _ROW, TRUNCATED_BODY, TRUNCATED_HEADER, rows_summary
@@ -334,6 +333,8 @@ def _first_record_at_or_after(decoder: Decoder, block: int, seek: int, end: int)
 def _note_seal(res: ScanResult, reader: LogReader, record: Record) -> None:
     """A padding record whose body starts with a valid seal descriptor is a sealed crash hole:
     keep its evidence (one per hole: a hole across a lap end has one padding record per lap)."""
+    from walctl.format import seal as seal_format  # a log without padding records does not load it
+
     o = record.offset
     raw = reader.read(o + rec.SIZE, min(record.end - o - rec.SIZE, ALIGN - rec.SIZE))
     if len(raw) < seal_format.FIXED_SIZE or bytes(raw[:4]) != seal_format.MAGIC.to_bytes(4, "big"):

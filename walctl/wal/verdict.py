@@ -14,22 +14,26 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from walctl.errors import CorruptionError
-from walctl.failpoints import failpoint
-from walctl.wal import gaps
-from walctl.wal.findings import BAD_BATCH, BAD_HEADER_SLOT, Finding
-from walctl.wal.headers import HeaderState
-from walctl.wal.layout import Ring
-from walctl.format.batch import HEADER_SIZE as BATCH_HEADER
-from walctl.wal.reader import Entry, Run, Scan, ScanResult, finding_bytes, hexdump
 
 if TYPE_CHECKING:
     from walctl.device.base import Device
+    from walctl.wal.findings import Finding
+    from walctl.wal.headers import HeaderState
+    from walctl.wal.reader import Entry, Run, Scan, ScanResult
+
+# The scan (walctl.wal.reader), the findings and the gap explanations are imported by ``recover``
+# and the functions it calls: ``unexplained_error`` of no findings (status of a cleanly closed
+# WAL, which answers from its header slots) loads none of them.
 
 
 def unexplained(findings: list[Finding], *, framing_only: bool = False) -> list[Finding]:
     """The findings a crash does not explain. ``framing_only``: leave out bad batches (whole,
     valid records whose body is no StreamRecordBatch: the log's framing is intact, so writing
     after them overwrites no evidence, and upload skips just them)."""
+    if not findings:
+        return []
+    from walctl.wal.findings import BAD_BATCH
+
     return [f for f in findings if not f.explained and not (framing_only and f.kind == BAD_BATCH)]
 
 
@@ -49,6 +53,9 @@ def unexplained_error(findings: list[Finding], where: str, *, framing_only: bool
 
 def header_slot_findings(state: HeaderState) -> list[Finding]:
     """A finding for each damaged header slot (the other one was used: a crash explains it)."""
+    from walctl.wal.findings import BAD_HEADER_SLOT, Finding
+    from walctl.wal.layout import Ring
+
     ring = Ring(state.header.capacity)
     return [Finding(BAD_HEADER_SLOT, 0, ring, f"header slot {slot.index}: {slot.error}", explained=True,
                     physical_offset=slot.position) for slot in state.bad_slots]
@@ -113,6 +120,8 @@ def recover(dev: Device, state: HeaderState, device: str, *, filters: RecoverFil
     On an interrupt (KeyboardInterrupt) the exception leaves with ``summary``: the run so far,
     complete false. Never writes.
     """
+    from walctl.wal.reader import Scan, finding_bytes, hexdump
+
     header = state.header
     # Without filters every record is shown (or counted): runs of them come in bulk.
     bulk = filters == RecoverFilter()
@@ -147,6 +156,9 @@ def recover(dev: Device, state: HeaderState, device: str, *, filters: RecoverFil
 def _show(scan: Scan, run: RecoverRun, filters: RecoverFilter, stats: bool, on_record, on_finding,
           progress, on_run=None) -> None:
     """The scan's loop: findings out, records through the filters, out or counted."""
+    from walctl.wal.findings import Finding
+    from walctl.wal.reader import Run
+
     report, per_stream = run.report, run.per_stream
     start = max(report.start_offset, filters.from_offset or 0)
     pause = os.environ.get("WALCTL_FAILPOINT", "").startswith("recover-scan")  # tests: stop mid-scan
@@ -155,6 +167,8 @@ def _show(scan: Scan, run: RecoverRun, filters: RecoverFilter, stats: bool, on_r
     try:
         for event in scan:
             if pause:
+                from walctl.failpoints import failpoint
+
                 failpoint("recover-scan")
             if progress is not None:
                 progress(max(event.offset - start, 0))
@@ -196,6 +210,8 @@ def _show_run(run: Run, per_stream: dict[int, list[int]] | None, on_record, on_r
 
 def _count_run(per_stream: dict[int, list[int]], run: Run) -> None:
     """--stats of a run of batches: records and payload bytes per stream."""
+    from walctl.format.batch import HEADER_SIZE as BATCH_HEADER
+
     sid = run.one_stream()
     if sid is not None:
         counts = per_stream.setdefault(sid, [0, 0])
@@ -233,6 +249,8 @@ def _filter(filters: RecoverFilter, report: ScanResult) -> Callable[[Entry, int]
 
 def _explain_gaps(run: RecoverRun) -> None:
     """The sealed crash holes, and every stream gap with why it exists and what to do."""
+    from walctl.wal import gaps
+
     report = run.report
     holes = gaps.holes_of(report.findings, report.sealed_holes)
     for hole in report.sealed_holes:
