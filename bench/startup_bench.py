@@ -27,7 +27,7 @@ import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 # The standard modules walctl's readers import (recover, status: python -X importtime), none of walctl.
-READER_STDLIB = "import dataclasses, typing, enum, json, base64, struct, threading, queue, signal, mmap, zlib"
+READER_STDLIB = "import dataclasses, typing, enum, json, struct, threading, queue, signal, mmap, zlib"
 
 
 def main() -> int:

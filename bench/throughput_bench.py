@@ -104,7 +104,7 @@ def walctl(*args: str, root: str = REPO_ROOT) -> tuple[float, int, list[str]]:
 
 
 # The standard modules walctl's readers import (python -X importtime), and typer: none of walctl.
-STACK_IMPORTS = "import dataclasses, typing, enum, json, base64, struct, threading, queue, signal, mmap, zlib, typer"
+STACK_IMPORTS = "import dataclasses, typing, enum, json, struct, threading, queue, signal, mmap, zlib, typer"
 
 
 def python_start() -> tuple[float, float]:

@@ -102,7 +102,8 @@ def test_crc32c_combine_twins_agree(a, b, crcs, length):
 
 def test_crc32c_combine_is_the_c_one_where_built_and_loads_it_on_first_use():
     """Importing walctl.format.crc loads neither bulk nor the extension (start-up); the first
-    combine picks the C function when bulk uses the extension, the twin under WALCTL_NO_NATIVE=1."""
+    combine picks the C function when walctl runs its extension (walctl.format.extension's rule: built,
+    WALCTL_NO_NATIVE unset), the twin under WALCTL_NO_NATIVE=1."""
     code = """
 import sys
 from walctl.format import crc
