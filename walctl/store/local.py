@@ -21,6 +21,7 @@ import threading
 import uuid
 from typing import Iterable, Sequence
 
+from walctl.device.base import io_failure
 from walctl.device.buffers import ALIGN, aligned_buffer, align_down, align_up
 from walctl.errors import CorruptionError, IOFailure, NotFoundError, UsageError
 from walctl.store.base import (
@@ -190,9 +191,7 @@ class LocalStore:
     def _read_error(self, exc: OSError, key: str) -> Exception:
         if exc.errno in _MISSING:
             return NotFoundError("no such object", where=self._where(key))
-        err = IOFailure(f"read failed: {exc.strerror}", where=self._where(key))
-        err.errno = exc.errno
-        return err
+        return io_failure(f"read failed: {exc.strerror}", where=self._where(key), exc=exc)
 
     def _open_read(self, key: str) -> tuple[int, bool]:
         """(fd, direct): O_DIRECT where the filesystem takes it, else an ordinary read-only fd."""
@@ -462,9 +461,7 @@ class LocalStore:
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except OSError as exc:
-            err = IOFailure(f"write failed: {exc.strerror or exc}", where=self._where(key))
-            err.errno = exc.errno
-            raise err from exc
+            raise io_failure(f"write failed: {exc.strerror or exc}", where=self._where(key), exc=exc) from exc
         try:
             for chunk in chunks:
                 if isinstance(chunk, CopySource):
@@ -481,9 +478,7 @@ class LocalStore:
             os.close(fd)
             self._remove_quietly(tmp)
             if isinstance(exc, OSError) and not isinstance(exc, PreconditionFailed):
-                err = IOFailure(f"write failed: {exc.strerror or exc}", where=self._where(key))
-                err.errno = exc.errno
-                raise err from exc
+                raise io_failure(f"write failed: {exc.strerror or exc}", where=self._where(key), exc=exc) from exc
             raise
         self._publish(fd, tmp, key, path, if_absent=if_absent)
         self.stats.add("bytes_written", written)
@@ -522,9 +517,7 @@ class LocalStore:
                              "both 'a' and 'a/...')", where=self._where(key)) from exc
         except OSError as exc:
             self._remove_quietly(tmp)
-            err = IOFailure(f"write failed: {exc.strerror or exc}", where=self._where(key))
-            err.errno = exc.errno
-            raise err from exc
+            raise io_failure(f"write failed: {exc.strerror or exc}", where=self._where(key), exc=exc) from exc
         except BaseException:
             self._remove_quietly(tmp)
             raise
@@ -629,9 +622,7 @@ class LocalSpool:
         try:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except OSError as exc:
-            err = IOFailure(f"cannot create a temp object: {exc.strerror or exc}", where=self.path)
-            err.errno = exc.errno
-            raise err from exc
+            raise io_failure(f"cannot create a temp object: {exc.strerror or exc}", where=self.path, exc=exc) from exc
         self.size = 0  # bytes written so far
         self.key: str | None = None  # where it was published
         self._kicked = 0
@@ -669,9 +660,7 @@ class LocalSpool:
                 os.posix_fadvise(self._fd, self._kicked, self.size - self._kicked, os.POSIX_FADV_DONTNEED)
                 self._kicked = self.size
         except OSError as exc:
-            err = IOFailure(f"write failed: {exc.strerror or exc}", where=self.path)
-            err.errno = exc.errno
-            raise err from exc
+            raise io_failure(f"write failed: {exc.strerror or exc}", where=self.path, exc=exc) from exc
 
     def publish(self, key: str, tail: bytes = b"") -> None:
         """Append ``tail`` and store the whole under ``key`` (replacing what is there, as put)."""
@@ -690,9 +679,7 @@ class LocalSpool:
             os.close(fd)
             store._remove_quietly(self.path)
             if isinstance(exc, OSError):
-                err = IOFailure(f"write failed: {exc.strerror or exc}", where=store._where(key))
-                err.errno = exc.errno
-                raise err from exc
+                raise io_failure(f"write failed: {exc.strerror or exc}", where=store._where(key), exc=exc) from exc
             raise
         fd, self._fd = self._fd, -1
         store._publish(fd, self.path, key, path, if_absent=False)
