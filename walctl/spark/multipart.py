@@ -69,6 +69,8 @@ def put_part(store: Store, key: str, upload_id: str, number: int, chunks: Iterab
         part = store._upload_part(key, store._full_key(key), upload_id, number, body, checksum)
         store.stats.add("bytes_written", size)
         return part
+    from walctl.store.local import pwrite_all
+
     path = store._path(key)
     try:
         fd = os.open(path, os.O_WRONLY)
@@ -78,13 +80,7 @@ def put_part(store: Store, key: str, upload_id: str, number: int, chunks: Iterab
     try:
         done = 0
         for chunk in chunks:  # each written before the next is asked for
-            view = memoryview(chunk).cast("B")
-            while view:
-                n = os.pwrite(fd, view, position + done)
-                if n <= 0:
-                    raise OSError(5, "pwrite wrote nothing")
-                done += n
-                view = view[n:]
+            done += pwrite_all(fd, [memoryview(chunk).cast("B")], position + done)
         if done != size:
             raise IOFailure(f"part {number} holds {done} bytes, {size} were announced", where=store._where(key))
         os.fsync(fd)

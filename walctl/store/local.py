@@ -649,13 +649,13 @@ class LocalSpool:
                     self.direct = self._set_direct(False)
                 else:
                     try:
-                        self.size += _pwrite_all(self._fd, views, self.size)
+                        self.size += pwrite_all(self._fd, views, self.size)
                         return
                     except OSError as exc:
                         if exc.errno != errno.EINVAL:  # EINVAL: memory O_DIRECT does not take (nothing written)
                             raise
                         self.direct = self._set_direct(False)
-            self.size += _pwrite_all(self._fd, views, self.size)
+            self.size += pwrite_all(self._fd, views, self.size)
             if self.size - self._kicked >= WRITEBACK_BYTES:
                 os.posix_fadvise(self._fd, self._kicked, self.size - self._kicked, os.POSIX_FADV_DONTNEED)
                 self._kicked = self.size
@@ -673,7 +673,7 @@ class LocalSpool:
             path = store._make_key_dirs(key)
             if self.direct:
                 self.direct = self._set_direct(False)
-            _pwrite_all(self._fd, [memoryview(tail).cast("B")], self.size)
+            pwrite_all(self._fd, [memoryview(tail).cast("B")], self.size)
         except BaseException as exc:
             fd, self._fd = self._fd, -1
             os.close(fd)
@@ -695,7 +695,7 @@ class LocalSpool:
         self._store._remove_quietly(self.path)
 
 
-def _pwrite_all(fd: int, views: list, pos: int) -> int:
+def pwrite_all(fd: int, views: list, pos: int) -> int:
     """Write ``views`` back to back at ``pos`` (pwritev, again after a short write); returns the bytes written."""
     total = 0
     views = [v for v in views if v.nbytes]
