@@ -30,7 +30,7 @@ from walctl.format import checks
 from walctl.format.batch import MAGIC as BATCH_MAGIC
 from walctl.format.batch import STRUCT as BATCH_STRUCT
 from walctl.format.batch import StreamRecordBatch
-from walctl.format.crc import crc32c
+from walctl.format.crc import crc32c, crc32c_combine
 from walctl.format.datablock import (
     DATA_BLOCK_FLAGS,
     DATA_BLOCK_HEADER_SIZE,
@@ -322,9 +322,29 @@ class ObjectBuilder:
             ValueError: streams not ascending, a block not continuing its stream's offsets, an empty
                 block, values that do not fit the index's Java ints, or the object already finished.
         """
+        self._check_block(stream_id, start_offset, end_offset, len(batches))
+        # One copy of the batches (join with the header first), not two (join, then concatenate).
+        data = b"".join([DataBlockHeader(len(batches), sum(len(b) for b in batches)).encode(), *batches])
+        self._index_block(stream_id, start_offset, end_offset, len(batches), len(data))
+        if self.version == VERSION_WALCTL:
+            self._data_crc = crc32c(data, self._data_crc)
+        return data
+
+    def add_laid_out(self, stream_id: int, start_offset: int, end_offset: int, count: int, size: int,
+                     crc: int) -> None:
+        """A DataBlock the caller laid out and writes itself (upload's spools): ``size`` bytes, header and
+        ``count`` batches, whose crc32c is ``crc``. Indexed exactly as add_block indexes the same bytes,
+        after the same checks; the data crc is combined from ``crc`` (the bytes are not read again)."""
+        self._check_block(stream_id, start_offset, end_offset, count)
+        self._index_block(stream_id, start_offset, end_offset, count, size)
+        if self.version == VERSION_WALCTL:
+            self._data_crc = crc32c_combine(self._data_crc, crc, size)
+
+    def _check_block(self, stream_id: int, start_offset: int, end_offset: int, count: int) -> None:
+        """add_block's checks of a block of ``count`` batches, before its bytes are made."""
         if self.footer is not None:
             raise ValueError("the object is already finished")
-        if not batches:
+        if count < 1:
             raise ValueError(f"stream {stream_id}: an empty DataBlock")
         if stream_id != self._stream:
             if not isinstance(stream_id, int) or not 0 <= stream_id < INT64_LIMIT:
@@ -340,19 +360,16 @@ class ObjectBuilder:
         if not 0 <= start_offset < end_offset <= start_offset + INT32_MAX or end_offset >= INT64_LIMIT:
             raise ValueError(f"stream {stream_id}: block offsets [{start_offset}, {end_offset}) do not fit an "
                              "index entry")
-        # One copy of the batches (join with the header first), not two (join, then concatenate).
-        data = b"".join([DataBlockHeader(len(batches), sum(len(b) for b in batches)).encode(), *batches])
-        if len(data) > INT32_MAX:
-            raise ValueError(f"stream {stream_id}: a DataBlock of {len(data)} bytes does not fit a Java int")
-        self.entries.append(IndexEntry(stream_id, start_offset, end_offset - start_offset, len(batches),
-                                       self.position, len(data)))
-        self.position += len(data)
+
+    def _index_block(self, stream_id: int, start_offset: int, end_offset: int, count: int, size: int) -> None:
+        """The block's index entry and its stream's range; the next block starts after its ``size`` bytes."""
+        if size > INT32_MAX:
+            raise ValueError(f"stream {stream_id}: a DataBlock of {size} bytes does not fit a Java int")
+        self.entries.append(IndexEntry(stream_id, start_offset, end_offset - start_offset, count, self.position, size))
+        self.position += size
         first = self.ranges.get(stream_id)
         self.ranges[stream_id] = StreamRange(first.start_offset if first else start_offset, end_offset,
                                              self.position - self._stream_start)
-        if self.version == VERSION_WALCTL:
-            self._data_crc = crc32c(data, self._data_crc)
-        return data
 
     def finish(self) -> bytes:
         """The IndexBlock and the Footer; afterwards ``footer`` and ``size`` describe the object."""

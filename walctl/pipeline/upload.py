@@ -948,37 +948,6 @@ class _SpoolWriter:
         self._thread.join()
 
 
-class _SpoolBuilder(ObjectBuilder):
-    """ObjectBuilder for DataBlocks laid out by the caller (a spool's block buffer): ``add_laid_out`` keeps
-    the index entry, the stream's range and the data crc exactly as ``add_block`` does for the same
-    bytes (the data crc from the block's crc: combined, not read again); ``finish`` is ObjectBuilder's.
-    One stream (a spool's segment), blocks contiguous by construction."""
-
-    def add_laid_out(self, stream_id: int, start_offset: int, end_offset: int, count: int, block,
-                     crc: int) -> None:
-        """The DataBlock ``block`` (its bytes), whose crc32c is ``crc``."""
-        from walctl.format.index_entry import INT32_MAX, INT64_LIMIT
-        from walctl.format.object import IndexEntry, StreamRange
-
-        if self.footer is not None:
-            raise ValueError("the object is already finished")
-        if not 0 <= stream_id < INT64_LIMIT or count < 1:
-            raise ValueError(f"stream {stream_id}: no DataBlock of {count} batches")
-        if not 0 <= start_offset < end_offset <= start_offset + INT32_MAX or end_offset >= INT64_LIMIT:
-            raise ValueError(f"stream {stream_id}: block offsets [{start_offset}, {end_offset}) do not fit an "
-                             "index entry")
-        if len(block) > INT32_MAX:
-            raise ValueError(f"stream {stream_id}: a DataBlock of {len(block)} bytes does not fit a Java int")
-        self.entries.append(IndexEntry(stream_id, start_offset, end_offset - start_offset, count, self.position,
-                                       len(block)))
-        self.position += len(block)
-        first = self.ranges.get(stream_id)
-        self.ranges[stream_id] = StreamRange(first.start_offset if first else start_offset, end_offset,
-                                             self.position)
-        # ObjectBuilder's running crc of the data region: crc32c(blocks so far + block)
-        self._data_crc = crc32c_combine(self._data_crc, crc, len(block))
-
-
 class _Bodies:
     """Batches handed to a spool, by index: ``copy_into`` copies a stretch of them into a block buffer."""
 
@@ -1031,7 +1000,7 @@ class _SegmentSpool:
 
     def __init__(self, spool, writer: _SpoolWriter, buffers: _BlockBuffers, sid: int, first: int, block_size: int):
         self.spool, self.writer, self.buffers, self.sid, self.block_size = spool, writer, buffers, sid, block_size
-        self.builder = _SpoolBuilder()
+        self.builder = ObjectBuilder()
         # O_DIRECT: blocks laid out at their page offset, written in whole pages (_SpoolWriter)
         self.aligned = bool(getattr(spool, "direct", False))
         self.carry = b""  # (writer thread) the object's bytes after its last whole page written
@@ -1102,10 +1071,10 @@ class _SegmentSpool:
         buf, lead, end = self.buf, self.lead, self.fill
         payload = end - lead - _BLOCK_HEAD
         _BLOCK_HEAD_PACK(buf, lead, _BLOCK_MAGIC, _BLOCK_FLAGS, self.count, payload)
+        with memoryview(buf) as whole, whole[lead:lead + _BLOCK_HEAD] as head:
+            crc = crc32c_combine(_crc32c(head), self.crc, payload)  # the block's: header, then the batches
         try:
-            with memoryview(buf) as whole, whole[lead:end] as block:
-                crc = crc32c_combine(_crc32c(block[:_BLOCK_HEAD]), self.crc, payload)
-                self.builder.add_laid_out(self.sid, self.first, self.last_end, self.count, block, crc)
+            self.builder.add_laid_out(self.sid, self.first, self.last_end, self.count, end - lead, crc)
         except ValueError as exc:  # offsets no index entry holds: the usual way refuses them
             raise _NoSpool(str(exc)) from exc
         self.buf, self.count, self.payload, self.crc, self.first = None, 0, 0, 0, self.last_end
