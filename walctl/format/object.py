@@ -60,6 +60,7 @@ from walctl.format.index_entry import (
     INT64_LIMIT,
     IndexEntry,
 )
+from walctl.lazynames import module_getattr
 
 __all__ = [
     "BuiltObject",
@@ -120,13 +121,8 @@ _COMPOSITE_NAMES = frozenset({
 })
 
 
-def __getattr__(name: str) -> object:
-    if name not in _COMPOSITE_NAMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from walctl.format import composite
-
-    value = globals()[name] = getattr(composite, name)
-    return value
+__getattr__ = module_getattr(__name__, dict.fromkeys(_COMPOSITE_NAMES, "composite"), globals(),
+                             package="walctl.format")
 
 
 DEFAULT_BLOCK_SIZE = defaults.DEFAULT_BLOCK_SIZE  # FORMATS.md 3: a block closes once its payload reaches 1 MiB

@@ -11,6 +11,7 @@ import re
 from urllib.parse import unquote, urlsplit
 
 from walctl.errors import NotFoundError, UsageError
+from walctl.lazynames import module_getattr
 from walctl.store.base import (
     MIN_PART_BYTES,
     MULTIPART_THRESHOLD_BYTES,
@@ -109,12 +110,7 @@ def _local(path: str, create: bool, missing_ok: bool = False) -> LocalStore:
         raise
 
 
-def __getattr__(name: str):
-    if name == "S3Store":
-        from walctl.store.s3 import S3Store
-
-        return S3Store
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = module_getattr(__name__, {"S3Store": "s3"}, globals())
 
 
 __all__ = [

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from walctl.device.buffers import aligned_buffer
 from walctl.format.header import WalHeader
+from walctl.lazynames import module_getattr
 from walctl.wal.findings import (BAD_BATCH, BAD_HEADER_SLOT, BAD_PADDING, BEYOND_WINDOW, CAUSES, DISCARDED,
                                  END_MISMATCH, HOLE, TORN_TAIL, TRIM_RECORD, Cause, Finding, Kind)
 from walctl.wal.native_scan import NativeScan
@@ -27,12 +28,8 @@ if TYPE_CHECKING:
 HEXDUMP_BYTES = 256  # recover --hexdump shows at most this many bytes of each finding
 
 
-def __getattr__(name: str):
-    if name == "AUTOMQ_EXTRA_SCAN_BYTES":  # re-exported, imported on first use (as AutomqScan is)
-        from walctl.wal.automq_scan import AUTOMQ_EXTRA_SCAN_BYTES
-
-        return AUTOMQ_EXTRA_SCAN_BYTES
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# AUTOMQ_EXTRA_SCAN_BYTES is re-exported, imported on first use (as AutomqScan is).
+__getattr__ = module_getattr(__name__, {"AUTOMQ_EXTRA_SCAN_BYTES": "automq_scan"}, globals(), package="walctl.wal")
 
 __all__ = ["AUTOMQ_EXTRA_SCAN_BYTES", "BAD_BATCH", "BAD_HEADER_SLOT", "BAD_PADDING", "BEYOND_WINDOW", "CAUSES",
            "CHUNK_BYTES", "DISCARDED", "END_MISMATCH", "HOLE", "TORN_TAIL", "TRIM_RECORD", "Cause", "Entry",
