@@ -1123,8 +1123,8 @@ class _Spools:
         (and a segment's whose last block no index entry holds: it is built the usual way)."""
         keep = []
         for planned in plan:
-            seg = planned.streams[0][1]
-            if planned.kind == "SO" and len(planned.streams) == 1 and seg.spool is not None:
+            if _spooled(planned):
+                seg = planned.streams[0][1]
                 try:
                     seg.spool.finish()
                     keep.append(seg.spool)

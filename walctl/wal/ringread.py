@@ -152,7 +152,7 @@ class LogReader:
         if own is None or len(own) < need:
             own = aligned_buffer(need)
         carry = self._carried(start)
-        if start + carry >= start + size:
+        if carry >= size:
             carry = 0  # (a read within the cached chunk's span: read whole)
         if carry:
             # a memmove when the chunk is in that buffer already
