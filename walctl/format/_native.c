@@ -637,7 +637,6 @@ static PyObject *py_split_lines(PyObject *self, PyObject *args)
 
 static PyObject *py_rows_summary(PyObject *self, PyObject *args); /* (at the end of the file) */
 /* defined in the sections after the module table */
-static PyObject *py_gather_into(PyObject *self, PyObject *args);
 static PyObject *py_body_crcs(PyObject *self, PyObject *args);
 static PyObject *py_crc32c_combine(PyObject *self, PyObject *args);
 static PyObject *py_gather_crc_into(PyObject *self, PyObject *args);
@@ -654,15 +653,13 @@ static PyMethodDef methods[] = {
     {"split_lines", py_split_lines, METH_VARARGS, "split_lines(buf, start, max_records) -> (spans, count, next_pos)"},
     {"rows_summary", py_rows_summary, METH_VARARGS,
      "rows_summary(rows, first, stop) -> (all_batch, one_stream, stream_id, follows, body_bytes)"},
-    {"gather_into", py_gather_into, METH_VARARGS,
-     "gather_into(dst, pos, buf, rows, first, stop) -> int: the bodies of decoded rows [first, stop) written"
-     " back to back into dst from pos; where they end"},
     {"body_crcs", py_body_crcs, METH_VARARGS,
      "body_crcs(buf, rows, first, stop) -> bytes: the bodyCRC of each row's record header, native uint32s"},
     {"crc32c_combine", py_crc32c_combine, METH_VARARGS,
      "crc32c_combine(crc_a, crc_b, length_b) -> int: crc32c(A + B) from crc32c(A), crc32c(B) and len(B)"},
     {"gather_crc_into", py_gather_crc_into, METH_VARARGS,
-     "gather_crc_into(dst, pos, buf, rows, first, stop, crc) -> (end, crc): gather_into, and crc (of the bytes"
+     "gather_crc_into(dst, pos, buf, rows, first, stop, crc) -> (end, crc): the bodies of decoded rows [first, stop)"
+     " written back to back into dst from pos (where they end), and crc (of the bytes"
      " before) extended over the bodies copied, from their record headers' bodyCRCs"},
     {NULL, NULL, 0, NULL},
 };
@@ -772,35 +769,6 @@ static int rows_check(Py_buffer *b, Py_buffer *r, Py_ssize_t first, Py_ssize_t s
     return 0;
 }
 
-static PyObject *py_gather_into(PyObject *self, PyObject *args)
-{
-    Py_buffer d, b, r;
-    Py_ssize_t pos, first, stop, total;
-    if (!PyArg_ParseTuple(args, "w*ny*y*nn", &d, &pos, &b, &r, &first, &stop))
-        return NULL;
-    PyObject *out = NULL;
-    if (rows_check(&b, &r, first, stop, &total) == 0) {
-        if (pos < 0 || pos > d.len || total > d.len - pos) {
-            PyErr_SetString(PyExc_ValueError, "the bodies do not fit dst from pos");
-        } else {
-            uint8_t *dst = (uint8_t *)d.buf + pos;
-            const uint8_t *src = b.buf, *rows = r.buf;
-            Py_BEGIN_ALLOW_THREADS
-            for (Py_ssize_t i = first; i < stop; i++) {
-                int64_t at = row_field(rows, i, 1), len = row_field(rows, i, 2);
-                memcpy(dst, src + at, (size_t)len);
-                dst += len;
-            }
-            Py_END_ALLOW_THREADS
-            out = PyLong_FromSsize_t(pos + total);
-        }
-    }
-    PyBuffer_Release(&d);
-    PyBuffer_Release(&b);
-    PyBuffer_Release(&r);
-    return out;
-}
-
 static PyObject *py_body_crcs(PyObject *self, PyObject *args)
 {
     Py_buffer b, r;
@@ -828,7 +796,8 @@ static PyObject *py_body_crcs(PyObject *self, PyObject *args)
 /* ---- upload: a spooled object's data crc without a second pass over its bytes (issue 19) ----
  * crc32c_combine(crc_a, crc_b, length_b) -> int: crc32c(A + B) from crc32c(A), crc32c(B) and len(B)
  *   (zlib's crc32_combine for the Castagnoli polynomial; walctl.format.crc._crc32c_combine_py is its twin; crc32c_combine calls this one where the extension is built).
- * gather_crc_into(dst, pos, buf, rows, first, stop, crc) -> (end, crc): gather_into's copy, and crc (the
+ * gather_crc_into(dst, pos, buf, rows, first, stop, crc) -> (end, crc): the rows' bodies copied back to
+ *   back into dst from pos (where they end), and crc (the
  *   crc32c of some bytes X) extended to crc32c(X + the bodies copied) by combining each body's bodyCRC,
  *   read from its record header (the decoder checked it against the body): the bodies are read once.
  *   The powers x^(8 len) come from x8nmodp (the CRC section's table of x^(2^k)); the last length's is

@@ -3,12 +3,11 @@
 The rows are walctl.format.bulk.decode_records' (``bulk.ROW`` int64s each: offset, body_pos,
 body_length, ...) over ``buf``, which holds each row's record: its 24-byte header, then its body.
 
-    gather_into(dst, pos, buf, rows, first, stop) -> int: the bodies of rows [first, stop) written back
-                                                          to back into dst from pos; where they end
     body_crcs(buf, rows, first, stop)     -> list[int]: each row's bodyCRC, read from its record header
-    gather_crc_into(dst, pos, buf, rows, first, stop, crc) -> (int, int): gather_into, and ``crc`` (the
-                                          crc32c of some bytes X) extended to crc32c(X + the bodies) from
-                                          their bodyCRCs (combined: the bodies are not read again)
+    gather_crc_into(dst, pos, buf, rows, first, stop, crc) -> (int, int): the bodies of rows [first, stop)
+                                          written back to back into dst from pos (where they end), and
+                                          ``crc`` (the crc32c of some bytes X) extended to crc32c(X + the
+                                          bodies) from their bodyCRCs (combined: not read again)
 
 In C (walctl.format._native) when it is built, else the pure Python twins below: same results
 (tests/pipeline/test_rowcopy.py compares them). WALCTL_NO_NATIVE=1 forces the Python path.
@@ -48,14 +47,6 @@ def _check(buf, rows, first: int, stop: int) -> list[tuple[int, int]]:
     return spans
 
 
-def gather_into(dst, pos: int, buf, rows, first: int, stop: int) -> int:
-    """The bodies of rows [first, stop), back to back, into the writable buffer ``dst`` from ``pos``
-    (one copy; ValueError when they do not fit); returns where they end."""
-    if _native is not None:
-        return _native.gather_into(dst, pos, buf, rows, first, stop)
-    return _py_gather_into(dst, pos, buf, rows, first, stop)
-
-
 def body_crcs(buf, rows, first: int, stop: int) -> list[int]:
     """The bodyCRC field of each row's record header (the decoder checked it against the body)."""
     if _native is not None:
@@ -64,8 +55,10 @@ def body_crcs(buf, rows, first: int, stop: int) -> list[int]:
 
 
 def gather_crc_into(dst, pos: int, buf, rows, first: int, stop: int, crc: int) -> tuple[int, int]:
-    """gather_into, and ``crc`` extended over the bodies copied: (where they end, crc32c(X + bodies))
-    for ``crc`` = crc32c(X), from the rows' bodyCRCs (which the decoder checked against the bodies)."""
+    """The bodies of rows [first, stop), back to back, into the writable buffer ``dst`` from ``pos``
+    (one copy; ValueError when they do not fit), and ``crc`` extended over them: (where they end,
+    crc32c(X + bodies)) for ``crc`` = crc32c(X), from the rows' bodyCRCs (which the decoder checked
+    against the bodies)."""
     if _native is not None:
         return _native.gather_crc_into(dst, pos, buf, rows, first, stop, crc)
     return _py_gather_crc_into(dst, pos, buf, rows, first, stop, crc)
