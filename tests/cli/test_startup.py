@@ -20,16 +20,21 @@ from walctl.cli.app import COMMAND_MODULE_OF, modules_for
 HEAVY = ("boto3", "botocore", "pyspark", "py4j", "rich", "hypothesis")
 
 
+def _probe(code: str, marker: str, argv: tuple = ()) -> tuple[object, str]:
+    """Run ``code`` in a fresh Python (sys.argv: walctl and ``argv``; json and sys imported), which
+    prints ``marker`` and a JSON value last: (that value, what it printed before it)."""
+    probe = f"import json, sys\nsys.argv = ['walctl', *{list(argv)!r}]\n{code}\n"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    line = [x for x in proc.stdout.splitlines() if x.startswith(marker)]
+    assert line, proc.stderr
+    return json.loads(line[-1].removeprefix(marker)), proc.stdout.rsplit(marker, 1)[0]
+
+
 def _imported_after(code: str, *argv: str, with_output: bool = False):
     """The top-level packages and walctl modules in sys.modules after ``code`` ran in a fresh Python
     (``with_output``: and what it printed before them)."""
-    probe = (f"import json, sys\nsys.argv = ['walctl', *{list(argv)!r}]\n{code}\n"
-             "print('MODULES ' + json.dumps(sorted(sys.modules)))\n")
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    line = [x for x in proc.stdout.splitlines() if x.startswith("MODULES ")]
-    assert line, proc.stderr
-    modules = set(json.loads(line[-1].removeprefix("MODULES ")))
-    return (modules, proc.stdout.rsplit("MODULES ", 1)[0]) if with_output else modules
+    modules, out = _probe(f"{code}\nprint('MODULES ' + json.dumps(sorted(sys.modules)))", "MODULES ", argv)
+    return (set(modules), out) if with_output else set(modules)
 
 
 def _run_main() -> str:
@@ -154,21 +159,17 @@ def test_readers_do_not_load_what_only_writers_or_s3_use(argv, absent):
 
 def _gc_probe(*argv: str) -> dict:
     """Run main() with argv in a fresh Python; report the collector's state in the command's body and after."""
-    probe = ("import gc, json, sys\n"
-             f"sys.argv = ['walctl', *{list(argv)!r}]\n"
-             "from walctl.cli import main, startup\n"
-             "seen = []\n"
-             "starts = startup.command_starts\n"
-             "def spy():\n"
-             "    starts()\n"
-             "    seen.append([gc.isenabled(), gc.get_freeze_count()])\n"
-             "startup.command_starts = spy\n"
-             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-             "print('GC ' + json.dumps({'body': seen, 'after': gc.isenabled()}))\n")
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    line = [x for x in proc.stdout.splitlines() if x.startswith("GC ")]
-    assert line, proc.stderr
-    return json.loads(line[-1].removeprefix("GC "))
+    code = ("import gc\n"
+            "from walctl.cli import main, startup\n"
+            "seen = []\n"
+            "starts = startup.command_starts\n"
+            "def spy():\n"
+            "    starts()\n"
+            "    seen.append([gc.isenabled(), gc.get_freeze_count()])\n"
+            "startup.command_starts = spy\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('GC ' + json.dumps({'body': seen, 'after': gc.isenabled()}))")
+    return _probe(code, "GC ", argv)[0]
 
 
 def test_the_collector_is_paused_only_while_starting():
@@ -212,12 +213,8 @@ def test_readers_start_reading_proc_locks_before_the_imports(argv, prefetched):
             "    real(*a, **k)\n"
             "locks.prefetch = spy\n"
             f"{_run_main()}\n"
-            "print('SEEN ' + json.dumps(seen))\n")
-    probe = f"import json, sys\nsys.argv = ['walctl', *{list(argv)!r}]\n{code}"
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    line = [x for x in proc.stdout.splitlines() if x.startswith("SEEN ")]
-    assert line, proc.stderr
-    assert json.loads(line[-1].removeprefix("SEEN ")) == prefetched
+            "print('SEEN ' + json.dumps(seen))")
+    assert _probe(code, "SEEN ", argv)[0] == prefetched
 
 
 @pytest.fixture(scope="module")
