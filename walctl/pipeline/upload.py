@@ -469,6 +469,21 @@ _POOL_BUFFERS = READ_AHEAD_CHUNKS + 4  # chunk buffers kept for reuse: queued, b
 _SAFE_SPAN = 1 << 30  # a run of records whose block payload and offset span stay below this needs no INT32 checks
 
 
+def _block_cuts(cum: list[int], payload: int, block_size: int) -> Iterator[tuple[int, int, int, bool]]:
+    """iter_block_groups' rule (a block closes once its payload reaches block_size) over a run of
+    records joining an open block that holds ``payload`` bytes; ``cum``: the records' lengths,
+    accumulated. In order, per stretch of records: (first, last, their bytes, closes): records
+    [first, last] go to the open block, which ``closes`` after them (the next stretch starts a new
+    one). The runs _SAFE_SPAN admits only: no index entry's Java int is reached."""
+    k, j = len(cum), 0
+    while j < k:
+        before = cum[j - 1] if j else 0
+        t = bisect.bisect_left(cum, before + block_size - payload, j)  # the block's last record
+        last = min(t, k - 1)
+        yield j, last, cum[last] - before, t < k
+        payload, j = 0, last + 1  # (a stretch that does not close the block is the run's last)
+
+
 class _Batch(NamedTuple):
     """A batch the scan kept: its encoded bytes (the record body) and offsets."""
 
@@ -755,16 +770,11 @@ class _Cutter:
         if self.payload + cum[-1] >= _SAFE_SPAN or ends[-1] - self.first >= _SAFE_SPAN:
             yield from self._take_one_by_one(view, positions, lengths, bases, counts, ends)
         else:
-            j = 0
-            while j < k:
-                before = cum[j - 1] if j else 0
-                t = bisect.bisect_left(cum, before + self.block_size - self.payload, j)  # the block's last record
-                last = min(t, k - 1)
+            for j, last, size, closes in _block_cuts(cum, self.payload, self.block_size):
                 self.parts += [view[p:p + n] for p, n in zip(positions[j:last + 1], lengths[j:last + 1])]
-                self.payload += cum[last] - before
+                self.payload += size
                 self.last_end = ends[last]
-                j = last + 1
-                if t < k:
+                if closes:
                     yield self._close_block()
         self.i = i + k
 
@@ -1021,16 +1031,11 @@ class _SegmentSpool:
         if self.payload + cum[-1] >= _SAFE_SPAN or ends[-1] - self.first >= _SAFE_SPAN:
             self._add_one_by_one(bodies, at, lengths, ends)
             return
-        k, j = len(cum), 0
-        while j < k:
-            before = cum[j - 1] if j else 0
-            t = bisect.bisect_left(cum, before + self.block_size - self.payload, j)  # the block's last record
-            last = min(t, k - 1)
-            self._copy(bodies, at + j, at + last + 1, cum[last] - before)
+        for j, last, size, closes in _block_cuts(cum, self.payload, self.block_size):
+            self._copy(bodies, at + j, at + last + 1, size)
             self.count += last + 1 - j
             self.last_end = ends[last]
-            j = last + 1
-            if t < k:
+            if closes:
                 self._close()
         self.next = ends[-1]
 
