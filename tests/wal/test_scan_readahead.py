@@ -107,12 +107,13 @@ def _scan(dev, readahead: bool, *, bulk: bool = False, seek: int | None = None, 
     return events, summary, extra, bytes_read
 
 
-def _sizes(monkeypatch, chunk: int, ahead: int, depth: int, threads: int = 1) -> None:
-    monkeypatch.setattr(ringread, "CHUNK_BYTES", chunk)
-    monkeypatch.setattr(ringread, "READ_AHEAD_BYTES", ahead)
-    monkeypatch.setattr(ringread, "READ_AHEAD_CARRY", ahead)
-    monkeypatch.setattr(ringread, "READ_AHEAD_DEPTH", depth)
-    monkeypatch.setattr(ringread, "READ_AHEAD_THREADS", threads)
+def _sizes(monkeypatch, chunk: int | None = None, ahead: int | None = None, depth: int | None = None,
+           threads: int | None = None) -> None:
+    """The reader's chunk and read-ahead sizes for one test (None: the module's own)."""
+    for name, value in (("CHUNK_BYTES", chunk), ("READ_AHEAD_BYTES", ahead), ("READ_AHEAD_CARRY", ahead),
+                        ("READ_AHEAD_DEPTH", depth), ("READ_AHEAD_THREADS", threads)):
+        if value is not None:
+            monkeypatch.setattr(ringread, name, value)
 
 
 def _both(image: bytes, **kwargs):
@@ -205,11 +206,7 @@ def test_a_read_error_mid_scan_fails_the_scan_as_without_read_ahead(logs, monkey
     every = _scan(_Recording(image), False)[0]
     end = max(e[1] for e in every if e[0] == "record")
     bad = HEADERS_SIZE + int(end * where) // ALIGN * ALIGN
-    monkeypatch.setattr(ringread, "CHUNK_BYTES", 64 * KiB)
-    monkeypatch.setattr(ringread, "READ_AHEAD_BYTES", 96 * KiB)
-    monkeypatch.setattr(ringread, "READ_AHEAD_CARRY", 96 * KiB)
-    monkeypatch.setattr(ringread, "READ_AHEAD_DEPTH", 3)
-    monkeypatch.setattr(ringread, "READ_AHEAD_THREADS", threads)
+    _sizes(monkeypatch, 64 * KiB, 96 * KiB, 3, threads)
     errors, seen = [], []
     for readahead in (False, True):
         dev = _failing(image, bad, short)
@@ -233,9 +230,7 @@ def test_a_read_error_mid_scan_fails_the_scan_as_without_read_ahead(logs, monkey
 
 
 def test_a_scan_stopped_early_ends_its_reads_and_thread(logs, monkeypatch):
-    monkeypatch.setattr(ringread, "CHUNK_BYTES", 16 * KiB)
-    monkeypatch.setattr(ringread, "READ_AHEAD_BYTES", 32 * KiB)
-    monkeypatch.setattr(ringread, "READ_AHEAD_CARRY", 32 * KiB)
+    _sizes(monkeypatch, 16 * KiB, 32 * KiB)
     dev = _Recording(logs["plain"])
     state = read_headers(dev)
     dev.reads.clear()  # the header's
@@ -271,9 +266,7 @@ def test_read_ahead_reads_count_as_the_callers_device_reads(tmp_path):
 
 def test_memory_stays_bounded(logs, monkeypatch):
     """At most READ_AHEAD_DEPTH + 1 read-ahead buffers, whatever the log's length."""
-    monkeypatch.setattr(ringread, "CHUNK_BYTES", 8 * KiB)
-    monkeypatch.setattr(ringread, "READ_AHEAD_BYTES", 8 * KiB)
-    monkeypatch.setattr(ringread, "READ_AHEAD_CARRY", 8 * KiB)
+    _sizes(monkeypatch, 8 * KiB, 8 * KiB)
     made = []
     real = ringread._ReadAhead.__init__
     monkeypatch.setattr(ringread._ReadAhead, "__init__", lambda self, *a: made.append(self) or real(self, *a))
@@ -286,9 +279,7 @@ def test_memory_stays_bounded(logs, monkeypatch):
 def test_a_whole_log_scan_reads_ahead_from_its_first_read(logs, monkeypatch, bulk):
     """A scan of the whole log (bulk: no filter may stop it early) reads ahead from its first
     read; otherwise read-ahead starts once three reads in a row went forward."""
-    monkeypatch.setattr(ringread, "CHUNK_BYTES", 16 * KiB)
-    monkeypatch.setattr(ringread, "READ_AHEAD_BYTES", 32 * KiB)
-    monkeypatch.setattr(ringread, "READ_AHEAD_CARRY", 32 * KiB)
+    _sizes(monkeypatch, 16 * KiB, 32 * KiB)
     dev = _Recording(logs["plain"])
     state = read_headers(dev)
     dev.reads.clear()
@@ -304,10 +295,7 @@ def test_a_whole_log_scan_reads_ahead_from_its_first_read(logs, monkeypatch, bul
 def test_reads_ahead_on_several_threads_at_once(logs, monkeypatch):
     """READ_AHEAD_THREADS reads at the device at once: the first read-ahead read waits (up to 10 s)
     until a second one is in flight beside it; the scan's events are the same."""
-    monkeypatch.setattr(ringread, "READ_AHEAD_BYTES", 16 * KiB)
-    monkeypatch.setattr(ringread, "READ_AHEAD_CARRY", 16 * KiB)
-    monkeypatch.setattr(ringread, "READ_AHEAD_DEPTH", 4)
-    monkeypatch.setattr(ringread, "READ_AHEAD_THREADS", 2)
+    _sizes(monkeypatch, ahead=16 * KiB, depth=4, threads=2)
     met = []
 
     class Paired(_Recording):
@@ -339,8 +327,7 @@ def test_a_signal_while_waiting_for_a_read_leaves_read_ahead_clean(monkeypatch):
 
     from walctl.wal.layout import Ring
 
-    monkeypatch.setattr(ringread, "READ_AHEAD_BYTES", 8 * KiB)
-    monkeypatch.setattr(ringread, "READ_AHEAD_CARRY", 8 * KiB)
+    _sizes(monkeypatch, ahead=8 * KiB)
     gate = threading.Event()
 
     class Slow(MemoryDevice):
