@@ -15,13 +15,11 @@ import random
 import pytest
 
 from walctl.device import MemoryDevice
-from walctl.format.batch import StreamRecordBatch
 from walctl.format.header import HEADERS_SIZE
 from walctl.wal import reader
 from walctl.wal.headers import read_headers
-from walctl.wal.lifecycle import open_writer, trim_wal
 
-from walhelpers import append_records, damaged, new_wal
+from walhelpers import damaged, mixed_wrapped_wal
 
 KiB, MiB = 1 << 10, 1 << 20
 RING = 256 * KiB - HEADERS_SIZE
@@ -65,22 +63,7 @@ def _same(image: bytes, monkeypatch) -> list:
 
 
 def _log(tmp_path, clean: bool) -> bytes:
-    """A wrapped 256 KiB WAL: three streams, small and large records, a bad batch, a trim point."""
-    path = new_wal(tmp_path / "w", 256 * KiB)
-    first = append_records(path, 40, size=3000, iodepth=1, flush_each=True)
-    trim_wal(path, first[37][0])
-    opened = open_writer(path, scan=True)
-    w = opened.writer
-    for i in range(30):
-        w.append(StreamRecordBatch(7 + i % 3, 0, 100 + i // 3, 1, bytes([i]) * (40 + 37 * i)).encode())
-    w.append(b"not a batch at all")
-    w.close()
-    acks = []
-    while not acks or acks[-1][0] < RING:  # on into the second lap (a lap-end padding record before it)
-        acks = append_records(path, 1, size=5000, iodepth=2, flush_each=True, stream_id=1)
-    acks = append_records(path, 2, size=5000, iodepth=2, flush_each=True, clean=clean, stream_id=1)
-    with open(path, "rb") as f:
-        return f.read()
+    return mixed_wrapped_wal(tmp_path / "w", clean=clean)
 
 
 @pytest.mark.parametrize("clean", [True, False])

@@ -21,13 +21,12 @@ from walctl.device.base import io_failure
 from walctl.device.fakes import FaultyDevice
 from walctl.device.fdio import bytes_read_total
 from walctl.errors import IOFailure
-from walctl.format.batch import StreamRecordBatch
 from walctl.format.header import ALIGN, HEADERS_SIZE
 from walctl.wal import reader, ringread
 from walctl.wal.headers import read_headers
-from walctl.wal.lifecycle import open_reader, open_writer, trim_wal
+from walctl.wal.lifecycle import open_reader
 
-from walhelpers import append_records, new_wal
+from walhelpers import append_records, mixed_wrapped_wal, new_wal
 
 KiB, MiB = 1 << 10, 1 << 20
 RING = 256 * KiB - HEADERS_SIZE
@@ -50,19 +49,7 @@ def logs(tmp_path_factory) -> dict[str, bytes]:
     point, a lap-end padding record), closed cleanly and after a crash; and a plain one."""
     out = _Logs()
     for clean in (True, False):
-        path = new_wal(tmp_path_factory.mktemp("w") / "w", 256 * KiB)
-        first = append_records(path, 40, size=3000, iodepth=1, flush_each=True)
-        trim_wal(path, first[37][0])
-        w = open_writer(path, scan=True).writer
-        for i in range(30):
-            w.append(StreamRecordBatch(7 + i % 3, 0, 100 + i // 3, 1, bytes([i]) * (40 + 37 * i)).encode())
-        w.append(b"not a batch at all")
-        w.close()
-        acks = []
-        while not acks or acks[-1][0] < RING:
-            acks = append_records(path, 1, size=5000, iodepth=2, flush_each=True, stream_id=1)
-        append_records(path, 2, size=5000, iodepth=2, flush_each=True, clean=clean, stream_id=1)
-        out["clean" if clean else "crashed"] = _image(path)
+        out["clean" if clean else "crashed"] = mixed_wrapped_wal(tmp_path_factory.mktemp("w") / "w", clean=clean)
     path = new_wal(tmp_path_factory.mktemp("w") / "w", 1 * MiB)
     append_records(path, 60, size=9000, iodepth=2)  # records across most 4 KiB boundaries, no wrap
     out["plain"] = _image(path)

@@ -12,7 +12,7 @@ from walctl.format.batch import StreamRecordBatch
 from walctl.format.header import HEADERS_SIZE, SHUTDOWN_UNGRACEFUL
 from walctl.wal import reader
 from walctl.wal.headers import read_headers, write_header
-from walctl.wal.lifecycle import init_wal, open_writer
+from walctl.wal.lifecycle import init_wal, open_writer, trim_wal
 
 
 def run_walctl(*args, stdin: bytes | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -53,6 +53,26 @@ def append_records(path: str, count: int, *, stream_id: int = 0, size: int = 100
         writer.drain()
         writer.abort()
     return acks
+
+
+def mixed_wrapped_wal(path, *, clean: bool) -> bytes:
+    """The image of a wrapped 256 KiB WAL: three streams, small and large records, a bad batch, a
+    trim point, a lap-end padding record before the second lap; closed cleanly or after a crash."""
+    path = new_wal(path, 256 * 1024)
+    first = append_records(path, 40, size=3000, iodepth=1, flush_each=True)
+    trim_wal(path, first[37][0])
+    w = open_writer(path, scan=True).writer
+    for i in range(30):
+        w.append(StreamRecordBatch(7 + i % 3, 0, 100 + i // 3, 1, bytes([i]) * (40 + 37 * i)).encode())
+    w.append(b"not a batch at all")
+    w.close()
+    ring = 256 * 1024 - HEADERS_SIZE
+    acks = []
+    while not acks or acks[-1][0] < ring:  # on into the second lap (a lap-end padding record before it)
+        acks = append_records(path, 1, size=5000, iodepth=2, flush_each=True, stream_id=1)
+    append_records(path, 2, size=5000, iodepth=2, flush_each=True, clean=clean, stream_id=1)
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def scan_file(path: str, **kwargs):
