@@ -146,7 +146,6 @@ class LogReader:
         the cached chunk already holds the first bytes of it (a scan reading on past a record
         across the chunk's end), move them to the front instead of reading them again: how
         many (the chunk's end is then where the device read starts)."""
-        old, old_start, old_end = self._chunk, self._chunk_start, self._chunk_start + self._chunk_len
         need = align_up(size)
         own = self._own
         if own is None or len(own) < need:
@@ -156,7 +155,7 @@ class LogReader:
             carry = 0  # (a read within the cached chunk's span: read whole)
         if carry:
             # a memmove when the chunk is in that buffer already
-            memoryview(own)[:carry] = memoryview(old)[start - old_start:old_end - old_start]
+            memoryview(own)[:carry] = self._tail(start, carry)
         self._chunk = self._own = own
         self._drop_segment()
         return carry
@@ -168,6 +167,11 @@ class LogReader:
         if self._chunk is None or not old_start <= start < old_end or old_end % ALIGN:
             return 0
         return old_end - start
+
+    def _tail(self, start: int, carry: int) -> memoryview:
+        """The cached chunk's last ``carry`` bytes, from physical ``start`` on (as _carried counted them)."""
+        rel = start - self._chunk_start
+        return memoryview(self._chunk)[rel:rel + carry]
 
     def _fill_ahead(self, offset: int, phys: int, length: int) -> bool:
         """Make the chunk the next read-ahead segment (with the cached chunk's last bytes before
@@ -195,8 +199,7 @@ class LogReader:
             return self._assemble(seg, start, lo, carry, need)
         view = memoryview(seg.buf)
         if carry:
-            view[READ_AHEAD_CARRY - carry:READ_AHEAD_CARRY] = \
-                memoryview(self._chunk)[start - self._chunk_start:start - self._chunk_start + carry]
+            view[READ_AHEAD_CARRY - carry:READ_AHEAD_CARRY] = self._tail(start, carry)
         self._drop_segment()
         self._segment = seg.buf
         self._chunk = view[READ_AHEAD_CARRY - carry:READ_AHEAD_CARRY + seg.n]
@@ -218,7 +221,7 @@ class LogReader:
         if own is None or len(own) < size:
             own = aligned_buffer(align_up(size))
         if carry:
-            memoryview(own)[:carry] = memoryview(self._chunk)[start - self._chunk_start:start - self._chunk_start + carry]
+            memoryview(own)[:carry] = self._tail(start, carry)
         self._chunk = self._own = own
         self._drop_segment()
         pos = carry
