@@ -13,18 +13,21 @@ For each WAL size and record size, in this order on the same target:
      and the range of the rounds' ratios); plus the start-up (`recover --stats` of an empty WAL
      of the same capacity, timed in the same rounds) and a "scan only" ratio: dd against the
      median recover minus the median start-up (the end-to-end ratio stays the headline), and the
-     ceiling dd / (start-up + dd): the end-to-end ratio of a process with that start-up whose scan
-     went at dd's pace (the device's, on a disk that serves no more to larger or parallel reads).
-     0.8x needs a start-up of at most dd / 4: 0.01 s for a 64 MiB log, where dd takes ~0.04 s,
-     and the interpreter alone takes ~0.02 s, so no Python process reaches it there;
+     ceiling dd / (start-up + the faster of dd and that scan): the end-to-end ratio of a process
+     with that start-up whose scan went at that pace (on a disk that serves no more to larger or
+     parallel reads, fio at 1-16 reads in flight reads no faster than dd here). 0.8x needs a
+     start-up of at most dd / 4: 0.01 s for a 64 MiB log, where dd takes ~0.04 s, and the
+     interpreter alone takes ~0.02 s, so no Python process reaches it there;
   3. upload: `walctl upload --store DIR` into a local directory store (records/s, payload
      MiB/s), against `cp` of the input file (the same payload bytes) into that directory
      followed by `sync` of the copy (upload fsyncs its objects too); the input was just written,
      so that cp reads it from the page cache (the headline "cp" column and ratio). Each round
      also copies it once more after dropping it from the page cache (bench/_common.evict): a cp
      that reads from the disk, as upload reads the WAL with O_DIRECT, printed on a line below
-     ("cold_ratio" in the JSON), with cp / (those two starts + cold cp): what a Python process
-     whose reads and writes went at that cold cp's pace would reach;
+     ("cold_ratio" in the JSON), and a plain copy of the log's bytes from the WAL into that
+     directory, O_DIRECT reads and writes of 4 MiB and an fsync, timed inside the bench (no
+     process start); with cp / (those two starts + the faster of the cold cp and that copy): what
+     a Python process whose reads and writes went at that pace would reach;
   4. fio: sequential writes at the average block size append submitted (bytes written /
      blocks written), with append's durability (--direct=1 --sync=dsync), --iodepth 4 as
      append's default, the same number of bytes: the reference for append.
@@ -45,6 +48,10 @@ The target is a file in --dir (O_DIRECT where the filesystem has it), or with --
 loop device with --direct-io=on over that file, detached after. Times are wall-clock on a
 shared machine: compare the ratios of one run, not absolute figures across runs.
 Needs fio and dd (Debian: apt-get install -y fio).
+
+At the end the bench prints each of issue 19's targets it measured, with a verdict: "met", "not
+met", or "out of reach" where even the ceiling above (of any Python process, or of one on
+walctl's stack) stays under the goal (with --json also one {"targets": [...]} line).
 """
 
 from __future__ import annotations
@@ -122,6 +129,33 @@ def timed(cmd: list[str]) -> float:
     return time.monotonic() - started
 
 
+def raw_copy(src: str, dst: str, nbytes: int, chunk: int = 4 * MiB) -> float:
+    """Seconds of a plain copy of ``src``'s first ``nbytes`` (rounded up to ``chunk``) to a new file
+    ``dst``, both sides O_DIRECT as upload's are, one read then one write at a time, fsync at the end;
+    timed inside this process (no process start). ``dst`` is removed after."""
+    import mmap
+
+    buf = mmap.mmap(-1, chunk)
+    nbytes = -(-nbytes // chunk) * chunk
+    started = time.monotonic()
+    r = os.open(src, os.O_RDONLY | os.O_DIRECT)
+    w = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+    try:
+        done = 0
+        while done < nbytes:
+            n = os.preadv(r, [buf], done)
+            if n <= 0:
+                break
+            os.pwritev(w, [memoryview(buf)[:n]], done)
+            done += n
+        os.fsync(w)
+    finally:
+        os.close(r)
+        os.close(w)
+        os.unlink(dst)
+    return time.monotonic() - started
+
+
 def fio_write(target: str, block_size: int, size: int) -> float:
     """MiB/s of fio's sequential O_DIRECT|O_DSYNC writes of ``size`` bytes at ``block_size``."""
     size = max(block_size, size - size % block_size)
@@ -151,7 +185,8 @@ def make_input(path: str, record: int, payload_bytes: int) -> int:
     return count
 
 
-def upload_rounds(target: str, store: str, inp: str, records: int, rounds: int, roots: list[str]) -> list[dict]:
+def upload_rounds(target: str, store: str, inp: str, records: int, rounds: int, roots: list[str],
+                  log_bytes: int) -> list[dict]:
     """Upload (--no-trim: the WAL stays) ``rounds`` times with each source tree, interleaved, each
     round with a cp of the input beside it; one dict per tree, with the medians."""
     import statistics
@@ -159,7 +194,7 @@ def upload_rounds(target: str, store: str, inp: str, records: int, rounds: int, 
     import resource
 
     runs: dict[str, list[tuple[float, int, int, float]]] = {root: [] for root in roots}
-    cps, cold_cps, pythons = [], [], []
+    cps, cold_cps, raw_copies, pythons = [], [], [], []
     for _ in range(rounds):
         pythons.append(python_start())
         for root in roots:
@@ -179,11 +214,15 @@ def upload_rounds(target: str, store: str, inp: str, records: int, rounds: int, 
         evict(inp)
         cold_cps.append(timed(["sh", "-c", f'cp "{inp}" "{copy}" && sync "{copy}"']))
         os.unlink(copy)
+        # The log's bytes (``log_bytes``: what append wrote), read and written as upload does.
+        raw_copies.append(raw_copy(target, copy, log_bytes))
     cp_secs = statistics.median(cps)
     cp_mib_s = os.path.getsize(inp) / MiB / cp_secs
     cold_cp_mib_s = os.path.getsize(inp) / MiB / statistics.median(cold_cps)
     python_secs = statistics.median(p[0] for p in pythons)
     stack_secs = statistics.median(p[1] for p in pythons)
+    # The copy a process could do at best here: the faster of the two that read from the disk.
+    io_secs = min(statistics.median(cold_cps), statistics.median(raw_copies))
     out = []
     for root in roots:
         secs = statistics.median(r[0] for r in runs[root])
@@ -198,9 +237,10 @@ def upload_rounds(target: str, store: str, inp: str, records: int, rounds: int, 
                     "ratio": payload / MiB / secs / cp_mib_s,
                     "cold_cp_seconds": statistics.median(cold_cps), "cold_cp_mib_s": cold_cp_mib_s,
                     "cold_ratio": payload / MiB / secs / cold_cp_mib_s, "python_seconds": python_secs,
-                    "python_ceiling_ratio": cp_secs / (python_secs + statistics.median(cold_cps)),
-                    "stack_seconds": stack_secs,
-                    "stack_ceiling_ratio": cp_secs / (stack_secs + statistics.median(cold_cps))})
+                    "raw_copy_seconds": statistics.median(raw_copies),
+                    "all_raw_copy_seconds": [round(c, 3) for c in raw_copies],
+                    "io_seconds": io_secs, "python_ceiling_ratio": cp_secs / (python_secs + io_secs),
+                    "stack_seconds": stack_secs, "stack_ceiling_ratio": cp_secs / (stack_secs + io_secs)})
     return out
 
 
@@ -251,9 +291,9 @@ def recover_rounds(workdir: str, target: str, capacity: int, records: int, round
                     "all_seconds": [round(r[0], 3) for r in runs[root]], "all_dd_seconds": [round(d, 3) for d in dds],
                     "startup_seconds": start, "all_startup_seconds": [round(r[2], 3) for r in runs[root]],
                     "scan_seconds": scan, "scan_only_ratio": dd_secs / scan,
-                    "ceiling_ratio": dd_secs / (start + dd_secs), "python_seconds": python_secs,
-                    "python_ceiling_ratio": dd_secs / (python_secs + dd_secs), "stack_seconds": stack_secs,
-                    "stack_ceiling_ratio": dd_secs / (stack_secs + dd_secs)})
+                    "ceiling_ratio": dd_secs / (start + min(dd_secs, scan)), "python_seconds": python_secs,
+                    "python_ceiling_ratio": dd_secs / (python_secs + min(dd_secs, scan)),
+                    "stack_seconds": stack_secs, "stack_ceiling_ratio": dd_secs / (stack_secs + min(dd_secs, scan))})
     return out
 
 
@@ -296,7 +336,7 @@ def one_case(workdir: str, record: int, wal_size: int, use_loop: bool, phases: t
             recover, *recover_compared = recover_rounds(workdir, target, capacity, records, rounds, roots)
         if "upload" in phases:
             roots = [REPO_ROOT] + ([compare_root] if compare_root else [])
-            upload, *compared = upload_rounds(target, store, inp, records, rounds, roots)
+            upload, *compared = upload_rounds(target, store, inp, records, rounds, roots, append["bytes_written"])
         if "append" in phases:
             append_vs_fio(append, target)
         return {"record_bytes": record, "wal_bytes": wal_size, "records": records, "append": append,
@@ -373,7 +413,84 @@ def main() -> int:
                     print(json.dumps(results[-1]), flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    cells = target_cells(results)
+    print_targets(cells)
+    if opts.json:
+        print(json.dumps({"targets": cells}), flush=True)
     return 0
+
+
+# Issue 19's targets, by phase and record size: (what is measured, the goal).
+APPEND_GOALS = {1 * KiB: 100_000, 100: 150_000}  # records/s (1 KiB: or 0.8x fio, whichever is lower)
+RECOVER_GOALS = {64 * KiB: 0.8, 1 * KiB: 0.5}  # x dd
+UPLOAD_GOALS = {64 * KiB: 0.5}  # x cp
+UPLOAD_RSS_GOAL = 256 * MiB  # peak RSS at any WAL size (the issue names 1 GiB)
+
+
+def _reach(ratio: float, goal: float, python: float, stack: float, walctl: float | None, what: str) -> str:
+    """Why a ratio below its goal is (or is not) out of reach: the ceilings a process reaches when its
+    own work goes at the reference's pace (``what``) and only its start-up is extra."""
+    if ratio >= goal:
+        return "met"
+    if python < goal:
+        return f"out of reach for any Python process: {python:.2f} at most ({what})"
+    if stack < goal:
+        return f"out of reach on walctl's stack (typer and a reader's stdlib): {stack:.2f} at most ({what})"
+    if walctl is not None and walctl < goal:
+        return f"not met: {walctl:.2f} at most with walctl's start-up ({what}); {stack:.2f} on its stack"
+    return f"not met: {stack:.2f} at most on walctl's stack ({what})"
+
+
+def target_cells(results: list[dict]) -> list[dict]:
+    """Each of issue 19's targets that this run measured: the figure, the goal, and a verdict that tells
+    "met", "not met" and "out of reach" apart. A ceiling is the ratio of a process whose reads (and
+    writes) went at the reference's pace with only its start-up added (dd for recover, a cp reading its
+    input from the disk for upload): measured start-ups of the bare interpreter, of one importing typer
+    and a reader's standard modules, and of walctl itself (recover of an empty WAL)."""
+    cells = []
+    for r in results:
+        rec, wal = r["record_bytes"], r["wal_bytes"]
+        where = {"wal_bytes": wal, "record_bytes": rec}
+        a = r["append"]
+        if rec in APPEND_GOALS:
+            goal = APPEND_GOALS[rec]
+            if rec == 1 * KiB and "fio_records_per_s" in a:
+                goal = min(goal, 0.8 * a["fio_records_per_s"])
+            cells.append({"target": "append records/s", **where, "measured": round(a["records_per_s"]),
+                          "goal": round(goal), "verdict": "met" if a["records_per_s"] >= goal else "not met"})
+        rc = r.get("recover")
+        if rc and rec in RECOVER_GOALS:
+            goal = RECOVER_GOALS[rec]
+            cells.append({"target": "recover --stats x dd", **where, "measured": round(rc["ratio"], 3), "goal": goal,
+                          "range": [round(x, 3) for x in rc["ratio_range"]],
+                          "verdict": _reach(rc["ratio"], goal, rc["python_ceiling_ratio"], rc["stack_ceiling_ratio"],
+                                            rc["ceiling_ratio"], f"a scan at the faster of dd and this scan, "
+                                            f"{min(rc['dd_seconds'], rc['scan_seconds']):.3f} s")})
+        u = r.get("upload")
+        if u and rec in UPLOAD_GOALS:
+            goal = UPLOAD_GOALS[rec]
+            cells.append({"target": "upload x cp", **where, "measured": round(u["ratio"], 3), "goal": goal,
+                          "range": u["ratio_range"],
+                          "verdict": _reach(u["ratio"], goal, u["python_ceiling_ratio"], u["stack_ceiling_ratio"],
+                                            None, f"reading and writing at the pace of the faster of the "
+                                            f"cold cp and the raw copy, {u['io_seconds']:.3f} s; cp "
+                                            f"{u['cp_seconds']:.3f} s")})
+        if u:
+            cells.append({"target": "upload peak RSS MiB", **where, "measured": u["rss"] // MiB,
+                          "goal": UPLOAD_RSS_GOAL // MiB, "verdict": "met" if u["rss"] < UPLOAD_RSS_GOAL else "not met"})
+    return cells
+
+
+def print_targets(cells: list[dict]) -> None:
+    if not cells:
+        return
+    print("# issue 19's targets in this run (ceilings: see throughput_bench.target_cells)", flush=True)
+    for c in cells:
+        measured = f"{c['measured']:,}" if isinstance(c["measured"], int) else f"{c['measured']:.2f}"
+        goal = f"{c['goal']:,}" if isinstance(c["goal"], int) else f"{c['goal']:.2f}"
+        spread = f" (rounds {c['range'][0]:.2f}-{c['range'][1]:.2f})" if "range" in c else ""
+        print(f"  {c['target']:<21} {size_text(c['wal_bytes']):>7} {size_text(c['record_bytes']):>7}: "
+              f"{measured}{spread}, goal {'<' if 'RSS' in c['target'] else '>='} {goal}: {c['verdict']}", flush=True)
 
 
 def print_append_row(r: dict) -> None:
@@ -406,9 +523,10 @@ def print_row(r: dict) -> None:
               f"({c['records_per_s']:,.0f} records/s, RSS {c['rss'] // MiB} MiB), dd {c['dd_seconds']:.3f} s, "
               f"ratio {c['ratio']:.2f} (rounds {lo:.2f}-{hi:.2f}); start-up (recover --stats of an empty WAL) "
               f"{c['startup_seconds']:.3f} s; scan only (walctl minus start-up) {c['scan_seconds']:.3f} s, "
-              f"ratio {c['scan_only_ratio']:.2f}; ceiling at dd's pace dd / (start-up + dd) "
-              f"{c['ceiling_ratio']:.2f} (0.8x needs a start-up <= dd / 4 = {c['dd_seconds'] / 4:.3f} s); "
-              f"any Python process: dd / (its start + dd) = {c['python_ceiling_ratio']:.2f} at most (bare interpreter "
+              f"ratio {c['scan_only_ratio']:.2f}; ceiling with a scan at the faster of dd and this scan: "
+              f"dd / (start-up + that) {c['ceiling_ratio']:.2f} (0.8x needs a start-up <= dd / 4 = "
+              f"{c['dd_seconds'] / 4:.3f} s); any Python process: dd / (its start + that) = "
+              f"{c['python_ceiling_ratio']:.2f} at most (bare interpreter "
               f"{c['python_seconds']:.3f} s), {c['stack_ceiling_ratio']:.2f} importing typer and a reader's stdlib "
               f"({c['stack_seconds']:.3f} s, no walctl)", flush=True)
     for u in ups if r["upload"] else []:
@@ -417,8 +535,9 @@ def print_row(r: dict) -> None:
         print(f"{'':>{len(lead) - 2}}| {who}: median {u['seconds']:.3f} s (rounds {lo:.2f}-{hi:.2f} of cp); cp + sync "
               f"{u['cp_seconds']:.3f} s with its input in the page cache (the cp column), "
               f"{u['cold_cp_seconds']:.3f} s with its input read from the disk as upload reads the WAL: "
-              f"ratio {u['cold_ratio']:.2f}; a Python process whose I/O went at that cold cp's pace: "
-              f"cp / (its start + cold cp) = {u['python_ceiling_ratio']:.2f} (bare interpreter "
+              f"ratio {u['cold_ratio']:.2f}; a plain O_DIRECT copy of the log's bytes (in the bench, no start) "
+              f"{u['raw_copy_seconds']:.3f} s; a Python process whose I/O went at the faster of the two: "
+              f"cp / (its start + that) = {u['python_ceiling_ratio']:.2f} (bare interpreter "
               f"{u['python_seconds']:.3f} s), {u['stack_ceiling_ratio']:.2f} importing typer and a reader's stdlib "
               f"({u['stack_seconds']:.3f} s, no walctl)",
               flush=True)
