@@ -486,7 +486,7 @@ def print_targets(cells: list[dict]) -> None:
         return
     print("# issue 19's targets in this run (ceilings: see throughput_bench.target_cells)", flush=True)
     for c in cells:
-        measured = f"{c['measured']:,}" if isinstance(c["measured"], int) else f"{c['measured']:.2f}"
+        measured = f"{c['measured']:,}" if isinstance(c["measured"], int) else f"{c['measured']:.3f}"
         goal = f"{c['goal']:,}" if isinstance(c["goal"], int) else f"{c['goal']:.2f}"
         spread = f" (rounds {c['range'][0]:.2f}-{c['range'][1]:.2f})" if "range" in c else ""
         print(f"  {c['target']:<21} {size_text(c['wal_bytes']):>7} {size_text(c['record_bytes']):>7}: "
