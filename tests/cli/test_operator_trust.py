@@ -51,6 +51,31 @@ def test_store_url_typo_is_a_usage_error_and_nothing_moves(cli, tmp_path, monkey
     assert open(wal, "rb").read() == wal_bytes, "the WAL was written (trimmed) after a mistyped store URL"
 
 
+STORE_COMMANDS = {
+    "read": lambda wal, url: ["read", "--store", url, "--stream", "1"],
+    "ls": lambda wal, url: ["ls", "--store", url],
+    "gc": lambda wal, url: ["gc", "--store", url, "--dry-run"],
+    "inspect-object": lambda wal, url: ["inspect-object", "1", "--store", url],
+    "upload --dry-run": lambda wal, url: ["upload", wal, "--store", url, "--dry-run"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(STORE_COMMANDS))
+@pytest.mark.parametrize("url", ["s3:/my-bucket/wal", "gs://bucket/wal", "file://relative/dir", ""])
+def test_every_command_refuses_a_mistyped_store_url(cli, tmp_path, monkeypatch, wal, command, url):
+    """`read` took "s3:/b" for a missing directory (exit 4) and "" for the current directory;
+    `append` ignored --store entirely while the stream was still in the WAL (exit 0, record
+    written): a typo is a usage error (exit 2) before anything is read or written."""
+    monkeypatch.chdir(tmp_path)
+    before = tree(tmp_path)
+    wal_bytes = open(wal, "rb").read()
+    res = cli(*STORE_COMMANDS[command](wal, url), "--json")
+    error_with_hint(res, 2)
+    assert json.loads(res.stdout.strip().splitlines()[-1])["error"]["code"] == 2
+    assert tree(tmp_path) == before, "a mistyped store URL created something"
+    assert open(wal, "rb").read() == wal_bytes, "the WAL was written after a mistyped store URL"
+
+
 def test_a_directory_with_a_colon_is_still_reachable(cli, tmp_path, monkeypatch, wal):
     monkeypatch.chdir(tmp_path)
     res = cli("upload", wal, "--store", "./s3:odd", "--json")
