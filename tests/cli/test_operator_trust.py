@@ -53,6 +53,7 @@ def test_store_url_typo_is_a_usage_error_and_nothing_moves(cli, tmp_path, monkey
 
 STORE_COMMANDS = {
     "read": lambda wal, url: ["read", "--store", url, "--stream", "1"],
+    "append": lambda wal, url: ["append", wal, "--stream", "1", "--store", url, "three"],
     "ls": lambda wal, url: ["ls", "--store", url],
     "gc": lambda wal, url: ["gc", "--store", url, "--dry-run"],
     "inspect-object": lambda wal, url: ["inspect-object", "1", "--store", url],
