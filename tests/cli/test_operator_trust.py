@@ -521,3 +521,18 @@ def test_force_from_the_environment_says_so_every_time(cli, tmp_path):
     assert typed.exit_code == 0 and "environment" not in typed.stderr
     unset = cli("init", tmp_path / "v.img", "--capacity", "1MiB", env={"WALCTL_FORCE": "0"})
     assert unset.exit_code == 0 and "environment" not in unset.stderr
+
+
+@pytest.mark.parametrize("special", ["fifo", "char-device"])
+def test_inspect_object_of_a_fifo_or_device_answers_instead_of_hanging(run, tmp_path, special):
+    """`walctl inspect-object ./a-fifo` blocked forever in open() waiting for a writer (a reader
+    that never returns); a FIFO or a character device is not an object: exit 4 at once."""
+    if special == "fifo":
+        target = tmp_path / "pipe"
+        os.mkfifo(target)
+    else:
+        target = "/dev/null"
+    res = run("inspect-object", target, "--json", timeout=30)
+    line = error_with_hint(res, 4)
+    assert "not a regular file" in line
+    assert json.loads(res.stdout)["error"]["code"] == 4

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import threading
 import uuid
 from typing import Iterable, Sequence
@@ -194,17 +195,24 @@ class LocalStore:
         return io_failure(f"read failed: {exc.strerror}", where=self._where(key), exc=exc)
 
     def _open_read(self, key: str) -> tuple[int, bool]:
-        """(fd, direct): O_DIRECT where the filesystem takes it, else an ordinary read-only fd."""
+        """(fd, direct): O_DIRECT where the filesystem takes it, else an ordinary read-only fd.
+        O_NONBLOCK (no effect on a regular file) keeps a FIFO from blocking the open; anything but a
+        regular file is not an object (NotFoundError)."""
         path = self._path(key)
         try:
             try:
-                return os.open(path, os.O_RDONLY | os.O_DIRECT), True
+                fd, direct = os.open(path, os.O_RDONLY | os.O_DIRECT | os.O_NONBLOCK), True
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
-                return os.open(path, os.O_RDONLY), False
+                fd, direct = os.open(path, os.O_RDONLY | os.O_NONBLOCK), False
         except OSError as exc:
             raise self._read_error(exc, key) from exc
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise NotFoundError("no such object (not a regular file)", where=self._where(key),
+                                hint="an object is a regular file in the store; check the key or the path")
+        return fd, direct
 
     def _pread(self, opened: tuple[int, bool], key: str, start: int, length: int, view: bool = False) -> bytes:
         fd, direct = opened
