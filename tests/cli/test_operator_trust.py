@@ -536,3 +536,23 @@ def test_inspect_object_of_a_fifo_or_device_answers_instead_of_hanging(run, tmp_
     line = error_with_hint(res, 4)
     assert "not a regular file" in line
     assert json.loads(res.stdout)["error"]["code"] == 4
+
+
+@pytest.mark.parametrize("device", ["missing", "directory", "zeros", "truncated"])
+def test_upload_of_a_wrong_device_creates_no_store(cli, tmp_path, monkeypatch, wal, device):
+    """`walctl upload typo.img --store ./store` failed (exit 4) but left an empty ./store behind:
+    the store was created before DEVICE was opened. Nothing is created when DEVICE holds no WAL."""
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / device
+    if device == "directory":
+        target.mkdir()
+    elif device == "zeros":
+        target.write_bytes(bytes(1 << 20))
+    elif device == "truncated":
+        target.write_bytes(open(wal, "rb").read()[: 1 << 19])  # headers say 1 MiB, the file has half
+    store = tmp_path / "store"
+    res = cli("upload", target, "--store", store, "--json")
+    assert res.exit_code in (2, 3, 4), res
+    error_with_hint(res, res.exit_code)
+    assert json.loads(res.stdout)["error"]["code"] == res.exit_code
+    assert not store.exists(), "a failed upload created the store"
