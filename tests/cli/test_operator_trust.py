@@ -556,3 +556,16 @@ def test_upload_of_a_wrong_device_creates_no_store(cli, tmp_path, monkeypatch, w
     error_with_hint(res, res.exit_code)
     assert json.loads(res.stdout)["error"]["code"] == res.exit_code
     assert not store.exists(), "a failed upload created the store"
+
+
+@pytest.mark.parametrize("args", [["append", "{wal}", "three"], ["trim", "{wal}", "0"], ["status", "{wal}"]])
+def test_a_bad_io_engine_variable_is_refused_before_the_wal_is_opened(run, wal, args):
+    """WALCTL_IO_ENGINE=turbo was checked only when the writer built its write queue, after it had
+    opened the WAL and rewritten both header slots (exit 2, WAL changed); readers ignored it.
+    A bad value is exit 2 before anything is opened, like every other variable."""
+    before = open(wal, "rb").read()
+    res = run(*(a.format(wal=wal) for a in args), "--json", env={"WALCTL_IO_ENGINE": "turbo"})
+    line = error_with_hint(res, 2)
+    assert "WALCTL_IO_ENGINE" in line and "turbo" in line
+    assert json.loads(res.stdout.strip().splitlines()[-1])["error"]["code"] == 2
+    assert open(wal, "rb").read() == before, "the WAL was written before the bad variable was refused"

@@ -174,6 +174,17 @@ def interrupted_error(exc: BaseException) -> tuple[str, dict, int]:
     return line, {"code": 128 + signum, "message": line.removeprefix("walctl: error: "), "signal": name}, 128 + signum
 
 
+def _check_engine_variable() -> None:
+    """WALCTL_IO_ENGINE is read by every command's writes deep in walctl.device: a bad value is a
+    usage error (exit 2) here, before the command opens anything, not after a writer opened the WAL."""
+    from walctl.defaults import IO_ENGINE_ENV, IO_ENGINES
+    from walctl.errors import UsageError
+
+    engine = os.environ.get(IO_ENGINE_ENV)
+    if engine and engine not in IO_ENGINES:
+        raise UsageError(f"invalid value for {IO_ENGINE_ENV}: {engine!r}", hint=f"one of {', '.join(IO_ENGINES)}")
+
+
 def boundary(fn: Callable, stream: bool = False) -> Callable:
     """Wrap a command body: WalctlError -> one stderr line + its exit code (+ JSON error object);
     SIGTERM/SIGINT -> the same, exit 143/130, after the body's own cleanup ran.
@@ -187,6 +198,7 @@ def boundary(fn: Callable, stream: bool = False) -> Callable:
         json_out = bool(kwargs.get("json_out"))
         startup.command_starts()  # the collector, paused while walctl.cli.main started, resumes
         try:
+            _check_engine_variable()
             with signals_interrupt():
                 return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, ClickUsageError):
