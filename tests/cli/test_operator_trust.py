@@ -569,3 +569,19 @@ def test_a_bad_io_engine_variable_is_refused_before_the_wal_is_opened(run, wal, 
     assert "WALCTL_IO_ENGINE" in line and "turbo" in line
     assert json.loads(res.stdout.strip().splitlines()[-1])["error"]["code"] == 2
     assert open(wal, "rb").read() == before, "the WAL was written before the bad variable was refused"
+
+
+@pytest.mark.parametrize("which", ["behind the trim point", "past the end"])
+def test_a_refused_trim_writes_nothing(cli, wal, append_json, which):
+    """`walctl trim wal.img 5` behind the trim point (or past the log's end) was refused (exit 2)
+    only after the writer had opened the WAL and rewritten both header slots (the older slot's
+    state lost, timestamps changed). Offsets the header slots alone refute are refused first."""
+    offsets = append_json(wal, "three", "four", stream=1)
+    assert cli("trim", wal, offsets[0]).exit_code == 0
+    before = open(wal, "rb").read()
+    offset = 0 if which == "behind the trim point" else offsets[-1] + (1 << 16)
+    res = cli("trim", wal, offset, "--json")
+    line = error_with_hint(res, 2)
+    assert ("not after the current trim point" if offset == 0 else "the log ends at") in line
+    assert json.loads(res.stdout)["error"]["code"] == 2
+    assert open(wal, "rb").read() == before, "a refused trim wrote the WAL"

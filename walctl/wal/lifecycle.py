@@ -358,6 +358,7 @@ def trim_wal(path: str, offset: int, *, scan: bool = False) -> TrimResult:
     """
     from walctl.wal.writer import check_record_at
 
+    _refuse_trim_from_headers(path, offset)
     # Without a trusted checkpoint (a WAL written before them) trim scans, as it always did.
     opened = open_writer(path, scan=scan, keep_offsets=True, scan_without_checkpoint=True)
     writer = opened.writer
@@ -395,6 +396,34 @@ def trim_wal(path: str, offset: int, *, scan: bool = False) -> TrimResult:
         return TrimResult(previous, offset, None, None, writer.header, end, False)
     deleted = sum(1 for o in offsets if o <= offset)
     return TrimResult(previous, offset, deleted, len(offsets) - deleted, writer.header, end, True)
+
+
+def _refuse_trim_from_headers(path: str, offset: int) -> None:
+    """Refuse, read-only, the trim offsets the header slots alone refute (not after the trim
+    point; past the end of a cleanly closed log), before the writer's open rewrites both slots.
+    trim_wal checks them again under the lock (a header read here may be a writer's stale one:
+    its trim point only lags, and a running writer's log is not clean)."""
+    from walctl.wal.layout import Ring
+
+    dev = open_device(path, writable=False)
+    try:
+        state = read_wal_state(dev, path)
+        header = state.header
+        if header.flavour != "walctl":
+            return  # the writer's open refuses it, with its own message
+        previous = header.trim_offset
+        if offset <= previous:
+            raise UsageError(f"trim offset {offset} is not after the current trim point {previous}",
+                             where=path, hint="the trim point only moves forward")
+        checkpoint = trusted_checkpoint(state)
+        if header.clean and checkpoint is not None and offset >= checkpoint.log_end:
+            end = checkpoint.log_end
+            near = _records_near(dev, Ring(header.capacity), end, max(previous, 0), end)
+            raise UsageError(f"no live record starts at offset {offset}: the log ends at {end}", where=path,
+                             hint=("nearest record offsets: " + ", ".join(map(str, near))) if near else
+                             "give an offset that append, upload or recover printed")
+    finally:
+        dev.close()
 
 
 def trim_scanned(path: str, offset: int) -> TrimResult:
