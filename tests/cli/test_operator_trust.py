@@ -585,3 +585,33 @@ def test_a_refused_trim_writes_nothing(cli, wal, append_json, which):
     assert ("not after the current trim point" if offset == 0 else "the log ends at") in line
     assert json.loads(res.stdout)["error"]["code"] == 2
     assert open(wal, "rb").read() == before, "a refused trim wrote the WAL"
+
+
+HINTLESS_BEFORE = {  # error lines that lacked the documented "(hint)" at their end
+    "FIFO as DEVICE": (["status", "{fifo}"], 2),
+    "character device as DEVICE": (["recover", "/dev/null"], 2),
+    "file as --store": (["ls", "--store", "{wal}"], 2),
+    "missing object id": (["inspect-object", "99", "--store", "{store}"], 4),
+    "missing object file": (["inspect-object", "{tmp}/no-such-object"], 4),
+    "missing --input file": (["append", "{wal}", "--input", "{tmp}/no-such-input"], 2),
+    "WAL smaller than its headers": (["status", "{small}"], 4),
+    "init without --capacity": (["init", "{tmp}/new.img"], 2),
+    "selftest --dir not a directory": (["selftest", "--dir", "{wal}"], 2),
+    "image into a missing directory": (["image", "{wal}", "{tmp}/no-such-dir/copy.img"], 6),
+    "store under a file": (["upload", "{wal}", "--store", "{wal}/store"], 6),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HINTLESS_BEFORE))
+def test_every_error_line_ends_with_a_hint(cli, tmp_path, wal, case):
+    """CLI.md: every non-zero exit prints `walctl: error: <what>, <where> (<hint>)`; these said
+    what and where but gave no hint."""
+    fifo, small, store = tmp_path / "fifo", tmp_path / "small.img", tmp_path / "store"
+    os.mkfifo(fifo)
+    small.write_bytes(bytes(6000))
+    assert cli("upload", wal, "--store", store, "--no-trim").exit_code == 0
+    args, code = HINTLESS_BEFORE[case]
+    names = {"fifo": fifo, "small": small, "store": store, "wal": wal, "tmp": tmp_path}
+    res = cli(*(a.format(**names) for a in args), "--json")
+    error_with_hint(res, code)
+    assert json.loads(res.stdout.strip().splitlines()[-1])["error"]["code"] == code

@@ -64,7 +64,8 @@ def _resolve(target: str, store_url: str | None, endpoint_url: str | None, names
     if store_url is None:
         if not os.path.exists(target):
             raise (UsageError if target.isdigit() else NotFoundError)(
-                "no such file" if not target.isdigit() else "an object id needs --store", where=target)
+                "no such file" if not target.isdigit() else "an object id needs --store", where=target,
+                hint="TARGET is an object file, or an object id or key with --store URL")
         path = os.path.abspath(target)
         parts = path.split(os.sep)
         if len(parts) >= 5 and parts[-1].isdigit() and parts[-3] == f"{int(parts[-1]):08x}"[::-1]:

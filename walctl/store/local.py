@@ -148,7 +148,8 @@ class LocalStore:
         if os.path.isdir(self.root):
             return
         if os.path.exists(self.root):
-            raise UsageError("store path is not a directory", where=self.root)
+            raise UsageError("store path is not a directory", where=self.root,
+                             hint="--store names a store directory, file:///absolute/dir or s3://bucket/prefix")
         if not create:
             if missing_ok:
                 return
@@ -157,7 +158,7 @@ class LocalStore:
             self._make_dirs(self.root)
         except OSError as exc:
             raise IOFailure(f"cannot create store directory: {exc.strerror}",
-                            where=self.root) from exc
+                            where=self.root, hint="check the --store path and its permissions") from exc
 
     def __repr__(self) -> str:
         return f"LocalStore({self.root!r})"
@@ -191,7 +192,8 @@ class LocalStore:
 
     def _read_error(self, exc: OSError, key: str) -> Exception:
         if exc.errno in _MISSING:
-            return NotFoundError("no such object", where=self._where(key))
+            return NotFoundError("no such object", where=self._where(key),
+                                 hint="check the object id or key; 'walctl ls --store URL' lists the live objects")
         return io_failure(f"read failed: {exc.strerror}", where=self._where(key), exc=exc)
 
     def _open_read(self, key: str) -> tuple[int, bool]:

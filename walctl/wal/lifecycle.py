@@ -67,7 +67,8 @@ def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool 
     created = not os.path.lexists(path)
     if created:
         if capacity is None:
-            raise UsageError("--capacity is required to create a new WAL file", where=path)
+            raise UsageError("--capacity is required to create a new WAL file", where=path,
+                             hint="walctl init DEVICE --capacity 64MiB (a size with its unit)")
         warnings += safety.check_safe_to_create(path, force=force)
         create_file(path, capacity)
     else:
@@ -217,7 +218,7 @@ def refuse_foreign(header: WalHeader, path: str) -> None:
 def read_wal_state(dev: Device, path: str) -> HeaderState:
     if dev.size_bytes < HEADERS_SIZE:
         raise NotFoundError(f"not a WAL: {dev.size_bytes} bytes, smaller than the two {SLOT_SIZE}-byte header "
-                            f"slots", where=path)
+                            f"slots", where=path, hint="name the WAL's device or file; 'walctl init' creates one")
     try:
         state = read_headers(dev)
     except WalctlError as exc:
