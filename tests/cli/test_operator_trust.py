@@ -615,3 +615,18 @@ def test_every_error_line_ends_with_a_hint(cli, tmp_path, wal, case):
     res = cli(*(a.format(**names) for a in args), "--json")
     error_with_hint(res, code)
     assert json.loads(res.stdout.strip().splitlines()[-1])["error"]["code"] == code
+
+
+def test_append_warns_when_its_store_has_no_manifest(cli, tmp_path, wal):
+    """`append --stream 9 --store DIR` with DIR not a walctl store (no manifest: a wrong directory)
+    started stream 9 at offset 0 without a word, while a missing DIR was warned about: a wrong
+    --store silently restarts a stream that may live in the real store. It is warned about too."""
+    not_a_store = tmp_path / "elsewhere"
+    not_a_store.mkdir()
+    (not_a_store / "notes.txt").write_text("not ours")
+    res = cli("append", wal, "--stream", "9", "--store", not_a_store, "--json", "x")
+    assert res.exit_code == 0, res
+    assert "no manifest" in res.stderr and "stream 9 starts at offset 0" in res.stderr
+    lines = res.json_lines()
+    assert lines[0]["base_offset"] == 0 and lines[-1]["type"] == "summary"
+    assert tree(not_a_store) == ["notes.txt"]
