@@ -630,3 +630,16 @@ def test_append_warns_when_its_store_has_no_manifest(cli, tmp_path, wal):
     lines = res.json_lines()
     assert lines[0]["base_offset"] == 0 and lines[-1]["type"] == "summary"
     assert tree(not_a_store) == ["notes.txt"]
+
+
+def test_read_idle_timeout_takes_a_duration_with_its_unit(cli, tmp_path, wal):
+    """CLI.md: durations take a unit (500ms, 90s, 30m). `read --follow --idle-timeout 500ms` was
+    refused (exit 2, 'unable to parse string as a number'): --idle-timeout took bare seconds only."""
+    store = tmp_path / "store"
+    assert cli("upload", wal, "--store", store).exit_code == 0
+    res = cli("read", "--store", store, "--stream", "1", "--follow", "--idle-timeout", "300ms", "--json")
+    assert res.exit_code == 0, res
+    assert res.json_lines()[-1]["records"] == 2
+    res = cli("read", "--store", store, "--stream", "1", "--follow", "--idle-timeout", "5 parsecs")
+    line = error_with_hint(res, 2)
+    assert "--idle-timeout" in line and "500ms" in line
