@@ -643,3 +643,19 @@ def test_read_idle_timeout_takes_a_duration_with_its_unit(cli, tmp_path, wal):
     res = cli("read", "--store", store, "--stream", "1", "--follow", "--idle-timeout", "5 parsecs")
     line = error_with_hint(res, 2)
     assert "--idle-timeout" in line and "500ms" in line
+
+
+@pytest.mark.parametrize("command, option, value, variable", [("recover", "--limit", "abc", "WALCTL_LIMIT"),
+                                                              ("init", "--capacity", "64MB?", "WALCTL_CAPACITY")])
+def test_a_bad_value_names_where_it_came_from(cli, wal, command, option, value, variable):
+    """`recover --limit abc` said "Invalid value for '--limit' / '-n' (env var: 'WALCTL_LIMIT')"
+    although no variable was set, while a bad WALCTL_CAPACITY said "invalid value for --capacity"
+    to someone who never typed that option. The line names the variable exactly when the value
+    came from it."""
+    target = wal if command == "recover" else wal + ".new"
+    typed = cli(command, target, option, value)
+    error_with_hint(typed, 2)
+    assert option in typed.stderr and variable not in typed.stderr
+    from_env = cli(command, target, env={variable: value})
+    error_with_hint(from_env, 2)
+    assert option in from_env.stderr and variable in from_env.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 import traceback
 from typing import Any, Callable
@@ -102,12 +103,28 @@ def usage_line(exc) -> str:
     see = f"see '{exc.ctx.command_path} --help'" if getattr(exc, "ctx", None) is not None else "see 'walctl --help'"
     hint = getattr(exc, "hint", None)
     param = getattr(exc, "param", None)
+    variable = _variable_of(exc, param)
     if hint is not None and param is not None:
         opts = [o for o in getattr(param, "opts", []) if o.startswith("--")] or [param.name]
-        what = f"invalid value for {opts[0]}: {exc.message}"
+        source = f" (from {variable})" if variable else ""
+        what = f"invalid value for {opts[0]}{source}: {exc.message}"
         return f"walctl: error: {what} ({hint}; {see})"
     text = " ".join(exc.format_message().split())  # never more than one line
+    if param is not None:  # click names the option's variable(s) even when the value was typed
+        text = re.sub(r" \(env var: '(\[[^\]]*\]|[^']*)'\)", f" (from {variable})" if variable else "", text, count=1)
     return f"walctl: error: {text} ({see})"
+
+
+def _variable_of(exc, param) -> str | None:
+    """The WALCTL_* variable a bad value came from (None when it was typed, or not an option's)."""
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None or param is None or getattr(param, "name", None) is None:
+        return None
+    source = ctx.get_parameter_source(param.name)  # (typer's own click: its ParameterSource, by name)
+    if getattr(source, "name", None) != "ENVIRONMENT":
+        return None
+    names = param.envvar if isinstance(param.envvar, (list, tuple)) else [param.envvar]
+    return next((n for n in names if n and os.environ.get(n) is not None), None)
 
 
 class Interrupted(KeyboardInterrupt):
