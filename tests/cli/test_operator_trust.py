@@ -599,7 +599,21 @@ HINTLESS_BEFORE = {  # error lines that lacked the documented "(hint)" at their 
     "selftest --dir not a directory": (["selftest", "--dir", "{wal}"], 2),
     "image into a missing directory": (["image", "{wal}", "{tmp}/no-such-dir/copy.img"], 6),
     "store under a file": (["upload", "{wal}", "--store", "{wal}/store"], 6),
+    "recover of a WAL smaller than its headers": (["recover", "{small}"], 4),
+    "append to an AutoMQ WAL": (["append", "{automq}", "x"], 5),
+    "trim of an AutoMQ WAL": (["trim", "{automq}", "8192"], 5),
+    "upload of an AutoMQ WAL": (["upload", "{automq}", "--store", "{store}", "--dry-run"], 5),
 }
+
+
+def automq_wal(path) -> None:
+    """A 4 MiB AutoMQ WAL (V1 header in both slots), built from AutoMQ's layout with struct/zlib."""
+    import struct
+    import zlib
+
+    body = struct.pack(">IQqqqIiq", 0x01234567, 4 << 20, -1, 1_700_000_000_000, 1 << 20, 0, 1, 7)
+    slot = (body + struct.pack(">I", zlib.crc32(body) & 0x7FFFFFFF)).ljust(4096, b"\0")
+    path.write_bytes(slot + slot + bytes((4 << 20) - 8192))
 
 
 @pytest.mark.parametrize("case", sorted(HINTLESS_BEFORE))
@@ -611,7 +625,9 @@ def test_every_error_line_ends_with_a_hint(cli, tmp_path, wal, case):
     small.write_bytes(bytes(6000))
     assert cli("upload", wal, "--store", store, "--no-trim").exit_code == 0
     args, code = HINTLESS_BEFORE[case]
-    names = {"fifo": fifo, "small": small, "store": store, "wal": wal, "tmp": tmp_path}
+    automq = tmp_path / "automq.img"
+    automq_wal(automq)
+    names = {"fifo": fifo, "small": small, "store": store, "wal": wal, "tmp": tmp_path, "automq": automq}
     res = cli(*(a.format(**names) for a in args), "--json")
     error_with_hint(res, code)
     assert json.loads(res.stdout.strip().splitlines()[-1])["error"]["code"] == code

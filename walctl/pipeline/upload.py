@@ -1211,7 +1211,8 @@ def check_wal(wal_path: str) -> None:
 
 def _check_flavour(header, wal_path: str) -> None:
     if header.flavour != "walctl":
-        raise RefusedError(f"{header.flavour} WAL: upload reads only walctl's WALs", where=wal_path)
+        raise RefusedError(f"{header.flavour} WAL: upload reads only walctl's WALs", where=wal_path,
+                           hint="read its records with 'walctl recover'; AutoMQ uploads its own WAL")
 
 
 def _upload(wal_path: str, store: Store, *, namespace: str, block_size: int, split_size: int, trim: bool,

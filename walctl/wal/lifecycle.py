@@ -212,7 +212,7 @@ def refuse_foreign(header: WalHeader, path: str) -> None:
     """walctl writes only its own WALs: an AutoMQ one is read for forensics, never written."""
     if header.flavour != "walctl":
         raise RefusedError(f"{header.flavour} WAL: walctl reads it for forensics but never writes to it",
-                           where=path)
+                           where=path, hint="read it with 'walctl recover', 'walctl status' or 'walctl image'")
 
 
 def read_wal_state(dev: Device, path: str) -> HeaderState:
