@@ -675,3 +675,22 @@ def test_a_bad_value_names_where_it_came_from(cli, wal, command, option, value, 
     from_env = cli(command, target, env={variable: value})
     error_with_hint(from_env, 2)
     assert option in from_env.stderr and variable in from_env.stderr
+
+
+def test_init_refuses_a_prewritten_file_larger_than_the_free_space(cli, tmp_path, monkeypatch):
+    """`walctl init big.img --capacity 1TiB` on a file system with less free space zero-filled
+    until ENOSPC (minutes, the whole disk full for every other process), then failed (exit 6) and
+    removed the file. The free space is checked before the file is created."""
+    real = os.statvfs(tmp_path)
+
+    class Tight:  # the file system as it would be with 1 MiB free
+        f_frsize, f_bavail = real.f_frsize, (1 << 20) // real.f_frsize
+
+    monkeypatch.setattr(os, "statvfs", lambda path: Tight)
+    path = tmp_path / "big.img"
+    res = cli("init", path, "--capacity", "16MiB", "--json")
+    line = error_with_hint(res, 6)
+    assert "free space" in line and "--no-prewrite" in line
+    assert json.loads(res.stdout)["error"]["code"] == 6
+    assert not path.exists()
+    assert cli("init", path, "--capacity", "16MiB", "--no-prewrite").exit_code == 0  # sparse: allowed

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from walctl.device.buffers import align_down, align_up, aligned_buffer  # (walctl.wal.layout's twins)
 from walctl.device.opening import open_device
-from walctl.errors import (CorruptionError, FormatError, NotFoundError, RefusedError, UsageError,
+from walctl.errors import (CorruptionError, FormatError, IOFailure, NotFoundError, RefusedError, UsageError,
                            WalctlError)
 from walctl.format.checkpoint import Checkpoint, bounded
 from walctl.format.header import (HEADERS_SIZE, SLOT_SIZE, MIN_CAPACITY, SHUTDOWN_GRACEFUL, SHUTDOWN_UNGRACEFUL,
@@ -70,6 +70,8 @@ def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool 
             raise UsageError("--capacity is required to create a new WAL file", where=path,
                              hint="walctl init DEVICE --capacity 64MiB (a size with its unit)")
         warnings += safety.check_safe_to_create(path, force=force)
+        if prewrite:
+            _check_free_space(path, capacity)
         create_file(path, capacity)
     else:
         warnings += safety.check_safe_to_overwrite(path, force=force)
@@ -96,6 +98,20 @@ def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool 
         raise
     finally:
         dev.close()
+
+
+def _check_free_space(path: str, capacity: int) -> None:
+    """A prewritten file takes ``capacity`` bytes at once: refuse it (IOFailure, as the ENOSPC it
+    would end in) before zero-filling the file system to the brim for minutes."""
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return  # create_file names the problem
+    free = st.f_bavail * st.f_frsize
+    if free < capacity:
+        raise IOFailure(f"not enough free space for the WAL file: {free} bytes free, the capacity needs {capacity}",
+                        where=path, hint="choose a smaller --capacity, free space, or pass --no-prewrite "
+                                         "for a sparse file that fills as records arrive")
 
 
 def _checked_capacity(capacity: int | None, path: str) -> int | None:
