@@ -694,3 +694,19 @@ def test_init_refuses_a_prewritten_file_larger_than_the_free_space(cli, tmp_path
     assert json.loads(res.stdout)["error"]["code"] == 6
     assert not path.exists()
     assert cli("init", path, "--capacity", "16MiB", "--no-prewrite").exit_code == 0  # sparse: allowed
+
+
+@pytest.mark.parametrize("args", [["--dry-run"], ["--level", "so"], ["--level", "sso", "--dry-run"],
+                                  ["--force-split", "--level", "sso"]])
+def test_compact_of_a_directory_that_is_not_a_store_is_not_found(cli, tmp_path, args):
+    """`walctl compact --store ./wrong-dir` (a directory with no manifest) said "nothing to
+    compact" and exited 0, so a cron job pointed at the wrong directory looked healthy forever.
+    As for ls and gc (CLI.md), a store with no manifest is not found: exit 4, nothing touched."""
+    store = tmp_path / "not-a-store"
+    store.mkdir()
+    (store / "notes.txt").write_text("not ours")
+    res = cli("compact", "--store", store, *args, "--json")
+    line = error_with_hint(res, 4)
+    assert "no manifest" in line
+    assert json.loads(res.stdout)["error"]["code"] == 4
+    assert tree(store) == ["notes.txt"]
