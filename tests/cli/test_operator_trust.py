@@ -710,3 +710,14 @@ def test_compact_of_a_directory_that_is_not_a_store_is_not_found(cli, tmp_path, 
     assert "no manifest" in line
     assert json.loads(res.stdout)["error"]["code"] == 4
     assert tree(store) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("args", [["--json"], ["-j", "--debug"]])
+def test_walctl_with_only_json_says_no_command_given(run, args):
+    """`walctl --json` said "No such option: --json (Possible options: --version)" although --json
+    works on either side of a command name: the missing command is the error. Its JSON object is
+    the whole stdout (no usage text there under --json)."""
+    res = run(*args)
+    line = error_with_hint(res, 2)
+    assert "no command given" in line
+    assert json.loads(res.stdout)["error"]["code"] == 2

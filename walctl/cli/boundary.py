@@ -28,7 +28,8 @@ except ImportError:  # pragma: no cover - older typer uses the click package
 
 from walctl.cli import startup
 from walctl.cli.coercion import plain_coercion
-from walctl.cli.conventions import apply_conventions, json_requested, normalise_args
+from walctl.cli.conventions import (COMMAND_ANYWHERE, ROOT_ANYWHERE, apply_conventions, json_requested,
+                                    normalise_args)
 from walctl.cli.render import report_error
 from walctl.commands._shared import debug_requested
 from walctl.errors import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_OK, EXIT_SIGINT, EXIT_USAGE, WalctlError
@@ -61,17 +62,23 @@ class WalctlGroup(TyperGroup):
             args = sys.argv[1:]
         args = normalise_args(list(args), self)
         try:
-            if not args and not os.environ.get(complete_var or "_WALCTL_COMPLETE"):
+            given = [a for a in args if a not in COMMAND_ANYWHERE + ROOT_ANYWHERE]  # (--json alone: no command)
+            if not given and not os.environ.get(complete_var or "_WALCTL_COMPLETE"):
                 raise _NoCommand()
             rv = super().main(args=args, prog_name=prog_name or "walctl", complete_var=complete_var,
                               standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else EXIT_OK
         except _NoCommand:
             # Bare `walctl`: the usage on stdout for the person, one error line for the rule.
-            with self.make_context("walctl", ["--help"], resilient_parsing=True) as ctx:
-                click.echo(self.get_help(ctx))
-            click.echo("walctl: error: no command given (see 'walctl --help'; "
-                       "'walctl COMMAND --help' for one command)", err=True)
+            line = ("walctl: error: no command given (see 'walctl --help'; "
+                    "'walctl COMMAND --help' for one command)")
+            if json_requested(args):  # stdout is one JSON document: the error object, no usage text
+                report_error(line, {"code": EXIT_USAGE, "message": line.removeprefix("walctl: error: ")},
+                             True, False, None)
+            else:
+                with self.make_context("walctl", ["--help"], resilient_parsing=True) as ctx:
+                    click.echo(self.get_help(ctx))
+                click.echo(line, err=True)
             code = EXIT_USAGE
         except ClickUsageError as exc:
             line = usage_line(exc)
