@@ -721,3 +721,18 @@ def test_walctl_with_only_json_says_no_command_given(run, args):
     line = error_with_hint(res, 2)
     assert "no command given" in line
     assert json.loads(res.stdout)["error"]["code"] == 2
+
+
+def test_upload_dry_run_refuses_a_store_the_real_run_cannot_create(cli, tmp_path, wal):
+    """`upload --dry-run --store wal.img/store` (a path under a file) said "the store does not
+    exist yet; a real upload creates it" and exited 0; the real upload then failed (exit 6,
+    'File exists'). Both now refuse it the same way, naming the file in the way."""
+    store = f"{wal}/store"
+    before = open(wal, "rb").read()
+    dry = cli("upload", wal, "--store", store, "--dry-run", "--json")
+    real = cli("upload", wal, "--store", store, "--json")
+    for res in (dry, real):
+        line = error_with_hint(res, 6)
+        assert f"{wal} is not a directory" in line
+        assert json.loads(res.stdout)["error"]["code"] == 6
+    assert open(wal, "rb").read() == before

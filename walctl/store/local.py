@@ -150,10 +150,14 @@ class LocalStore:
         if os.path.exists(self.root):
             raise UsageError("store path is not a directory", where=self.root,
                              hint="--store names a store directory, file:///absolute/dir or s3://bucket/prefix")
-        if not create:
-            if missing_ok:
-                return
+        if not create and not missing_ok:
             raise NotFoundError("no such store directory", where=self.root)
+        blocker = self._file_in_the_way(self.root)
+        if blocker is not None:  # what creating it would fail on: refused the same way by a dry run
+            raise IOFailure(f"cannot create store directory: {blocker} is not a directory", where=self.root,
+                            hint="check the --store path")
+        if not create:
+            return  # missing_ok: an empty store, not created
         try:
             self._make_dirs(self.root)
         except OSError as exc:
@@ -170,6 +174,14 @@ class LocalStore:
 
     def _where(self, key: str) -> str:
         return os.path.join(self.root, key)
+
+    @staticmethod
+    def _file_in_the_way(path: str) -> str | None:
+        """The nearest existing ancestor of the missing ``path`` when it is not a directory."""
+        cur = os.path.dirname(path)
+        while not os.path.lexists(cur) and os.path.dirname(cur) != cur:
+            cur = os.path.dirname(cur)
+        return None if os.path.isdir(cur) else cur
 
     @staticmethod
     def _make_dirs(path: str) -> None:
