@@ -603,6 +603,8 @@ HINTLESS_BEFORE = {  # error lines that lacked the documented "(hint)" at their 
     "append to an AutoMQ WAL": (["append", "{automq}", "x"], 5),
     "trim of an AutoMQ WAL": (["trim", "{automq}", "8192"], 5),
     "upload of an AutoMQ WAL": (["upload", "{automq}", "--store", "{store}", "--dry-run"], 5),
+    "inspect-object of a file that is no object": (["inspect-object", "{small}"], 4),
+    "inspect-object of a live object with a damaged footer": (["inspect-object", "1", "--store", "{store}"], 3),
 }
 
 
@@ -624,6 +626,9 @@ def test_every_error_line_ends_with_a_hint(cli, tmp_path, wal, case):
     os.mkfifo(fifo)
     small.write_bytes(bytes(6000))
     assert cli("upload", wal, "--store", store, "--no-trim").exit_code == 0
+    if "damaged footer" in case:
+        (obj,) = [p for p in store.rglob("*") if p.is_file() and "manifest" not in p.parts]
+        obj.write_bytes(obj.read_bytes()[:100])  # the footer and index gone
     args, code = HINTLESS_BEFORE[case]
     automq = tmp_path / "automq.img"
     automq_wal(automq)

@@ -121,9 +121,11 @@ def inspect(store: Store, key: str, *, deep: bool = False, known: bool = False, 
         footer, entries = obj.parse_tail(tail, size)
     except (BadMagicError, ZeroedError, TruncatedError) as exc:
         if known:  # the manifest says this is one of ours: a bad footer is damage, not "not ours"
-            raise CorruptionError(f"live object has a damaged footer ({exc})", where=key,
-                                  offset=exc.offset) from exc
-        raise NotFoundError(f"not a walctl or AutoMQ object ({exc})", where=key) from exc
+            raise CorruptionError(f"live object has a damaged footer ({exc})", where=key, offset=exc.offset,
+                                  hint="the manifest names it: its data is not readable from here; "
+                                       "restore the object, or re-upload its records if the WAL still holds them") from exc
+        raise NotFoundError(f"not a walctl or AutoMQ object ({exc})", where=key,
+                            hint="TARGET must be an object that walctl or AutoMQ wrote") from exc
     if entries is None:
         index = store.read_range(key, footer.index_start_position,
                                  footer.index_start_position + footer.index_block_length)
