@@ -11,6 +11,7 @@ import enum
 import json
 import os
 import re
+import time
 
 import pytest
 import typer
@@ -741,3 +742,35 @@ def test_upload_dry_run_refuses_a_store_the_real_run_cannot_create(cli, tmp_path
         assert f"{wal} is not a directory" in line
         assert json.loads(res.stdout)["error"]["code"] == 6
     assert open(wal, "rb").read() == before
+
+
+def test_gc_removes_the_temp_files_a_killed_upload_left(run, cli, tmp_path, new_wal):
+    """An upload SIGKILLed (or a power loss) mid-way leaves its spool/put temp files (`.tmp-*`,
+    which no listing shows) in a local store; a rerun finishes the upload but they stayed for ever:
+    gc, which aborts a dead S3 multipart upload, never removed them. gc now deletes those untouched
+    for longer than a prepared id lives (a running upload keeps writing its own); --dry-run
+    lists them and deletes nothing."""
+    wal, store = new_wal("8MiB"), tmp_path / "store"
+    assert cli("append", wal, "-s", "1", "--input", "-", input=(b"x" * 999 + b"\n") * 1500).exit_code == 0  # 1.4 MiB: stream 1 gets its own Stream Object, spooled as it is read
+    assert cli("append", wal, "-s", "2", "a", "b").exit_code == 0
+    res = run("upload", wal, "--store", store, "--split-size", "1MiB",
+              env={"WALCTL_FAILPOINT": "upload-after-prepare"})
+    assert res.exit_code == -9, res  # SIGKILL at the failpoint
+    assert cli("upload", wal, "--store", store, "--split-size", "1MiB").exit_code == 0  # the rerun completes
+    stale = [p for p in store.rglob(".tmp-*")]
+    assert stale, "the killed upload left no temp file: nothing to test"
+    old = time.time() - 2 * 3600
+    for p in stale:
+        os.utime(p, (old, old))
+    fresh = store / ".tmp-running-upload"
+    fresh.write_bytes(b"being written")
+    dry = cli("gc", "--store", store, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry
+    listed = json.loads(dry.stdout)["deleted_temp_files"]
+    assert sorted(listed) == sorted(str(p.relative_to(store)) for p in stale)
+    assert all(p.exists() for p in stale)
+    done = cli("gc", "--store", store, "--json")
+    assert done.exit_code == 0, done
+    assert sorted(json.loads(done.stdout)["deleted_temp_files"]) == sorted(listed)
+    assert not any(p.exists() for p in stale) and fresh.exists()
+    assert cli("read", "--store", store, "--stream", "1", "--json").exit_code == 0

@@ -407,6 +407,37 @@ class LocalStore:
         finally:
             os.close(opened[0])
 
+    def stale_temp_files(self, older_than_s: float, now: float) -> list[str]:
+        """The temp files (``.tmp-*``: spools and puts) under the root not modified for
+        ``older_than_s`` seconds before ``now``, as paths relative to the root: what a writer
+        killed mid-way (SIGKILL, power loss) left; a live one keeps writing its own."""
+        self.stats.add("list")
+        out: list[str] = []
+        for path, dirs, files in os.walk(self.root):
+            for name in files:
+                if not name.startswith(TEMP_PREFIX):
+                    continue
+                full = os.path.join(path, name)
+                try:
+                    if os.lstat(full).st_mtime <= now - older_than_s:
+                        out.append(os.path.relpath(full, self.root))
+                except FileNotFoundError:
+                    continue  # published or discarded meanwhile
+        return sorted(out)
+
+    def remove_temp_file(self, rel: str) -> None:
+        """Remove one file ``stale_temp_files`` named (gone already: nothing to do)."""
+        if not os.path.basename(rel).startswith(TEMP_PREFIX):
+            raise UsageError(f"not a temp file: {rel}")
+        self.stats.add("delete")
+        try:
+            os.unlink(os.path.join(self.root, rel))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise io_failure(f"cannot remove temp file: {exc.strerror}", where=os.path.join(self.root, rel),
+                             exc=exc) from exc
+
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         check_prefix(prefix)
         self.stats.add("list")
