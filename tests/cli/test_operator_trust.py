@@ -774,3 +774,18 @@ def test_gc_removes_the_temp_files_a_killed_upload_left(run, cli, tmp_path, new_
     assert sorted(json.loads(done.stdout)["deleted_temp_files"]) == sorted(listed)
     assert not any(p.exists() for p in stale) and fresh.exists()
     assert cli("read", "--store", store, "--stream", "1", "--json").exit_code == 0
+
+
+@pytest.mark.parametrize("args", [["bench", "{dev}", "--size", "8MiB", "--duration", "100ms", "--mode", "iops"],
+                                  ["bench", "{dev}", "--duration", "100ms"], ["init", "{dev}"]])
+def test_a_missing_device_under_dev_is_not_found_for_bench_and_init(run, args):
+    """`walctl bench /dev/nvme9n9 --size 8MiB` (a disk name typo) created a regular file under /dev
+    (devtmpfs: RAM), benchmarked it and exited 0, a RAM figure reported as the disk's (--keep left
+    the file in /dev); `init /dev/typo` without --capacity asked for --capacity instead of saying
+    the device is not there. As CLI.md says for init: exit 4, nothing created under /dev."""
+    dev = "/dev/walctl-test-no-such-disk"
+    res = run(*(a.format(dev=dev) for a in args), "--json")
+    line = error_with_hint(res, 4)
+    assert "no such device" in line and "/dev" in line
+    assert json.loads(res.stdout.strip().splitlines()[-1])["error"]["code"] == 4
+    assert not os.path.lexists(dev)

@@ -66,10 +66,10 @@ def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool 
     capacity = _checked_capacity(capacity, path)
     created = not os.path.lexists(path)
     if created:
+        warnings += safety.check_safe_to_create(path, force=force)  # (a /dev typo: no such device, first)
         if capacity is None:
             raise UsageError("--capacity is required to create a new WAL file", where=path,
                              hint="walctl init DEVICE --capacity 64MiB (a size with its unit)")
-        warnings += safety.check_safe_to_create(path, force=force)
         if prewrite:
             _check_free_space(path, capacity)
         create_file(path, capacity)
