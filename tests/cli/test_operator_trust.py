@@ -572,7 +572,7 @@ def test_a_bad_io_engine_variable_is_refused_before_the_wal_is_opened(run, wal, 
     assert open(wal, "rb").read() == before, "the WAL was written before the bad variable was refused"
 
 
-@pytest.mark.parametrize("which", ["behind the trim point", "past the end"])
+@pytest.mark.parametrize("which", ["behind the trim point", "past the end", "inside a record"])
 def test_a_refused_trim_writes_nothing(cli, wal, append_json, which):
     """`walctl trim wal.img 5` behind the trim point (or past the log's end) was refused (exit 2)
     only after the writer had opened the WAL and rewritten both header slots (the older slot's
@@ -580,10 +580,12 @@ def test_a_refused_trim_writes_nothing(cli, wal, append_json, which):
     offsets = append_json(wal, "three", "four", stream=1)
     assert cli("trim", wal, offsets[0]).exit_code == 0
     before = open(wal, "rb").read()
-    offset = 0 if which == "behind the trim point" else offsets[-1] + (1 << 16)
+    offset = {"behind the trim point": 0, "past the end": offsets[-1] + (1 << 16),
+              "inside a record": offsets[-1] + 5}[which]
     res = cli("trim", wal, offset, "--json")
     line = error_with_hint(res, 2)
-    assert ("not after the current trim point" if offset == 0 else "the log ends at") in line
+    assert {"behind the trim point": "not after the current trim point", "past the end": "the log ends at",
+            "inside a record": "no live record starts at offset"}[which] in line
     assert json.loads(res.stdout)["error"]["code"] == 2
     assert open(wal, "rb").read() == before, "a refused trim wrote the WAL"
 
@@ -751,7 +753,8 @@ def test_gc_removes_the_temp_files_a_killed_upload_left(run, cli, tmp_path, new_
     for longer than a prepared id lives (a running upload keeps writing its own); --dry-run
     lists them and deletes nothing."""
     wal, store = new_wal("8MiB"), tmp_path / "store"
-    assert cli("append", wal, "-s", "1", "--input", "-", input=(b"x" * 999 + b"\n") * 1500).exit_code == 0  # 1.4 MiB: stream 1 gets its own Stream Object, spooled as it is read
+    # 1.4 MiB: stream 1 gets its own Stream Object, spooled as it is read
+    assert cli("append", wal, "-s", "1", "--input", "-", input=(b"x" * 999 + b"\n") * 1500).exit_code == 0
     assert cli("append", wal, "-s", "2", "a", "b").exit_code == 0
     res = run("upload", wal, "--store", store, "--split-size", "1MiB",
               env={"WALCTL_FAILPOINT": "upload-after-prepare"})

@@ -416,11 +416,13 @@ def trim_wal(path: str, offset: int, *, scan: bool = False) -> TrimResult:
 
 
 def _refuse_trim_from_headers(path: str, offset: int) -> None:
-    """Refuse, read-only, the trim offsets the header slots alone refute (not after the trim
-    point; past the end of a cleanly closed log), before the writer's open rewrites both slots.
+    """Refuse, read-only, the trim offsets the header slots and (on a cleanly closed log) the record
+    header at ``offset`` refute (not after the trim point; past the end; no record starting there),
+    before the writer's open rewrites both slots.
     trim_wal checks them again under the lock (a header read here may be a writer's stale one:
     its trim point only lags, and a running writer's log is not clean)."""
     from walctl.wal.layout import Ring
+    from walctl.wal.writer import check_record_at
 
     dev = open_device(path, writable=False)
     try:
@@ -433,12 +435,21 @@ def _refuse_trim_from_headers(path: str, offset: int) -> None:
             raise UsageError(f"trim offset {offset} is not after the current trim point {previous}",
                              where=path, hint="the trim point only moves forward")
         checkpoint = trusted_checkpoint(state)
-        if header.clean and checkpoint is not None and offset >= checkpoint.log_end:
-            end = checkpoint.log_end
-            near = _records_near(dev, Ring(header.capacity), end, max(previous, 0), end)
+        if not header.clean or checkpoint is None:
+            return  # the writer's open scans (and seals) first: only then is the log known
+        end, ring = checkpoint.log_end, Ring(header.capacity)
+        if offset >= end:
+            near = _records_near(dev, ring, end, max(previous, 0), end)
             raise UsageError(f"no live record starts at offset {offset}: the log ends at {end}", where=path,
                              hint=("nearest record offsets: " + ", ".join(map(str, near))) if near else
                              "give an offset that append, upload or recover printed")
+        try:  # a cleanly closed log: the record header there says whether a record starts at offset
+            check_record_at(dev, ring, offset)
+        except UsageError as exc:
+            near = _records_near(dev, ring, offset, max(previous, 0), end)
+            if near:
+                exc.hint = "nearest record offsets: " + ", ".join(map(str, near))
+            raise exc.at(path)
     finally:
         dev.close()
 
