@@ -27,3 +27,8 @@ DEFAULT_PART_BYTES = 8 << 20
 MAX_PARTS = 10_000
 # S3's largest part, for UploadPartCopy as for UploadPart.
 MAX_PART_BYTES = 5 << 30
+
+# The I/O engines a writer's block writes can go through (walctl.device.writequeue), and the
+# variable that picks one for every command (checked when a command starts, walctl.cli.boundary).
+IO_ENGINES = ("auto", "aio", "threads")
+IO_ENGINE_ENV = "WALCTL_IO_ENGINE"

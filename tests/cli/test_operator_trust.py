@@ -11,6 +11,7 @@ import enum
 import json
 import os
 import re
+import time
 
 import pytest
 import typer
@@ -49,6 +50,32 @@ def test_store_url_typo_is_a_usage_error_and_nothing_moves(cli, tmp_path, monkey
     assert url in line
     assert tree(tmp_path) == before, "a mistyped store URL created something"
     assert open(wal, "rb").read() == wal_bytes, "the WAL was written (trimmed) after a mistyped store URL"
+
+
+STORE_COMMANDS = {
+    "read": lambda wal, url: ["read", "--store", url, "--stream", "1"],
+    "append": lambda wal, url: ["append", wal, "--stream", "1", "--store", url, "three"],
+    "ls": lambda wal, url: ["ls", "--store", url],
+    "gc": lambda wal, url: ["gc", "--store", url, "--dry-run"],
+    "inspect-object": lambda wal, url: ["inspect-object", "1", "--store", url],
+    "upload --dry-run": lambda wal, url: ["upload", wal, "--store", url, "--dry-run"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(STORE_COMMANDS))
+@pytest.mark.parametrize("url", ["s3:/my-bucket/wal", "gs://bucket/wal", "file://relative/dir", ""])
+def test_every_command_refuses_a_mistyped_store_url(cli, tmp_path, monkeypatch, wal, command, url):
+    """`read` took "s3:/b" for a missing directory (exit 4) and "" for the current directory;
+    `append` ignored --store entirely while the stream was still in the WAL (exit 0, record
+    written): a typo is a usage error (exit 2) before anything is read or written."""
+    monkeypatch.chdir(tmp_path)
+    before = tree(tmp_path)
+    wal_bytes = open(wal, "rb").read()
+    res = cli(*STORE_COMMANDS[command](wal, url), "--json")
+    error_with_hint(res, 2)
+    assert json.loads(res.stdout.strip().splitlines()[-1])["error"]["code"] == 2
+    assert tree(tmp_path) == before, "a mistyped store URL created something"
+    assert open(wal, "rb").read() == wal_bytes, "the WAL was written after a mistyped store URL"
 
 
 def test_a_directory_with_a_colon_is_still_reachable(cli, tmp_path, monkeypatch, wal):
@@ -495,3 +522,273 @@ def test_force_from_the_environment_says_so_every_time(cli, tmp_path):
     assert typed.exit_code == 0 and "environment" not in typed.stderr
     unset = cli("init", tmp_path / "v.img", "--capacity", "1MiB", env={"WALCTL_FORCE": "0"})
     assert unset.exit_code == 0 and "environment" not in unset.stderr
+
+
+@pytest.mark.parametrize("special", ["fifo", "char-device"])
+def test_inspect_object_of_a_fifo_or_device_answers_instead_of_hanging(run, tmp_path, special):
+    """`walctl inspect-object ./a-fifo` blocked forever in open() waiting for a writer (a reader
+    that never returns); a FIFO or a character device is not an object: exit 4 at once."""
+    if special == "fifo":
+        target = tmp_path / "pipe"
+        os.mkfifo(target)
+    else:
+        target = "/dev/null"
+    res = run("inspect-object", target, "--json", timeout=30)
+    line = error_with_hint(res, 4)
+    assert "not a regular file" in line
+    assert json.loads(res.stdout)["error"]["code"] == 4
+
+
+@pytest.mark.parametrize("device", ["missing", "directory", "zeros", "truncated"])
+def test_upload_of_a_wrong_device_creates_no_store(cli, tmp_path, monkeypatch, wal, device):
+    """`walctl upload typo.img --store ./store` failed (exit 4) but left an empty ./store behind:
+    the store was created before DEVICE was opened. Nothing is created when DEVICE holds no WAL."""
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / device
+    if device == "directory":
+        target.mkdir()
+    elif device == "zeros":
+        target.write_bytes(bytes(1 << 20))
+    elif device == "truncated":
+        target.write_bytes(open(wal, "rb").read()[: 1 << 19])  # headers say 1 MiB, the file has half
+    store = tmp_path / "store"
+    res = cli("upload", target, "--store", store, "--json")
+    assert res.exit_code in (2, 3, 4), res
+    error_with_hint(res, res.exit_code)
+    assert json.loads(res.stdout)["error"]["code"] == res.exit_code
+    assert not store.exists(), "a failed upload created the store"
+
+
+@pytest.mark.parametrize("args", [["append", "{wal}", "three"], ["trim", "{wal}", "0"], ["status", "{wal}"]])
+def test_a_bad_io_engine_variable_is_refused_before_the_wal_is_opened(run, wal, args):
+    """WALCTL_IO_ENGINE=turbo was checked only when the writer built its write queue, after it had
+    opened the WAL and rewritten both header slots (exit 2, WAL changed); readers ignored it.
+    A bad value is exit 2 before anything is opened, like every other variable."""
+    before = open(wal, "rb").read()
+    res = run(*(a.format(wal=wal) for a in args), "--json", env={"WALCTL_IO_ENGINE": "turbo"})
+    line = error_with_hint(res, 2)
+    assert "WALCTL_IO_ENGINE" in line and "turbo" in line
+    assert json.loads(res.stdout.strip().splitlines()[-1])["error"]["code"] == 2
+    assert open(wal, "rb").read() == before, "the WAL was written before the bad variable was refused"
+
+
+@pytest.mark.parametrize("which", ["behind the trim point", "past the end", "inside a record"])
+def test_a_refused_trim_writes_nothing(cli, wal, append_json, which):
+    """`walctl trim wal.img 5` behind the trim point (or past the log's end) was refused (exit 2)
+    only after the writer had opened the WAL and rewritten both header slots (the older slot's
+    state lost, timestamps changed). Offsets the header slots alone refute are refused first."""
+    offsets = append_json(wal, "three", "four", stream=1)
+    assert cli("trim", wal, offsets[0]).exit_code == 0
+    before = open(wal, "rb").read()
+    offset = {"behind the trim point": 0, "past the end": offsets[-1] + (1 << 16),
+              "inside a record": offsets[-1] + 5}[which]
+    res = cli("trim", wal, offset, "--json")
+    line = error_with_hint(res, 2)
+    assert {"behind the trim point": "not after the current trim point", "past the end": "the log ends at",
+            "inside a record": "no live record starts at offset"}[which] in line
+    assert json.loads(res.stdout)["error"]["code"] == 2
+    assert open(wal, "rb").read() == before, "a refused trim wrote the WAL"
+
+
+HINTLESS_BEFORE = {  # error lines that lacked the documented "(hint)" at their end
+    "FIFO as DEVICE": (["status", "{fifo}"], 2),
+    "character device as DEVICE": (["recover", "/dev/null"], 2),
+    "file as --store": (["ls", "--store", "{wal}"], 2),
+    "missing object id": (["inspect-object", "99", "--store", "{store}"], 4),
+    "missing object file": (["inspect-object", "{tmp}/no-such-object"], 4),
+    "missing --input file": (["append", "{wal}", "--input", "{tmp}/no-such-input"], 2),
+    "WAL smaller than its headers": (["status", "{small}"], 4),
+    "init without --capacity": (["init", "{tmp}/new.img"], 2),
+    "selftest --dir not a directory": (["selftest", "--dir", "{wal}"], 2),
+    "image into a missing directory": (["image", "{wal}", "{tmp}/no-such-dir/copy.img"], 6),
+    "store under a file": (["upload", "{wal}", "--store", "{wal}/store"], 6),
+    "recover of a WAL smaller than its headers": (["recover", "{small}"], 4),
+    "append to an AutoMQ WAL": (["append", "{automq}", "x"], 5),
+    "trim of an AutoMQ WAL": (["trim", "{automq}", "8192"], 5),
+    "upload of an AutoMQ WAL": (["upload", "{automq}", "--store", "{store}", "--dry-run"], 5),
+    "inspect-object of a file that is no object": (["inspect-object", "{small}"], 4),
+    "inspect-object of a live object with a damaged footer": (["inspect-object", "1", "--store", "{store}"], 3),
+}
+
+
+def automq_wal(path) -> None:
+    """A 4 MiB AutoMQ WAL (V1 header in both slots), built from AutoMQ's layout with struct/zlib."""
+    import struct
+    import zlib
+
+    body = struct.pack(">IQqqqIiq", 0x01234567, 4 << 20, -1, 1_700_000_000_000, 1 << 20, 0, 1, 7)
+    slot = (body + struct.pack(">I", zlib.crc32(body) & 0x7FFFFFFF)).ljust(4096, b"\0")
+    path.write_bytes(slot + slot + bytes((4 << 20) - 8192))
+
+
+@pytest.mark.parametrize("case", sorted(HINTLESS_BEFORE))
+def test_every_error_line_ends_with_a_hint(cli, tmp_path, wal, case):
+    """CLI.md: every non-zero exit prints `walctl: error: <what>, <where> (<hint>)`; these said
+    what and where but gave no hint."""
+    fifo, small, store = tmp_path / "fifo", tmp_path / "small.img", tmp_path / "store"
+    os.mkfifo(fifo)
+    small.write_bytes(bytes(6000))
+    assert cli("upload", wal, "--store", store, "--no-trim").exit_code == 0
+    if "damaged footer" in case:
+        (obj,) = [p for p in store.rglob("*") if p.is_file() and "manifest" not in p.parts]
+        obj.write_bytes(obj.read_bytes()[:100])  # the footer and index gone
+    args, code = HINTLESS_BEFORE[case]
+    automq = tmp_path / "automq.img"
+    automq_wal(automq)
+    names = {"fifo": fifo, "small": small, "store": store, "wal": wal, "tmp": tmp_path, "automq": automq}
+    res = cli(*(a.format(**names) for a in args), "--json")
+    error_with_hint(res, code)
+    assert json.loads(res.stdout.strip().splitlines()[-1])["error"]["code"] == code
+
+
+def test_append_warns_when_its_store_has_no_manifest(cli, tmp_path, wal):
+    """`append --stream 9 --store DIR` with DIR not a walctl store (no manifest: a wrong directory)
+    started stream 9 at offset 0 without a word, while a missing DIR was warned about: a wrong
+    --store silently restarts a stream that may live in the real store. It is warned about too."""
+    not_a_store = tmp_path / "elsewhere"
+    not_a_store.mkdir()
+    (not_a_store / "notes.txt").write_text("not ours")
+    res = cli("append", wal, "--stream", "9", "--store", not_a_store, "--json", "x")
+    assert res.exit_code == 0, res
+    assert "no manifest" in res.stderr and "stream 9 starts at offset 0" in res.stderr
+    lines = res.json_lines()
+    assert lines[0]["base_offset"] == 0 and lines[-1]["type"] == "summary"
+    assert tree(not_a_store) == ["notes.txt"]
+
+
+def test_read_idle_timeout_takes_a_duration_with_its_unit(cli, tmp_path, wal):
+    """CLI.md: durations take a unit (500ms, 90s, 30m). `read --follow --idle-timeout 500ms` was
+    refused (exit 2, 'unable to parse string as a number'): --idle-timeout took bare seconds only."""
+    store = tmp_path / "store"
+    assert cli("upload", wal, "--store", store).exit_code == 0
+    res = cli("read", "--store", store, "--stream", "1", "--follow", "--idle-timeout", "300ms", "--json")
+    assert res.exit_code == 0, res
+    assert res.json_lines()[-1]["records"] == 2
+    res = cli("read", "--store", store, "--stream", "1", "--follow", "--idle-timeout", "5 parsecs")
+    line = error_with_hint(res, 2)
+    assert "--idle-timeout" in line and "500ms" in line
+
+
+@pytest.mark.parametrize("command, option, value, variable", [("recover", "--limit", "abc", "WALCTL_LIMIT"),
+                                                              ("init", "--capacity", "64MB?", "WALCTL_CAPACITY")])
+def test_a_bad_value_names_where_it_came_from(cli, wal, command, option, value, variable):
+    """`recover --limit abc` said "Invalid value for '--limit' / '-n' (env var: 'WALCTL_LIMIT')"
+    although no variable was set, while a bad WALCTL_CAPACITY said "invalid value for --capacity"
+    to someone who never typed that option. The line names the variable exactly when the value
+    came from it."""
+    target = wal if command == "recover" else wal + ".new"
+    typed = cli(command, target, option, value)
+    error_with_hint(typed, 2)
+    assert option in typed.stderr and variable not in typed.stderr
+    from_env = cli(command, target, env={variable: value})
+    error_with_hint(from_env, 2)
+    assert option in from_env.stderr and variable in from_env.stderr
+
+
+def test_init_refuses_a_prewritten_file_larger_than_the_free_space(cli, tmp_path, monkeypatch):
+    """`walctl init big.img --capacity 1TiB` on a file system with less free space zero-filled
+    until ENOSPC (minutes, the whole disk full for every other process), then failed (exit 6) and
+    removed the file. The free space is checked before the file is created."""
+    real = os.statvfs(tmp_path)
+
+    class Tight:  # the file system as it would be with 1 MiB free
+        f_frsize, f_bavail = real.f_frsize, (1 << 20) // real.f_frsize
+
+    monkeypatch.setattr(os, "statvfs", lambda path: Tight)
+    path = tmp_path / "big.img"
+    res = cli("init", path, "--capacity", "16MiB", "--json")
+    line = error_with_hint(res, 6)
+    assert "free space" in line and "--no-prewrite" in line
+    assert json.loads(res.stdout)["error"]["code"] == 6
+    assert not path.exists()
+    assert cli("init", path, "--capacity", "16MiB", "--no-prewrite").exit_code == 0  # sparse: allowed
+
+
+@pytest.mark.parametrize("args", [["--dry-run"], ["--level", "so"], ["--level", "sso", "--dry-run"],
+                                  ["--force-split", "--level", "sso"]])
+def test_compact_of_a_directory_that_is_not_a_store_is_not_found(cli, tmp_path, args):
+    """`walctl compact --store ./wrong-dir` (a directory with no manifest) said "nothing to
+    compact" and exited 0, so a cron job pointed at the wrong directory looked healthy forever.
+    As for ls and gc (CLI.md), a store with no manifest is not found: exit 4, nothing touched."""
+    store = tmp_path / "not-a-store"
+    store.mkdir()
+    (store / "notes.txt").write_text("not ours")
+    res = cli("compact", "--store", store, *args, "--json")
+    line = error_with_hint(res, 4)
+    assert "no manifest" in line
+    assert json.loads(res.stdout)["error"]["code"] == 4
+    assert tree(store) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("args", [["--json"], ["-j", "--debug"]])
+def test_walctl_with_only_json_says_no_command_given(run, args):
+    """`walctl --json` said "No such option: --json (Possible options: --version)" although --json
+    works on either side of a command name: the missing command is the error. Its JSON object is
+    the whole stdout (no usage text there under --json)."""
+    res = run(*args)
+    line = error_with_hint(res, 2)
+    assert "no command given" in line
+    assert json.loads(res.stdout)["error"]["code"] == 2
+
+
+def test_upload_dry_run_refuses_a_store_the_real_run_cannot_create(cli, tmp_path, wal):
+    """`upload --dry-run --store wal.img/store` (a path under a file) said "the store does not
+    exist yet; a real upload creates it" and exited 0; the real upload then failed (exit 6,
+    'File exists'). Both now refuse it the same way, naming the file in the way."""
+    store = f"{wal}/store"
+    before = open(wal, "rb").read()
+    dry = cli("upload", wal, "--store", store, "--dry-run", "--json")
+    real = cli("upload", wal, "--store", store, "--json")
+    for res in (dry, real):
+        line = error_with_hint(res, 6)
+        assert f"{wal} is not a directory" in line
+        assert json.loads(res.stdout)["error"]["code"] == 6
+    assert open(wal, "rb").read() == before
+
+
+def test_gc_removes_the_temp_files_a_killed_upload_left(run, cli, tmp_path, new_wal):
+    """An upload SIGKILLed (or a power loss) mid-way leaves its spool/put temp files (`.tmp-*`,
+    which no listing shows) in a local store; a rerun finishes the upload but they stayed for ever:
+    gc, which aborts a dead S3 multipart upload, never removed them. gc now deletes those untouched
+    for longer than a prepared id lives (a running upload keeps writing its own); --dry-run
+    lists them and deletes nothing."""
+    wal, store = new_wal("8MiB"), tmp_path / "store"
+    # 1.4 MiB: stream 1 gets its own Stream Object, spooled as it is read
+    assert cli("append", wal, "-s", "1", "--input", "-", input=(b"x" * 999 + b"\n") * 1500).exit_code == 0
+    assert cli("append", wal, "-s", "2", "a", "b").exit_code == 0
+    res = run("upload", wal, "--store", store, "--split-size", "1MiB",
+              env={"WALCTL_FAILPOINT": "upload-after-prepare"})
+    assert res.exit_code == -9, res  # SIGKILL at the failpoint
+    assert cli("upload", wal, "--store", store, "--split-size", "1MiB").exit_code == 0  # the rerun completes
+    stale = [p for p in store.rglob(".tmp-*")]
+    assert stale, "the killed upload left no temp file: nothing to test"
+    old = time.time() - 2 * 3600
+    for p in stale:
+        os.utime(p, (old, old))
+    fresh = store / ".tmp-running-upload"
+    fresh.write_bytes(b"being written")
+    dry = cli("gc", "--store", store, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry
+    listed = json.loads(dry.stdout)["deleted_temp_files"]
+    assert sorted(listed) == sorted(str(p.relative_to(store)) for p in stale)
+    assert all(p.exists() for p in stale)
+    done = cli("gc", "--store", store, "--json")
+    assert done.exit_code == 0, done
+    assert sorted(json.loads(done.stdout)["deleted_temp_files"]) == sorted(listed)
+    assert not any(p.exists() for p in stale) and fresh.exists()
+    assert cli("read", "--store", store, "--stream", "1", "--json").exit_code == 0
+
+
+@pytest.mark.parametrize("args", [["bench", "{dev}", "--size", "8MiB", "--duration", "100ms", "--mode", "iops"],
+                                  ["bench", "{dev}", "--duration", "100ms"], ["init", "{dev}"]])
+def test_a_missing_device_under_dev_is_not_found_for_bench_and_init(run, args):
+    """`walctl bench /dev/nvme9n9 --size 8MiB` (a disk name typo) created a regular file under /dev
+    (devtmpfs: RAM), benchmarked it and exited 0, a RAM figure reported as the disk's (--keep left
+    the file in /dev); `init /dev/typo` without --capacity asked for --capacity instead of saying
+    the device is not there. As CLI.md says for init: exit 4, nothing created under /dev."""
+    dev = "/dev/walctl-test-no-such-disk"
+    res = run(*(a.format(dev=dev) for a in args), "--json")
+    line = error_with_hint(res, 4)
+    assert "no such device" in line and "/dev" in line
+    assert json.loads(res.stdout.strip().splitlines()[-1])["error"]["code"] == 4
+    assert not os.path.lexists(dev)

@@ -44,8 +44,10 @@ def open_target(path: str, size_bytes: int | None, *, force: bool, created_paths
         if size_bytes <= 0:
             raise UsageError("--size must be at least 4096 bytes", where=path)
     if not os.path.lexists(path):
+        safety.refuse_under_dev(path)  # a /dev typo: no such device, never a RAM file benchmarked as the disk
         if size_bytes is None:
-            raise UsageError("--size is required to create a new file", where=path)
+            raise UsageError("--size is required to create a new file", where=path,
+                             hint="bench DEVICE --size 1GiB creates a file of that size; a device is used as it is")
         # The caller learns of the file before it exists, so that an interrupt landing anywhere
         # from here on still removes it (remove_file tolerates a file that never came to be).
         if created_paths is not None:

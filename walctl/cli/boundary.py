@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 import traceback
 from typing import Any, Callable
@@ -27,7 +28,8 @@ except ImportError:  # pragma: no cover - older typer uses the click package
 
 from walctl.cli import startup
 from walctl.cli.coercion import plain_coercion
-from walctl.cli.conventions import apply_conventions, json_requested, normalise_args
+from walctl.cli.conventions import (COMMAND_ANYWHERE, ROOT_ANYWHERE, apply_conventions, json_requested,
+                                    normalise_args)
 from walctl.cli.render import report_error
 from walctl.commands._shared import debug_requested
 from walctl.errors import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_OK, EXIT_SIGINT, EXIT_USAGE, WalctlError
@@ -60,17 +62,23 @@ class WalctlGroup(TyperGroup):
             args = sys.argv[1:]
         args = normalise_args(list(args), self)
         try:
-            if not args and not os.environ.get(complete_var or "_WALCTL_COMPLETE"):
+            given = [a for a in args if a not in COMMAND_ANYWHERE + ROOT_ANYWHERE]  # (--json alone: no command)
+            if not given and not os.environ.get(complete_var or "_WALCTL_COMPLETE"):
                 raise _NoCommand()
             rv = super().main(args=args, prog_name=prog_name or "walctl", complete_var=complete_var,
                               standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else EXIT_OK
         except _NoCommand:
             # Bare `walctl`: the usage on stdout for the person, one error line for the rule.
-            with self.make_context("walctl", ["--help"], resilient_parsing=True) as ctx:
-                click.echo(self.get_help(ctx))
-            click.echo("walctl: error: no command given (see 'walctl --help'; "
-                       "'walctl COMMAND --help' for one command)", err=True)
+            line = ("walctl: error: no command given (see 'walctl --help'; "
+                    "'walctl COMMAND --help' for one command)")
+            if json_requested(args):  # stdout is one JSON document: the error object, no usage text
+                report_error(line, {"code": EXIT_USAGE, "message": line.removeprefix("walctl: error: ")},
+                             True, False, None)
+            else:
+                with self.make_context("walctl", ["--help"], resilient_parsing=True) as ctx:
+                    click.echo(self.get_help(ctx))
+                click.echo(line, err=True)
             code = EXIT_USAGE
         except ClickUsageError as exc:
             line = usage_line(exc)
@@ -102,12 +110,28 @@ def usage_line(exc) -> str:
     see = f"see '{exc.ctx.command_path} --help'" if getattr(exc, "ctx", None) is not None else "see 'walctl --help'"
     hint = getattr(exc, "hint", None)
     param = getattr(exc, "param", None)
+    variable = _variable_of(exc, param)
     if hint is not None and param is not None:
         opts = [o for o in getattr(param, "opts", []) if o.startswith("--")] or [param.name]
-        what = f"invalid value for {opts[0]}: {exc.message}"
+        source = f" (from {variable})" if variable else ""
+        what = f"invalid value for {opts[0]}{source}: {exc.message}"
         return f"walctl: error: {what} ({hint}; {see})"
     text = " ".join(exc.format_message().split())  # never more than one line
+    if param is not None:  # click names the option's variable(s) even when the value was typed
+        text = re.sub(r" \(env var: '(\[[^\]]*\]|[^']*)'\)", f" (from {variable})" if variable else "", text, count=1)
     return f"walctl: error: {text} ({see})"
+
+
+def _variable_of(exc, param) -> str | None:
+    """The WALCTL_* variable a bad value came from (None when it was typed, or not an option's)."""
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None or param is None or getattr(param, "name", None) is None:
+        return None
+    source = ctx.get_parameter_source(param.name)  # (typer's own click: its ParameterSource, by name)
+    if getattr(source, "name", None) != "ENVIRONMENT":
+        return None
+    names = param.envvar if isinstance(param.envvar, (list, tuple)) else [param.envvar]
+    return next((n for n in names if n and os.environ.get(n) is not None), None)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -174,6 +198,17 @@ def interrupted_error(exc: BaseException) -> tuple[str, dict, int]:
     return line, {"code": 128 + signum, "message": line.removeprefix("walctl: error: "), "signal": name}, 128 + signum
 
 
+def _check_engine_variable() -> None:
+    """WALCTL_IO_ENGINE is read by every command's writes deep in walctl.device: a bad value is a
+    usage error (exit 2) here, before the command opens anything, not after a writer opened the WAL."""
+    from walctl.defaults import IO_ENGINE_ENV, IO_ENGINES
+    from walctl.errors import UsageError
+
+    engine = os.environ.get(IO_ENGINE_ENV)
+    if engine and engine not in IO_ENGINES:
+        raise UsageError(f"invalid value for {IO_ENGINE_ENV}: {engine!r}", hint=f"one of {', '.join(IO_ENGINES)}")
+
+
 def boundary(fn: Callable, stream: bool = False) -> Callable:
     """Wrap a command body: WalctlError -> one stderr line + its exit code (+ JSON error object);
     SIGTERM/SIGINT -> the same, exit 143/130, after the body's own cleanup ran.
@@ -187,6 +222,7 @@ def boundary(fn: Callable, stream: bool = False) -> Callable:
         json_out = bool(kwargs.get("json_out"))
         startup.command_starts()  # the collector, paused while walctl.cli.main started, resumes
         try:
+            _check_engine_variable()
             with signals_interrupt():
                 return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, ClickUsageError):

@@ -215,6 +215,10 @@ def _check_arguments(device: str, data, input_path, store, upload_at) -> tuple:
         raise UsageError("give DATA arguments or --input, not both")
     if not data and input_path is None:
         raise UsageError("nothing to append", hint="give DATA arguments or --input FILE|-")
+    if store is not None:
+        from walctl.store import check_url
+
+        check_url(store)  # a typo is refused even when this run would not need the store
     upload_at_bytes = None
     if upload_at is not None:
         from walctl.sizes import parse_size

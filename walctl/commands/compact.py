@@ -188,14 +188,25 @@ def _so_compaction(st: Store, namespace: str, dry_run: bool, so_options: dict):
                                   write_rate_bps=_rate(so_options["write_rate"]))
 
 
+def _open_walctl_store(store: str, endpoint_url):
+    """The store, which must hold a manifest: a directory that is not a walctl store (a wrong
+    --store) is not found (exit 4), as for ls and gc, not a store with nothing to compact."""
+    from walctl.store import manifest as mf
+    from walctl.store import open_store
+
+    st = open_store(store, endpoint_url=endpoint_url, create=False)
+    if not mf.manifest_numbers(st):
+        mf.load_latest(st, required=True)  # raises NotFoundError "no manifest: not a walctl store, ..."
+    return st
+
+
 def _copy_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_file, metrics_options: dict,
                 split_options: dict | None, so_options: dict) -> dict:
     """Force split (``split_options``) or SO compaction: server-side copies, no Spark."""
     from walctl.metrics import MetricsRun
-    from walctl.store import open_store
 
     with MetricsRun(metrics_file, "compact", **metrics_options) as metrics:
-        st = open_store(store, endpoint_url=endpoint_url, create=False)
+        st = _open_walctl_store(store, endpoint_url)
         if split_options is not None:
             from walctl.compaction.split import force_split as run_split
             from walctl.sizes import parse_duration
@@ -221,7 +232,6 @@ def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_
     from walctl.metrics import MetricsRun
     from walctl.sizes import parse_duration, parse_size
     from walctl.spark.compact import compact
-    from walctl.store import open_store
 
     executor_store = store_for_executors(store, sso["master"], shared_path=sso["shared_path"])
     # SIGTERM and SIGINT raise walctl.cli's Interrupted (a KeyboardInterrupt) here, through
@@ -229,7 +239,7 @@ def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_
     started: list = []
     with MetricsRun(metrics_file, "compact", **metrics_options) as metrics:
         retention = _retention(sso["retention_start"])
-        st = open_store(store, endpoint_url=endpoint_url, create=False)
+        st = _open_walctl_store(store, endpoint_url)
         interval_s = parse_duration(sso["interval"])
         try:
             result = compact(st, executor_store, endpoint_url=endpoint_url, master=sso["master"],

@@ -23,7 +23,8 @@ def gc_cmd(
     metrics_file: MetricsFileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Garbage-collect the store: orphaned and replaced objects, and manifests beyond the kept history."""
+    """Garbage-collect the store: orphaned and replaced objects, manifests beyond the kept history, and
+    the temp files of a local store that a killed upload or compaction left (untouched for an hour)."""
     from walctl.metrics import MetricsRun
     from walctl.store import open_store
     from walctl.store.gc import gc
@@ -48,3 +49,6 @@ def gc_cmd(
                   f"{plural(len(result.forgotten_deleting), 'replaced object id')}", markup=False)
     for key in result.deleted_objects:
         console.print(f"  {key}", markup=False)
+    if result.deleted_temp_files:
+        console.print(f"{verb} {plural(len(result.deleted_temp_files), 'temp file')} that a killed writer left",
+                      markup=False)

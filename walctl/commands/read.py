@@ -11,6 +11,17 @@ from walctl.commands._shared import EndpointOpt, JsonOpt, StoreOpt, command, emi
 from walctl.commands.recover import Payload, encode_payload
 
 
+def _idle_timeout(value):
+    """--idle-timeout's parser: walctl.options.Duration(min=0), loaded only when the option is given
+    (a read without it does not load walctl.options)."""
+    from walctl.options import Duration
+
+    return Duration(min=0)(value)
+
+
+_idle_timeout.__name__ = "duration"
+
+
 @command("read", stream=True)
 def read_cmd(
     store: StoreOpt,
@@ -41,8 +52,9 @@ def read_cmd(
              "polls every 0.2 s, backing off to 5 s while nothing lands. Ctrl-C ends it (exit 0). "
             )] = False,
     idle_timeout: Annotated[float | None, typer.Option(
-        "--idle-timeout", envvar="WALCTL_IDLE_TIMEOUT", min=0, metavar="SECONDS",
-        help="With --follow: stop after this many seconds without a new batch (default: follow forever). "
+        "--idle-timeout", envvar="WALCTL_IDLE_TIMEOUT", metavar="DURATION", parser=_idle_timeout,
+        help="With --follow: stop after this long without a new batch (500ms, 30s, 5m; a bare number is "
+             "seconds; default: follow forever). "
             )] = None,
     endpoint_url: EndpointOpt = None,
     json_out: JsonOpt = False,

@@ -161,7 +161,8 @@ def _refuse_short_file(device: str) -> None:
         return  # open_reader names the problem
     if stat.S_ISREG(st.st_mode) and st.st_size < HEADERS_SIZE:
         raise NotFoundError(f"no valid WAL header: the file holds {st.st_size} bytes, fewer than the two "
-                            f"{HEADERS_SIZE // 2}-byte header slots", where=device)
+                            f"{HEADERS_SIZE // 2}-byte header slots", where=device,
+                            hint="name the WAL's device or file; 'walctl init' creates one")
 
 
 _RECORD_LINE = ('{"type":"record","offset":%d,"stream_id":%d,"base_offset":%d,"count":%d,"payload_bytes":%d,'

@@ -44,7 +44,8 @@ def selftest_cmd(
     if directory is not None and not os.path.isdir(directory):
         from walctl.errors import UsageError
 
-        raise UsageError("--dir is not a directory", where=directory)
+        raise UsageError("--dir is not a directory", where=directory,
+                         hint="give an existing directory on the file system to test")
     progress = None
     if not json_out and sys.stderr.isatty():
         def progress(check) -> None:

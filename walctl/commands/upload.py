@@ -97,6 +97,10 @@ def _upload(device: str, store: str, metrics_file, json_out: bool, o: dict):
                 accepted = [bounds.stream_gap(spec) for spec in o["accept_gap"]]
             except UsageError as exc:
                 raise exc.at(device)
+        if not dry_run:
+            from walctl.pipeline.upload import check_wal
+
+            check_wal(device)  # before the store is created: a wrong DEVICE must leave no empty store
         # A dry run creates nothing: a store not made yet is planned against as empty.
         st = open_store(store, endpoint_url=o["endpoint_url"], create=not dry_run, missing_ok=dry_run)
         if not store_exists(st):

@@ -67,7 +67,8 @@ def open_device(path: str, *, writable: bool, allow_buffered: bool = True) -> De
         raise UsageError("is a directory, not a device or file", where=path,
                          hint="name a block device or a WAL file")
     if not is_block and not stat.S_ISREG(st.st_mode):
-        raise UsageError("not a block device or regular file", where=path)
+        raise UsageError("not a block device or regular file", where=path,
+                         hint="name a block device or a WAL file; a FIFO, socket or character device holds no WAL")
 
     if writable:
         # O_DSYNC: see DirectDevice._make_durable. O_EXCL on a block device asks the

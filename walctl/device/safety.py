@@ -224,6 +224,24 @@ def filesystem_of(path: str, mounts_text: str) -> str | None:
     return best_type
 
 
+def refuse_under_dev(path: str, *, mounts_path: str = "/proc/self/mounts") -> str | None:
+    """Refuse a new file at ``path`` under /dev (NotFoundError): a missing device there is a typo or
+    a disk this machine lacks, and the file would live in RAM (devtmpfs). Returns the filesystem
+    type of its directory (None without a mount table)."""
+    real = os.path.realpath(path)
+    parent = os.path.dirname(real) or "."
+    try:
+        with open(mounts_path, encoding="utf-8", errors="surrogateescape") as f:
+            fstype = filesystem_of(parent, f.read())
+    except OSError:
+        fstype = None  # no mount table (not Linux): only the /dev rule applies
+    if (real == "/dev" or real.startswith("/dev/")) and fstype in (None, "devtmpfs"):
+        raise NotFoundError("no such device", where=path,
+                            hint="walctl never creates a file under /dev, which lives in RAM; check the "
+                                 "device name with lsblk, or give a path on a disk")
+    return fstype
+
+
 def check_safe_to_create(path: str, *, force: bool, mounts_path: str = "/proc/self/mounts") -> list[str]:
     """Decide whether a new WAL file may be created at ``path`` (which does not exist).
 
@@ -237,17 +255,7 @@ def check_safe_to_create(path: str, *, force: bool, mounts_path: str = "/proc/se
         NotFoundError: the path is under /dev.
         RefusedError: on tmpfs/ramfs without ``force``.
     """
-    real = os.path.realpath(path)
-    parent = os.path.dirname(real) or "."
-    try:
-        with open(mounts_path, encoding="utf-8", errors="surrogateescape") as f:
-            fstype = filesystem_of(parent, f.read())
-    except OSError:
-        fstype = None  # no mount table (not Linux): only the /dev rule applies
-    if (real == "/dev" or real.startswith("/dev/")) and fstype in (None, "devtmpfs"):
-        raise NotFoundError("no such device", where=path,
-                            hint="walctl never creates a file under /dev, which lives in RAM; check the "
-                                 "device name with lsblk, or give a path on a disk")
+    fstype = refuse_under_dev(path, mounts_path=mounts_path)
     if fstype in MEMORY_FILESYSTEMS:
         if not force:
             raise RefusedError(f"{fstype} is memory, not a disk: a WAL there loses every record on reboot",

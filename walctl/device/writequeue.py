@@ -7,6 +7,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from walctl.defaults import IO_ENGINE_ENV, IO_ENGINES
 from walctl.device.aio import AioWriteQueue
 from walctl.device.base import Device, WriteDone
 from walctl.device.fdio import DirectDevice
@@ -25,8 +26,7 @@ from walctl.errors import UsageError
 #     GIL is released in the syscall). Any device works: buffered files, memory
 #     and fault-injecting devices in tests, and kernels without AIO.
 
-IO_ENGINES = ("auto", "aio", "threads")
-IO_ENGINE_ENV = "WALCTL_IO_ENGINE"  # force an engine (auto picks aio where it can)
+# IO_ENGINES and IO_ENGINE_ENV (forces an engine; auto picks aio where it can) live in walctl.defaults.
 
 
 class ThreadWriteQueue:

@@ -36,6 +36,11 @@ def first_base_offset(opened, stream_id: int, base_offset: int | None, *, device
             if on_warning is not None:
                 on_warning(f"{store_url}: the store does not exist yet, so stream {stream_id} starts at offset 0")
             return 0
+        if not manifest.manifest_numbers(st):
+            if on_warning is not None:  # a wrong directory would restart a stream the real store holds
+                on_warning(f"{store_url}: no manifest (not a walctl store, or nothing uploaded yet), so stream "
+                           f"{stream_id} starts at offset 0")
+            return 0
         known = manifest.load_latest(st).stream(stream_id)
         return known.end if known else 0
     if opened.header.trim_offset < 0 or (checkpoint is not None and checkpoint.complete):

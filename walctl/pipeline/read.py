@@ -680,17 +680,10 @@ class StreamReader:
 
 
 def open_for_read(url: str, endpoint_url: str | None = None):
-    """Open a store without creating anything: a missing local directory is NotFoundError (exit 4)."""
-    import os
+    """Open a store without creating anything: a mistyped URL is UsageError (exit 2), a missing local
+    directory NotFoundError (exit 4)."""
+    from walctl.store import open_store
 
-    from walctl.store import LocalStore, open_store
-
-    if "://" not in url or url.startswith("file://"):
-        path = url if "://" not in url else url[len("file://"):]
-        if path and not os.path.exists(path):
-            raise NotFoundError("no such store directory", where=url, hint="check --store")
-        if "://" not in url:
-            return LocalStore(url, create=False)
     return open_store(url, endpoint_url=endpoint_url, create=False)  # a reader never creates a store
 
 

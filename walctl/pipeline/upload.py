@@ -1196,6 +1196,25 @@ def upload(wal_path: str, store: Store, *, namespace: str = mf.DEFAULT_NAMESPACE
             spools.close()  # the temp objects of an upload that did not publish them
 
 
+def check_wal(wal_path: str) -> None:
+    """Raise what the upload itself would for a DEVICE that holds no WAL walctl uploads (missing,
+    a directory or FIFO, no valid header, capacity past its end, another flavour), having read only
+    the header slots: the command calls it before a real upload creates its store."""
+    from walctl.wal.lifecycle import read_wal_state
+
+    dev, _ = _open_for_upload(wal_path, [])
+    try:
+        _check_flavour(read_wal_state(dev, wal_path).header, wal_path)
+    finally:
+        dev.close()
+
+
+def _check_flavour(header, wal_path: str) -> None:
+    if header.flavour != "walctl":
+        raise RefusedError(f"{header.flavour} WAL: upload reads only walctl's WALs", where=wal_path,
+                           hint="read its records with 'walctl recover'; AutoMQ uploads its own WAL")
+
+
 def _upload(wal_path: str, store: Store, *, namespace: str, block_size: int, split_size: int, trim: bool,
             dry_run: bool, accept_gaps, progress, trim_timeout_s: float, spools: _Spools | None) -> UploadResult:
     from walctl.wal import gaps, reader
@@ -1206,8 +1225,7 @@ def _upload(wal_path: str, store: Store, *, namespace: str, block_size: int, spl
     dev, locked = _open_for_upload(wal_path, result.warnings)
     try:
         header = read_wal_state(dev, wal_path).header
-        if header.flavour != "walctl":
-            raise RefusedError(f"{header.flavour} WAL: upload reads only walctl's WALs", where=wal_path)
+        _check_flavour(header, wal_path)
         # The manifest first: the scan sorts each record as it reads it and keeps no record's bytes.
         doc = mf.load_latest(store)
         node_key = str(header.node_id)

@@ -37,13 +37,23 @@ URL_HINT = "use s3://bucket/prefix, file:///absolute/dir or a directory path"
 
 
 def check_url(url: str) -> None:
-    """Refuse (exit 2) an empty store URL or one with a mistyped or unknown scheme."""
+    """Refuse (exit 2) an empty store URL, one with a mistyped or unknown scheme, an s3:// URL with no
+    bucket or a file:// URL that is not an absolute path on this host. Syntax only: opens nothing."""
     if not isinstance(url, str) or not url.strip():
         raise UsageError("empty store URL", hint=URL_HINT)
     match = _SCHEME.match(url)
     if match is not None:
-        if match.group(1).lower() not in KNOWN_SCHEMES:
-            raise UsageError(f"unsupported store URL scheme {match.group(1).lower()!r}", where=url, hint=URL_HINT)
+        scheme = match.group(1).lower()
+        if scheme not in KNOWN_SCHEMES:
+            raise UsageError(f"unsupported store URL scheme {scheme!r}", where=url, hint=URL_HINT)
+        if scheme == "s3" and not url[match.end():].partition("/")[0]:
+            raise UsageError("S3 store URL has no bucket", where=url, hint="use s3://bucket or s3://bucket/prefix")
+        if scheme == "file":
+            parts = urlsplit(url)
+            if parts.netloc not in ("", "localhost"):
+                raise UsageError("file URL names another host", where=url, hint="use file:///absolute/dir")
+            if not unquote(parts.path).startswith("/"):
+                raise UsageError("file URL needs an absolute path", where=url, hint="use file:///absolute/dir")
         return
     typo = _SCHEME_LIKE.match(url)
     if typo is not None:
@@ -75,25 +85,13 @@ def open_store(url: str, *, endpoint_url: str | None = None, create: bool = True
     if match is None:
         return _local(url, create, missing_ok)
     scheme = match.group(1).lower()
-    if scheme == "s3":
-        rest = url[match.end():]
-        bucket, _, prefix = rest.partition("/")
-        if not bucket:
-            raise UsageError("S3 store URL has no bucket", where=url,
-                             hint="use s3://bucket or s3://bucket/prefix")
+    if scheme == "s3":  # check_url saw a bucket
+        bucket, _, prefix = url[match.end():].partition("/")
         from walctl.store.s3 import S3Store
 
         return S3Store(bucket, prefix.strip("/"), endpoint_url=endpoint_url)
-    if scheme == "file":
-        parts = urlsplit(url)
-        if parts.netloc not in ("", "localhost"):
-            raise UsageError("file URL names another host", where=url,
-                             hint="use file:///absolute/dir")
-        path = unquote(parts.path)
-        if not path.startswith("/"):
-            raise UsageError("file URL needs an absolute path", where=url,
-                             hint="use file:///absolute/dir")
-        return _local(os.path.normpath(path), create, missing_ok)
+    if scheme == "file":  # check_url saw an absolute path on this host
+        return _local(os.path.normpath(unquote(urlsplit(url).path)), create, missing_ok)
     raise UsageError(f"unsupported store URL scheme {scheme!r}", where=url, hint=URL_HINT)
 
 

@@ -28,6 +28,7 @@ class GcResult:
     forgotten_deleting: list[int] = field(default_factory=list)
     deleted_manifests: list[str] = field(default_factory=list)
     aborted_uploads: list[str] = field(default_factory=list)
+    deleted_temp_files: list[str] = field(default_factory=list)
     commit_number: int | None = None
     dry_run: bool = False
 
@@ -35,7 +36,7 @@ class GcResult:
         return {"deleted_objects": self.deleted_objects, "deleted_object_count": len(self.deleted_objects),
                 "forgotten_prepared": self.forgotten_prepared, "forgotten_deleting": self.forgotten_deleting,
                 "deleted_manifests": self.deleted_manifests, "aborted_uploads": self.aborted_uploads,
-                "commit_number": self.commit_number,
+                "deleted_temp_files": self.deleted_temp_files, "commit_number": self.commit_number,
                 "dry_run": self.dry_run}
 
 
@@ -102,6 +103,14 @@ def gc(store: Store, *, grace_s: float = DEFAULT_GRACE_S, dry_run: bool = False,
             result.aborted_uploads.append(key)
             if not dry_run:
                 store.abort_multipart_uploads(key)
+    # The same for a local store: a writer killed mid-put or mid-spool leaves a temp file that no
+    # listing shows. One untouched for as long as a prepared id lives belongs to no live writer.
+    stale_temp_files = getattr(store, "stale_temp_files", None)
+    if stale_temp_files is not None:
+        for rel in stale_temp_files(mf.PREPARE_TTL_S, now):
+            result.deleted_temp_files.append(rel)
+            if not dry_run:
+                store.remove_temp_file(rel)
     numbers = mf.manifest_numbers(store)
     for number in numbers[:-KEEP_MANIFESTS]:
         key = mf.manifest_key(number)

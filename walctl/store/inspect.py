@@ -64,7 +64,8 @@ def _resolve(target: str, store_url: str | None, endpoint_url: str | None, names
     if store_url is None:
         if not os.path.exists(target):
             raise (UsageError if target.isdigit() else NotFoundError)(
-                "no such file" if not target.isdigit() else "an object id needs --store", where=target)
+                "no such file" if not target.isdigit() else "an object id needs --store", where=target,
+                hint="TARGET is an object file, or an object id or key with --store URL")
         path = os.path.abspath(target)
         parts = path.split(os.sep)
         if len(parts) >= 5 and parts[-1].isdigit() and parts[-3] == f"{int(parts[-1]):08x}"[::-1]:
@@ -120,9 +121,11 @@ def inspect(store: Store, key: str, *, deep: bool = False, known: bool = False, 
         footer, entries = obj.parse_tail(tail, size)
     except (BadMagicError, ZeroedError, TruncatedError) as exc:
         if known:  # the manifest says this is one of ours: a bad footer is damage, not "not ours"
-            raise CorruptionError(f"live object has a damaged footer ({exc})", where=key,
-                                  offset=exc.offset) from exc
-        raise NotFoundError(f"not a walctl or AutoMQ object ({exc})", where=key) from exc
+            raise CorruptionError(f"live object has a damaged footer ({exc})", where=key, offset=exc.offset,
+                                  hint="the manifest names it: its data is not readable from here; "
+                                       "restore the object, or re-upload its records if the WAL still holds them") from exc
+        raise NotFoundError(f"not a walctl or AutoMQ object ({exc})", where=key,
+                            hint="TARGET must be an object that walctl or AutoMQ wrote") from exc
     if entries is None:
         index = store.read_range(key, footer.index_start_position,
                                  footer.index_start_position + footer.index_block_length)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import threading
 import uuid
 from typing import Iterable, Sequence
@@ -147,16 +148,21 @@ class LocalStore:
         if os.path.isdir(self.root):
             return
         if os.path.exists(self.root):
-            raise UsageError("store path is not a directory", where=self.root)
-        if not create:
-            if missing_ok:
-                return
+            raise UsageError("store path is not a directory", where=self.root,
+                             hint="--store names a store directory, file:///absolute/dir or s3://bucket/prefix")
+        if not create and not missing_ok:
             raise NotFoundError("no such store directory", where=self.root)
+        blocker = self._file_in_the_way(self.root)
+        if blocker is not None:  # what creating it would fail on: refused the same way by a dry run
+            raise IOFailure(f"cannot create store directory: {blocker} is not a directory", where=self.root,
+                            hint="check the --store path")
+        if not create:
+            return  # missing_ok: an empty store, not created
         try:
             self._make_dirs(self.root)
         except OSError as exc:
             raise IOFailure(f"cannot create store directory: {exc.strerror}",
-                            where=self.root) from exc
+                            where=self.root, hint="check the --store path and its permissions") from exc
 
     def __repr__(self) -> str:
         return f"LocalStore({self.root!r})"
@@ -168,6 +174,14 @@ class LocalStore:
 
     def _where(self, key: str) -> str:
         return os.path.join(self.root, key)
+
+    @staticmethod
+    def _file_in_the_way(path: str) -> str | None:
+        """The nearest existing ancestor of the missing ``path`` when it is not a directory."""
+        cur = os.path.dirname(path)
+        while not os.path.lexists(cur) and os.path.dirname(cur) != cur:
+            cur = os.path.dirname(cur)
+        return None if os.path.isdir(cur) else cur
 
     @staticmethod
     def _make_dirs(path: str) -> None:
@@ -190,21 +204,29 @@ class LocalStore:
 
     def _read_error(self, exc: OSError, key: str) -> Exception:
         if exc.errno in _MISSING:
-            return NotFoundError("no such object", where=self._where(key))
+            return NotFoundError("no such object", where=self._where(key),
+                                 hint="check the object id or key; 'walctl ls --store URL' lists the live objects")
         return io_failure(f"read failed: {exc.strerror}", where=self._where(key), exc=exc)
 
     def _open_read(self, key: str) -> tuple[int, bool]:
-        """(fd, direct): O_DIRECT where the filesystem takes it, else an ordinary read-only fd."""
+        """(fd, direct): O_DIRECT where the filesystem takes it, else an ordinary read-only fd.
+        O_NONBLOCK (no effect on a regular file) keeps a FIFO from blocking the open; anything but a
+        regular file is not an object (NotFoundError)."""
         path = self._path(key)
         try:
             try:
-                return os.open(path, os.O_RDONLY | os.O_DIRECT), True
+                fd, direct = os.open(path, os.O_RDONLY | os.O_DIRECT | os.O_NONBLOCK), True
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
-                return os.open(path, os.O_RDONLY), False
+                fd, direct = os.open(path, os.O_RDONLY | os.O_NONBLOCK), False
         except OSError as exc:
             raise self._read_error(exc, key) from exc
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise NotFoundError("no such object (not a regular file)", where=self._where(key),
+                                hint="an object is a regular file in the store; check the key or the path")
+        return fd, direct
 
     def _pread(self, opened: tuple[int, bool], key: str, start: int, length: int, view: bool = False) -> bytes:
         fd, direct = opened
@@ -384,6 +406,37 @@ class LocalStore:
             return self._pread(opened, key, 0, os.fstat(opened[0]).st_size)
         finally:
             os.close(opened[0])
+
+    def stale_temp_files(self, older_than_s: float, now: float) -> list[str]:
+        """The temp files (``.tmp-*``: spools and puts) under the root not modified for
+        ``older_than_s`` seconds before ``now``, as paths relative to the root: what a writer
+        killed mid-way (SIGKILL, power loss) left; a live one keeps writing its own."""
+        self.stats.add("list")
+        out: list[str] = []
+        for path, dirs, files in os.walk(self.root):
+            for name in files:
+                if not name.startswith(TEMP_PREFIX):
+                    continue
+                full = os.path.join(path, name)
+                try:
+                    if os.lstat(full).st_mtime <= now - older_than_s:
+                        out.append(os.path.relpath(full, self.root))
+                except FileNotFoundError:
+                    continue  # published or discarded meanwhile
+        return sorted(out)
+
+    def remove_temp_file(self, rel: str) -> None:
+        """Remove one file ``stale_temp_files`` named (gone already: nothing to do)."""
+        if not os.path.basename(rel).startswith(TEMP_PREFIX):
+            raise UsageError(f"not a temp file: {rel}")
+        self.stats.add("delete")
+        try:
+            os.unlink(os.path.join(self.root, rel))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise io_failure(f"cannot remove temp file: {exc.strerror}", where=os.path.join(self.root, rel),
+                             exc=exc) from exc
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         check_prefix(prefix)

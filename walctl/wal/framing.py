@@ -38,7 +38,8 @@ def open_input(path: str):
     try:
         return open(path, "rb")
     except OSError as exc:
-        raise UsageError(f"cannot read input file: {exc.strerror}", where=path) from exc
+        raise UsageError(f"cannot read input file: {exc.strerror}", where=path,
+                         hint="--input names a readable file, or '-' for standard input") from exc
 
 
 def records(source, framing: Framing, chunk: int = CHUNK) -> Iterator[bytes | memoryview]:

@@ -129,7 +129,8 @@ def _copy(dev: Device, source: str, target: str, size: int, progress=None) -> st
     try:
         out = open(partial, "wb")
     except OSError as exc:
-        raise IOFailure(f"cannot create the image file: {exc.strerror}", where=partial) from exc
+        raise IOFailure(f"cannot create the image file: {exc.strerror}", where=partial,
+                        hint="FILE must be in an existing, writable directory") from exc
     try:
         with out:
             for start in range(0, aligned, len(buf)):

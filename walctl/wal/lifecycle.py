@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from walctl.device.buffers import align_down, align_up, aligned_buffer  # (walctl.wal.layout's twins)
 from walctl.device.opening import open_device
-from walctl.errors import (CorruptionError, FormatError, NotFoundError, RefusedError, UsageError,
+from walctl.errors import (CorruptionError, FormatError, IOFailure, NotFoundError, RefusedError, UsageError,
                            WalctlError)
 from walctl.format.checkpoint import Checkpoint, bounded
 from walctl.format.header import (HEADERS_SIZE, SLOT_SIZE, MIN_CAPACITY, SHUTDOWN_GRACEFUL, SHUTDOWN_UNGRACEFUL,
@@ -66,9 +66,12 @@ def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool 
     capacity = _checked_capacity(capacity, path)
     created = not os.path.lexists(path)
     if created:
+        warnings += safety.check_safe_to_create(path, force=force)  # (a /dev typo: no such device, first)
         if capacity is None:
-            raise UsageError("--capacity is required to create a new WAL file", where=path)
-        warnings += safety.check_safe_to_create(path, force=force)
+            raise UsageError("--capacity is required to create a new WAL file", where=path,
+                             hint="walctl init DEVICE --capacity 64MiB (a size with its unit)")
+        if prewrite:
+            _check_free_space(path, capacity)
         create_file(path, capacity)
     else:
         warnings += safety.check_safe_to_overwrite(path, force=force)
@@ -95,6 +98,20 @@ def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool 
         raise
     finally:
         dev.close()
+
+
+def _check_free_space(path: str, capacity: int) -> None:
+    """A prewritten file takes ``capacity`` bytes at once: refuse it (IOFailure, as the ENOSPC it
+    would end in) before zero-filling the file system to the brim for minutes."""
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return  # create_file names the problem
+    free = st.f_bavail * st.f_frsize
+    if free < capacity:
+        raise IOFailure(f"not enough free space for the WAL file: {free} bytes free, the capacity needs {capacity}",
+                        where=path, hint="choose a smaller --capacity, free space, or pass --no-prewrite "
+                                         "for a sparse file that fills as records arrive")
 
 
 def _checked_capacity(capacity: int | None, path: str) -> int | None:
@@ -211,13 +228,13 @@ def refuse_foreign(header: WalHeader, path: str) -> None:
     """walctl writes only its own WALs: an AutoMQ one is read for forensics, never written."""
     if header.flavour != "walctl":
         raise RefusedError(f"{header.flavour} WAL: walctl reads it for forensics but never writes to it",
-                           where=path)
+                           where=path, hint="read it with 'walctl recover', 'walctl status' or 'walctl image'")
 
 
 def read_wal_state(dev: Device, path: str) -> HeaderState:
     if dev.size_bytes < HEADERS_SIZE:
         raise NotFoundError(f"not a WAL: {dev.size_bytes} bytes, smaller than the two {SLOT_SIZE}-byte header "
-                            f"slots", where=path)
+                            f"slots", where=path, hint="name the WAL's device or file; 'walctl init' creates one")
     try:
         state = read_headers(dev)
     except WalctlError as exc:
@@ -358,6 +375,7 @@ def trim_wal(path: str, offset: int, *, scan: bool = False) -> TrimResult:
     """
     from walctl.wal.writer import check_record_at
 
+    _refuse_trim_from_headers(path, offset)
     # Without a trusted checkpoint (a WAL written before them) trim scans, as it always did.
     opened = open_writer(path, scan=scan, keep_offsets=True, scan_without_checkpoint=True)
     writer = opened.writer
@@ -395,6 +413,45 @@ def trim_wal(path: str, offset: int, *, scan: bool = False) -> TrimResult:
         return TrimResult(previous, offset, None, None, writer.header, end, False)
     deleted = sum(1 for o in offsets if o <= offset)
     return TrimResult(previous, offset, deleted, len(offsets) - deleted, writer.header, end, True)
+
+
+def _refuse_trim_from_headers(path: str, offset: int) -> None:
+    """Refuse, read-only, the trim offsets the header slots and (on a cleanly closed log) the record
+    header at ``offset`` refute (not after the trim point; past the end; no record starting there),
+    before the writer's open rewrites both slots.
+    trim_wal checks them again under the lock (a header read here may be a writer's stale one:
+    its trim point only lags, and a running writer's log is not clean)."""
+    from walctl.wal.layout import Ring
+    from walctl.wal.writer import check_record_at
+
+    dev = open_device(path, writable=False)
+    try:
+        state = read_wal_state(dev, path)
+        header = state.header
+        if header.flavour != "walctl":
+            return  # the writer's open refuses it, with its own message
+        previous = header.trim_offset
+        if offset <= previous:
+            raise UsageError(f"trim offset {offset} is not after the current trim point {previous}",
+                             where=path, hint="the trim point only moves forward")
+        checkpoint = trusted_checkpoint(state)
+        if not header.clean or checkpoint is None:
+            return  # the writer's open scans (and seals) first: only then is the log known
+        end, ring = checkpoint.log_end, Ring(header.capacity)
+        if offset >= end:
+            near = _records_near(dev, ring, end, max(previous, 0), end)
+            raise UsageError(f"no live record starts at offset {offset}: the log ends at {end}", where=path,
+                             hint=("nearest record offsets: " + ", ".join(map(str, near))) if near else
+                             "give an offset that append, upload or recover printed")
+        try:  # a cleanly closed log: the record header there says whether a record starts at offset
+            check_record_at(dev, ring, offset)
+        except UsageError as exc:
+            near = _records_near(dev, ring, offset, max(previous, 0), end)
+            if near:
+                exc.hint = "nearest record offsets: " + ", ".join(map(str, near))
+            raise exc.at(path)
+    finally:
+        dev.close()
 
 
 def trim_scanned(path: str, offset: int) -> TrimResult:
