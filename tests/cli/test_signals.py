@@ -140,6 +140,33 @@ def test_sigterm_recover_ends_ndjson_with_summary(tmp_path, wal_with_records):
     assert sum(1 for line in lines if line["type"] == "summary") == 1
 
 
+def test_sigterm_while_recover_waits_on_a_full_pipe_cuts_no_line(tmp_path, new_wal, cli):
+    """The signal lands while recover's NDJSON write waits for a slow reader (the pipe is full): every
+    line still parses (the record line being written is finished first), the one summary is the
+    last line, exit 143. Through sys.stdout the interrupted write lost its buffer: a torn line."""
+    import select
+
+    dev = new_wal("4MiB")
+    data = tmp_path / "in.bin"
+    data.write_bytes(b"".join(len(p).to_bytes(4, "big") + p for p in (os.urandom(3000) for _ in range(400))))
+    assert cli("append", dev, "--stream", "1", "--input", data, "--framing", "length-prefixed").exit_code == 0
+    proc = subprocess.Popen([sys.executable, "-m", "walctl", "recover", dev, "--json", "--payload", "hex"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env({}), cwd=str(REPO_ROOT))
+    try:
+        assert select.select([proc.stdout], [], [], 30)[0]  # writing (nothing read here) ...
+        time.sleep(0.5)  # ... and waiting on the full pipe
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    _check_interrupted(proc.returncode, err.decode())
+    lines = ndjson(out.decode())
+    records = [x for x in lines if x["type"] == "record"]
+    assert 0 < len(records) < 400 and all(len(x["payload"]) == 6000 for x in records)
+    assert [x["type"] for x in lines[:-1]] == ["record"] * (len(lines) - 1)
+    assert lines[-1]["type"] == "summary" and lines[-1]["error"]["signal"] == "SIGTERM"
+
+
 def test_sigterm_image_leaves_no_partial_file(tmp_path, wal_with_records):
     target = tmp_path / "copy.img"
     code, out, err = signalled(tmp_path, ["image", wal_with_records, target, "--json"], failpoint="image-copy")

@@ -92,6 +92,7 @@ def test_recover_ndjson_fast_lines_are_the_dict_rendering(tmp_path, monkeypatch)
     printer = _Printer(True, Payload.none, False)
     for r in records:
         printer.record(r)
+    printer.flush()  # (record lines are gathered and written in pieces)
     assert printer._fast == {True: True, False: True}  # both templates in use: no fallback
     lines = out.getvalue().splitlines(keepends=True)
     assert lines == [printer._render(r, r.batch.payload if r.batch else r.body) for r in records]

@@ -164,9 +164,13 @@ class signals_interrupt:
         self.received: int | None = None
 
     def _handler(self, signum, frame):
+        from walctl.commands._shared import hold_interrupt
+
         if self.received is not None:
             return
         self.received = signum
+        if hold_interrupt(Interrupted(signum)):  # a line of output being written: raised after it
+            return
         raise Interrupted(signum)
 
     def __enter__(self):

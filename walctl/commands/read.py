@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from walctl.commands._shared import EndpointOpt, JsonOpt, StoreOpt, command, emit_json, progress_bar
+from walctl.commands._shared import EndpointOpt, JsonOpt, StoreOpt, command, emit_json, progress_bar, write_lines
 from walctl.commands.recover import Payload, encode_payload
 
 
@@ -90,19 +90,24 @@ def read_cmd(
                 if progress is not None:
                     progress(st.stats.bytes_read - read_before)
                 out.event(event)
-    except KeyboardInterrupt:
-        interrupted = True  # Ctrl-C is how a follow ends; otherwise exit 130, after the summary
+    except KeyboardInterrupt as exc:
+        # A signal is how a follow ends (exit 0); otherwise exit 128 + the signal, after the summary.
+        interrupted = exc
     finally:
-        out.flush()  # the lines read so far go out before the summary, or an error
+        try:
+            out.flush()  # the lines read so far go out before the summary, or an error
+        except KeyboardInterrupt as exc:  # (the signal arrived during this last write)
+            interrupted = exc
     summary = reader.summary.to_json()
     summary["store"] = st.url
-    summary["interrupted"] = interrupted
-    if interrupted and not follow:
+    summary["interrupted"] = interrupted is not False
+    if interrupted is not False and not follow:
         summary["complete"] = False
         if json_out:
-            summary["error"] = {"code": 130, "message": "interrupted"}
-        out.summary(summary)
-        raise KeyboardInterrupt
+            interrupted.summary = summary  # the boundary prints it with the error object: one summary line
+        else:
+            out.summary(summary)
+        raise interrupted
     corrupt = [f for f in reader.summary.findings_list if f.corrupt]
     if corrupt:
         first = corrupt[0]
@@ -152,7 +157,7 @@ class _Printer:
     def flush(self) -> None:
         if self._lines:
             lines, self._lines = self._lines, []
-            sys.stdout.write("".join(lines))
+            write_lines("".join(lines))  # (interrupted: no line cut short before the summary)
         sys.stdout.flush()
 
     def flush_and_sleep(self, seconds: float) -> None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import enum
 import json
-import sys
 from typing import Annotated
 
 import typer
 
-from walctl.commands._shared import DeviceArg, JsonOpt, StreamOpt, command, emit_json, progress_bar, warn
+from walctl.commands._shared import (DeviceArg, JsonOpt, StreamOpt, command, emit_json, progress_bar, warn,
+                                     write_lines)
 
 
 class Payload(str, enum.Enum):
@@ -103,6 +103,7 @@ def recover_cmd(
                           on_run=out.run)
     finally:
         session.dev.close()
+    out.flush()  # the record lines, before any summary or error line (also one the boundary prints)
     for obj, text in run.explanations:
         out.explained(obj, text)
     if stats:
@@ -165,6 +166,7 @@ def _refuse_short_file(device: str) -> None:
                             hint="name the WAL's device or file; 'walctl init' creates one")
 
 
+_WRITE_BYTES = 64 << 10  # record lines are written this many characters at a time
 _RECORD_LINE = ('{"type":"record","offset":%d,"stream_id":%d,"base_offset":%d,"count":%d,"payload_bytes":%d,'
                 '"wal_offset":%d,"stream_offset":%d}\n')
 _BAD_RECORD_LINE = ('{"type":"record","offset":%d,"stream_id":null,"base_offset":null,"count":null,"payload_bytes":%d,'
@@ -183,6 +185,20 @@ class _Printer:
         self.console = None if json_out else stdout_console()
         self._header_done = False
         self._fast: dict[bool, bool] = {}  # template (batch or not) -> it renders what the dict does
+        self._lines: list[str] = []  # record lines not yet written (whole lines: see write_lines)
+        self._size = 0
+
+    def _write(self, text: str) -> None:
+        self._lines.append(text)
+        self._size += len(text)
+        if self._size >= _WRITE_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the record lines gathered so far, whole (an interruption never cuts one short)."""
+        if self._lines:
+            text, self._lines, self._size = "".join(self._lines), [], 0
+            write_lines(text)
 
     def _render(self, entry, data) -> str:
         """A record's NDJSON line, from its dict."""
@@ -216,9 +232,9 @@ class _Printer:
                 if fast is None:
                     fast = self._fast[kind] = line == self._render(entry, data)
                 if fast:
-                    sys.stdout.write(line)
+                    self._write(line)
                     return
-            sys.stdout.write(self._render(entry, data))
+            self._write(self._render(entry, data))
             return
         if not self._header_done:
             self._line(f"{'WAL OFFSET':>14} {'STREAM':>8} {'STREAM OFFSET':>13} {'COUNT':>6} {'BYTES':>8}"
@@ -249,22 +265,21 @@ class _Printer:
         for entry in run.entries():
             self.record(entry)
 
-    @staticmethod
-    def run_lines(run, skip: int) -> None:
+    def run_lines(self, run, skip: int) -> None:
         from walctl.format.batch import HEADER_SIZE
 
         offsets, lengths, bases = run.column(0)[skip:], run.column(2)[skip:], run.column(6)[skip:]
         payloads = [n - HEADER_SIZE for n in lengths]
         fields = zip(offsets, run.column(4)[skip:], bases, run.column(7)[skip:], payloads, offsets, bases)
-        sys.stdout.write("".join(map(_RECORD_LINE.__mod__, fields)))
+        self._write("".join(map(_RECORD_LINE.__mod__, fields)))
 
-    @staticmethod
-    def _line(text: str) -> None:
+    def _line(self, text: str) -> None:
         # Plain writes (not rich) for the record stream: a closed pipe raises BrokenPipeError,
         # which the CLI turns into exit 141, instead of rich's own SystemExit(1).
-        sys.stdout.write(text + "\n")
+        self._write(text + "\n")
 
     def finding(self, finding) -> None:
+        self.flush()
         if self.json_out:
             emit_json(finding.to_json())
             return
@@ -285,12 +300,14 @@ class _Printer:
 
     def explained(self, obj: dict, text: str) -> None:
         """A sealed hole or a stream gap: its JSON line, or one human line."""
+        self.flush()
         if self.json_out:
             emit_json(obj)
         else:
             self._line(text)
 
     def stats(self, per_stream: dict[int, list[int]]) -> None:
+        self.flush()
         if self.json_out:
             for sid, (count, size) in sorted(per_stream.items()):
                 emit_json({"type": "stream", "stream_id": sid if sid >= 0 else None, "records": count,
@@ -308,6 +325,7 @@ class _Printer:
         self.console.print(table)
 
     def summary(self, summary: dict) -> None:
+        self.flush()
         if self.json_out:
             emit_json(summary)
             return
