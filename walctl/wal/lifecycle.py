@@ -382,14 +382,8 @@ def trim_wal(path: str, offset: int, *, scan: bool = False) -> TrimResult:
     try:
         previous = writer.header.trim_offset
         end = writer.acked_end
-        if offset <= previous:
-            raise UsageError(f"trim offset {offset} is not after the current trim point {previous}",
-                             where=path, hint="the trim point only moves forward")
-        if offset >= end:
-            near = _records_near(writer.dev, writer.ring, end, max(previous, 0), end)
-            raise UsageError(f"no live record starts at offset {offset}: the log ends at {end}", where=path,
-                             hint=("nearest record offsets: " + ", ".join(map(str, near))) if near else
-                             "give an offset that append, upload or recover printed")
+        _refuse_behind(offset, previous, path)
+        _refuse_past_end(writer.dev, writer.ring, offset, previous, end, path)
         offsets = opened.scan.record_offsets if opened.scan is not None else None
         if offsets is not None and offset not in offsets:
             raise UsageError(f"no live record starts at offset {offset}", where=path,
@@ -415,6 +409,22 @@ def trim_wal(path: str, offset: int, *, scan: bool = False) -> TrimResult:
     return TrimResult(previous, offset, deleted, len(offsets) - deleted, writer.header, end, True)
 
 
+def _refuse_behind(offset: int, previous: int, path: str) -> None:
+    """A trim offset at or behind the current trim point: the trim point only moves forward."""
+    if offset <= previous:
+        raise UsageError(f"trim offset {offset} is not after the current trim point {previous}",
+                         where=path, hint="the trim point only moves forward")
+
+
+def _refuse_past_end(dev, ring, offset: int, previous: int, end: int, path: str) -> None:
+    """A trim offset at or past the log's end ``end``, with the nearest record offsets as the hint."""
+    if offset >= end:
+        near = _records_near(dev, ring, end, max(previous, 0), end)
+        raise UsageError(f"no live record starts at offset {offset}: the log ends at {end}", where=path,
+                         hint=("nearest record offsets: " + ", ".join(map(str, near))) if near else
+                         "give an offset that append, upload or recover printed")
+
+
 def _refuse_trim_from_headers(path: str, offset: int) -> None:
     """Refuse, read-only, the trim offsets the header slots and (on a cleanly closed log) the record
     header at ``offset`` refute (not after the trim point; past the end; no record starting there),
@@ -431,18 +441,12 @@ def _refuse_trim_from_headers(path: str, offset: int) -> None:
         if header.flavour != "walctl":
             return  # the writer's open refuses it, with its own message
         previous = header.trim_offset
-        if offset <= previous:
-            raise UsageError(f"trim offset {offset} is not after the current trim point {previous}",
-                             where=path, hint="the trim point only moves forward")
+        _refuse_behind(offset, previous, path)
         checkpoint = trusted_checkpoint(state)
         if not header.clean or checkpoint is None:
             return  # the writer's open scans (and seals) first: only then is the log known
         end, ring = checkpoint.log_end, Ring(header.capacity)
-        if offset >= end:
-            near = _records_near(dev, ring, end, max(previous, 0), end)
-            raise UsageError(f"no live record starts at offset {offset}: the log ends at {end}", where=path,
-                             hint=("nearest record offsets: " + ", ".join(map(str, near))) if near else
-                             "give an offset that append, upload or recover printed")
+        _refuse_past_end(dev, ring, offset, previous, end, path)
         try:  # a cleanly closed log: the record header there says whether a record starts at offset
             check_record_at(dev, ring, offset)
         except UsageError as exc:
@@ -475,9 +479,7 @@ def trim_scanned(path: str, offset: int) -> TrimResult:
     try:
         header = state.header
         previous = header.trim_offset
-        if offset <= previous:
-            raise UsageError(f"trim offset {offset} is not after the current trim point {previous}",
-                             where=path, hint="the trim point only moves forward")
+        _refuse_behind(offset, previous, path)
         checkpoint = trusted_checkpoint(state)
         end = checkpoint.log_end if checkpoint is not None else header.next_offset
         if header.clean and offset >= end:
