@@ -96,20 +96,22 @@ def readme_env(tmp_path_factory):
     })
     (work / ".home").mkdir()
     (work / ".tmp").mkdir()
-    return work, env
+    return work, env, set()  # (the indexes of the "run" blocks run in this directory)
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)), ids=[f"README.md:{b.line}" for b in BLOCKS])
-def test_readme_block_runs(index, readme_env):
-    """Blocks run in README order (one bash each, sharing the directory): a block may use the
-    files an earlier one made. A failed block names its README line."""
-    work, env = readme_env
+def _run_earlier_blocks(readme_env, index: int) -> None:
+    """Run, in this directory, the "run" blocks before ``index`` that did not run here yet: a block
+    may use the files an earlier one made, and pytest-xdist may give the blocks to two workers
+    (each with its own directory), so a block never depends on which worker ran the others."""
+    work, env, ran = readme_env
+    for i in range(index):
+        if BLOCKS[i].kind == "run" and i not in ran:
+            _run_block(i, work, env)
+            ran.add(i)
+
+
+def _run_block(index: int, work, env) -> None:
     block = BLOCKS[index]
-    if block.kind == "run-as-root" and (os.geteuid() != 0 or shutil.which("losetup") is None):
-        pytest.skip("needs root and losetup (a loop device)")
-    if block.kind == "run-as-root":
-        work = work / f"root-{index}"  # its own directory: leaves nothing the other blocks see
-        work.mkdir(exist_ok=True)
     script = "set -euo pipefail\n" + block.text
     proc = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True,
                           timeout=BLOCK_TIMEOUT_S)
@@ -119,11 +121,31 @@ def test_readme_block_runs(index, readme_env):
     assert "Traceback" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("index", range(len(BLOCKS)), ids=[f"README.md:{b.line}" for b in BLOCKS])
+def test_readme_block_runs(index, readme_env):
+    """Blocks run in README order (one bash each, sharing the directory): a block may use the
+    files an earlier one made (run first here if this worker did not run them). A failed block
+    names its README line."""
+    work, env, ran = readme_env
+    block = BLOCKS[index]
+    if block.kind == "run-as-root" and (os.geteuid() != 0 or shutil.which("losetup") is None):
+        pytest.skip("needs root and losetup (a loop device)")
+    if block.kind == "run-as-root":
+        work = work / f"root-{index}"  # its own directory: leaves nothing the other blocks see
+        work.mkdir(exist_ok=True)
+        _run_block(index, work, env)
+        return
+    _run_earlier_blocks(readme_env, index)
+    if index not in ran:
+        _run_block(index, work, env)
+        ran.add(index)
+
+
 def test_readme_blocks_did_what_they_say(readme_env):
-    """After the blocks ran: the files they promise exist and hold what the README says."""
-    work, _ = readme_env
-    if not (work / "wal.img").exists():
-        pytest.skip("the README blocks did not run (selected out)")
+    """After the blocks ran (here: those this worker did not run are run first): the files they
+    promise exist and hold what the README says."""
+    work, _, _ = readme_env
+    _run_earlier_blocks(readme_env, len(BLOCKS))
     import json
 
     assert json.loads((work / "status.json").read_text())["device"].endswith("wal.img")
