@@ -167,6 +167,37 @@ def test_sigterm_while_recover_waits_on_a_full_pipe_cuts_no_line(tmp_path, new_w
     assert lines[-1]["type"] == "summary" and lines[-1]["error"]["signal"] == "SIGTERM"
 
 
+def test_sigterm_while_append_prints_acks_to_a_full_pipe(tmp_path, new_wal, cli):
+    """The signal lands while append's acknowledgements wait on a slow reader (the pipe is full):
+    exit 143 with the interruption's line (it once reached the writer as its ack callback's error:
+    exit 6, 'write failed: SIGTERM'), every line whole, the summary last, and every record the
+    summary counts (and every offset printed) in the WAL."""
+    import select
+
+    dev = new_wal("32MiB")
+    data = tmp_path / "in.bin"
+    data.write_bytes(b"".join(len(p).to_bytes(4, "big") + p for p in (os.urandom(100) for _ in range(60000))))
+    proc = subprocess.Popen([sys.executable, "-m", "walctl", "append", dev, "--stream", "1", "--input", data,
+                             "--framing", "length-prefixed", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env({}), cwd=str(REPO_ROOT))
+    try:
+        assert select.select([proc.stdout], [], [], 30)[0]  # acknowledging (nothing read here) ...
+        time.sleep(0.5)  # ... and waiting on the full pipe
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    _check_interrupted(proc.returncode, err.decode())
+    lines = ndjson(out.decode())
+    acks, summary = lines[:-1], lines[-1]
+    assert [x["type"] for x in acks] == ["record"] * len(acks) and summary["type"] == "summary"
+    assert 0 < len(acks) <= summary["records"] < 60000 and summary["error"]["signal"] == "SIGTERM"
+    stats = cli("recover", dev, "--stats", "--json").json_lines()[-1]
+    assert stats["records"] >= summary["records"] and stats["findings"] == 0
+    wal_offsets = {x["offset"] for x in cli("recover", dev, "--json").json_lines() if x["type"] == "record"}
+    assert {x["offset"] for x in acks} <= wal_offsets
+
+
 def test_sigterm_image_leaves_no_partial_file(tmp_path, wal_with_records):
     target = tmp_path / "copy.img"
     code, out, err = signalled(tmp_path, ["image", wal_with_records, target, "--json"], failpoint="image-copy")

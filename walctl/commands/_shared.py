@@ -131,14 +131,15 @@ def write_lines(text: str) -> None:
     import os
     import threading
 
-    sys.stdout.flush()
     try:
         fd = sys.stdout.fileno()
     except (AttributeError, io.UnsupportedOperation):  # not a file (a test's capture): its own write
         fd = None
     if fd is None or threading.current_thread() is not threading.main_thread():
         sys.stdout.write(text)  # (the handler raises only in the main thread: another is never cut)
+        sys.stdout.flush()
         return
+    sys.stdout.flush()
     data = text.encode()
     view = memoryview(data)
     done = 0

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from walctl.commands._shared import (DeviceArg, EndpointOpt, JsonOpt, StreamOpt, command, emit_json, silence_stdout,
-                                     warn)
+                                     warn, write_lines)
 from walctl.errors import EXIT_BROKEN_PIPE
 # Input framing lives in the engine (walctl.wal.framing: large reads, records found in bulk).
 from walctl.wal.framing import Framing
@@ -123,6 +123,7 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
             while i < len(taken) and not stats["stdout_closed"]:
                 queued = writer.append_many(taken, stream_id, epoch, next_base, token, index=i)
                 i, next_base = i + queued, next_base + queued
+                _raise_interrupt(stats)  # (below: what was taken is made durable first)
             if stats["stdout_closed"]:
                 break
             if i < len(payloads):
@@ -132,6 +133,7 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
                 bounds.record_payload(lengths[i])
         writer.close()
         flush_acks()
+        _raise_interrupt(stats)
     except WalctlError as exc:
         _close_after(writer)
         exc.summary = summary()
@@ -231,10 +233,17 @@ def _check_arguments(device: str, data, input_path, store, upload_at) -> tuple:
     return data, input_path, upload_at_bytes
 
 
+def _raise_interrupt(stats: dict) -> None:
+    """Raise the SIGTERM/SIGINT that arrived while an acknowledgement was printed (see on_acks)."""
+    if stats["interrupt"] is not None:
+        raise stats["interrupt"]
+
+
 def _acknowledger(stream_id: int, json_out: bool):
     """(stats, on_acks, flush_acks): the writer's acknowledgement callback printing the offsets of
     the durable records of a block (one write per block), the counts it keeps, and a last flush."""
-    stats = {"records": 0, "payload_bytes": 0, "first_offset": None, "last_offset": None, "stdout_closed": False}
+    stats = {"records": 0, "payload_bytes": 0, "first_offset": None, "last_offset": None, "stdout_closed": False,
+             "interrupt": None}
     # json.dumps({"type": "record", "offset": ..., "stream_id": ..., "base_offset": ..., "count": 1,
     # "payload_bytes": ..., "wal_offset": ..., "stream_offset": ...}, separators=(",", ":")), the two
     # offsets named apart; every field an int.
@@ -258,7 +267,7 @@ def _acknowledger(stream_id: int, json_out: bool):
         if stats["first_offset"] is None:
             stats["first_offset"] = offsets[0]
         stats["last_offset"] = offsets[-1]
-        if stats["stdout_closed"]:
+        if stats["stdout_closed"] or stats["interrupt"] is not None:
             return
         if json_out:
             text = "".join([f'{{"type":"record","offset":{o},"stream_id":{sid},"base_offset":{b},"count":1,'
@@ -267,9 +276,13 @@ def _acknowledger(stream_id: int, json_out: bool):
         else:
             text = "\n".join(map(str, offsets)) + "\n"
         try:
-            # One write for the block's records, once it is durable (from the appender or the reaper thread).
-            sys.stdout.write(text)
-            sys.stdout.flush()
+            # One write for the block's records, once it is durable (from the appender or the reaper
+            # thread), whole: a signal never cuts an acknowledgement line short (write_lines).
+            write_lines(text)
+        except KeyboardInterrupt as exc:
+            # SIGTERM/SIGINT while the main thread printed these: kept for the append loop to raise, not
+            # raised into the writer (it would take it for a failed write: exit 6, 'write failed: SIGTERM').
+            stats["interrupt"] = exc
         except BrokenPipeError:
             # The reader of our acknowledgements went away (e.g. `| head`): stop taking input,
             # close cleanly (queued records still become durable), exit as SIGPIPE would.
@@ -311,7 +324,7 @@ def _start_background(device: str, writer, store, endpoint_url, upload_at_bytes)
 def _summary(device: str, stream_id: int, stats: dict, next_base: int, writer, opened, budget, seconds: float,
              device_bytes_read: int, listener, uploader) -> dict:
     """The closing summary line (also carried by an error's JSON)."""
-    shown = {k: v for k, v in stats.items() if k != "stdout_closed"}
+    shown = {k: v for k, v in stats.items() if k not in ("stdout_closed", "interrupt")}
     return {"type": "summary", "device": device, "stream_id": stream_id, **shown,
             "next_base_offset": next_base, "blocks_written": writer.blocks_written,
             "bytes_written": writer.bytes_written, "sealed_ranges": opened.sealed_ranges,
