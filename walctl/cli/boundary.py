@@ -164,12 +164,12 @@ class signals_interrupt:
         self.received: int | None = None
 
     def _handler(self, signum, frame):
-        from walctl.commands._shared import hold_interrupt
+        from walctl.device.signals import hold_interrupt
 
         if self.received is not None:
             return
         self.received = signum
-        if hold_interrupt(Interrupted(signum)):  # a line of output being written: raised after it
+        if hold_interrupt(Interrupted(signum)):  # in a block that must not be split: raised as it ends
             return
         raise Interrupted(signum)
 

@@ -102,57 +102,36 @@ def emit_json(obj: dict) -> None:
     sys.stdout.flush()
 
 
-class _Held:
-    """A SIGTERM/SIGINT that arrived while write_lines was writing: the CLI's signal handler (see
-    ``hold_interrupt``) leaves it here instead of raising in the middle of the write."""
-
-    depth = 0
-    interrupt: BaseException | None = None
-
-
-def hold_interrupt(interrupt: BaseException) -> bool:
-    """For the signal handler: keep ``interrupt`` for later (True) while a line is being written."""
-    if _Held.depth:
-        _Held.interrupt = interrupt
-        return True
-    return False
-
-
 def write_lines(text: str) -> None:
     """Write whole lines to stdout at the file descriptor, so that a SIGTERM or SIGINT arriving in
     the middle (while a slow pipe reader holds the write up) never leaves a line cut short: each
-    write of at most a pipe's capacity completes and is counted before the interruption is raised,
-    the rest of the line being written goes out, then the interruption propagates and the summary
-    printed on the way out starts on a line of its own. (Through sys.stdout an interrupted write
-    loses what its text buffer held: a torn NDJSON line with the summary glued to it.) Blocking
-    the signals would not do: another thread of the process may take them. What was written the
-    usual way is flushed first, to keep the order."""
+    write of at most a pipe's capacity completes and is counted before the interruption is raised
+    (walctl.device.signals.signals_deferred), the rest of the line being written goes out, then
+    the interruption propagates and the summary printed on the way out starts on a line of its
+    own. (Through sys.stdout an interrupted write loses what its text buffer held: a torn NDJSON
+    line with the summary glued to it.) Any thread may call it (append's acknowledgements come
+    from two): all of them write at the descriptor, so none can take another's text out of
+    sys.stdout's buffer. What was written the usual way is flushed first, to keep the order."""
     import io
     import os
-    import threading
+
+    from walctl.device.signals import signals_deferred
 
     try:
         fd = sys.stdout.fileno()
     except (AttributeError, io.UnsupportedOperation):  # not a file (a test's capture): its own write
-        fd = None
-    if fd is None or threading.current_thread() is not threading.main_thread():
-        sys.stdout.write(text)  # (the handler raises only in the main thread: another is never cut)
+        sys.stdout.write(text)
         sys.stdout.flush()
         return
-    sys.stdout.flush()
+    with signals_deferred():  # (an interrupted flush loses what sys.stdout held)
+        sys.stdout.flush()
     data = text.encode()
     view = memoryview(data)
     done = 0
     try:
         while done < len(data):
-            _Held.depth += 1
-            try:
+            with signals_deferred():
                 done += os.write(fd, view[done:done + _WRITE_PIECE])
-            finally:
-                _Held.depth -= 1
-            if _Held.interrupt is not None:
-                interrupt, _Held.interrupt = _Held.interrupt, None
-                raise interrupt
     except KeyboardInterrupt:
         if 0 < done < len(data) and data[done - 1] != 0x0A:  # a line begun: end it
             end = data.index(b"\n", done) + 1

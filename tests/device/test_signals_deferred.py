@@ -1,0 +1,52 @@
+"""walctl.device.signals.signals_deferred holds SIGTERM/SIGINT for a few statements that must not be
+split, also when another thread of the process takes the signal (the main thread's mask does not
+hold it there; the CLI's handler still runs in the main thread): the interruption is raised as the
+outermost block ends, never inside it. Cut inside the AIO reap, completions were lost and a drain
+waited for ever (an append stopped by SIGTERM hung)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from tests.cli.conftest import REPO_ROOT, _env
+
+_SCRIPT = textwrap.dedent('''
+    import os, signal, threading, time
+    from walctl.cli.boundary import signals_interrupt
+    from walctl.device.signals import signals_deferred
+
+    threading.Thread(target=time.sleep, args=(5,), daemon=True).start()  # a thread that takes signals
+    done = []
+    try:
+        with signals_interrupt():
+            with signals_deferred():
+                with signals_deferred():
+                    os.kill(os.getpid(), signal.SIGTERM)  # masked here: the other thread takes it
+                    for _ in range(200_000):  # statements: the handler runs in the main thread meanwhile
+                        pass
+                    time.sleep(0.2)
+                    done.append("inner")
+                done.append("outer")  # still held: the outer block has not ended
+            done.append("after")
+    except KeyboardInterrupt as exc:
+        print(" ".join(done), type(exc).__name__, getattr(exc, "signum", None))
+''')
+
+
+def test_an_interrupt_taken_by_another_thread_is_raised_as_the_outermost_block_ends():
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=_env({}),
+                          cwd=str(REPO_ROOT), timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["inner", "outer", "Interrupted", "15"], proc.stdout
+
+
+def test_outside_a_block_the_interrupt_is_raised_at_once():
+    script = _SCRIPT.replace("with signals_deferred():\n            with signals_deferred():",
+                             "if True:\n            if True:")
+    assert script != _SCRIPT
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_env({}),
+                          cwd=str(REPO_ROOT), timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["Interrupted", "15"], proc.stdout
