@@ -19,52 +19,8 @@ import uuid
 
 import pytest
 
+from signalhelpers import _survivors, signalled  # tests/signalhelpers.py
 from tests.cli.conftest import REPO_ROOT, _env, assert_one_error_line, ndjson
-
-
-def _survivors(mark: str) -> list[int]:
-    """Pids of processes whose environment carries ``mark`` (the run's children included)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if mark.encode() in f.read():
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
-
-
-def signalled(tmp_path, args, *, failpoint: str | None = None, ready_path=None, sig=signal.SIGTERM,
-              stdin: bytes | None = None, timeout: float = 60):
-    """Start ``walctl ARGS``, wait until it is mid-work, send ``sig``; returns (code, stdout, stderr)."""
-    mark = f"WALCTL_TEST_RUN={uuid.uuid4().hex}"
-    ready = tmp_path / f"ready-{uuid.uuid4().hex}"
-    env = _env({"WALCTL_TEST_RUN": mark.split("=", 1)[1]})
-    if failpoint is not None:
-        env.update(WALCTL_FAILPOINT=f"{failpoint}:pause", WALCTL_FAILPOINT_READY=str(ready))
-    proc = subprocess.Popen([sys.executable, "-m", "walctl", *map(str, args)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=str(REPO_ROOT))
-    try:
-        if stdin is not None:
-            proc.stdin.write(stdin)
-            proc.stdin.flush()
-        wait_for = ready if failpoint is not None else ready_path
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(wait_for):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the command never reached its pause point"
-            time.sleep(0.02)
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert _survivors(mark) == [], "a process of the interrupted run survived it"
-    return proc.returncode, out.decode(), err.decode()
 
 
 def _check_interrupted(code: int, err: str, sig=signal.SIGTERM) -> str:
@@ -144,23 +100,13 @@ def test_sigterm_while_recover_waits_on_a_full_pipe_cuts_no_line(tmp_path, new_w
     """The signal lands while recover's NDJSON write waits for a slow reader (the pipe is full): every
     line still parses (the record line being written is finished first), the one summary is the
     last line, exit 143. Through sys.stdout the interrupted write lost its buffer: a torn line."""
-    import select
-
     dev = new_wal("4MiB")
     data = tmp_path / "in.bin"
     data.write_bytes(b"".join(len(p).to_bytes(4, "big") + p for p in (os.urandom(3000) for _ in range(400))))
     assert cli("append", dev, "--stream", "1", "--input", data, "--framing", "length-prefixed").exit_code == 0
-    proc = subprocess.Popen([sys.executable, "-m", "walctl", "recover", dev, "--json", "--payload", "hex"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env({}), cwd=str(REPO_ROOT))
-    try:
-        assert select.select([proc.stdout], [], [], 30)[0]  # writing (nothing read here) ...
-        time.sleep(0.5)  # ... and waiting on the full pipe
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    _check_interrupted(proc.returncode, err.decode())
-    lines = ndjson(out.decode())
+    code, out, err = signalled(tmp_path, ["recover", dev, "--json", "--payload", "hex"], full_pipe=True)
+    _check_interrupted(code, err)
+    lines = ndjson(out)
     records = [x for x in lines if x["type"] == "record"]
     assert 0 < len(records) < 400 and all(len(x["payload"]) == 6000 for x in records)
     assert [x["type"] for x in lines[:-1]] == ["record"] * (len(lines) - 1)
@@ -172,23 +118,13 @@ def test_sigterm_while_append_prints_acks_to_a_full_pipe(tmp_path, new_wal, cli)
     exit 143 with the interruption's line (it once reached the writer as its ack callback's error:
     exit 6, 'write failed: SIGTERM'), every line whole, the summary last, and every record the
     summary counts (and every offset printed) in the WAL."""
-    import select
-
     dev = new_wal("32MiB")
     data = tmp_path / "in.bin"
     data.write_bytes(b"".join(len(p).to_bytes(4, "big") + p for p in (os.urandom(100) for _ in range(60000))))
-    proc = subprocess.Popen([sys.executable, "-m", "walctl", "append", dev, "--stream", "1", "--input", data,
-                             "--framing", "length-prefixed", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env({}), cwd=str(REPO_ROOT))
-    try:
-        assert select.select([proc.stdout], [], [], 30)[0]  # acknowledging (nothing read here) ...
-        time.sleep(0.5)  # ... and waiting on the full pipe
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    _check_interrupted(proc.returncode, err.decode())
-    lines = ndjson(out.decode())
+    code, out, err = signalled(tmp_path, ["append", dev, "--stream", "1", "--input", data, "--framing",
+                                          "length-prefixed", "--json"], full_pipe=True)
+    _check_interrupted(code, err)
+    lines = ndjson(out)
     acks, summary = lines[:-1], lines[-1]
     assert [x["type"] for x in acks] == ["record"] * len(acks) and summary["type"] == "summary"
     assert 0 < len(acks) <= summary["records"] < 60000 and summary["error"]["signal"] == "SIGTERM"

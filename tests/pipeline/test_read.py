@@ -329,24 +329,12 @@ def test_follow_ends_on_ctrl_c_with_a_summary(tmp_path, local_store):
 def test_a_read_without_follow_stopped_by_sigterm_exits_143(tmp_path, local_store):
     """Not following, a signal leaves the read incomplete: exit 128 + the signal (143 for SIGTERM,
     not 130 as for Ctrl-C), its summary 'complete': false with that code, as CLI.md's rule says."""
-    import select
-    import signal
-    import subprocess
-    import sys
-    import time
+    from signalhelpers import signalled
 
     many_uploads(tmp_path, local_store, rounds=1, plan={4: (300, 2000)})  # ~1.2 MB of hex: more than a pipe holds
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WALCTL_")}
-    proc = subprocess.Popen([sys.executable, "-m", "walctl", "read", "--store", local_store.root, "--stream", "4",
-                             "--json", "--payload", "hex"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    try:
-        assert select.select([proc.stdout], [], [], 30)[0]  # reading (nothing consumed here) ...
-        time.sleep(0.5)  # ... and waiting on the full pipe
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 143, err
+    code, out, err = signalled(tmp_path, ["read", "--store", local_store.root, "--stream", "4", "--json",
+                                          "--payload", "hex"], full_pipe=True)
+    assert code == 143, err
     lines = [json.loads(x) for x in out.splitlines()]  # every line whole: none cut short
     records, summaries = lines[:-1], [x for x in lines if x["type"] == "summary"]
     assert [x["type"] for x in records] == ["record"] * len(records) and 0 < len(records) < 300
@@ -354,7 +342,7 @@ def test_a_read_without_follow_stopped_by_sigterm_exits_143(tmp_path, local_stor
     assert summaries == [lines[-1]]  # one summary, the last line
     assert lines[-1]["complete"] is False and lines[-1]["records"] >= len(records)
     assert lines[-1]["error"]["code"] == 143 and lines[-1]["error"]["signal"] == "SIGTERM"
-    assert "SIGTERM" in err.decode()
+    assert "SIGTERM" in err
 
 
 def test_overlapping_objects_are_a_finding_and_served_once(tmp_path, local_store):
