@@ -1172,28 +1172,44 @@ def _object_chunks(builder, planned: PlannedObject, fetch: _WalBatches, block_si
 def upload(wal_path: str, store: Store, *, namespace: str = mf.DEFAULT_NAMESPACE, block_size: int = DEFAULT_BLOCK_SIZE,
            split_size: int = DEFAULT_SPLIT_SIZE, trim: bool = True, dry_run: bool = False,
            accept_gaps: list[tuple[int, int, int]] = (), progress=None,
-           trim_timeout_s: float = DEFAULT_TRIM_TIMEOUT_S) -> UploadResult:
+           trim_timeout_s: float = DEFAULT_TRIM_TIMEOUT_S, max_bytes: int | None = None) -> UploadResult:
     """Upload the WAL's records after the trim point; commit; trim to the last one uploaded.
+
+    The WAL is read without the writer lock, so a writer may start, append and stop meanwhile
+    (only the trim takes the lock, or goes through the writer's hand-off). A log a live writer
+    appends to is uploaded up to its first block in flight; a log that was quiet for the whole
+    scan (no lock holder, the header slots unchanged) has every finding judged as damage.
 
     Args:
         accept_gaps: (stream, from, to): stream offsets [from, to) the operator accepts as gone
             (``--accept-gap``); such a gap is uploaded as a gap and recorded in the manifest.
         trim_timeout_s: how long a live writer may take to do the trim (the hand-off).
         progress: if given, ``progress(done, total)`` is called with the payload bytes uploaded so far.
+        max_bytes: upload at most about this many bytes of log (whole records, from the first one
+            not uploaded yet): the writer-side uploader's ``--upload-at`` cap on each upload.
     Returns an UploadResult; ``bad_records`` lists records whose body is no StreamRecordBatch:
     they are not uploaded and the WAL is not trimmed past the first of them (see 'recover').
     """
-    spools = None
-    if (not dry_run and callable(getattr(store, "open_spool", None)) and SPOOL_SEGMENTS > 0
-            and block_size <= SPOOL_MAX_BLOCK):
-        spools = _Spools(store, block_size, SPOOL_SEGMENTS)
-    try:
-        return _upload(wal_path, store, namespace=namespace, block_size=block_size, split_size=split_size, trim=trim,
-                       dry_run=dry_run, accept_gaps=accept_gaps, progress=progress, trim_timeout_s=trim_timeout_s,
-                       spools=spools)
-    finally:
-        if spools is not None:
-            spools.close()  # the temp objects of an upload that did not publish them
+    live = None  # not known yet: _upload looks for a writer
+    while True:
+        spools = None
+        if (not dry_run and callable(getattr(store, "open_spool", None)) and SPOOL_SEGMENTS > 0
+                and block_size <= SPOOL_MAX_BLOCK):
+            spools = _Spools(store, block_size, SPOOL_SEGMENTS)
+        try:
+            return _upload(wal_path, store, namespace=namespace, block_size=block_size, split_size=split_size,
+                           trim=trim, dry_run=dry_run, accept_gaps=accept_gaps, progress=progress,
+                           trim_timeout_s=trim_timeout_s, spools=spools, max_bytes=max_bytes, live=live)
+        except _WriterStarted:
+            live = True  # read again as a live writer's log: up to its first block in flight
+        finally:
+            if spools is not None:
+                spools.close()  # the temp objects of an upload that did not publish them
+
+
+class _WriterStarted(Exception):
+    """A writer started (or stopped) during a scan that took the log for quiet, and the scan found
+    what may be its blocks in flight: the upload reads the log again as a live writer's."""
 
 
 def check_wal(wal_path: str) -> None:
@@ -1202,7 +1218,7 @@ def check_wal(wal_path: str) -> None:
     the header slots: the command calls it before a real upload creates its store."""
     from walctl.wal.lifecycle import read_wal_state
 
-    dev, _ = _open_for_upload(wal_path, [])
+    dev = _open_for_upload(wal_path)
     try:
         _check_flavour(read_wal_state(dev, wal_path).header, wal_path)
     finally:
@@ -1216,16 +1232,26 @@ def _check_flavour(header, wal_path: str) -> None:
 
 
 def _upload(wal_path: str, store: Store, *, namespace: str, block_size: int, split_size: int, trim: bool,
-            dry_run: bool, accept_gaps, progress, trim_timeout_s: float, spools: _Spools | None) -> UploadResult:
+            dry_run: bool, accept_gaps, progress, trim_timeout_s: float, spools: _Spools | None,
+            max_bytes: int | None = None, live: bool | None = None) -> UploadResult:
+    from walctl.device.locks import lock_holder
     from walctl.wal import gaps, reader
     from walctl.wal.lifecycle import read_wal_state
 
     started = time.monotonic()
     result = UploadResult(dry_run=dry_run)
-    dev, locked = _open_for_upload(wal_path, result.warnings)
+    dev = _open_for_upload(wal_path)
+    scan_events = None
     try:
         header = read_wal_state(dev, wal_path).header
         _check_flavour(header, wal_path)
+        if live is not None:  # a second read
+            result.warnings.append(f"{wal_path}: a writer started or stopped while upload read the log; read "
+                                   f"it again, up to its first block in flight")
+        elif lock_holder(wal_path) is not None:
+            live = True
+            result.warnings.append(f"{wal_path}: a writer is active; uploading the records before its blocks "
+                                   f"in flight")
         # The manifest first: the scan sorts each record as it reads it and keeps no record's bytes.
         doc = mf.load_latest(store)
         node_key = str(header.node_id)
@@ -1237,18 +1263,33 @@ def _upload(wal_path: str, store: Store, *, namespace: str, block_size: int, spl
         records = _Records(doc, mark, scan, keep, spools)
         findings = []
         run_type = reader.Run
-        for event in reader.Scan(dev, header, report=scan, probe=locked, bulk=True, readahead=True):
-            if type(event) is run_type:  # intact batches, in bulk: most of the log
-                records.add_run(event)
-            elif isinstance(event, reader.Finding):
+        # --upload-at: records from this offset on wait for the next upload
+        cap_end = None if max_bytes is None else max(header.trim_offset, mark["offset"] if mark else -1, 0) + max_bytes
+        scan_events = reader.Scan(dev, header, report=scan, probe=not live, bulk=True, readahead=True)
+        failpoint("upload-scan")  # (tests: a writer starts while upload reads the log)
+        for event in scan_events:
+            if isinstance(event, reader.Finding):
                 findings.append(event)
-                if not locked and event.kind != reader.BAD_BATCH:
+                if live and event.kind != reader.BAD_BATCH:
                     # A live writer's blocks in flight read as holes: upload only the prefix before them.
                     records.stop()
+                continue
+            if cap_end is not None and event.end > cap_end:
+                if event.offset >= cap_end and records.todo_count:
+                    break
+                if type(event) is run_type:  # the run's records that start before the cap, then stop
+                    records.add_run(_run_before(event, cap_end))
+                    break
+            if type(event) is run_type:  # intact batches, in bulk: most of the log
+                records.add_run(event)
             else:
                 records.add(event)
+        if not live and [f for f in findings if f.kind != reader.BAD_BATCH] and _log_moved(dev, wal_path, header):
+            raise _WriterStarted()
     finally:
-        dev.close()  # the lock only covered the read: appends may go on during the upload
+        if scan_events is not None:
+            scan_events.close()  # its read-ahead ends before the device closes
+        dev.close()  # no lock was taken: appends may go on during the upload
     # A bad batch (a valid record whose body is no StreamRecordBatch) stops only itself: the
     # other records are uploaded, the WAL is not trimmed past it, 'recover' shows it.
     if scan.findings:  # (the verdict: only for findings to judge)
@@ -1260,7 +1301,7 @@ def _upload(wal_path: str, store: Store, *, namespace: str, block_size: int, spl
             raise damage
     bad_findings = {f.offset: f for f in findings if f.kind == reader.BAD_BATCH}
     findings = [f for f in findings if f.kind != reader.BAD_BATCH]
-    if not locked and findings:
+    if live and findings:
         findings = []  # a live writer's blocks in flight: the upload stopped before them (below)
     bad = records.bad
     result.bad_records = [{"offset": e.offset, "body_bytes": e.body_bytes,
@@ -1441,20 +1482,30 @@ def _end(doc: mf.Manifest, stream_id: int) -> int | None:
     return span.end if span is not None else None
 
 
-def _open_for_upload(wal_path: str, warnings: list[str]):
-    """Take the writer lock for the read when it is free, so no write can be in flight.
+def _run_before(run, end: int):
+    """The leading records of ``run`` (a walctl.wal.ringread.Run) that start before ``end`` (at least one)."""
+    from bisect import bisect_left
 
-    Returns (device, locked). Busy (a writer is appending): read-only, and the caller
-    uploads only the prefix before the first damage (the writer's blocks in flight).
-    """
+    from walctl.wal.reader import Run
+
+    stop = max(1, bisect_left(run.column(0), end))
+    return Run(run.chunk, run.rows, run.first, run.first + stop)
+
+
+def _open_for_upload(wal_path: str):
+    """The device, read-only and without the writer lock: a writer may start while upload reads
+    (docs/CLI.md: only upload's trim takes the lock)."""
     from walctl.device import open_device
 
-    try:
-        return open_device(wal_path, writable=True), True
-    except RefusedError:
-        warnings.append(f"{wal_path}: a writer is active; uploading the records before its blocks in flight")
-        dev = open_device(wal_path, writable=False)
-        return dev, False
+    return open_device(wal_path, writable=False)
+
+
+def _log_moved(dev, wal_path: str, header) -> bool:
+    """True when a writer holds the log now, or its header slots changed since ``header`` was read."""
+    from walctl.device.locks import lock_holder
+    from walctl.wal.lifecycle import read_wal_state
+
+    return lock_holder(wal_path) is not None or read_wal_state(dev, wal_path).header != header
 
 
 def _trim_after(wal_path: str, offset: int, warnings: list[str], timeout_s: float) -> int | None:
@@ -1539,7 +1590,9 @@ class BackgroundUploader:
                 self._stop.wait(1.0)
 
     def upload_once(self) -> UploadResult:
-        result = upload(self.wal_path, self.store, trim=False, **self.options)
+        # Each upload takes at most upload_at bytes: one object per upload_at, as documented, and a
+        # writer held back by a full ring gets room back after one upload, not after the whole log.
+        result = upload(self.wal_path, self.store, trim=False, max_bytes=self.upload_at, **self.options)
         self.stats.uploads += 1
         self.stats.records += result.records
         self.stats.objects += len(result.objects)
