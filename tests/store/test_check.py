@@ -67,7 +67,7 @@ def damage(store, objects) -> None:
     store.delete(objects[3]["key"])
 
 
-def kinds(result) -> dict[int | None, str]:
+def kinds(result) -> set[tuple[str, int | None]]:
     return {(p.kind, p.object_id) for p in result.problems}
 
 
@@ -235,3 +235,19 @@ def test_compact_refuses_a_truncated_source_by_name(tmp_path, dry_run):
     assert f"truncated: {victim['size'] // 2:,} of {victim['size']:,} bytes" in err
     assert victim["key"] in err and "TARGET" not in err
     assert mf.load_latest(store).number == 1  # nothing committed
+
+
+def test_the_reported_case_a_9_mib_object_cut_to_5000000_bytes(tmp_path):
+    """Issue 28's report: `truncate -s 5000000` of a 9.1 MiB object."""
+    import os
+
+    store = open_store(str(tmp_path / "store"))
+    put_objects(store, [[(1, 145, 64 * KiB), (2, 1, 100)]], block_size=1 << 20)
+    (o,) = mf.load_latest(store).objects
+    assert 9 << 20 < o["size"] < 10 << 20
+    os.truncate(tmp_path / "store" / o["key"], 5_000_000)
+    named = f"truncated: 5,000,000 of {o['size']:,} bytes"
+    code, out, err = cli("inspect-object", tmp_path / "store" / o["key"], "--deep")
+    assert code == 3 and f"VERDICT: DAMAGED: 2 problem(s); first at byte 5000000: {named}" in out, err
+    code, out, err = cli("check", "--store", tmp_path / "store")
+    assert code == 3 and named in out and named in err

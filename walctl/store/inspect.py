@@ -49,12 +49,19 @@ def resolve(target: str, store_url: str | None, endpoint_url: str | None, namesp
     local file; ``known``: the store's manifest entry that names it (live or replaced, so it must be
     a valid object; a live one gives its size), else None. A file given by its path inside a local
     store (``<store>/<rev-hex>/<namespace>/<id>``) is looked up in that store's manifest too."""
+    from walctl.errors import CorruptionError
+
     store, key, in_store = _resolve(target, store_url, endpoint_url, namespace)
     known = None
     if in_store:
         from walctl.store import manifest as mf
 
-        doc = mf.load_latest(store)
+        try:
+            doc = mf.load_latest(store)
+        except CorruptionError:
+            if store_url is not None:
+                raise
+            doc = mf.empty_manifest()  # a file given by its path is still inspected when the manifest is not
         known = next((e for e in (*doc.objects, *doc.deleting) if e["key"] == key), None)
     return store, key, known
 
