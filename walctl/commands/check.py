@@ -37,8 +37,8 @@ def check_cmd(
         "--read-data",
         help="Also read every byte of every live object and check it as 'inspect-object --deep' does (data "
              "crc, block and batch headers, contiguous offsets): as many bytes as the store holds, in ranged "
-             "GETs of 16 MiB, one object in memory at a time. Without it: one LIST and one ranged GET of "
-             "each object's footer and index.")] = False,
+             "GETs of about 16 MiB, one held at a time. Without it: one LIST and one ranged GET of each "
+             "object's footer and index.")] = False,
     subset: Annotated[str | None, typer.Option(
         "--subset", metavar="K/N", parser=subset_option,
         help="With --read-data (implied): read the data of share K of N of the objects only (an object is in "

@@ -6,7 +6,8 @@ data: a live object must exist with the manifest's size, its footer and index mu
 index crc of a walctl footer is checked) and hold exactly the stream offsets the manifest gives
 it, and the live objects must cover each stream's offsets without overlap. With ``read_data``
 every block of every object (or of one ``subset`` share of them) is read and checked as
-``inspect-object --deep`` checks it (data crc, block and batch headers, contiguous offsets).
+``inspect-object --deep`` checks it (data crc, block and batch headers, contiguous offsets), in
+ranged GETs of about 16 MiB of which one is held at a time.
 
 Objects nothing references (orphans) and prepared ids past their expiry are reported but are not
 damage: they are what a killed upload or compaction leaves, and ``walctl gc`` removes them.
@@ -19,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from walctl.errors import CorruptionError, FormatError, NotFoundError
+from walctl.errors import CorruptionError, NotFoundError
 from walctl.store import manifest as mf
 from walctl.store.inspect import truncation
 
@@ -114,8 +115,8 @@ def check_store(store: Store, *, read_data: bool = False, subset: tuple[int, int
     with ThreadPoolExecutor(max_workers=max(1, min(TAIL_READ_THREADS, len(tails)))) as pool:
         for found in pool.map(lambda o: _check_tail(store, o), tails):
             result.problems.extend(found)
-    total = sum(o["size"] for o in full)
-    for o in full:  # one at a time: each is held in memory while it is checked
+    total = sum(sum(r["bytes"] for r in o["ranges"]) for o in full)  # their data regions
+    for o in full:
         result.problems.extend(_check_data(store, o, result, total, progress))
     result.problems.extend(_coverage(doc))
     result.problems.extend(_leftovers(doc, listed, now))
@@ -159,37 +160,30 @@ def _check_tail(store: Store, o: dict) -> list[Problem]:
 
 
 def _check_data(store: Store, o: dict, result: CheckResult, total: int, progress) -> list[Problem]:
-    """Every byte of the object, in ranged GETs of 16 MiB, checked as inspect-object --deep checks it.
-    The object is held in memory while it is checked (one object at a time)."""
-    from walctl.format import object as obj
-    from walctl.store.inspect import DEEP_READ_BYTES, primary_problem
+    """The tail as _check_tail reads it, then every block, in ranged GETs of about 16 MiB held one at
+    a time (inspect.verify_streamed): the checks inspect-object --deep makes of the data."""
+    from walctl.compaction.common import read_index
+    from walctl.store.inspect import primary_problem, verify_streamed
 
-    size = o["size"]
-    data = bytearray(size)  # filled in place: the object and one 16 MiB read at most, never a copy
-    done = 0
-    for start in range(0, size, DEEP_READ_BYTES):
-        chunk = store.read_range(o["key"], start, min(size, start + DEEP_READ_BYTES))
-        data[start:start + len(chunk)] = chunk
-        done += len(chunk)
-        if progress is not None:
-            progress(result.data_bytes + done, total)
-        if start + len(chunk) < min(size, start + DEEP_READ_BYTES):
-            break
-    result.data_objects += 1
-    result.data_bytes += done
-    if done != size:  # shortened between the LIST and this read
-        return [Problem("truncated", truncation(done, size), o["id"], o["key"])]
     try:
-        _, entries = obj.parse_tail(data, size)
-    except FormatError as exc:
-        return [Problem("footer", f"damaged footer or index ({exc})", o["id"], o["key"])]
-    report = obj.verify_report(data)
-    found = _index_problems(o, entries)
+        index = read_index(store, o)
+    except NotFoundError:
+        return [Problem("missing", "live in the manifest, not in the store", o["id"], o["key"])]
+    except CorruptionError as exc:
+        return [Problem("footer", exc.what, o["id"], o["key"])]
+    found = _index_problems(o, index.entries)
+    before = result.data_bytes
+    report = verify_streamed(store, o["key"], index.footer, index.entries,
+                             progress=None if progress is None else lambda done, _: progress(before + done, total))
+    result.data_objects += 1
+    result.data_bytes += index.data_size
     if report.problems:
         first = primary_problem(report.problems)
         where = (f" in block [{first.block_position}, {first.block_end}) of stream {first.stream_id} offsets "
                  f"[{first.start_offset}, {first.end_offset})" if first.block_position is not None else "")
         more = f" (and {len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
+        if first.kind == "ChecksumError" and len(report.problems) == 1:  # as verify_report's explanation says
+            more = "; every block checks out, so the changed bytes lie inside a record payload"
         found.append(Problem("data", f"byte {first.position}{where}: {first.message}{more}", o["id"], o["key"]))
     return found
 

@@ -198,6 +198,64 @@ def _verify_all(store: Store, result: InspectResult, before: int, progress, shor
     return result
 
 
+def verify_streamed(store: Store, key: str, footer, entries, *, run_bytes: int = DEEP_READ_BYTES, progress=None):
+    """Every block of an object checked against its index entry, and the footer's data crc, reading the
+    data region front to back in ranged GETs of whole index entries, about ``run_bytes`` each, so that
+    one run is all it holds (an object of any size in bounded memory). The checks of the data that
+    ``verify_report`` makes (it needs the whole object): block and batch headers, contiguous offsets,
+    counts, bytes no entry covers, the data crc. ``footer`` and ``entries``: the decoded tail (the index
+    already checked). Problems in a block name its index entry's blocks. Returns a VerifyReport.
+    ``progress(done, total)``: data bytes read so far."""
+    from walctl.format import checks
+    from walctl.format import object as obj
+    from walctl.format.crc import crc32c
+
+    end = footer.index_start_position
+    ordered = sorted(entries, key=lambda e: e.block_position)
+    problems: list = []
+    crc = blocks = batches = 0
+    pos = covered = i = 0
+    while pos < end:
+        run = []
+        while i < len(ordered) and (not run or ordered[i].block_end - pos <= run_bytes):
+            run.append(ordered[i])
+            i += 1
+        stop = run[-1].block_end if run else min(end, pos + run_bytes)
+        buf = store.read_range(key, pos, stop)
+        if len(buf) < stop - pos:
+            problems.append(obj.Problem(pos + len(buf), f"object ends at byte {pos + len(buf)}, inside its data "
+                                        f"region [0, {end})", "TruncatedError"))
+            return obj.VerifyReport(problems, len(entries), blocks, batches, footer.checksummed)
+        crc = crc32c(buf, crc)
+        for e in run:
+            if e.block_position > covered:
+                problems.append(obj.Problem(covered, f"bytes [{covered}, {e.block_position}) are not covered by "
+                                            "any index entry", "uncovered"))
+            covered = e.block_end
+            try:
+                with checks.relocated(pos):
+                    for block in obj._decode_entry_blocks(buf, e, pos, copy=False):
+                        blocks += 1
+                        batches += len(block)
+            except FormatError as exc:
+                p = obj.Problem.of(exc)
+                problems.append(obj.Problem(p.position, p.message, p.kind, e.block_position, e.block_end,
+                                            e.stream_id, e.start_offset, e.end_offset))
+        pos = stop
+        if progress is not None:
+            progress(pos, end)
+    if covered < end:
+        problems.append(obj.Problem(covered, f"bytes [{covered}, {end}) are not covered by any index entry",
+                                    "uncovered"))
+    if footer.checksummed:
+        try:
+            checks.crc(footer.data_crc, crc, 0, f"object data [0, {end})")
+        except FormatError as exc:
+            problems.append(obj.Problem.of(exc))
+    problems.sort(key=lambda p: p.position)
+    return obj.VerifyReport(problems, len(entries), blocks, batches, footer.checksummed)
+
+
 def _inspect_composite(store: Store, key: str, tail: bytes, size: int, before: int, *, deep: bool) -> InspectResult:
     """An AutoMQ composite object: its members and the index entries that point into them; with
     ``deep``, every entry's blocks read from its member and checked against the entry."""
