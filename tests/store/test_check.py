@@ -131,7 +131,8 @@ def test_truncated_missing_and_bit_flipped_objects_are_found(store, request):
     code, out, err = cli("check", *url_args(store, request), "--read-data", "--json")
     assert code == 3
     doc = json.loads(out)
-    assert doc["verdict"] == "damaged" and doc["damaged"] == 3 and doc["error"]["code"] == 3
+    assert doc["verdict"] == "damaged" and doc["damage_count"] == 3 and doc["error"]["code"] == 3
+    assert doc["live_objects"] == 4 and doc["data_objects_read"] == 2 and doc["requests"]["get"] == 1 + 2 * 2
     assert {(p["kind"], p["object_id"], p["damage"]) for p in doc["problems"]} == {
         ("truncated", 1, True), ("missing", 3, True), ("data", 2, True), ("orphan", 5, False),
         ("stale_prepared", 6, False)}

@@ -72,11 +72,11 @@ class CheckResult:
         return [p for p in self.problems if p.damage]
 
     def to_json(self) -> dict:
-        return {"store": self.store, "manifest_number": self.manifest_number, "objects": self.objects,
+        return {"store": self.store, "manifest_number": self.manifest_number, "live_objects": self.objects,
                 "size_bytes": self.size_bytes, "read_data": self.read_data,
                 "subset": f"{self.subset[0]}/{self.subset[1]}" if self.subset else None,
-                "data_objects": self.data_objects, "data_bytes": self.data_bytes,
-                "problems": [p.to_json() for p in self.problems], "damaged": len(self.damage),
+                "data_objects_read": self.data_objects, "data_bytes_read": self.data_bytes,
+                "problems": [p.to_json() for p in self.problems], "damage_count": len(self.damage),
                 "verdict": "damaged" if self.damage else "ok", "requests": self.requests}
 
 
