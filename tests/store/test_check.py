@@ -226,16 +226,23 @@ def test_ls_shows_a_size_mismatch(tmp_path):
 
 
 @pytest.mark.parametrize("dry_run", [["--dry-run"], []])
-def test_compact_refuses_a_truncated_source_by_name(tmp_path, dry_run):
+@pytest.mark.parametrize("how", ["truncated", "footer"])
+def test_compact_refuses_a_damaged_source_by_name(tmp_path, dry_run, how):
     store = open_store(str(tmp_path / "store"))
     put_objects(store, [[(1, 3, 3000), (2, 3, 3000)], [(1, 2, 3000), (2, 2, 3000)]])
     victim = mf.load_latest(store).objects[1]
     path = tmp_path / "store" / victim["key"]
-    path.write_bytes(path.read_bytes()[:victim["size"] // 2])
+    data = bytearray(path.read_bytes())
+    if how == "truncated":
+        del data[victim["size"] // 2:]
+    else:
+        data[-8] ^= 0xFF  # the footer's magic
+    path.write_bytes(bytes(data))
     code, _, err = cli("compact", "--store", tmp_path / "store", "--level", "sso", *dry_run)
     assert code == 3, err  # was 4, "not a walctl or AutoMQ object" with a hint about TARGET
-    assert f"truncated: {victim['size'] // 2:,} of {victim['size']:,} bytes" in err
-    assert victim["key"] in err and "TARGET" not in err
+    named = (f"truncated: {victim['size'] // 2:,} of {victim['size']:,} bytes" if how == "truncated"
+             else "live object has a damaged footer")
+    assert named in err and victim["key"] in err and "TARGET" not in err
     assert mf.load_latest(store).number == 1  # nothing committed
 
 
