@@ -120,7 +120,9 @@ def read_indexes(store: Store, objects: list[dict]) -> tuple[dict, int]:
     indexes = {}
     before = store.stats.snapshot().get("get", 0)  # (each inspect's own count would include the others')
     with ThreadPoolExecutor(max_workers=max(1, min(INDEX_READ_THREADS, len(objects)))) as pool:
-        for o, result in zip(objects, pool.map(lambda o: inspect(store, o["key"]), objects)):
+        # The manifest names them: a bad footer or another size is damage naming the object (exit 3)
+        for o, result in zip(objects, pool.map(
+                lambda o: inspect(store, o["key"], known=True, expected_size=o["size"]), objects)):
             indexes[o["id"]] = result.entries
     return indexes, store.stats.snapshot().get("get", 0) - before
 
