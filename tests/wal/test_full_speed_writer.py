@@ -210,3 +210,45 @@ def test_a_writer_started_during_uploads_scan_runs(tmp_path):
     again = walctl("upload", wal, "--store", store)
     assert again.returncode == 0, again.stderr
     assert_store_holds_exactly(store, 7, first + late)
+
+
+def test_a_second_upload_of_a_wal_waits_for_the_first(tmp_path):
+    """Issue 30: two overlapping uploads of one WAL uploaded the same records twice (a duplicate
+    object, exit 5, an orphaned prepared id). The upload lease makes the second wait for the first
+    (saying so), then find nothing left (after upload.LEASE_WAIT_S it would refuse, exit 5, before
+    uploading anything). Here: held at the upload-scan failpoint, the first holds the lease."""
+    wal = str(tmp_path / "w.img")
+    assert walctl("init", wal, "--capacity", "16MiB", "--no-prewrite").returncode == 0
+    first = payloads(0, 2_000)
+    (tmp_path / "in.bin").write_bytes(framed(first))
+    assert walctl("append", wal, "--stream", 7, "--input", tmp_path / "in.bin", "--framing",
+                  "length-prefixed").returncode == 0
+    ready, store = tmp_path / "scan.ready", tmp_path / "store"
+    one = start("upload", wal, "--store", store, "--json",
+                env={"WALCTL_FAILPOINT": "upload-scan:hold", "WALCTL_FAILPOINT_READY": str(ready)})
+    two = None
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not ready.exists() and one.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ready.exists(), "upload never reached its scan"
+        two = start("upload", wal, "--store", store, "--json")
+        line = two.stderr.readline()
+        assert "another upload of this WAL is running; waiting" in line
+        assert two.poll() is None  # it waits: nothing uploaded twice
+        ready.unlink()
+        out1, err1 = one.communicate(timeout=WAIT_S)
+        out2, err2 = two.communicate(timeout=WAIT_S)
+    finally:
+        for proc in (one, two):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert one.returncode == 0, err1
+    assert two.returncode == 0, err2
+    assert json.loads(out1)["records"] == len(first) and json.loads(out2)["records"] == 0
+    from walctl.store import manifest as mf
+
+    doc = mf.load_latest(open_store(str(store)))
+    assert len(doc.objects) == 1 and not doc.prepared  # one object, no orphaned prepared id
+    assert_store_holds_exactly(store, 7, first)

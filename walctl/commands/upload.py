@@ -109,7 +109,8 @@ def _upload(device: str, store: str, metrics_file, json_out: bool, o: dict):
             with progress_bar(None, "uploading", json_out=json_out or dry_run) as progress:
                 result = upload(device, st, namespace=o["namespace"], block_size=parse_size(o["block_size"]),
                                 split_size=parse_size(o["split_size"]), trim=not o["no_trim"], dry_run=dry_run,
-                                accept_gaps=accepted, progress=progress, trim_timeout_s=o["trim_timeout"])
+                                accept_gaps=accepted, progress=progress, trim_timeout_s=o["trim_timeout"],
+                                on_wait=warn)
         except TrimPendingError as exc:
             done = exc.result
             exc.summary = metrics.summary = {"device": device, "store": store, **done.to_json(),

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 from walctl.device.buffers import ALIGN, align_down, align_up, aligned_buffer
-from walctl.errors import CorruptionError, RefusedError, UsageError, WalctlError
+from walctl.errors import CorruptionError, NotFoundError, RefusedError, UsageError, WalctlError
 from walctl.failpoints import failpoint
 from walctl.format import bulk
 from walctl.format import record as rec
@@ -1169,10 +1169,14 @@ def _object_chunks(builder, planned: PlannedObject, fetch: _WalBatches, block_si
     yield builder.finish()
 
 
+LEASE_WAIT_S = 600.0  # walctl upload waits this long for another upload of the WAL to end
+
+
 def upload(wal_path: str, store: Store, *, namespace: str = mf.DEFAULT_NAMESPACE, block_size: int = DEFAULT_BLOCK_SIZE,
            split_size: int = DEFAULT_SPLIT_SIZE, trim: bool = True, dry_run: bool = False,
            accept_gaps: list[tuple[int, int, int]] = (), progress=None,
-           trim_timeout_s: float = DEFAULT_TRIM_TIMEOUT_S, max_bytes: int | None = None) -> UploadResult:
+           trim_timeout_s: float = DEFAULT_TRIM_TIMEOUT_S, max_bytes: int | None = None,
+           lease_wait_s: float = LEASE_WAIT_S, on_wait=None) -> UploadResult:
     """Upload the WAL's records after the trim point; commit; trim to the last one uploaded.
 
     The WAL is read without the writer lock, so a writer may start, append and stop meanwhile
@@ -1187,9 +1191,52 @@ def upload(wal_path: str, store: Store, *, namespace: str = mf.DEFAULT_NAMESPACE
         progress: if given, ``progress(done, total)`` is called with the payload bytes uploaded so far.
         max_bytes: upload at most about this many bytes of log (whole records, from the first one
             not uploaded yet): the writer-side uploader's ``--upload-at`` cap on each upload.
+        lease_wait_s: how long to wait while another upload of this WAL runs (the upload lease,
+            walctl.device.locks.take_lease; ``on_wait(message)`` is told once), then UploadBusy.
+            Two uploads of one WAL never run at once: the second would upload the same records
+            again and lose the commit race.
     Returns an UploadResult; ``bad_records`` lists records whose body is no StreamRecordBatch:
     they are not uploaded and the WAL is not trimmed past the first of them (see 'recover').
     """
+    lease = None if dry_run else _take_lease(wal_path, lease_wait_s, on_wait)
+    try:
+        return _upload_leased(wal_path, store, namespace=namespace, block_size=block_size, split_size=split_size,
+                              trim=trim, dry_run=dry_run, accept_gaps=accept_gaps, progress=progress,
+                              trim_timeout_s=trim_timeout_s, max_bytes=max_bytes)
+    finally:
+        if lease is not None:
+            lease.release()
+
+
+class UploadBusy(RefusedError):
+    """Another upload of this WAL held the upload lease for the whole wait."""
+
+
+def _take_lease(wal_path: str, wait_s: float, on_wait):
+    """The WAL's upload lease (None where the device cannot be opened for writing: a read-only
+    medium still uploads, unguarded), or UploadBusy."""
+    from walctl.device.locks import take_lease
+    from walctl.device.opening import open_error
+
+    said = (lambda: on_wait(f"{wal_path}: another upload of this WAL is running; waiting up to {wait_s:g} s "
+                            f"for it to end")) if on_wait is not None else None
+    try:
+        lease = take_lease(wal_path, wait_s=wait_s, on_wait=said)
+    except OSError as exc:
+        err = open_error(exc, wal_path)
+        if isinstance(err, NotFoundError):
+            raise err from exc
+        return None
+    if lease is None:
+        raise UploadBusy("another upload of this WAL is running", where=wal_path,
+                         hint="nothing was uploaded; rerun when it has ended (it uploads the same records)")
+    return lease
+
+
+def _upload_leased(wal_path: str, store: Store, **options) -> UploadResult:
+    """upload() once its lease is held: read the log as quiet, then again as a live writer's if a
+    writer started or stopped meanwhile (_WriterStarted)."""
+    dry_run, block_size = options["dry_run"], options["block_size"]
     live = None  # not known yet: _upload looks for a writer
     while True:
         spools = None
@@ -1197,9 +1244,7 @@ def upload(wal_path: str, store: Store, *, namespace: str = mf.DEFAULT_NAMESPACE
                 and block_size <= SPOOL_MAX_BLOCK):
             spools = _Spools(store, block_size, SPOOL_SEGMENTS)
         try:
-            return _upload(wal_path, store, namespace=namespace, block_size=block_size, split_size=split_size,
-                           trim=trim, dry_run=dry_run, accept_gaps=accept_gaps, progress=progress,
-                           trim_timeout_s=trim_timeout_s, spools=spools, max_bytes=max_bytes, live=live)
+            return _upload(wal_path, store, spools=spools, live=live, **options)
         except _WriterStarted:
             live = True  # read again as a live writer's log: up to its first block in flight
         finally:
@@ -1582,6 +1627,8 @@ class BackgroundUploader:
                 continue
             try:
                 self.upload_once()
+            except UploadBusy:  # a 'walctl upload' of this WAL is running: it uploads (and trims) for us
+                continue
             except Exception as exc:  # the writer goes on; the next round (or walctl upload) retries
                 self.stats.failures += 1
                 self.stats.last_error = str(exc)
@@ -1592,7 +1639,8 @@ class BackgroundUploader:
     def upload_once(self) -> UploadResult:
         # Each upload takes at most upload_at bytes: one object per upload_at, as documented, and a
         # writer held back by a full ring gets room back after one upload, not after the whole log.
-        result = upload(self.wal_path, self.store, trim=False, max_bytes=self.upload_at, **self.options)
+        result = upload(self.wal_path, self.store, trim=False, max_bytes=self.upload_at, lease_wait_s=0.0,
+                        **self.options)
         self.stats.uploads += 1
         self.stats.records += result.records
         self.stats.objects += len(result.objects)
