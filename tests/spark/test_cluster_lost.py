@@ -77,13 +77,19 @@ def _assert_unchanged(store, s3_client, s3_bucket, before: mf.Manifest, data: di
     assert not s3_client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads")
 
 
-def _assert_one_line_exit_6(code: int, out: dict, err: str, cluster) -> None:
+def _assert_one_line_exit_6(code: int, out: dict, err: str, cluster) -> list[str]:
+    """One error line (and the JVM's own "Using incubator modules" warning), no traceback, no Spark
+    log; returns the warnings before it."""
     assert code == EXIT_IO, err[-3000:]
-    # one line (but the JVM's own "Using incubator modules" warning), no traceback, no Spark log
-    (line,) = [ln for ln in err.splitlines() if not ln.startswith("WARNING: Using incubator modules")]
+    *warnings, line = [ln for ln in err.splitlines() if not ln.startswith("WARNING: Using incubator modules")]
     assert line.startswith("walctl: error: the Spark job did not finish within"), err[-3000:]
     assert "no executor ran it" in line and cluster.url in line and "nothing was committed" in line
     assert out["error"]["code"] == EXIT_IO and out["commit_number"] is None and out["rolled_back"]
+    assert len(warnings) <= 1, err[-3000:]
+    for warning in warnings:  # the wait for executors, said long before the timeout
+        assert warning.startswith("walctl: warning: the Spark job has had no executor for"), err[-3000:]
+        assert cluster.url in warning and "--task-timeout" in warning
+    return warnings
 
 
 def test_no_worker_fails_within_the_task_timeout(cluster, s3_server, s3_bucket, s3_client):
@@ -92,7 +98,7 @@ def test_no_worker_fails_within_the_task_timeout(cluster, s3_server, s3_bucket, 
     started = time.monotonic()
     code, out, err = _finish(_compact(cluster, s3_server, s3_bucket, "3s"))
     elapsed = time.monotonic() - started
-    _assert_one_line_exit_6(code, out, err, cluster)
+    (warning,) = _assert_one_line_exit_6(code, out, err, cluster)  # after half the timeout
     assert "within 3s" in err and out["task_timeout_seconds"] == 3
     assert elapsed < 3 + ROLLBACK_S + 60, elapsed  # (60: the JVM's start on a busy 2-core machine)
     _assert_unchanged(store, s3_client, s3_bucket, before, data)

@@ -85,11 +85,10 @@ def compact_cmd(
              "to finish the planned bytes in 80% of it (at least 32 MiB/s), as AutoMQ does; 0 = unlimited.")] = "20m",
     task_timeout: Annotated[float | None, typer.Option(
         "--task-timeout", metavar="DURATION", parser=Duration(min=0),
-        help="Most time the Spark job (all iterations of the run, waiting for executors included) may take "
-             "(90s, 10m, 1h): past it, lost workers, no worker with free cores and memory or a hung task, the "
-             "job is cancelled, its uploads rolled back, nothing committed, exit 6. Default: 10m, or twice "
-             "the plan's expected duration at its budgets (32 MiB/s when unlimited) if longer; 0 = no "
-             "limit.")] = None,
+        help="Most time the Spark job (every iteration of the run) may take, waiting for executors included "
+             "(90s, 10m, 1h). Past it (lost workers, none with free cores and memory, a hung task) the job is "
+             "cancelled, its uploads rolled back, nothing committed: exit 6. Default: 10m, or twice the "
+             "plan's expected duration at its budgets (32 MiB/s when unlimited) if longer; 0 = no limit.")] = None,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the whole plan (inputs, outputs, iterations, GET/PUT counts); write nothing.")] = False,
     level: Annotated[Level, typer.Option(
@@ -263,7 +262,8 @@ def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_
                              interval_s=interval_s or None, split_size=parse_size(sso["split_size"]),
                              max_objects=sso["max_objects"], retention=retention,
                              dry_run=dry_run, namespace=namespace, on_result=started.append,
-                             spark_log_level="WARN" if _debug() else "OFF", task_timeout_s=sso["task_timeout"])
+                             spark_log_level="WARN" if _debug() else "OFF", task_timeout_s=sso["task_timeout"],
+                             on_warning=warn)
         except JobTimeout as exc:
             exc.summary = _rolled_back_summary(store, started[0] if started else None)
             raise

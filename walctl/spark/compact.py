@@ -206,7 +206,7 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
             retention: dict[int, int] | None = None, dry_run: bool = False, namespace: str = mf.DEFAULT_NAMESPACE,
             spark=None, progress=None, read_rate_bps: float | None = None, write_rate_bps: float | None = None,
             interval_s: float | None = None, on_result=None, spark_log_level: str = "OFF",
-            tasks: int | None = None, task_timeout_s: float | None = None) -> CompactResult:
+            tasks: int | None = None, task_timeout_s: float | None = None, on_warning=None) -> CompactResult:
     """Plan, fence, run and commit one compaction (see the module doc).
 
     ``master``: the Spark master; None takes spark-submit's (or PYSPARK_SUBMIT_ARGS') and
@@ -220,7 +220,7 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
     (None: ``job.default_tasks``, 1 on a local master, 2 on a cluster). ``on_result`` gets the result object as soon as
     it exists, so an interrupted run can still report what it had done. ``task_timeout_s``: the
     most the Spark job may take, waiting for executors included (0: no limit; None: derived,
-    ``task_timeout``).
+    ``task_timeout``). ``on_warning(message)``: told of a job that waits for executors.
 
     Raises:
         MissingPrerequisite: no pyspark or no Java (before anything is written).
@@ -285,7 +285,7 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
         result.spark_master = session.sparkContext.master
         keys = [p["key"] for p in state["prepared"]]
         ran = job.run_iterations(session, plan, keys, store, task_store_url(store, store_url), endpoint_url,
-                                 progress, result.read_rate_bps, write_rate_bps, timeout_s=result.task_timeout_s)
+                                 progress, result.read_rate_bps, write_rate_bps, timeout_s=result.task_timeout_s, on_warning=on_warning)
     finally:
         if ours:
             job.stop_session(session)

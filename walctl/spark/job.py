@@ -696,7 +696,8 @@ def default_tasks(master: str) -> int:
 
 def run_iterations(spark, plan, keys: list[str], store: Store, store_url: str, endpoint_url: str | None,
                    progress=None, read_rate_bps: float | None = None,
-                   write_rate_bps: float | None = None, timeout_s: float | None = None) -> JobResult:
+                   write_rate_bps: float | None = None, timeout_s: float | None = None,
+                   on_warning=None) -> JobResult:
     """Run the plan's iterations as one Spark job of ``plan.tasks`` tasks (fewer if there are
     fewer iterations), each running its share of the iterations (round robin) one after
     another: together they hold at most the memory limit, and each gets 1/tasks of the read
@@ -711,6 +712,7 @@ def run_iterations(spark, plan, keys: list[str], store: Store, store_url: str, e
     written deleted (their prepared ids are left for gc), and the error is re-raised, classified.
     ``timeout_s``: the most the Spark job may take, waiting for executors included (None: no
     limit); past it the job is cancelled and rolled back the same way (JobTimeout).
+    ``on_warning(message)``: told once if the job goes without any executor for a while.
     """
     from walctl.format.crc import crc32c, crc32c_combine
     from walctl.format.footer import VERSION_WALCTL, Footer
@@ -733,7 +735,7 @@ def run_iterations(spark, plan, keys: list[str], store: Store, store_url: str, e
                                None if p.output in uploads else index_block(plan.outputs[p.output]))
                      for p in it.pieces), read_share, write_share, memory_bytes=plan.task_memory)
                  for it in plan.iterations]
-        done = _collect(sc, [specs[k::slots] for k in range(slots)], timeout_s)
+        done = _collect(sc, [specs[k::slots] for k in range(slots)], timeout_s, on_warning)
         failed = [r for r in done if "error" in r]
         if failed:
             raise task_error(failed[0]["error"])
@@ -780,11 +782,12 @@ class JobTimeout(IOFailure):
     resources it asks for, a hung task): cancelled and rolled back, nothing committed (exit 6)."""
 
 
-def _collect(sc, batches: list[list[IterationSpec]], timeout_s: float | None = None) -> list[dict]:
+def _collect(sc, batches: list[list[IterationSpec]], timeout_s: float | None = None, on_warning=None) -> list[dict]:
     """Run one task per batch as one Spark job; the iterations' results, in plan order. The
     Spark call waits in a thread of its own, so an interrupt reaches this (main) thread,
     which cancels the job, instead of py4j (which would swallow it); so does ``timeout_s``
     running out (None: no limit), which raises JobTimeout saying why the job stood still.
+    ``on_warning`` hears once of a job without executors (IdleWatch), long before the timeout.
 
     The job runs in a job group of its own, with interruptOnCancel: cancelling it stops only
     this job (a caller's session may run others) and interrupts its running tasks, whose
@@ -806,11 +809,14 @@ def _collect(sc, batches: list[list[IterationSpec]], timeout_s: float | None = N
             box["error"] = exc
 
     deadline = time.monotonic() + timeout_s if timeout_s else None
+    watch = IdleWatch(sc, group, timeout_s, on_warning) if on_warning is not None else None
     thread = threading.Thread(target=work, name="walctl-iterations", daemon=True)
     thread.start()
     try:
         while thread.is_alive():
             thread.join(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
+            if watch is not None and thread.is_alive():
+                watch.check()
             if deadline is not None and thread.is_alive() and time.monotonic() >= deadline:
                 raise job_timeout(sc, group, timeout_s)  # (said before the cancel changes the picture)
     except BaseException:
@@ -823,6 +829,40 @@ def _collect(sc, batches: list[list[IterationSpec]], timeout_s: float | None = N
     if "error" in box:
         raise classify(box["error"]) from None
     return sorted((r for batch in box["result"] for r in batch), key=lambda r: r["iteration"])
+
+
+IDLE_WARNING_S = 30.0  # a job this long without any executor is worth a warning (or half its timeout)
+IDLE_CHECK_S = 1.0  # how often IdleWatch asks the status tracker
+
+
+class IdleWatch:
+    """Warns once, on a cluster master, when the job has had no executor and no running task for
+    IDLE_WARNING_S (or half its timeout, if shorter): what a standalone master whose workers are
+    lost, or too small, does for ever, with nothing on stderr ("no output" for minutes)."""
+
+    def __init__(self, sc, group: str, timeout_s: float | None, on_warning):
+        self.sc, self.group, self.timeout_s, self.on_warning = sc, group, timeout_s, on_warning
+        self.after_s = min(IDLE_WARNING_S, timeout_s / 2) if timeout_s else IDLE_WARNING_S
+        self.idle_since: float | None = None
+        self.next_check = 0.0
+        self.done = sc.master.startswith("local")  # (the driver is the executor there)
+
+    def check(self) -> None:
+        now = time.monotonic()
+        if self.done or now < self.next_check:
+            return
+        self.next_check = now + IDLE_CHECK_S
+        state = job_state(self.sc, self.group)
+        if state["executors"] or state["running"]:
+            self.idle_since = None
+        elif self.idle_since is None:
+            self.idle_since = now
+        elif now - self.idle_since >= self.after_s:
+            self.done = True
+            limit = (f"it is cancelled at --task-timeout ({duration_text(self.timeout_s)})" if self.timeout_s
+                     else "--task-timeout 0: it waits for one")
+            self.on_warning(f"the Spark job has had no executor for {duration_text(round(now - self.idle_since))} "
+                            f"({self.sc.master}): lost workers, or none with free cores and memory? {limit}")
 
 
 def job_timeout(sc, group: str, timeout_s: float) -> JobTimeout:
@@ -859,7 +899,7 @@ def duration_text(seconds: float) -> str:
 
 def job_state(sc, group: str) -> dict:
     """Executors (the driver's own not counted, but on a local master, where it is the executor),
-    and the running and total tasks of the group's active stages; zeros where Spark does not say."""
+    and the running and all tasks of the group's stages; zeros where Spark does not say."""
     state = {"executors": 0, "running": 0, "tasks": 0}
     try:
         infos = sc._jsc.sc().statusTracker().getExecutorInfos()  # (pyspark's tracker has no executors)
@@ -871,7 +911,7 @@ def job_state(sc, group: str) -> dict:
                 stage = tracker.getStageInfo(stage_id)
                 if stage is not None:
                     state["running"] += stage.numActiveTasks
-                    state["tasks"] += stage.numTasks - stage.numCompletedTasks
+                    state["tasks"] += stage.numTasks
     except Exception:  # noqa: BLE001 - only the error's wording depends on it
         pass
     return state
