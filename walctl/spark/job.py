@@ -873,8 +873,9 @@ def job_timeout(sc, group: str, timeout_s: float) -> JobTimeout:
     state = job_state(sc, group)
     executors, running, total = state["executors"], state["running"], state["tasks"]
     if running:
-        why = (f"{running} of its {total} task(s) still running on {executors} executor(s) "
-               "(a hung task, or a compaction longer than the timeout?)")
+        # (an executor that stops answering, not killed, counts as running until spark.network.timeout)
+        why = (f"{running} of its {total} task(s) still running on {executors} executor(s) (a hung task, an "
+               "executor that stopped answering, or a compaction longer than the timeout?)")
         hint = ("look at the executors' logs for the task that hangs; if the compaction is only long, raise "
                 "--task-timeout (or its budgets); nothing was committed")
     elif executors == 0:
