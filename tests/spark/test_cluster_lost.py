@@ -15,6 +15,9 @@ import time
 
 import pytest
 
+from typer.testing import CliRunner
+
+from walctl.cli import app
 from walctl.errors import EXIT_IO
 from walctl.store import S3Store
 from walctl.store import manifest as mf
@@ -72,6 +75,11 @@ def _assert_unchanged(store, s3_client, s3_bucket, before: mf.Manifest, data: di
     assert after.objects == before.objects and after.deleting == before.deleting
     assert after.prepared  # the run had fenced and prepared: its ids stay for gc
     assert read_back(store) == data
+    for sid, batches in data.items():  # `walctl read` serves every record, checksums checked
+        result = CliRunner().invoke(app, ["read", "--store", f"s3://{s3_bucket}/{PREFIX}", "--endpoint-url",
+                                          store.endpoint_url, "--stream", str(sid), "--json"])
+        assert result.exit_code == 0, result.stderr
+        assert json.loads(result.stdout.splitlines()[-1])["records"] == len(batches)
     keys = {o["Key"].removeprefix(f"{PREFIX}/") for o in s3_client.list_objects_v2(Bucket=s3_bucket)["Contents"]}
     assert {k for k in keys if not k.startswith("manifest/")} == {o["key"] for o in after.objects}
     assert not s3_client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads")
