@@ -10,7 +10,7 @@ import typer
 
 from walctl.commands._shared import (EndpointOpt, JsonOpt, MetricsFileOpt, NamespaceOpt, StoreOpt, command, emit_json,
                                      stdout_console, warn)
-from walctl.options import spark_master
+from walctl.options import Duration, spark_master
 
 if TYPE_CHECKING:
     from walctl.store.base import Store
@@ -22,12 +22,17 @@ def _debug() -> bool:
     return debug_requested()
 
 
-def _interrupted_summary(store: str, result) -> dict:
-    """The JSON summary of a run that SIGTERM/SIGINT stopped (the walctl.cli boundary adds the error)."""
+def _rolled_back_summary(store: str, result) -> dict:
+    """The JSON summary of a run whose Spark job was cancelled and rolled back (the walctl.cli
+    boundary adds the error)."""
     summary = {"store": store, **result.to_json()} if result is not None else {"store": store}
-    summary["interrupted"] = True
     summary["rolled_back"] = "the Spark job was cancelled, its uploads aborted, nothing committed"
     return summary
+
+
+def _interrupted_summary(store: str, result) -> dict:
+    """The JSON summary of a run that SIGTERM/SIGINT stopped (the walctl.cli boundary adds the error)."""
+    return {**_rolled_back_summary(store, result), "interrupted": True}
 
 
 class Level(str, enum.Enum):
@@ -78,6 +83,12 @@ def compact_cmd(
         "--interval", metavar="DURATION",
         help="How often compaction runs (cron period: 90s, 20m, 1h). Without --read-rate, reads are paced "
              "to finish the planned bytes in 80% of it (at least 32 MiB/s), as AutoMQ does; 0 = unlimited.")] = "20m",
+    task_timeout: Annotated[float | None, typer.Option(
+        "--task-timeout", metavar="DURATION", parser=Duration(min=0),
+        help="Most time the Spark job (every iteration of the run) may take, waiting for executors included "
+             "(90s, 10m, 1h). Past it (lost workers, none with free cores and memory, a hung task) the job is "
+             "cancelled, its uploads rolled back, nothing committed: exit 6. Default: 10m, or twice the "
+             "plan's expected duration at its budgets (32 MiB/s when unlimited) if longer; 0 = no limit.")] = None,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the whole plan (inputs, outputs, iterations, GET/PUT counts); write nothing.")] = False,
     level: Annotated[Level, typer.Option(
@@ -127,7 +138,9 @@ def compact_cmd(
     Needs pyspark (pip install 'walctl[spark]') and Java: without them it exits 4 and
     writes nothing (--dry-run works without either). SIGTERM or SIGINT cancels the Spark
     job, aborts its uploads, stops the JVM and exits 130 (with --json, the result carries
-    "error"); a commit in flight is finished first.
+    "error"); a commit in flight is finished first. A Spark job still running after
+    --task-timeout (lost workers, none with free cores and memory, a hung task) is
+    cancelled and rolled back the same way, and compact exits 6 with one line saying why.
     """
     from walctl.errors import UsageError
 
@@ -148,7 +161,7 @@ def compact_cmd(
     sso_options = dict(master=master, memory_limit=memory_limit, read_rate_bps=read_rate * (1 << 20) if read_rate
                        else None, write_rate_bps=write_rate * (1 << 20) if write_rate else None, tasks=tasks,
                        interval=interval, split_size=split_size, max_objects=max_objects,
-                       retention_start=retention_start, shared_path=shared_path)
+                       retention_start=retention_start, shared_path=shared_path, task_timeout=task_timeout)
     out = _sso_level(store, endpoint_url, namespace, dry_run, metrics_file, metrics_options, sso_options,
                      so_options if level is Level.all else None)
     if json_out:
@@ -232,6 +245,7 @@ def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_
     from walctl.metrics import MetricsRun
     from walctl.sizes import parse_duration, parse_size
     from walctl.spark.compact import compact
+    from walctl.spark.job import JobTimeout
 
     executor_store = store_for_executors(store, sso["master"], shared_path=sso["shared_path"])
     # SIGTERM and SIGINT raise walctl.cli's Interrupted (a KeyboardInterrupt) here, through
@@ -248,7 +262,11 @@ def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_
                              interval_s=interval_s or None, split_size=parse_size(sso["split_size"]),
                              max_objects=sso["max_objects"], retention=retention,
                              dry_run=dry_run, namespace=namespace, on_result=started.append,
-                             spark_log_level="WARN" if _debug() else "OFF")
+                             spark_log_level="WARN" if _debug() else "OFF", task_timeout_s=sso["task_timeout"],
+                             on_warning=warn)
+        except JobTimeout as exc:
+            exc.summary = _rolled_back_summary(store, started[0] if started else None)
+            raise
         except KeyboardInterrupt as exc:
             if started and started[0].commit_number is not None:
                 result = started[0]  # the commit was in flight and landed: the run is complete
