@@ -267,7 +267,7 @@ WAL_GAUGES: dict[str, str] = {
     "verified_bytes": "Log bytes the last walctl status --verify-budget run verified",
     "verified_through_offset": "WAL offset up to which the last --verify-budget run verified the log",
     "verify_last_pass_timestamp_seconds": "When --verify-budget last finished a whole pass over the live log "
-                                          "(0: none yet)",
+                                          "(absent until the first pass ends)",
 }
 
 
@@ -300,7 +300,8 @@ def _verification_values(verification: dict | None) -> dict[str, float]:
     return {"corrupt_findings": verification["corrupt_findings"],
             "verified_bytes": verification["verified_bytes"],
             "verified_through_offset": verification["verified_through_offset"],
-            "verify_last_pass_timestamp_seconds": verification["last_pass_timestamp_ns"] / 1e9}
+            # absent until a first pass ends (0 would make an alert on its age fire at once)
+            "verify_last_pass_timestamp_seconds": verification["last_pass_timestamp_ns"] / 1e9 or None}
 
 
 def write_wal_status(path: str, out: dict | None, *, device: str, node_id: object, clock=time.time) -> None:

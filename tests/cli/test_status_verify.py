@@ -60,6 +60,8 @@ def test_a_healthy_wal_is_verified_a_budget_at_a_time_and_wraps(cli, tmp_path, f
     state_file = tmp_path / "wal.prom.verify-state"
     runs = []
     while not (runs and runs[-1]["pass_complete"]):
+        if runs:  # no pass has ended yet: no age to alert on
+            assert "walctl_wal_verify_last_pass_timestamp_seconds" not in _gauges(prom, dev)
         assert len(runs) < 5, runs  # 2.6 MiB of log, 1 MiB a run
         res, out = _cron(cli, dev, prom)
         assert res.exit_code == 0, res
@@ -190,3 +192,17 @@ def test_a_whole_scan_counts_as_a_pass(cli, tmp_path, full_wal, tools):
     known = out["verification"]["corrupt_findings"]
     assert out["verification"]["pass_complete"] and known == out["corrupt_findings"] >= 1
     assert _gauges(prom, dev)["walctl_wal_corrupt_findings"] == known
+
+
+def test_damage_in_the_acknowledged_log_of_a_running_writer_counts(cli, tmp_path, full_wal, held_writer, tools):
+    """A running writer's log has no trusted checkpoint: status scans it whole (that is the pass),
+    and damage before the header's nextOffset (durable before the writer opened) is no crash tail."""
+    dev = full_wal()
+    offsets = _record_offsets(cli, dev)
+    writer = held_writer(dev)  # its open wrote nextOffset = the clean end of the 900 records
+    tools.flip_byte(dev, tools.physical(offsets[450], 4 << 20) + tools.RECORD_HEADER + 100)
+    res, out = _cron(cli, dev, tmp_path / "wal.prom")
+    assert res.exit_code == 3, res
+    assert out["writer_active"] and out["verification"]["pass_complete"]
+    assert out["verification"]["corrupt"][0]["offset"] == offsets[450]
+    writer.finish()

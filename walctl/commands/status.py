@@ -27,7 +27,8 @@ def status_cmd(
         "--metrics-file", metavar="PATH",
         help="Also write the WAL's state as Prometheus gauges for node_exporter's textfile collector "
              "(name it *.prom), labelled device and node_id: used_percent, free_bytes, trim_lag_bytes "
-             "(bytes not yet uploaded and trimmed), last_shutdown_graceful, corrupt_findings, up. Other "
+             "(bytes not yet uploaded and trimmed), last_shutdown_graceful, up, and corrupt_findings when the "
+             "run verified records (--scan, --verify-budget; absent otherwise, never 0). Other "
              "WALs' and jobs' samples in the file are kept; replaced atomically. Run it from cron to "
              "alert before the WAL is full (exit 7).")] = None,
     scan: Annotated[bool, typer.Option(
@@ -61,6 +62,10 @@ def status_cmd(
     counts them: end of log minus the trim point. Exit 3 when a scan finds damage a crash does
     not explain (details: walctl recover). Sealed crash holes and
     stream gaps (found by a scan) are listed with their cause and what to do.
+
+    For cron: --verify-budget verifies the live log a budget at a time, going on where the last
+    run stopped, and exits 3 while it knows of a finding a crash does not explain (the README's
+    crontab: status DEVICE --verify-budget 256MiB --metrics-file PATH).
     """
     from walctl.status import wal_status
 
