@@ -200,12 +200,16 @@ def _verify(session, path: str, request: VerifyRequest, full: reader.ScanResult 
     """One run of the incremental verification (walctl.wal.verify), its state file updated: a
     budgeted range from where the last run stopped, or ``full``, a whole scan status made anyway
     (no checkpoint answers: a running or crashed writer; or --scan), taken as a complete pass."""
+    import os
+
     from walctl.wal import verify
-    from walctl.wal.lifecycle import read_wal_state
+    from walctl.wal.lifecycle import read_wal_state, trusted_checkpoint
 
     header = session.state.header
     devices = verify.load_state(request.state_file)
-    entry, restarted = verify.entry_for(devices, path, header)
+    key = os.path.abspath(path)  # (not realpath: /dev/disk/by-id names stay, /dev/nvme1n1 may change)
+    checkpoint = trusted_checkpoint(session.state)
+    entry, restarted = verify.entry_for(devices, key, header, checkpoint.log_end if checkpoint is not None else None)
     if full is not None:
         done = verify.from_full_scan(full)
     else:
@@ -219,7 +223,7 @@ def _verify(session, path: str, request: VerifyRequest, full: reader.ScanResult 
     now = read_wal_state(session.dev, path).header
     later = header.with_(trim_offset=now.trim_offset) if now.trim_offset > header.trim_offset else header
     found = verify.remember(entry, later, done, corrupt)
-    devices[path] = entry.to_json()
+    devices[key] = entry.to_json()
     verify.save_state(request.state_file, devices)
     return verify.Verification(done, list(entry.corrupt), found, request.state_file, entry.passes,
                                entry.last_pass_ns, restarted)

@@ -148,6 +148,16 @@ def test_a_reinitialised_wal_starts_over(cli, tmp_path, full_wal, tools):
     assert v["from_offset"] == 0 and v["records"] == 2 and v["pass_complete"]
     assert "re-initialised" in v["restarted"]
 
+    # never trimmed, before and after: the log now ends before where the last run stopped
+    other = full_wal("other.img")
+    res, first = _cron(cli, other, prom)
+    assert res.exit_code == 0 and first["verification"]["next_offset"] > 0
+    assert cli("init", other, "--capacity", "4MiB", "--force", "--discard-unuploaded").exit_code == 0
+    assert cli("append", other, "--stream", "1", "a").exit_code == 0
+    res, second = _cron(cli, other, prom)
+    assert res.exit_code == 0 and second["verification"]["from_offset"] == 0
+    assert "ends before" in second["verification"]["restarted"]
+
 
 def test_two_wals_share_one_state_file(cli, tmp_path, full_wal, new_wal):
     first, second = full_wal("a.img"), new_wal("1MiB", "b.img")

@@ -180,16 +180,23 @@ def save_state(path: str, devices: dict) -> None:
                 pass
 
 
-def entry_for(devices: dict, device: str, header: WalHeader) -> tuple[DeviceEntry, str | None]:
-    """This WAL's remembered entry, or a new one, and why an old one was dropped (None if it was not)."""
+def entry_for(devices: dict, device: str, header: WalHeader,
+              log_end: int | None = None) -> tuple[DeviceEntry, str | None]:
+    """This WAL's remembered entry, or a new one, and why an old one was dropped (None if it was not).
+    ``log_end``: the end of the log when a checkpoint says it (a log only grows, unless re-initialised)."""
     entry = DeviceEntry.from_json(devices.get(device))
+    why = None
     if entry is None:
-        return DeviceEntry(header.capacity, header.trim_offset), None
-    if entry.capacity != header.capacity:
-        return DeviceEntry(header.capacity, header.trim_offset), "the capacity changed: another WAL"
-    if header.trim_offset < entry.trim_offset:
-        return DeviceEntry(header.capacity, header.trim_offset), "the trim point went back: the WAL was re-initialised"
-    return entry, None
+        pass
+    elif entry.capacity != header.capacity:
+        why = "the capacity changed: another WAL"
+    elif header.trim_offset < entry.trim_offset:
+        why = "the trim point went back: the WAL was re-initialised"
+    elif log_end is not None and entry.next_offset > log_end:
+        why = "the log ends before where the last run stopped: the WAL was re-initialised"
+    else:
+        return entry, None
+    return DeviceEntry(header.capacity, header.trim_offset), why
 
 
 def verify_range(dev: Device, header: WalHeader, from_offset: int, budget_bytes: int, *,
