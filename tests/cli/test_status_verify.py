@@ -216,3 +216,28 @@ def test_damage_in_the_acknowledged_log_of_a_running_writer_counts(cli, tmp_path
     assert out["writer_active"] and out["verification"]["pass_complete"]
     assert out["verification"]["corrupt"][0]["offset"] == offsets[450]
     writer.finish()
+
+
+def test_a_live_log_across_the_end_of_the_ring_is_verified_whole(cli, tmp_path, new_wal):
+    """Offsets past the ring's size (a later lap): the runs go on across the lap's end."""
+    dev = new_wal("1MiB")
+    store = tmp_path / "store"
+    chunk = b"".join((b"r%04d-" % i) + b"y" * 2000 + b"\n" for i in range(150))  # ~300 KiB
+    for _ in range(3):
+        assert cli("append", dev, "--stream", "1", "--input", "-", input=chunk).exit_code == 0
+        assert cli("upload", dev, "--store", store).exit_code == 0  # trims what it committed
+    for _ in range(2):
+        assert cli("append", dev, "--stream", "1", "--input", "-", input=chunk).exit_code == 0
+    status = json.loads(cli("status", dev, "--json").stdout)
+    ring = status["ring_bytes"]
+    assert status["start_offset"] < ring < status["end_offset"]  # the live log crosses the lap's end
+    prom = tmp_path / "wal.prom"
+    runs = []
+    while not (runs and runs[-1]["pass_complete"]):
+        assert len(runs) < 12, runs
+        res = cli("status", dev, "--verify-budget", "128KiB", "--metrics-file", prom, "--json")
+        assert res.exit_code == 0, res
+        runs.append(json.loads(res.stdout)["verification"])
+    assert sum(r["records"] for r in runs) == 300
+    assert any(r["from_offset"] < ring < r["verified_through_offset"] or r["from_offset"] >= ring for r in runs)
+    assert _gauges(prom, dev)["walctl_wal_corrupt_findings"] == 0

@@ -302,7 +302,7 @@ def remember(entry: DeviceEntry, header: WalHeader, verified: VerifyRange, corru
     """
     trim = header.trim_offset
     low = verified.from_offset
-    high = None if verified.reached_end else verified.through_offset
+    high = None if verified.reached_end else verified.next_offset  # (the next run goes on from there)
     kept = [f for f in entry.corrupt
             if f["offset"] > trim and not (f["offset"] >= low and (high is None or f["offset"] < high))]
     fresh = [finding_json(f) for f in corrupt if f.offset > trim]
