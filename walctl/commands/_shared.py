@@ -95,10 +95,9 @@ def _duration(min_s: float, max_s: float) -> Callable[[Any], float]:
     seconds (the defaults are "30s" ...: a clean run of read does not load walctl.options)."""
 
     def parse(value: Any) -> float:
-        if isinstance(value, str) and value.endswith("s") and value[:-1].isdigit():
-            value = int(value[:-1])
-        if isinstance(value, (int, float)) and min_s <= value <= max_s:
-            return float(value)
+        seconds = int(value[:-1]) if isinstance(value, str) and value[-1:] == "s" and value[:-1].isdigit() else value
+        if isinstance(seconds, (int, float)) and min_s <= seconds <= max_s:
+            return float(seconds)
         from walctl.options import Duration
 
         return Duration(min=min_s, max=max_s)(value)
