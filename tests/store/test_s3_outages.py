@@ -132,9 +132,10 @@ def _reset(sock: socket.socket) -> None:
 class Walctl:
     """A walctl subprocess whose stdout and stderr lines are collected as they come."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, stdin: bool = False):
         self.started = time.monotonic()
-        self.proc = subprocess.Popen([sys.executable, "-m", "walctl", *map(str, args)], stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen([sys.executable, "-m", "walctl", *map(str, args)],
+                                     stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.out: list[str] = []
         self.err: list[str] = []
@@ -261,6 +262,32 @@ def test_upload_rides_out_an_outage(tmp_path, s3_server, s3_bucket, s3_client, p
     assert "succeeded again after" in run.stderr
     assert json.loads(run.out[-1])["objects_made"] >= 1
     assert {s: (span.start, span.end) for s, span in mf.load_latest(store).streams.items()} == {0: (0, 4), 1: (0, 2)}
+
+
+def test_append_upload_at_rides_out_an_outage(tmp_path, s3_server, s3_bucket, proxy):
+    """The writer-side upload meets the outage: its S3 calls retry (and say so) instead of the
+    upload failing and waiting for its next round."""
+    store = S3Store(s3_bucket, PREFIX, endpoint_url=s3_server)
+    wal = make_wal(tmp_path)
+    proxy.stop()
+    run = Walctl("append", wal, "--input", "-", "--json", *_store_args(s3_bucket, proxy.url), "--upload-at", "8KiB",
+                 "--base-offset", "0", stdin=True)
+    try:
+        run.proc.stdin.write("".join(f"{i:04d}".ljust(1000, "r") + "\n" for i in range(20)))
+        run.proc.stdin.flush()
+        run.wait_for("err", "failing (connection refused); retrying for up to 30s (--retry-for)", 30)
+        time.sleep(1.5)  # the outage: about 2 s in all
+        proxy.start()
+        run.wait_for("err", "succeeded again", 30)
+        run.proc.stdin.close()
+        code, _ = run.wait(60)
+    finally:
+        run.kill()
+    assert code == 0, run.stderr
+    assert "background upload failed" not in run.stderr
+    summary = json.loads(run.out[-1])
+    assert summary["background_upload"]["uploads"] >= 1 and summary["background_upload"]["failures"] == 0
+    assert mf.load_latest(store).streams[0].end >= 8  # at least the first 8 KiB went up, through the outage
 
 
 def test_read_gives_up_after_retry_for(tmp_path, s3_server, s3_bucket, proxy):
