@@ -47,8 +47,31 @@ def test_the_budget_ends_in_iofailure_saying_how_long(faulty_s3):
     assert line.startswith("walctl: error: S3 HeadObject failed: 503 (HTTP 503)")  # (HEAD answers have no body)
     attempts = len(faulty_s3.proxy.seen("HEAD"))
     assert attempts > 5 and f"gave up after {attempts} attempts in 1." in line and "(--retry-for 1s)" in line
-    assert info.value.retry_spent and info.value.attempts == attempts
+    assert info.value.attempts == attempts
     assert len(warnings) == 1 and "S3 HeadObject failing" in warnings[0]
+
+
+def test_after_a_spent_budget_calls_make_one_attempt_until_one_gets_through(faulty_s3):
+    """A failing command's clean-up calls (roll-back deletes, aborts) must not each wait a whole
+    budget again: exit 6 comes within one --retry-for, not one per call."""
+    warnings: list[str] = []
+    store = _store(faulty_s3, warnings, retry_for_s=0.5)
+    proxy = faulty_s3.proxy
+    store.put("k", b"v")
+    proxy.fail(times=None, method="GET")
+    with pytest.raises(IOFailure):
+        store.read_all("k")
+    assert len(proxy.seen("GET")) > 1
+    proxy.fail(times=None, method="DELETE")
+    with pytest.raises(IOFailure) as info:
+        store.delete("k")
+    assert len(proxy.seen("DELETE")) == 1
+    assert "gave up after 1 attempt, as an earlier request spent --retry-for on this endpoint" in info.value.line()
+    proxy.clear()
+    assert store.size("k") == 1  # through: the budget is back
+    proxy.fail(times=2, method="GET")
+    assert store.read_all("k") == b"v"
+    assert len(proxy.seen("GET")) == 3
 
 
 @pytest.mark.parametrize("status, code, error", [(403, "AccessDenied", IOFailure), (404, "NoSuchKey", NotFoundError),

@@ -119,6 +119,11 @@ class _Retry:
 
     def __init__(self, store: "S3Store", op: str, key: str | None, *, quick: bool = False):
         self.store, self.op, self.key = store, op, key
+        # Once a call has spent a whole budget, the endpoint is taken as away: the calls after it
+        # (a roll-back, an abort, the next poll) make one attempt each until one gets through, so
+        # a failing command ends within one budget, not one per clean-up call.
+        self.after_outage = not quick and store.retry_for_s > 0 and store._unreachable
+        quick = quick or self.after_outage
         self.retry_for_s = 0.0 if quick else store.retry_for_s
         self.max_attempts = 1 if quick else store.max_attempts
         self.failures = 0
@@ -159,11 +164,15 @@ class _Retry:
                              f"{_seconds(time.monotonic() - self.started)}")
 
     def gave_up(self) -> str:
-        """The hint of the error that ends the call: how long it tried."""
+        """The hint of the error that ends the call (how long it tried); marks the store
+        unreachable when the call spent a whole budget."""
         tries = f"gave up after {self.failures} attempt{'s' if self.failures != 1 else ''}"
         if self.retry_for_s > 0:
+            self.store._unreachable = True
             tries += (f" in {_seconds(time.monotonic() - self.started)} (--retry-for "
                       f"{_seconds(self.retry_for_s)})")
+        elif self.after_outage:
+            tries += ", as an earlier request spent --retry-for on this endpoint"
         return tries
 
 
@@ -227,11 +236,6 @@ def _seconds(value: float) -> str:
     return f"{value:.1f}s"
 
 
-def _spent(err: WalctlError) -> WalctlError:
-    err.retry_spent = True
-    return err
-
-
 class S3Store:
     """Objects in ``s3://bucket/prefix``."""
 
@@ -284,6 +288,7 @@ class S3Store:
         self._client = None
         self._client_lock = threading.Lock()
         self._local = threading.local()   # HTTP attempts of the current call, per thread
+        self._unreachable = False  # a call spent its whole retry budget, and none succeeded since
         if client is not None:
             self._install_hooks(client)
             self._client = client
@@ -366,10 +371,9 @@ class S3Store:
         failure to a walctl error.
 
         The error carries ``attempts``: how many HTTP requests the call made (conditional
-        writes tell their own lost answer from someone else's object by it), and
-        ``retry_spent`` when it gave up on a transient failure. ``_retry``: the budget of a
-        larger operation this call belongs to (a GET and the reads of its body); one of its
-        own otherwise.
+        writes tell their own lost answer from someone else's object by it). ``_retry``: the
+        budget of a larger operation this call belongs to (a GET and the reads of its body);
+        one of its own otherwise.
         """
         method = getattr(self.client, _OP_METHOD[op])
         retry = _retry if _retry is not None else _Retry(self, op, key)
@@ -387,6 +391,7 @@ class S3Store:
                         raise
                     err.attempts = attempts
                     raise err from exc
+                self._unreachable = False
                 if _retry is None:  # (a shared budget is the caller's to close)
                     retry.succeeded()
                 return resp
@@ -409,10 +414,9 @@ class S3Store:
         if _transient(exc):
             tries = retry.gave_up()
             if isinstance(exc, bce.ClientError):
-                return _spent(IOFailure(f"S3 {op} failed: {_client_error_label(exc)}", where=where,
-                                        hint=tries))
-            return _spent(IOFailure(f"S3 {op} failed: network error ({type(exc).__name__})",
-                                    where=where, hint=f"{tries} to {self._endpoint_host()}"))
+                return IOFailure(f"S3 {op} failed: {_client_error_label(exc)}", where=where, hint=tries)
+            return IOFailure(f"S3 {op} failed: network error ({type(exc).__name__})",
+                             where=where, hint=f"{tries} to {self._endpoint_host()}")
         if isinstance(exc, bce.ClientError):
             error = exc.response.get("Error", {}) or {}
             code = str(error.get("Code", "") or "")
@@ -724,10 +728,8 @@ class S3Store:
 
     def _abort(self, key: str, full: str, upload_id: str, cause: BaseException) -> None:
         """Abort the upload so no parts linger (and are billed); note on ``cause`` if that fails."""
-        # One attempt after a call that spent the whole retry budget (the endpoint is away: exit 6
-        # should not wait a second budget for a clean-up) or after a signal (the operator waits).
-        quick = getattr(cause, "retry_spent", False) or isinstance(cause, KeyboardInterrupt)
-        retry = _Retry(self, "AbortMultipartUpload", key, quick=quick)
+        # One attempt after a signal (the operator waits), as after a spent budget (see _Retry).
+        retry = _Retry(self, "AbortMultipartUpload", key, quick=isinstance(cause, KeyboardInterrupt))
         try:
             self._call("AbortMultipartUpload", key, _retry=retry, Bucket=self.bucket, Key=full,
                        UploadId=upload_id)
