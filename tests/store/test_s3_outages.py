@@ -14,6 +14,7 @@ import queue
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -124,7 +125,7 @@ class SilentEndpoint:
 
 def _reset(sock: socket.socket) -> None:
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a RST
         sock.close()
     except OSError:
         pass
