@@ -325,6 +325,23 @@ def test_retry_options_come_from_the_environment(s3_bucket, proxy):
     assert res.returncode == 6 and "(--retry-for 1s)" in res.stderr, res.stderr
 
 
+@pytest.mark.parametrize("command", [["ls"], ["objects"], ["gc"], ["compact", "--dry-run"], ["compact", "--level", "so"],
+                                     ["inspect-object", "1"], ["read", "-s", "0"], ["upload", "{wal}", "--no-trim"],
+                                     ["append", "{wal}", "-s", "5", "x"]])
+def test_every_store_command_takes_the_retry_budget(tmp_path, s3_server, command):
+    """Each command with --store hands --retry-for to its store (a port nothing listens on;
+    s3_server: for its fake credentials)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    wal = make_wal(tmp_path)
+    args = [a.format(wal=wal) for a in command]
+    run = Walctl(*args, "--store", "s3://b/p", "--endpoint-url", f"http://127.0.0.1:{port}", "--retry-for", "300ms")
+    code, elapsed = run.wait(30)
+    assert code == 6, run.stderr
+    assert "(--retry-for 0.3s) to 127.0.0.1:" in run.err[-1] and elapsed >= 0.3
+
+
 @pytest.mark.parametrize("option, value, message", [
     ("--retry-for", "soon", "'soon' is not a duration"),
     ("--retry-for", "8d", "'8d' is above the maximum 7d"),
