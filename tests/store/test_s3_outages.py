@@ -325,7 +325,7 @@ def test_retry_options_come_from_the_environment(s3_bucket, proxy):
     assert res.returncode == 6 and "(--retry-for 1s)" in res.stderr, res.stderr
 
 
-@pytest.mark.parametrize("command", [["ls"], ["objects"], ["gc"], ["compact", "--dry-run"], ["compact", "--level", "so"],
+@pytest.mark.parametrize("command", [["ls"], ["objects"], ["check"], ["gc"], ["compact", "--dry-run"], ["compact", "--level", "so"],
                                      ["inspect-object", "1"], ["read", "-s", "0"], ["upload", "{wal}", "--no-trim"],
                                      ["append", "{wal}", "-s", "5", "x"]])
 def test_every_store_command_takes_the_retry_budget(tmp_path, s3_server, command):
