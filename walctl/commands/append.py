@@ -9,6 +9,8 @@ import typer
 
 from walctl.commands._shared import (DeviceArg, EndpointOpt, JsonOpt, StreamOpt, command, emit_json, silence_stdout,
                                      warn, write_lines)
+from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT, RetryForOpt, S3ConnectTimeoutOpt,
+                                     S3ReadTimeoutOpt, s3_settings)
 from walctl.errors import EXIT_BROKEN_PIPE
 # Input framing lives in the engine (walctl.wal.framing: large reads, records found in bulk).
 from walctl.wal.framing import Framing
@@ -54,6 +56,9 @@ def append_cmd(
              "wait starting again each time some room is freed; then exit 7 saying why. Nothing is dropped: "
              "input is only read more slowly. Default: 2m with --upload-at, else 0 (exit 7 at once).")] = None,
     endpoint_url: EndpointOpt = None,
+    retry_for: RetryForOpt = RETRY_FOR,
+    s3_connect_timeout: S3ConnectTimeoutOpt = S3_CONNECT_TIMEOUT,
+    s3_read_timeout: S3ReadTimeoutOpt = S3_READ_TIMEOUT,
     iodepth: Annotated[int, typer.Option(
         "--iodepth", envvar="WALCTL_IODEPTH", min=1, max=256,
         help="Blocks written concurrently (I/O queue depth).")] = 4,
@@ -90,11 +95,12 @@ def append_cmd(
         raise exc.at(device)
     # SIGTERM and SIGINT (walctl.cli boundary) drain and close: queued records still become durable.
     _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
-            iops, bandwidth, upload_at, batch_interval, full_wait)
+            iops, bandwidth, upload_at, batch_interval, full_wait,
+            s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
 
 
 def _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
-            iops=None, bandwidth=None, upload_at=None, batch_interval_s=None, full_wait_s=None):
+            iops=None, bandwidth=None, upload_at=None, batch_interval_s=None, full_wait_s=None, s3=None):
     import time
 
     from walctl import bounds
@@ -109,7 +115,7 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
     opened, budget = _open_writer(device, stream_id, base_offset, iodepth, None, iops, bandwidth, batch_interval_s)
     writer = opened.writer
     writer.on_acks = on_acks
-    listener, uploader = _start_background(device, writer, store, endpoint_url, upload_at_bytes, full_wait_s)
+    listener, uploader = _start_background(device, writer, store, endpoint_url, upload_at_bytes, full_wait_s, s3)
 
     def summary() -> dict:
         return _summary(device, stream_id, stats, next_base, writer, opened, budget, time.monotonic() - started,
@@ -118,7 +124,7 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
     next_base = 0
     try:
         next_base = first_base_offset(opened, stream_id, base_offset, device=device, store_url=store,
-                                      endpoint_url=endpoint_url, on_warning=warn)
+                                      endpoint_url=endpoint_url, on_warning=warn, s3=s3)
         epoch = max(writer.header.epoch, 0)
         if data:
             bounds.base_offset(next_base, count=len(data), option="stream offset")
@@ -298,7 +304,7 @@ def _acknowledger(stream_id: int, json_out: bool):
     return stats, on_acks, flush_acks
 
 
-def _start_background(device: str, writer, store, endpoint_url, upload_at_bytes, full_wait_s=None):
+def _start_background(device: str, writer, store, endpoint_url, upload_at_bytes, full_wait_s=None, s3=None):
     """(listener, uploader): the trim hand-off socket, and with --upload-at the writer-side uploader;
     each stopped by the writer's close (the uploader first: a running upload commits and trims).
     A full ring then holds appends back for them (``full_wait_s``, --full-wait)."""
@@ -315,8 +321,8 @@ def _start_background(device: str, writer, store, endpoint_url, upload_at_bytes,
         try:
             # Capped at half the ring: an upload must be able to run while the other half fills.
             threshold = min(upload_at_bytes, writer.ring.size // 2)
-            uploader = BackgroundUploader(device, open_store(store, endpoint_url=endpoint_url), writer, threshold,
-                                          on_warning=warn)
+            uploader = BackgroundUploader(device, open_store(store, endpoint_url=endpoint_url, s3=s3), writer,
+                                          threshold, on_warning=warn)
         except BaseException:
             if listener is not None:
                 listener.close()

@@ -7,7 +7,9 @@ from typing import Annotated
 
 import typer
 
-from walctl.commands._shared import EndpointOpt, JsonOpt, StoreOpt, command, emit_json, progress_bar, stdout_console
+from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT, EndpointOpt, JsonOpt, RetryForOpt,
+                                     S3ConnectTimeoutOpt, S3ReadTimeoutOpt, StoreOpt, command, emit_json, progress_bar,
+                                     s3_settings, stdout_console)
 from walctl.options import OptionError
 
 _SUBSET = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
@@ -45,6 +47,9 @@ def check_cmd(
              "share K when its id mod N is K-1), so N runs, 1/N to N/N, read all of them once. The others get "
              "the footer and index check.")] = None,
     endpoint_url: EndpointOpt = None,
+    retry_for: RetryForOpt = RETRY_FOR,
+    s3_connect_timeout: S3ConnectTimeoutOpt = S3_CONNECT_TIMEOUT,
+    s3_read_timeout: S3ReadTimeoutOpt = S3_READ_TIMEOUT,
     json_out: JsonOpt = False,
 ) -> None:
     """Check a store against its newest manifest (read-only), as restic check or git fsck do.
@@ -61,7 +66,8 @@ def check_cmd(
     from walctl.store import open_store
 
     share = tuple(int(n) for n in subset.split("/")) if subset else None
-    st = open_store(store, endpoint_url=endpoint_url, create=False)
+    st = open_store(store, endpoint_url=endpoint_url, create=False,
+                    s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
     with progress_bar(None, "reading object data", json_out=json_out or not (read_data or share),
                       lazy=True) as progress:
         result = check_store(st, read_data=read_data, subset=share, progress=progress)

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from walctl.commands._shared import (EndpointOpt, JsonOpt, MetricsFileOpt, NamespaceOpt, StoreOpt, command, emit_json,
-                                     stdout_console, warn)
+from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT, EndpointOpt, JsonOpt, MetricsFileOpt,
+                                     NamespaceOpt, RetryForOpt, S3ConnectTimeoutOpt, S3ReadTimeoutOpt, StoreOpt, command,
+                                     emit_json, s3_settings, stdout_console, warn)
 from walctl.options import Duration, spark_master
 
 if TYPE_CHECKING:
@@ -126,6 +127,9 @@ def compact_cmd(
              "shared volume): allow it with a cluster --master, which is refused otherwise.")] = False,
     namespace: NamespaceOpt = "default",
     endpoint_url: EndpointOpt = None,
+    retry_for: RetryForOpt = RETRY_FOR,
+    s3_connect_timeout: S3ConnectTimeoutOpt = S3_CONNECT_TIMEOUT,
+    s3_read_timeout: S3ReadTimeoutOpt = S3_READ_TIMEOUT,
     metrics_file: MetricsFileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -152,7 +156,7 @@ def compact_cmd(
         split_options = dict(older_than=older_than, max_objects=max_objects, read_rate=split_read_rate,
                              write_rate=split_write_rate) if force_split else None
         out = _copy_level(store, endpoint_url, namespace, dry_run, metrics_file, metrics_options, split_options,
-                          so_options)
+                          so_options, s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
         if json_out:
             emit_json(out)
         else:
@@ -163,7 +167,8 @@ def compact_cmd(
                        interval=interval, split_size=split_size, max_objects=max_objects,
                        retention_start=retention_start, shared_path=shared_path, task_timeout=task_timeout)
     out = _sso_level(store, endpoint_url, namespace, dry_run, metrics_file, metrics_options, sso_options,
-                     so_options if level is Level.all else None)
+                     so_options if level is Level.all else None,
+                     s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
     if json_out:
         emit_json(out)
         return
@@ -201,25 +206,25 @@ def _so_compaction(st: Store, namespace: str, dry_run: bool, so_options: dict):
                                   write_rate_bps=_rate(so_options["write_rate"]))
 
 
-def _open_walctl_store(store: str, endpoint_url):
+def _open_walctl_store(store: str, endpoint_url, s3=None):
     """The store, which must hold a manifest: a directory that is not a walctl store (a wrong
     --store) is not found (exit 4), as for ls and gc, not a store with nothing to compact."""
     from walctl.store import manifest as mf
     from walctl.store import open_store
 
-    st = open_store(store, endpoint_url=endpoint_url, create=False)
+    st = open_store(store, endpoint_url=endpoint_url, create=False, s3=s3)
     if not mf.manifest_numbers(st):
         mf.load_latest(st, required=True)  # raises NotFoundError "no manifest: not a walctl store, ..."
     return st
 
 
 def _copy_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_file, metrics_options: dict,
-                split_options: dict | None, so_options: dict) -> dict:
+                split_options: dict | None, so_options: dict, *, s3=None) -> dict:
     """Force split (``split_options``) or SO compaction: server-side copies, no Spark."""
     from walctl.metrics import MetricsRun
 
     with MetricsRun(metrics_file, "compact", **metrics_options) as metrics:
-        st = _open_walctl_store(store, endpoint_url)
+        st = _open_walctl_store(store, endpoint_url, s3)
         if split_options is not None:
             from walctl.compaction.split import force_split as run_split
             from walctl.sizes import parse_duration
@@ -239,7 +244,7 @@ def _copy_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics
 
 
 def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_file, metrics_options: dict,
-               sso: dict, so_options: dict | None) -> dict:
+               sso: dict, so_options: dict | None, *, s3=None) -> dict:
     """SSO compaction with Spark, then (``so_options``: --level all) SO compaction."""
     from walctl.compaction.cluster import store_for_executors
     from walctl.metrics import MetricsRun
@@ -253,7 +258,7 @@ def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_
     started: list = []
     with MetricsRun(metrics_file, "compact", **metrics_options) as metrics:
         retention = _retention(sso["retention_start"])
-        st = _open_walctl_store(store, endpoint_url)
+        st = _open_walctl_store(store, endpoint_url, s3)
         interval_s = parse_duration(sso["interval"])
         try:
             result = compact(st, executor_store, endpoint_url=endpoint_url, master=sso["master"],

@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from walctl.commands._shared import (EndpointOpt, JsonOpt, StreamOpt, command, emit_json, progress_bar, stdout_console,
-                                     warn)
+from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT, EndpointOpt, JsonOpt, RetryForOpt,
+                                     S3ConnectTimeoutOpt, S3ReadTimeoutOpt, StreamOpt, command, emit_json, progress_bar,
+                                     s3_settings, stdout_console, warn)
 from walctl.commands.recover import Payload, encode_payload
 
 if TYPE_CHECKING:
@@ -40,6 +41,9 @@ def inspect_object_cmd(
              "'DEFAULT'.")] = None,
     stream: StreamOpt = None,
     endpoint_url: EndpointOpt = None,
+    retry_for: RetryForOpt = RETRY_FOR,
+    s3_connect_timeout: S3ConnectTimeoutOpt = S3_CONNECT_TIMEOUT,
+    s3_read_timeout: S3ReadTimeoutOpt = S3_READ_TIMEOUT,
     json_out: JsonOpt = False,
 ) -> None:
     """Show an object's footer and index (one or two ranged reads, whatever its size); read-only.
@@ -50,7 +54,8 @@ def inspect_object_cmd(
     from walctl.errors import CorruptionError
     from walctl.store.inspect import index_rows, inspect, primary_problem, problem_json, resolve
 
-    st, key, known = resolve(target, store, endpoint_url, namespace)
+    st, key, known = resolve(target, store, endpoint_url, namespace,
+                             s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
     with progress_bar(None, "verifying the object", json_out=json_out or not deep, lazy=True) as progress:
         result = inspect(st, key, deep=deep, known=known is not None, progress=progress,
                          expected_size=known.get("size") if known else None)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from walctl.commands._shared import EndpointOpt, JsonOpt, StoreOpt, command, emit_json, stdout_console, warn
+from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT, EndpointOpt, JsonOpt, RetryForOpt,
+                                     S3ConnectTimeoutOpt, S3ReadTimeoutOpt, StoreOpt, command, emit_json, s3_settings,
+                                     stdout_console, warn)
 
 
-def ls_cmd(store: StoreOpt, endpoint_url: EndpointOpt = None, json_out: JsonOpt = False) -> None:
+def ls_cmd(store: StoreOpt, endpoint_url: EndpointOpt = None, retry_for: RetryForOpt = RETRY_FOR,
+           s3_connect_timeout: S3ConnectTimeoutOpt = S3_CONNECT_TIMEOUT,
+           s3_read_timeout: S3ReadTimeoutOpt = S3_READ_TIMEOUT, json_out: JsonOpt = False) -> None:
     """List streams with their offset ranges, live objects, prepared and replaced objects, and the last commits."""
     from walctl.store.listing import list_store
 
-    listing = list_store(store, endpoint_url=endpoint_url)
+    listing = list_store(store, endpoint_url=endpoint_url,
+                         s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
     out = listing.to_json()
     wrong = listing.mismatches()
     if wrong:  # on stderr, with --json too: a listing is not a check, but it saw this

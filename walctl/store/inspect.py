@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from walctl.errors import BadMagicError, FormatError, NotFoundError, TruncatedError, UsageError, ZeroedError
-from walctl.store.base import Store
+from walctl.store.base import S3Settings, Store
 from walctl.store.manifest import DEFAULT_NAMESPACE, object_key
 
 AUTOMQ_NAMESPACE = "DEFAULT"  # AutoMQ ObjectUtils' default namespace (walctl's is "default")
@@ -44,14 +44,16 @@ class InspectResult:
         return f"VERDICT: DAMAGED: {len(r.problems)} problem(s); first at byte {first.position}{where}: {first.message}"
 
 
-def resolve(target: str, store_url: str | None, endpoint_url: str | None, namespace: str | None = None):
+def resolve(target: str, store_url: str | None, endpoint_url: str | None, namespace: str | None = None, *,
+            s3: S3Settings | None = None):
     """(store, key, known) for an object id, a key (full or relative to the store prefix), or a
     local file; ``known``: the store's manifest entry that names it (live or replaced, so it must be
     a valid object; a live one gives its size), else None. A file given by its path inside a local
-    store (``<store>/<rev-hex>/<namespace>/<id>``) is looked up in that store's manifest too."""
+    store (``<store>/<rev-hex>/<namespace>/<id>``) is looked up in that store's manifest too. ``s3``:
+    open_store's S3 settings."""
     from walctl.errors import CorruptionError
 
-    store, key, in_store = _resolve(target, store_url, endpoint_url, namespace)
+    store, key, in_store = _resolve(target, store_url, endpoint_url, namespace, s3)
     known = None
     if in_store:
         from walctl.store import manifest as mf
@@ -66,7 +68,8 @@ def resolve(target: str, store_url: str | None, endpoint_url: str | None, namesp
     return store, key, known
 
 
-def _resolve(target: str, store_url: str | None, endpoint_url: str | None, namespace: str | None = None):
+def _resolve(target: str, store_url: str | None, endpoint_url: str | None, namespace: str | None = None,
+             s3: S3Settings | None = None):
     from walctl.store import manifest as mf
     from walctl.store import open_store
 
@@ -82,7 +85,7 @@ def _resolve(target: str, store_url: str | None, endpoint_url: str | None, names
             # and its manifest says whether the object is one it names
             return open_store(os.sep.join(parts[:-3]), create=False), "/".join(parts[-3:]), True
         return open_store(os.path.dirname(path), create=False), os.path.basename(path), False
-    store = open_store(store_url, endpoint_url=endpoint_url, create=False)  # a reader never creates a store
+    store = open_store(store_url, endpoint_url=endpoint_url, create=False, s3=s3)  # a reader never creates a store
     if target.isdigit():
         doc = mf.load_latest(store)
         object_id = int(target)

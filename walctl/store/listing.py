@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from walctl.store import manifest as mf
+from walctl.store.base import S3Settings
 
 HISTORY = 5  # commits shown
 
@@ -59,16 +60,18 @@ class Listing:
         }
 
 
-def list_store(url: str, *, endpoint_url: str | None = None, history: int = HISTORY) -> Listing:
+def list_store(url: str, *, endpoint_url: str | None = None, history: int = HISTORY,
+               s3: S3Settings | None = None) -> Listing:
     """The newest manifest of the store at ``url``, its last ``history`` commits, and the sizes one
-    LIST of the store gives its live objects (so a missing or truncated one shows; read-only).
+    LIST of the store gives its live objects (so a missing or truncated one shows; read-only);
+    ``s3``: open_store's S3 settings.
 
     Raises:
         NotFoundError: no store there, or no manifest (nothing uploaded yet).
     """
     from walctl.store import open_store
 
-    store = open_store(url, endpoint_url=endpoint_url, create=False)
+    store = open_store(url, endpoint_url=endpoint_url, create=False, s3=s3)
     doc = mf.load_latest(store, required=True)
     commits = []
     for number in mf.manifest_numbers(store)[-history:]:
