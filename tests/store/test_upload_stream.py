@@ -94,3 +94,27 @@ def test_a_record_rewritten_whole_after_the_scan_is_refused(tmp_path, monkeypatc
     assert "upload" not in seen
     doc = mf.load_latest(store)
     assert doc.objects == [] and doc.wal_uploads == {}
+
+
+def test_an_upload_opens_the_wal_once_for_its_scan_and_second_reads(tmp_path, monkeypatch, tiny_chunks):
+    """Issue 29: the WAL is opened once a run (read-only) and that handle serves the scan and the
+    second read of every object; the second read reopened the device by path for each segment."""
+    import walctl.device
+
+    monkeypatch.setattr(upload_run, "KEEP_SCANNED_BYTES", 0)
+    wal = make_wal(tmp_path)
+    appended = append(wal, {1: (20, 3000), 2: (20, 3000), 3: (20, 3000)})
+    real_open = walctl.device.open_device
+    opened: list[tuple[str, bool]] = []
+
+    def counting_open(path, *args, **kwargs):
+        opened.append((str(path), kwargs.get("writable")))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(walctl.device, "open_device", counting_open)
+    store = LocalStore(str(tmp_path / "store"))
+    result = upload_mod.upload(wal, store, trim=False, block_size=4 * KiB, split_size=8 * KiB)
+    assert len(result.objects) == 3 and result.records == 60  # a Stream Object each: three second reads
+    assert opened == [(wal, False)]
+    back = read_back(store)
+    assert {sid: [p for _, p in batches] for sid, batches in back.items()} == appended

@@ -17,9 +17,9 @@ class Segment:
     """A contiguous run of one stream's batches in the WAL, kept compact: 12 bytes a record.
 
     Upload remembers where each batch is (its WAL offset) and its record body's crc; its bytes
-    only while the upload's bodies fit KEEP_SCANNED_BYTES (run.py). Beyond that the objects are built
-    by reading the batches again (walread.py's ``_WalBatches``), which checks each is still the record scanned,
-    so memory does not grow with the WAL's bytes.
+    only while the upload's bodies fit KEEP_SCANNED_BYTES (run.py). Beyond that the objects are
+    built by reading the batches again (walread.py's ``_WalBatches``), which checks each is still
+    the record scanned, so memory does not grow with the WAL's bytes.
     """
 
     __slots__ = ("stream_id", "start", "end", "wal", "crcs", "bytes", "wal_end", "spool")

@@ -28,7 +28,7 @@ SPOOL_SEGMENTS = 16  # segments written as they are read; more (many interleaved
 SPOOL_WRITE_BYTES = 4 << 20  # DataBlocks go to the writer thread this many bytes at a time (one system call)
 SPOOL_WRITE_BLOCKS = 8  # ... or this many blocks (smaller ones), whichever comes first
 SPOOL_QUEUE_WRITES = 2  # such batches waiting for the writer thread (about 8 MiB)
-SPOOL_MAX_BLOCK = 2 << 20  # larger --block-size: built the usual way (memory: a block buffer per spool and queued block)
+SPOOL_MAX_BLOCK = 2 << 20  # larger --block-size: built the usual way (memory: a block buffer per spool, queued block)
 _BLOCK_SLACK = 64 << 10  # a block buffer's room past block_size for the record that ends the block
 
 
