@@ -20,8 +20,9 @@ log again for the others; commit.py prepares, makes live or rolls back; handoff.
 background.py is the writer-side uploader.
 
 One device handle a run: the WAL is opened once, read-only and without the writer lock (a writer
-may start while upload reads; only the trim takes the lock), and that handle serves the scan, the
-re-check of the header slots (``_log_moved``) and the second read (walread.py). Two other opens
+may start while upload reads; only the trim takes the lock), and that handle serves the scan (and
+its rereads after a writer started), the re-check of the header slots (``_log_moved``) and the
+second read (walread.py); it is closed after the commit, before the trim. Two other opens
 remain, each for a lock the read-only handle cannot hold: the upload lease (an OFD write lock, which
 needs a writable descriptor, held across the rereads of a run) and the trim (walctl.wal.handoff and
 lifecycle open the WAL writable under the writer lock, or hand the trim to the writer holding it).
@@ -45,6 +46,8 @@ from walctl.store import manifest as mf
 from walctl.defaults import DEFAULT_BLOCK_SIZE, DEFAULT_SPLIT_SIZE  # payload per DataBlock; own Stream Object above
 
 if TYPE_CHECKING:
+    from walctl.device.base import Device
+
     from walctl.store.base import Store
 
 DEFAULT_TRIM_TIMEOUT_S = 30.0  # how long upload waits for a running writer to take its trim
@@ -85,7 +88,14 @@ def upload(wal_path: str, store: Store, *, namespace: str = mf.DEFAULT_NAMESPACE
                     max_bytes)
     lease = None if dry_run else _take_lease(wal_path, lease_wait_s, on_wait)
     try:
-        return _upload_leased(wal_path, store, opts)
+        dev = _open_for_upload(wal_path)
+        try:
+            u = _upload_leased(wal_path, store, opts, dev)
+        finally:
+            dev.close()  # no lock was taken: appends went on during the upload
+        if not dry_run:
+            _trim(u)
+        return u.result
     finally:
         if lease is not None:
             lease.release()
@@ -116,14 +126,14 @@ def _take_lease(wal_path: str, wait_s: float, on_wait):
     return lease
 
 
-def _upload_leased(wal_path: str, store: Store, opts: Options) -> UploadResult:
-    """upload() once its lease is held: read the log as quiet, then again as a live writer's if a
-    writer started or stopped meanwhile (_WriterStarted)."""
+def _upload_leased(wal_path: str, store: Store, opts: Options, dev: Device) -> UploadRun:
+    """upload() once its lease is held, up to its commit: read the log as quiet, then again (same
+    handle) as a live writer's if a writer started or stopped meanwhile (_WriterStarted)."""
     live = None  # not known yet: the scan looks for a writer
     while True:
         spools = _new_spools(store, opts)
         try:
-            return _upload_once(wal_path, store, opts, spools, live)
+            return _upload_once(wal_path, store, opts, spools, live, dev)
         except _WriterStarted:
             live = True  # read again as a live writer's log: up to its first block in flight
         finally:
@@ -175,22 +185,17 @@ def _open_for_upload(wal_path: str):
     return open_device(wal_path, writable=False)
 
 
-def _upload_once(wal_path: str, store: Store, opts: Options, spools, live: bool | None) -> UploadResult:
-    """One pass: scan, judge, plan, put and commit (the WAL open read-only throughout), then trim."""
-    started = time.monotonic()
-    u = UploadRun(wal_path, store, opts, spools, live, _open_for_upload(wal_path), started)
-    try:
-        _scan(u)
-        judge(u)
-        _plan(u)
-        if opts.dry_run:
-            return _dry_run_result(u)
-        if u.plan:
-            _put_and_commit(u)
-    finally:
-        u.dev.close()  # no lock was taken: appends went on during the upload
-    _trim(u)
-    return u.result
+def _upload_once(wal_path: str, store: Store, opts: Options, spools, live: bool | None, dev: Device) -> UploadRun:
+    """One pass over the WAL open read-only (``dev``): scan, judge, plan, then put and commit."""
+    u = UploadRun(wal_path, store, opts, spools, live, dev, time.monotonic())
+    _scan(u)
+    judge(u)
+    _plan(u)
+    if opts.dry_run:
+        u.result.seconds = time.monotonic() - u.started
+    elif u.plan:
+        _put_and_commit(u)
+    return u
 
 
 def _scan(u: UploadRun) -> None:
@@ -280,13 +285,9 @@ def _plan(u: UploadRun) -> None:
     u.last_mark = records.last_mark
     result.last_offset = (u.last_mark["offset"] if u.last_mark
                           else (records.skipped[-1] if records.skipped else None))
-
-
-def _dry_run_result(u: UploadRun) -> UploadResult:
-    u.result.objects = [{"id": None, "key": None, "kind": p.kind, "size_bytes": None,
-                         "data_bytes": p.data_bytes, "streams": p.ranges()} for p in u.plan]
-    u.result.seconds = time.monotonic() - u.started
-    return u.result
+    if u.opts.dry_run:
+        result.objects = [{"id": None, "key": None, "kind": p.kind, "size_bytes": None,
+                           "data_bytes": p.data_bytes, "streams": p.ranges()} for p in u.plan]
 
 
 def _put_and_commit(u: UploadRun) -> None:
