@@ -252,7 +252,7 @@ _SCAN = ("walctl.wal.reader", "walctl.wal.native_scan", "walctl.wal.ringread", "
     (("status", "{wal}", "--json"), ("walctl.status",),
      _NEVER_ON_A_CLEAN_RUN + _SCAN + ("walctl.options", "walctl.wal.verdict", "walctl.wal.layout")),
     (("upload", "{copy}", "--store", "{fresh}", "--json", "--no-trim"), ("walctl.pipeline.upload.run",),
-     _NEVER_ON_A_CLEAN_RUN + ("walctl.wal.verdict", "walctl.pipeline.upload.background")),
+     _NEVER_ON_A_CLEAN_RUN + ("walctl.device.locks", "walctl.wal.verdict", "walctl.pipeline.upload.background")),
     (("read", "--store", "{store}", "-s", "0", "--json", "--payload", "none"), ("walctl.pipeline.read",),
      tuple(m for m in _NEVER_ON_A_CLEAN_RUN if m != "walctl.format.composite") + ("walctl.options",)),
 ])

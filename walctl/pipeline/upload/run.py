@@ -78,7 +78,7 @@ def upload(wal_path: str, store: Store, *, namespace: str = mf.DEFAULT_NAMESPACE
         max_bytes: upload at most about this many bytes of log (whole records, from the first one
             not uploaded yet): the writer-side uploader's ``--upload-at`` cap on each upload.
         lease_wait_s: how long to wait while another upload of this WAL runs (the upload lease,
-            walctl.device.locks.take_lease; ``on_wait(message)`` is told once), then UploadBusy.
+            walctl.device.lease.take_lease; ``on_wait(message)`` is told once), then UploadBusy.
             Two uploads of one WAL never run at once: the second would upload the same records
             again and lose the commit race.
     Returns an UploadResult; ``bad_records`` lists records whose body is no StreamRecordBatch:
@@ -108,7 +108,7 @@ class UploadBusy(RefusedError):
 def _take_lease(wal_path: str, wait_s: float, on_wait):
     """The WAL's upload lease (None where the device cannot be opened for writing: a read-only
     medium still uploads, unguarded), or UploadBusy."""
-    from walctl.device.locks import take_lease
+    from walctl.device.lease import take_lease
     from walctl.device.opening import open_error
 
     said = (lambda: on_wait(f"{wal_path}: another upload of this WAL is running; waiting up to {wait_s:g} s "
@@ -182,7 +182,7 @@ def _open_for_upload(wal_path: str):
     (docs/CLI.md: only upload's trim takes the lock)."""
     from walctl.device import open_device
 
-    return open_device(wal_path, writable=False)
+    return open_device(wal_path, writable=False, ask_holder=False)  # (_scan asks when the header says to)
 
 
 def _upload_once(wal_path: str, store: Store, opts: Options, spools, live: bool | None, dev: Device) -> UploadRun:
@@ -200,7 +200,6 @@ def _upload_once(wal_path: str, store: Store, opts: Options, spools, live: bool 
 
 def _scan(u: UploadRun) -> None:
     """Read the header slots and the manifest, then the log: each record sorted as it is read."""
-    from walctl.device.locks import lock_holder
     from walctl.wal import reader
     from walctl.wal.lifecycle import read_wal_state
 
@@ -209,7 +208,7 @@ def _scan(u: UploadRun) -> None:
     if u.live is not None:  # a second read
         u.result.warnings.append(f"{u.wal_path}: a writer started or stopped while upload read the log; read "
                                  f"it again, up to its first block in flight")
-    elif lock_holder(u.wal_path) is not None:
+    elif not header.clean and _writer_holds(u.wal_path):  # (a clean header: no writer has opened it)
         u.live = True
         u.result.warnings.append(f"{u.wal_path}: a writer is active; uploading the records before its blocks "
                                  f"in flight")
@@ -343,8 +342,18 @@ def _run_before(run, end: int):
 
 
 def _log_moved(dev, wal_path: str, header) -> bool:
-    """True when a writer holds the log now, or its header slots changed since ``header`` was read."""
-    from walctl.device.locks import lock_holder
+    """True when the header slots changed since ``header`` was read, or (a log not closed cleanly) a
+    writer holds it now. A writer's open rewrites a clean header before it appends anything, so an
+    unchanged clean header needs no look at /proc/locks."""
     from walctl.wal.lifecycle import read_wal_state
 
-    return lock_holder(wal_path) is not None or read_wal_state(dev, wal_path).header != header
+    if read_wal_state(dev, wal_path).header != header:
+        return True
+    return not header.clean and _writer_holds(wal_path)
+
+
+def _writer_holds(wal_path: str) -> bool:
+    """A writer holds the WAL's lock now (/proc/locks: a read that costs a kernel grace period)."""
+    from walctl.device.locks import lock_holder
+
+    return lock_holder(wal_path) is not None
