@@ -28,6 +28,7 @@ from collections import Counter
 
 import pytest
 
+from walctl import metrics
 from walctl.device import open_device
 from walctl.format.header import HEADERS_SIZE
 from walctl.wal import reader
@@ -388,9 +389,14 @@ def test_the_reported_scenario_scaled_down(tmp_path):
     assert summary["end_offset"] == end_of(acks[-1])
     code, out = recover(dev, "--stream", "2")
     assert len(out["record"]) == 3000 and out["summary"][0]["complete"] is True and code == 3
-    code, st = status(dev)
+    prom = tmp_path / "wal.prom"
+    code, st = status(dev, "--metrics-file", prom)
     assert code == 3 and st["used_bytes"] == end_of(acks[-1]) and st["records"] == len(intact)
     assert st["used_percent"] == round(100.0 * end_of(acks[-1]) / _ring(dev), 2)
+    gauges = metrics.parse_values(prom.read_text(), {"device": dev, "node_id": ""})
+    assert (gauges["walctl_wal_used_percent"], gauges["walctl_wal_free_bytes"]) == (st["used_percent"],
+                                                                                    st["free_bytes"])
+    assert gauges["walctl_wal_records"] == len(intact) and gauges["walctl_wal_corrupt_findings"] == 1
     text = run_walctl("recover", dev, "--stats").stdout.decode()
     assert "crash damage" not in text and "never acknowledged" not in text
     assert "mid-log" not in text and "not shown" not in text
@@ -404,3 +410,27 @@ def test_a_loop_device(loop_device, tmp_path):
     acks += append_crash(dev, 4, 6000)
     damaged = [dd_random(dev, at(acks, 1, 0.5), 1), dd_random(dev, at(acks, 4, 0.2, decidable(dev, acks)), 2)]
     check_whole_picture(dev, acks, damaged)
+
+
+def test_a_hole_in_the_crashed_writers_last_window_stays_crash_damage(copy_of):
+    """Past the durable end, inside the last sliding window of the crashed writer, AutoMQ's rule
+    decides: a hole there is what a crash leaves (blocks in flight), so it is crash damage (exit 0)
+    and its stream gap the crash's; a reader cannot tell it from damage of records acknowledged
+    in that window (nothing durable says they were), the one case the rule leaves open. As for a
+    crash, the records of the damaged block after the damage are not looked for (the next block's are)."""
+    dev, acks = copy_of("crash_after_clean")
+    log_end = header_of(dev).checkpoint.log_end
+    window = header_of(dev).header.sliding_window_max_length
+    mine = [a for a in acks if a["stream_id"] == 4]
+    lo, hi = dd_random(dev, mine[-500]["wal_offset"], 5)  # (a block holds at most 256 KiB: more follow)
+    assert log_end < lo and lo + window > end_of(acks[-1])  # in the last window: no record a window past it
+    code, out = recover(dev)
+    (finding,) = out["finding"]
+    assert finding["kind"] == "hole" and finding["explained_by_crash"] is True
+    assert finding["offset"] <= lo < hi <= finding["end_offset"]
+    assert finding["rule"].startswith(f"past the durable end {log_end:,}") and "AutoMQ's rule" in finding["rule"]
+    assert out["stream_gap"] and all(g["cause"] == "crash" for g in out["stream_gap"])
+    intact, _ = oracle(acks, [(lo, hi)])
+    shown = {r["wal_offset"] for r in out["record"]}
+    assert shown >= {a["wal_offset"] for a in intact if not finding["offset"] <= a["wal_offset"] < finding["end_offset"]}
+    assert code == 0 and out["summary"][0]["complete"] is True
