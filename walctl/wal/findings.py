@@ -57,7 +57,6 @@ _CAUSE_OF_KIND = {Kind.BAD_HEADER_SLOT: Cause.BAD_HEADER_SLOT, Kind.TORN_TAIL: C
 WINDOW_RULE = "inside the last sliding window of a writer that did not close cleanly (AutoMQ's rule)"
 CLEAN_RULE = "the log was closed cleanly: a crash leaves no damage in it"
 _RULE_OF_KIND = {
-    Kind.BAD_HEADER_SLOT: "a header write a crash tore: the other slot is used",
     Kind.BAD_BATCH: "a whole record whose body is no batch: written so, not a crash",
     Kind.BEYOND_WINDOW: "a valid record lies more than the sliding window past the damage: a crash writes "
                         "only inside the window",
@@ -132,9 +131,13 @@ class Finding:
         """The rule that decided whether a crash explains this finding, in words."""
         if self.rule is not None:
             return self.rule
-        if self.kind in _RULE_OF_KIND:
-            return _RULE_OF_KIND[self.kind]
-        return WINDOW_RULE if self.explained else "damage where a crash cannot leave any"
+        if self.kind is Kind.BAD_HEADER_SLOT:
+            return "a header write a crash tore: the other slot is used"
+        if self.explained:
+            if self.kind is Kind.TRIM_RECORD:  # (AutoMQ's logs)
+                return "AutoMQ's reset() trims to just before the log's new start, where no record need be"
+            return WINDOW_RULE
+        return _RULE_OF_KIND.get(self.kind, "damage where a crash cannot leave any")
 
     @property
     def cause(self) -> Cause:
