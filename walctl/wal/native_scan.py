@@ -287,7 +287,7 @@ class NativeScan:
         if o < durable.end:
             return True
         if self.first_bad is None and self.probe_after and not self.header.clean and o + self.window < self.limit:
-            hit = probe(self.reader, o + self.window, self.limit)
+            hit = self._probe_aside(o + self.window)
             if hit is not None:
                 self.known_record = hit
                 durable.add(hit + _REC_SIZE - self.window, "the durable end",
@@ -295,6 +295,18 @@ class NativeScan:
                             f"it: a block is only written inside the window)")
                 return o < durable.end
         return False
+
+    def _probe_aside(self, start: int) -> int | None:
+        """``probe`` from ``start`` through a reader of its own: the scan's chunk and the reads it
+        has ahead stay as they are (it goes on from the damage, before ``start``); its bytes count."""
+        side = LogReader(self.reader.dev, self.ring, readahead=True)
+        side.bound = self.limit
+        try:
+            return probe(side, start, self.limit)
+        finally:
+            side.close()
+            self.reader.bytes_read += side.bytes_read
+            self.res.bytes_read = self.reader.bytes_read
 
     def _read_past(self, skip: Skip) -> None:
         """Damage below the durable end: one gap from ``skip`` to the next valid record header (any
