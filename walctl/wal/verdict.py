@@ -60,13 +60,17 @@ def durable_points(state: HeaderState) -> Durable | None:
     None for AutoMQ's WALs (their rules alone)."""
     from walctl.format.header import ALIGN
     from walctl.wal.findings import Durable
+    from walctl.wal.layout import align_up
 
     header = state.header
     if header.flavour != "walctl":
         return None
     durable = Durable()
-    if state.checkpoint is not None:
-        durable.add(state.checkpoint.log_end, "the checkpoint's log end")
+    cp = state.checkpoint
+    if cp is not None:
+        durable.add(cp.log_end, "the checkpoint's log end")
+    if cp is not None and header.next_offset <= align_up(cp.log_end):
+        return durable  # (the header's end is the checkpoint's, aligned up: a block's zero padding more)
     if header.clean:
         durable.add(header.next_offset, "the clean header's nextOffset")
     else:
