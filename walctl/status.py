@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from walctl.format.checkpoint import Checkpoint
 from walctl.format.header import WalHeader
+from walctl.wal.layout import align_up
 from walctl.wal.headers import HeaderState
 
 if TYPE_CHECKING:
@@ -52,10 +53,21 @@ class StatusResult:
         return max(self.header.trim_offset, 0)
 
     @property
+    def log_end_offset(self) -> int | None:
+        """Where the log ends for its space: the scan's end, or the durable end when damage
+        lies past the last valid record (the acknowledged records there still take the ring)."""
+        end = self.end_offset
+        durable = self.scan.durable if self.scan is not None else None
+        if end is None or durable is None:
+            return end
+        # (a clean header's nextOffset is the end aligned up: a block's zero padding, not records)
+        return durable.end if align_up(end) < durable.end else end
+
+    @property
     def used_bytes(self) -> int | None:
         """Ring bytes in use as the writer counts them: end of log minus the trim point (logical)."""
-        end = self.end_offset
-        return None if end is None else end - self.start_offset
+        end = self.log_end_offset
+        return None if end is None else max(end - self.start_offset, 0)
 
     @property
     def free_bytes(self) -> int | None:
@@ -109,6 +121,8 @@ class StatusResult:
             "findings": len(scan.findings) if scan else None,
             "corrupt_findings": len(scan.corrupt) if scan else None,
             "stopped_by": scan.stopped_by if scan else None,
+            "complete": scan.complete if scan else None,
+            **self._durable_json(),
             "bytes_read": scan.bytes_read if scan else None,
             "lock_holder_pid": self.lock_holder_pid,
             "lock_holder_command": self.lock_holder_command,
@@ -121,6 +135,14 @@ class StatusResult:
             "verification": self.verification.to_json() if self.verification is not None else None,
         }
 
+    def _durable_json(self) -> dict:
+        """The durable end a scan judged damage by (none without a scan)."""
+        if self.scan is None:
+            return {"durable_end_offset": None, "durable_end": None}
+        from walctl.wal.verdict import durable_json
+
+        return durable_json(self.scan)
+
     def _gaps_json(self) -> dict:
         """Sealed crash holes and stream gaps, each with why it exists and what to do (walctl.wal.gaps)."""
         if self.scan is None:
@@ -128,8 +150,12 @@ class StatusResult:
         from walctl.wal import gaps
 
         holes = gaps.holes_of(self.scan.findings, self.scan.sealed_holes)
-        return {"sealed_holes": [h.to_json() for h in self.scan.sealed_holes],
-                "stream_gaps": [gaps.gap_to_json(g, gaps.explain(g, holes)) for g in self.scan.stream_gaps]}
+        damage = gaps.damage_of(self.scan.findings)
+        stream_gaps = []
+        for gap in self.scan.stream_gaps:
+            hole, damaged = gaps.judge(gap, holes, damage)
+            stream_gaps.append(gaps.gap_to_json(gap, hole, damage=damaged))
+        return {"sealed_holes": [h.to_json() for h in self.scan.sealed_holes], "stream_gaps": stream_gaps}
 
 
 @dataclass(frozen=True)
@@ -167,10 +193,12 @@ def wal_status(path: str, *, scan: bool = False, progress=None, verify: VerifyRe
                                 checkpoint=checkpoint, device_bytes_read=bytes_read_total() - read_before,
                                 verification=verification)
         from walctl.wal import reader
+        from walctl.wal.verdict import durable_points
 
         streams: set[int] = set()
         # AutoMQ's WALs too: the scan reads them with AutoMQ's checksums and rules (forensics).
-        scan = reader.ScanResult(header, reader.Ring(header.capacity))
+        # Damage below the durable points the header slot records is corruption, read past (as recover).
+        scan = reader.ScanResult(header, reader.Ring(header.capacity), durable=durable_points(session.state))
         # With a live writer, blocks may land while we read: the probe beyond the window
         # would take them for mid-log damage, so (as recover) it runs only with no writer.
         start, end = max(header.trim_offset, 0), getattr(header, "next_offset", None)

@@ -208,3 +208,27 @@ def test_scan_lists_every_stream_of_bulk_runs(tmp_path):
     finally:
         dev.close()
     assert len(entries) == 3001 and sorted({e.batch.stream_id for e in entries}) == status.live_streams
+
+
+def test_a_damaged_log_keeps_its_figures_and_says_which_rule(cli, new_wal, append_json):
+    """4 KiB of random bytes over acknowledged records of a cleanly closed log: status --scan
+    reads past them (every other record counted, used and free as before the damage), names the
+    durable end it judged by, and exits 3; the human table says so too."""
+    import random
+
+    dev = new_wal("1MiB")
+    offsets = append_json(dev, *[f"record {i} " * 60 for i in range(600)], stream=3)
+    _, before = _status(cli, dev, "--scan")
+    with open(dev, "r+b") as f:
+        f.seek(8192 + 64 * 1024)
+        f.write(random.Random(3).randbytes(4096))
+    res, out = _status(cli, dev, "--scan")
+    assert res.exit_code == 3 and out["corrupt_findings"] == 1 and out["complete"] is True
+    assert (out["used_bytes"], out["free_bytes"], out["end_offset"]) == (
+        before["used_bytes"], before["free_bytes"], before["end_offset"])
+    assert len(offsets) - 8 <= out["records"] < len(offsets)  # only the records the 4 KiB held are lost
+    assert out["durable_end"] == f"the checkpoint's log end {before['end_offset']:,}"
+    assert out["durable_end_offset"] == before["end_offset"]
+    text = cli("status", dev, "--scan")
+    assert text.exit_code == 3
+    assert "durable end" in text.stdout and f"end {before['end_offset']:,}" in text.stdout

@@ -71,9 +71,12 @@ def recover_cmd(
 
     Exit 0 for a clean log or crash damage of the last window (torn tail, holes of
     concurrent blocks after an ungraceful shutdown); 3 for any other finding. Each
-    finding names its kind and its cause (zero_fill, stale_lap, checksum_mismatch,
+    finding names its kind, its cause (zero_fill, stale_lap, checksum_mismatch,
     garbage, truncated, torn_tail, bad_header_slot, beyond_window, end_mismatch,
-    bad_batch). AutoMQ's own WALs (header V0 or V1) are read with AutoMQ's checksums and
+    bad_batch) and the rule that decided its verdict. Damage below the durable end
+    (the checkpoint's log end, the header's nextOffset, a sealed hole's end) is
+    corruption of acknowledged records, never crash damage: recover reads past it, to
+    the next valid record header, and shows and counts every intact record after it. AutoMQ's own WALs (header V0 or V1) are read with AutoMQ's checksums and
     recovery rules, for forensics. After the records: each sealed crash hole (when it was
     sealed, the stream offsets it cost) and each stream gap with its cause (crash, or none)
     and what to do ("sealed_hole" and "stream_gap" lines with --json).
@@ -292,7 +295,7 @@ class _Printer:
             extra += f", {j['length_bytes']} bytes"
         if j["expected_crc"] is not None:
             extra += f", crc expected 0x{j['expected_crc']:08X} found 0x{j['found_crc']:08X}"
-        verdict = "crash damage" if j["explained_by_crash"] else "CORRUPTION"
+        verdict = ("crash damage" if j["explained_by_crash"] else "CORRUPTION") + f": {j['rule']}"
         self._line(f"FINDING {j['kind']} ({j['cause']}) at {where}: {j['reason']}{extra} [{verdict}]")
         if finding.hexdump:
             for line in finding.hexdump.splitlines():

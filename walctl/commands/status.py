@@ -59,8 +59,10 @@ def status_cmd(
     in its header slot: only the two header slots (8 KiB) are read, and the record counts are
     shown as unknown. Otherwise, or with --scan, they come from a scan of the live records (as
     recover does), which reads the used part of the ring. Used bytes are counted as the writer
-    counts them: end of log minus the trim point. Exit 3 when a scan finds damage a crash does
-    not explain (details: walctl recover). Sealed crash holes and
+    counts them: end of log minus the trim point (on a damaged log, the durable end when
+    damage lies past the last valid record). A scan reads past damage below the durable end
+    (as recover does), so its figures count every intact record. Exit 3 when a scan finds
+    damage a crash does not explain (details: walctl recover). Sealed crash holes and
     stream gaps (found by a scan) are listed with their cause and what to do.
 
     For cron: --verify-budget verifies the live log a budget at a time, going on where the last
@@ -171,6 +173,10 @@ def _render(out: dict) -> None:
         row("live records", f"{human.plural(out['records'], 'record')} in {human.plural(out['streams'], 'stream')}, "
                             f"{human.size(out['payload_bytes'])} payload")
         row("findings", f"{out['findings']} ({out['corrupt_findings']} not explained by a crash)")
+        if out["durable_end"] is not None:
+            row("durable end", f"{out['durable_end']} (damage below it is corruption)")
+        if not out["complete"]:
+            row("scan", f"INCOMPLETE: stopped by {out['stopped_by']}; part of the log was not read")
     else:
         row("live records", "not counted: answered from the checkpoint (--scan counts them)")
     cp = out["checkpoint"]

@@ -53,6 +53,61 @@ _CAUSE_OF_KIND = {Kind.BAD_HEADER_SLOT: Cause.BAD_HEADER_SLOT, Kind.TORN_TAIL: C
                   Kind.BEYOND_WINDOW: Cause.BEYOND_WINDOW, Kind.END_MISMATCH: Cause.END_MISMATCH,
                   Kind.BAD_BATCH: Cause.BAD_BATCH}
 
+# The words of the rules that decide a finding's verdict (``Finding.rule``, FORMATS.md 1.4).
+WINDOW_RULE = "inside the last sliding window of a writer that did not close cleanly (AutoMQ's rule)"
+CLEAN_RULE = "the log was closed cleanly: a crash leaves no damage in it"
+_RULE_OF_KIND = {
+    Kind.BAD_BATCH: "a whole record whose body is no batch: written so, not a crash",
+    Kind.BEYOND_WINDOW: "a valid record lies more than the sliding window past the damage: a crash writes "
+                        "only inside the window",
+    Kind.END_MISMATCH: "the log ends before a point known durable",
+    Kind.TRIM_RECORD: "the trim record was checked when the trim was made",
+}
+
+
+class Durable:
+    """The points known durable in a log (FORMATS.md 1.4, "which rule decides"): every byte below
+    ``end`` was written whole and acknowledged (or found whole by a scan a writer sealed), so a
+    hole below it is corruption, never crash damage. Each point keeps the words naming it; a scan
+    adds the points it learns (a seal descriptor, a record past the sliding window)."""
+
+    __slots__ = ("points",)
+
+    def __init__(self, points: list[tuple] | None = None):
+        self.points: list[tuple[int, str, str]] = []  # (WAL offset, what says so, detail), in the order added
+        for point in points or []:
+            self.add(*point)
+
+    def add(self, offset: int, what: str, detail: str = "") -> None:
+        """A point: every byte below ``offset`` is durable, as ``what`` (and ``detail``, words
+        that follow the offset) says."""
+        if offset > 0:
+            self.points.append((offset, what, detail))
+
+    @property
+    def end(self) -> int:
+        """The durable end: the largest point (0: none known)."""
+        return max((offset for offset, _, _ in self.points), default=0)
+
+    def rule_below(self, offset: int) -> str | None:
+        """The words of the first point (in the order added: the plainest fact first) above
+        ``offset``, or None when ``offset`` is at or past every point."""
+        for point, what, detail in self.points:
+            if offset < point:
+                return f"below {what} {point:,}{detail}"
+        return None
+
+    def describe(self) -> str | None:
+        """The durable end and what says so, or None."""
+        end = self.end
+        for point, what, detail in self.points:
+            if point == end:
+                return f"{what} {point:,}{detail}"
+        return None
+
+    def __repr__(self) -> str:
+        return f"Durable({self.points!r})"
+
 
 @dataclass
 class Finding:
@@ -69,6 +124,20 @@ class Finding:
     physical_offset: int | None = None  # set for findings outside the ring (header slots)
     hexdump: str | None = None  # the finding's first bytes, xxd-like (recover --hexdump)
     bytes_cause: Cause | None = None  # what the skipped bytes looked like (the decoder's Skip.cause)
+    rule: str | None = None  # which rule decided ``explained`` (None: the kind's usual one, ``verdict_rule``)
+
+    @property
+    def verdict_rule(self) -> str:
+        """The rule that decided whether a crash explains this finding, in words."""
+        if self.rule is not None:
+            return self.rule
+        if self.kind is Kind.BAD_HEADER_SLOT:
+            return "a header write a crash tore: the other slot is used"
+        if self.explained:
+            if self.kind is Kind.TRIM_RECORD:  # (AutoMQ's logs)
+                return "AutoMQ's reset() trims to just before the log's new start, where no record need be"
+            return WINDOW_RULE
+        return _RULE_OF_KIND.get(self.kind, "damage where a crash cannot leave any")
 
     @property
     def cause(self) -> Cause:
@@ -90,6 +159,7 @@ class Finding:
             "found_crc": self.found_crc,
             "explained_by_crash": self.explained,
             "cause": str(self.cause),
+            "rule": self.verdict_rule,
         })
         if self.hexdump is not None:
             out["hexdump"] = self.hexdump

@@ -4,7 +4,9 @@ A stream's batches are contiguous (FORMATS.md 2). Inside a WAL the only honest r
 for a jump is a crash that lost a block in flight (never acknowledged): the scan shows
 it as a hole finding before sealing, and as a sealed padding record carrying a seal
 descriptor after (FORMATS.md 1.5). ``upload``, ``recover`` and ``status`` all explain a
-gap through ``explain``, so they agree on which gaps a crash made.
+gap through ``explain``, so they agree on which gaps a crash made. A gap across damage a
+crash does not explain (a corrupt finding: below the durable end) is corruption of
+acknowledged records: ``judge`` says so before any crash hole (recover, status).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from walctl.wal.findings import HOLE
+from walctl.wal.findings import END_MISMATCH, HOLE, TORN_TAIL, TRIM_RECORD
 
 if TYPE_CHECKING:
     from walctl.format.seal import SealDescriptor  # (decoded by the scan, from sealed padding records only)
@@ -85,6 +87,24 @@ def explain(gap: StreamGap, holes: list[CrashHole]) -> CrashHole | None:
     return None
 
 
+def damage_of(findings) -> list:
+    """The findings of a scan that are damaged ranges a crash does not explain, in log order."""
+    kinds = (HOLE, TORN_TAIL, TRIM_RECORD, END_MISMATCH)
+    return sorted((f for f in findings if f.kind in kinds and not f.explained and f.physical_offset is None),
+                  key=lambda f: f.offset)
+
+
+def judge(gap: StreamGap, holes: list[CrashHole], damage: list) -> tuple[CrashHole | None, object | None]:
+    """(the crash hole that explains ``gap``, the corrupt finding it lies across): damage a crash
+    does not explain between the gap's two records comes first (the offsets lost there were
+    acknowledged); else ``explain``."""
+    for finding in damage:
+        if (gap.before_wal_offset is None or gap.before_wal_offset < finding.offset) \
+                and finding.offset < gap.after_wal_offset:
+            return None, finding
+    return explain(gap, holes), None
+
+
 @dataclass
 class GapTracker:
     """Feed it the WAL's batches in log order; it collects every jump of a stream's offsets."""
@@ -112,21 +132,28 @@ def holes_of(findings, sealed: list[CrashHole]) -> list[CrashHole]:
     return sorted(found + list(sealed), key=lambda h: h.start)
 
 
-def gap_to_json(gap: StreamGap, hole: CrashHole | None, accepted: bool = False) -> dict:
-    """A stream gap with its explanation and the operator's way forward (recover/status/upload)."""
+def gap_to_json(gap: StreamGap, hole: CrashHole | None, accepted: bool = False, damage=None) -> dict:
+    """A stream gap with its explanation and the operator's way forward (recover/status/upload).
+    ``damage``: the corrupt finding the gap lies across (``judge``)."""
+    cause = "crash" if hole is not None else ("accepted" if accepted else "corruption" if damage else "unexplained")
     out = {"type": "stream_gap", "stream_id": gap.stream_id, "from": gap.from_offset, "to": gap.to_offset,
            "before_wal_offset": gap.before_wal_offset, "after_wal_offset": gap.after_wal_offset,
-           "cause": "crash" if hole is not None else ("accepted" if accepted else "unexplained"),
-           "hole_start": hole.start if hole else None, "sealed": bool(hole and hole.sealed),
+           "cause": cause, "hole_start": hole.start if hole else None, "sealed": bool(hole and hole.sealed),
            "sealed_at_ns": hole.sealed.sealed_at_ns if hole and hole.sealed else None,
+           "damage_offset": damage.offset if damage is not None else None,
            "accept_gap": gap.spec}
-    out["explanation"] = explanation(gap, hole, accepted)
+    out["explanation"] = explanation(gap, hole, accepted, damage)
     return out
 
 
-def explanation(gap: StreamGap, hole: CrashHole | None, accepted: bool = False) -> str:
+def explanation(gap: StreamGap, hole: CrashHole | None, accepted: bool = False, damage=None) -> str:
     """One sentence: why the gap exists and what the operator can do."""
     head = f"stream {gap.stream_id}: offsets {gap.from_offset}..{gap.to_offset} are missing"
+    if damage is not None and hole is None and not accepted:
+        return (f"{head}: lost in the damage at WAL offset {damage.offset} ({damage.kind}, corruption: "
+                f"{damage.verdict_rule}); they were acknowledged, no crash lost them. upload refuses: restore "
+                f"them from a copy, or if they are really gone run 'walctl upload ... --accept-gap {gap.spec}' "
+                f"(recorded in the manifest)")
     if hole is not None:
         return (f"{head}: lost in {hole.describe()}; they were never acknowledged. upload keeps the gap "
                 f"(the records after it go into their own object); nothing to do")

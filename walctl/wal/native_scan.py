@@ -7,10 +7,17 @@ The policy tells apart three things the bytes after a record can be:
 - corruption: damage in a log closed cleanly, or valid records found beyond the
   window after a hole (a crash cannot put them there: blocks are only written
   inside the window), or a log that ends before the clean header's nextOffset.
+
+A reader that knows the log's durable points (``ScanResult.durable``: recover, status) also
+judges by them: damage below the durable end is corruption of acknowledged data whatever the
+header says, and the scan reads past it (resynchronising at the next valid record header,
+which names its own offset) to the log's end; past the durable end AutoMQ's window rule
+decides, as it does where a writer resumes (a writer's scan knows no durable points).
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Iterator
 
 from walctl.errors import FormatError
@@ -20,7 +27,8 @@ from walctl.format.batch import StreamRecordBatch
 from walctl.format.bulk import KIND_BATCH, KIND_PADDING, ROW as _ROW, TRUNCATED_BODY, TRUNCATED_HEADER, rows_summary
 from walctl.format.header import ALIGN, WalHeader
 from walctl.wal.decoder import Decoder, Record, Skip, SkipKind
-from walctl.wal.findings import BAD_BATCH, BEYOND_WINDOW, END_MISMATCH, HOLE, TORN_TAIL, TRIM_RECORD, Cause, Finding
+from walctl.wal.findings import (BAD_BATCH, BEYOND_WINDOW, CLEAN_RULE, END_MISMATCH, HOLE, TORN_TAIL, TRIM_RECORD,
+                                 WINDOW_RULE, Cause, Finding)
 from walctl.wal.gaps import CrashHole
 from walctl.wal.ringread import (BULK_RECORDS, Entry, Intact, LogReader, Run, ScanResult, account_run, accepted, align_down,
                                  align_up, all_zero, batch_of, note_trimmed, probe)
@@ -65,13 +73,14 @@ class NativeScan:
         self.must_reach = header.next_offset if header.clean else 0
         if self.must_reach:
             self.reader.stop = self.must_reach
-        self.explained = not header.clean
         self.probe_after = probe
         self.keep_offsets = keep_offsets
         self.o = self.start
         self.first_bad: int | None = None
         self.gap: _Gap | None = None
         self.reader.bound = self.limit
+        self.durable = res.durable  # None: a writer's scan (AutoMQ's window rule alone)
+        self.known_record = -1  # a valid record the probe found past the window (reading past damage goes to it)
         res.start_offset = res.end_offset = self.start
 
     def events(self, seek: int | None = None, bulk: bool = False) -> Iterator[Entry | Run | Finding]:
@@ -193,8 +202,10 @@ class NativeScan:
     def _close_gap(self, at: int) -> Finding:
         gap, self.gap = self.gap, None
         kind = TRIM_RECORD if gap.start == self.trim else HOLE
+        explained, rule = self._verdict(gap.start)
         finding = Finding(kind, gap.start, self.ring, gap.reason, at, gap.expected_crc, gap.found_crc,
-                          explained=self.explained and kind == HOLE, bytes_cause=gap.cause)
+                          explained=explained and kind == HOLE, bytes_cause=gap.cause,
+                          rule=rule if kind == HOLE else None)
         self.res.findings.append(finding)
         return finding
 
@@ -219,13 +230,23 @@ class NativeScan:
         if self.gap is not None:
             yield self._close_gap(record.offset)
         if record.padding:
-            _note_seal(self.res, self.reader, record)
+            hole = _note_seal(self.res, self.reader, record)
+            if hole is not None and self.durable is not None:
+                self.durable.add(hole.end, "the end of the sealed crash hole", f" (sealed at {hole.start:,})")
             self.o = self.res.end_offset = record.end
             return
         yield from self._data(record.offset, record.end, record.body)
 
     def _skip(self, skip: Skip) -> None:
         o = skip.offset
+        if skip.kind is not SkipKind.BODY and o % ALIGN and o != self.trim:
+            boundary = align_up(o)
+            if all_zero(self.reader.read(o, boundary - o)):
+                self.o = boundary  # the zero padding after a block's last record: normal, not a finding
+                return
+        if self.durable is not None and self._below_durable_end(o):
+            self._read_past(skip)
+            return
         if skip.kind is SkipKind.BODY:
             self._damage(o)
             self.res.torn_offsets.append(o)
@@ -234,9 +255,6 @@ class NativeScan:
             return
         if o % ALIGN and o != self.trim:
             boundary = align_up(o)
-            if all_zero(self.reader.read(o, boundary - o)):
-                self.o = boundary  # the zero padding after a block's last record: normal, not a finding
-                return
             # Bytes where a block's zero padding or its next record should be: the block
             # is torn (a crash) or damaged (corruption); records after this point are lost.
             self._damage(o)
@@ -247,6 +265,67 @@ class NativeScan:
         self._damage(o)
         self._open_gap(_Gap(o, skip.reason, skip.cause, skip.expected_crc, skip.found_crc))
         self.o = align_up(o + 1)
+
+    def _verdict(self, offset: int) -> tuple[bool, str]:
+        """(a crash explains damage starting at ``offset``, the rule that says so): below the
+        durable end never; past it, in a log whose writer did not close cleanly, the window
+        rule (AutoMQ's) does."""
+        below = self.durable.rule_below(offset) if self.durable is not None else None
+        if below is not None:
+            return False, below
+        if self.header.clean:
+            return False, CLEAN_RULE
+        end = self.durable.end if self.durable is not None else 0
+        return True, (f"past the durable end {end:,}, " if end > self.start else "") + WINDOW_RULE
+
+    def _below_durable_end(self, o: int) -> bool:
+        """Damage at ``o`` lies below the durable end (a reader's scan). At the first damage past
+        it in a crashed log, the probe looks one sliding window on first: a valid record there
+        proves the bytes a window before it were durable (a block is only written inside the
+        window), which raises the durable end past ``o``."""
+        durable = self.durable
+        if o < durable.end:
+            return True
+        if self.first_bad is None and self.probe_after and not self.header.clean and o + self.window < self.limit:
+            hit = self._probe_aside(o + self.window)
+            if hit is not None:
+                self.known_record = hit
+                durable.add(hit + _REC_SIZE - self.window, "the durable end",
+                            f" (a valid record at {hit:,} lies one sliding window of {self.window:,} bytes past "
+                            f"it: a block is only written inside the window)")
+                return o < durable.end
+        return False
+
+    def _probe_aside(self, start: int) -> int | None:
+        """``probe`` from ``start`` through a reader of its own: the scan's chunk and the reads it
+        has ahead stay as they are (it goes on from the damage, before ``start``); its bytes count."""
+        side = LogReader(self.reader.dev, self.ring, readahead=True)
+        side.bound = self.limit
+        try:
+            return probe(side, start, self.limit)
+        finally:
+            side.close()
+            self.reader.bytes_read += side.bytes_read
+            self.res.bytes_read = self.reader.bytes_read
+
+    def _read_past(self, skip: Skip) -> None:
+        """Damage below the durable end: one gap from ``skip`` to the next valid record header (any
+        offset: it names its own, so a stale lap never passes), found up to the durable end (or the
+        record the probe found); reading goes on there. With none, the gap stays open past it and
+        the window rule (or the clean header's end) says where the log ends."""
+        o = skip.offset
+        if skip.kind is SkipKind.BODY:
+            self.res.torn_offsets.append(o)
+            gap = _Gap(o, skip.reason, skip.cause, skip.expected_crc, skip.found_crc, torn=True)
+        elif o % ALIGN and o != self.trim:
+            self.res.unaligned_damage.append(o)
+            gap = _Gap(o, f"damaged record header inside a block ({skip.reason})", skip.cause, torn=True)
+        else:
+            gap = _Gap(o, skip.reason, skip.cause, skip.expected_crc, skip.found_crc)
+        self._open_gap(gap)
+        bound = min(self.limit, max(align_up(self.durable.end), self.known_record + 1))
+        found = resync(self.reader, o + 1, bound)
+        self.o = found if found is not None else max(bound, align_up(o + 1))
 
     def _damage(self, offset: int) -> None:
         if self.first_bad is None:
@@ -263,23 +342,43 @@ class NativeScan:
             found.append(Finding(TRIM_RECORD, gap.start, ring, gap.reason, None, gap.expected_crc, gap.found_crc,
                                  bytes_cause=gap.cause))
         elif gap is not None and gap.torn:
+            explained, rule = self._verdict(gap.start)
             found.append(Finding(TORN_TAIL, gap.start, ring, gap.reason, align_up(gap.start + 1),
-                                 gap.expected_crc, gap.found_crc, explained=self.explained, bytes_cause=gap.cause))
+                                 gap.expected_crc, gap.found_crc, explained=explained, bytes_cause=gap.cause,
+                                 rule=rule))
         # else: an invalid header at a block boundary with nothing valid after it: the end of the log.
         if self.must_reach and res.next_block_offset != header.next_offset:
             found.append(Finding(END_MISMATCH, res.end_offset, ring,
                                  f"the log ends at {res.end_offset} but the clean header says the next block "
                                  f"starts at {header.next_offset}", header.next_offset))
-        # A clean log has nextOffset to check its end against; only a crashed one needs the probe.
-        if self.probe_after and not header.clean and self.first_bad is not None and self.o < self.limit:
+        lost = self._lost_tail()
+        if lost is not None:
+            found.append(lost)
+        # A clean log has nextOffset to check its end against; only a crashed one needs the probe
+        # (a reader's scan probed at its first damage past the durable end, and read on).
+        if self.probe_after and self.durable is None and not header.clean and self.first_bad is not None \
+                and self.o < self.limit:
             hit = probe(self.reader, self.o, self.limit)
             if hit is not None:
+                res.complete = False  # the live log goes on past where the scan stopped
                 found.append(Finding(BEYOND_WINDOW, hit, ring,
                                      "a valid record lies beyond the sliding window after the first damage: "
                                      "the damage is mid-log, not a crash tail; records after it are not shown"))
         for finding in found:
             res.findings.append(finding)
             yield finding
+
+    def _lost_tail(self) -> Finding | None:
+        """A crashed log that ends before its durable end: its acknowledged tail is lost (a clean
+        log's is END_MISMATCH against its nextOffset, above). A reader's scan only."""
+        if self.durable is None or self.header.clean:
+            return None
+        end, durable_end = self.res.end_offset, self.durable.end
+        if end >= durable_end or durable_end <= self.start:
+            return None
+        return Finding(END_MISMATCH, end, self.ring, f"the log ends at {end} but {self.durable.describe()} is "
+                                                     f"durable: acknowledged records are lost",
+                       durable_end, rule=self.durable.rule_below(end))
 
     def _seek(self, seek: int) -> int:
         """Where reading starts for ``seek`` (recover --from): the first record at or after ``seek``.
@@ -330,7 +429,7 @@ def _first_record_at_or_after(decoder: Decoder, block: int, seek: int, end: int)
     return o if o < end else None
 
 
-def _note_seal(res: ScanResult, reader: LogReader, record: Record) -> None:
+def _note_seal(res: ScanResult, reader: LogReader, record: Record) -> CrashHole | None:
     """A padding record whose body starts with a valid seal descriptor is a sealed crash hole:
     keep its evidence (one per hole: a hole across a lap end has one padding record per lap)."""
     from walctl.format import seal as seal_format  # a log without padding records does not load it
@@ -338,16 +437,46 @@ def _note_seal(res: ScanResult, reader: LogReader, record: Record) -> None:
     o = record.offset
     raw = reader.read(o + rec.SIZE, min(record.end - o - rec.SIZE, ALIGN - rec.SIZE))
     if len(raw) < seal_format.FIXED_SIZE or bytes(raw[:4]) != seal_format.MAGIC.to_bytes(4, "big"):
-        return  # a lap-end padding record (zero body), or one sealed by an older walctl
+        return None  # a lap-end padding record (zero body), or one sealed by an older walctl
     try:
         descriptor = seal_format.SealDescriptor.decode(raw)
     except FormatError:
-        return  # damaged evidence is no evidence: the gap it explained becomes unexplained
+        return None  # damaged evidence is no evidence: the gap it explained becomes unexplained
+    hole = CrashHole(descriptor.hole_start, descriptor.hole_end, descriptor, o)
     if not any(h.start == descriptor.hole_start for h in res.sealed_holes):
-        res.sealed_holes.append(CrashHole(descriptor.hole_start, descriptor.hole_end, descriptor, o))
+        res.sealed_holes.append(hole)
+    return hole
 
 
 _REC_SIZE = rec.SIZE
+RESYNC_READ_BYTES = 1 << 20  # reading past damage looks for the next record header this many bytes at a time
+# Where a record header can start: either magic, big-endian (found at C speed, then checked).
+_MAGICS = re.compile(re.escape(rec.DATA_MAGIC.to_bytes(4, "big")) + b"|" + re.escape(rec.PADDING_MAGIC.to_bytes(4, "big")))
+
+
+def resync(reader: LogReader, start: int, bound: int) -> int | None:
+    """The first offset in [start, bound) where a valid record header (data or padding) starts that
+    names that offset and ends inside its lap, or None. Any byte offset, not only 4 KiB boundaries:
+    records follow each other inside a block, so the first intact one after damage inside a block
+    is found too; one that names another offset (an earlier lap's) never passes."""
+    ring = reader.ring
+    o = start
+    while o < bound:
+        lap_end = ring.lap_end(o)
+        n = min(RESYNC_READ_BYTES, min(bound, lap_end) - o)
+        data = bytes(reader.read(o, n + _REC_SIZE - 1))  # (a header across the read's end is read whole)
+        for match in _MAGICS.finditer(data, 0, min(len(data), n + 3)):
+            pos = match.start()
+            try:
+                head = rec.RecordHeader.decode(data, pos, expected_offset=o + pos)
+            except FormatError:
+                continue
+            if head.end <= lap_end:
+                return o + pos
+        o += n
+    return None
+
+
 SEEK_BACK_BYTES = 1 << 20  # a seek looks this far back for the block holding its offset,
 SEEK_BACK_FIRST_BYTES = 64 << 10  # in two steps: this far first
 

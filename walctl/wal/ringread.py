@@ -22,7 +22,7 @@ from walctl.format.batch import StreamRecordBatch
 from walctl.format.crc import automq_crc, crc32c
 from walctl.format.header import ALIGN, WalHeader
 from walctl.wal import decoder
-from walctl.wal.findings import Finding
+from walctl.wal.findings import Durable, Finding
 from walctl.wal.gaps import CrashHole, GapTracker, StreamGap
 from walctl.wal.layout import Ring, align_down, align_up
 
@@ -520,6 +520,8 @@ class ScanResult:
     trim_entry: Entry | None = None  # the (deleted) record at trimOffset, as read
     sealed_holes: list[CrashHole] = field(default_factory=list)  # crash holes a writer sealed (FORMATS.md 1.5)
     streams: GapTracker = field(default_factory=GapTracker)  # each stream's last batch, and its offset jumps
+    # The points known durable (recover, status): damage below them is corruption, read past (native_scan)
+    durable: Durable | None = None
 
     @property
     def stream_gaps(self) -> list[StreamGap]:

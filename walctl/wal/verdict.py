@@ -17,7 +17,7 @@ from walctl.errors import CorruptionError
 
 if TYPE_CHECKING:
     from walctl.device.base import Device
-    from walctl.wal.findings import Finding
+    from walctl.wal.findings import Durable, Finding
     from walctl.wal.headers import HeaderState
     from walctl.wal.reader import Entry, Run, Scan, ScanResult
 
@@ -47,8 +47,36 @@ def unexplained_error(findings: list[Finding], where: str, *, framing_only: bool
         return None
     first = corrupt[0]
     return CorruptionError(f"{len(corrupt)} finding(s) a crash does not explain; first: {first.kind} at offset "
-                           f"{first.offset} ({first.reason})", where=where, offset=first.offset, hint=hint,
-                           summary=summary)
+                           f"{first.offset} ({first.reason}; {first.verdict_rule})", where=where,
+                           offset=first.offset, hint=hint, summary=summary)
+
+
+def durable_points(state: HeaderState) -> Durable | None:
+    """The points a walctl WAL's header slot records as durable (FORMATS.md 1.4, "which rule
+    decides"), for a reader's scan (recover, status): the checkpoint's log end (a clean close and
+    every trim write it, a running writer's trims too) and the header's nextOffset (a clean
+    header's exactly; a crashed writer's is where it began, after its open's scan proved the log
+    up to there, less its last block, which a direct trim may leave holding a torn record).
+    None for AutoMQ's WALs (their rules alone)."""
+    from walctl.format.header import ALIGN
+    from walctl.wal.findings import Durable
+    from walctl.wal.layout import align_up
+
+    header = state.header
+    if header.flavour != "walctl":
+        return None
+    durable = Durable()
+    cp = state.checkpoint
+    if cp is not None:
+        durable.add(cp.log_end, "the checkpoint's log end")
+    if cp is not None and header.next_offset <= align_up(cp.log_end):
+        return durable  # (the header's end is the checkpoint's, aligned up: a block's zero padding more)
+    if header.clean:
+        durable.add(header.next_offset, "the clean header's nextOffset")
+    else:
+        durable.add(header.next_offset - ALIGN, "the header's recorded end",
+                    f" (its nextOffset {header.next_offset:,} less one 4 KiB block)")
+    return durable
 
 
 def header_slot_findings(state: HeaderState) -> list[Finding]:
@@ -87,7 +115,8 @@ class RecoverRun:
         out = self.report.to_json()
         out.update({"sealed_holes": len(self.report.sealed_holes), "stream_gaps": len(self.report.stream_gaps),
                     "unexplained_stream_gaps": self.unexplained_gaps, "records_shown": self.shown,
-                    "device": self.device, "flavour": self.report.header.flavour})
+                    "device": self.device, "flavour": self.report.header.flavour,
+                    **durable_json(self.report)})
         return out
 
     def error(self) -> CorruptionError | None:
@@ -102,6 +131,14 @@ class RecoverRun:
         read = f"read from offset {start}" + (" (seek to --from)" if self.seeked else "")
         return (f"incomplete: {read}; stopped by {report.stopped_by} at offset {report.end_offset}; damage outside "
                 f"what was read was not checked (run without --from/--to/--limit for a full check)")
+
+
+def durable_json(report: ScanResult) -> dict:
+    """The durable end a reader's scan judged by (the summary of recover and status)."""
+    durable = report.durable
+    end = durable.end if durable is not None else None
+    return {"durable_end_offset": end or None,
+            "durable_end": durable.describe() if durable is not None else None}
 
 
 def recover(dev: Device, state: HeaderState, device: str, *, filters: RecoverFilter = RecoverFilter(),
@@ -120,12 +157,14 @@ def recover(dev: Device, state: HeaderState, device: str, *, filters: RecoverFil
     On an interrupt (KeyboardInterrupt) the exception leaves with ``summary``: the run so far,
     complete false. Never writes.
     """
-    from walctl.wal.reader import Scan, finding_bytes, hexdump
+    from walctl.wal.reader import Ring, Scan, ScanResult, finding_bytes, hexdump
 
     header = state.header
     # Without filters every record is shown (or counted): runs of them come in bulk.
     bulk = filters == RecoverFilter()
-    scan = Scan(dev, header, probe=probe, seek=filters.from_offset, bulk=bulk, readahead=readahead)
+    # The durable points the header slot records: damage below them is corruption, read past.
+    report = ScanResult(header, Ring(header.capacity, header.block_size), durable=durable_points(state))
+    scan = Scan(dev, header, probe=probe, seek=filters.from_offset, bulk=bulk, readahead=readahead, report=report)
     run = RecoverRun(device, scan.report)
 
     def finding(f: Finding) -> None:
@@ -253,12 +292,14 @@ def _explain_gaps(run: RecoverRun) -> None:
 
     report = run.report
     holes = gaps.holes_of(report.findings, report.sealed_holes)
+    damage = gaps.damage_of(report.findings)
     for hole in report.sealed_holes:
         cost = ", ".join(f"stream {s} offsets {lo}..{hi}" for s, lo, hi in hole.sealed.streams)
         run.explanations.append((hole.to_json(), f"SEALED HOLE at offset {hole.start}..{hole.end} "
                                                  f"({hole.end - hole.start} bytes): {hole.describe()}; it cost "
                                                  f"{cost or 'no stream offsets (no stream continued after it)'}"))
     for gap in report.stream_gaps:
-        hole = gaps.explain(gap, holes)
+        hole, damaged = gaps.judge(gap, holes, damage)
         run.unexplained_gaps += hole is None
-        run.explanations.append((gaps.gap_to_json(gap, hole), "GAP " + gaps.explanation(gap, hole)))
+        run.explanations.append((gaps.gap_to_json(gap, hole, damage=damaged),
+                                 "GAP " + gaps.explanation(gap, hole, damage=damaged)))
