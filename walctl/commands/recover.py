@@ -100,7 +100,7 @@ def recover_cmd(
             run = recover(session.dev, session.state, device, probe=session.writer_pid is None,
                           filters=RecoverFilter(from_offset, to_offset, stream, limit), stats=stats,
                           with_hexdump=hexdump, on_record=out.record, on_finding=out.finding, progress=progress,
-                          on_run=out.run)
+                          on_run=out.run, watch=session)
     finally:
         session.dev.close()
     out.flush()  # the record lines, before any summary or error line (also one the boundary prints)
@@ -109,6 +109,8 @@ def recover_cmd(
     if stats:
         out.stats(run.per_stream)
     summary = run.summary()
+    if run.moved_warning():
+        warn(run.moved_warning())
     if run.incomplete() and not json_out:
         warn(run.incomplete())
     exc = run.error()
@@ -292,7 +294,8 @@ class _Printer:
             extra += f", {j['length_bytes']} bytes"
         if j["expected_crc"] is not None:
             extra += f", crc expected 0x{j['expected_crc']:08X} found 0x{j['found_crc']:08X}"
-        verdict = "crash damage" if j["explained_by_crash"] else "CORRUPTION"
+        verdict = ("crash damage" if j["explained_by_crash"] else
+                   "seen while the log moved: not judged" if j["explained_by_log_move"] else "CORRUPTION")
         self._line(f"FINDING {j['kind']} ({j['cause']}) at {where}: {j['reason']}{extra} [{verdict}]")
         if finding.hexdump:
             for line in finding.hexdump.splitlines():

@@ -69,6 +69,14 @@ class Finding:
     physical_offset: int | None = None  # set for findings outside the ring (header slots)
     hexdump: str | None = None  # the finding's first bytes, xxd-like (recover --hexdump)
     bytes_cause: Cause | None = None  # what the skipped bytes looked like (the decoder's Skip.cause)
+    # Found while the log moved under the reader (a writer started, stopped or trimmed; the header
+    # slots changed) and not seen again by a rescan, or not judged: the log kept moving. Not corruption.
+    moved: bool = False
+
+    @property
+    def judged_corrupt(self) -> bool:
+        """Damage neither a crash nor the log's moving under the reader explains."""
+        return not self.explained and not self.moved
 
     @property
     def cause(self) -> Cause:
@@ -90,6 +98,7 @@ class Finding:
             "found_crc": self.found_crc,
             "explained_by_crash": self.explained,
             "cause": str(self.cause),
+            "explained_by_log_move": self.moved,
         })
         if self.hexdump is not None:
             out["hexdump"] = self.hexdump
