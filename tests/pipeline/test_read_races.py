@@ -124,3 +124,50 @@ def test_a_writer_starting_inside_the_follower_s_wal_scan(tmp_path):
     assert served == list(range(3000 + 1501 + 4))
     summary = ndjson(out)[-1]
     assert summary["retries"] >= 1 and summary["log_moved"] is False and summary["complete"] is True
+
+
+class _ListsBeforeTheUpload:
+    """A store whose first manifest listing is answered as it was just before ``upload`` (a
+    callable: a real upload's commit and trim, then a writer's appends) ran: the reader's pass
+    then works from a manifest older than the WAL it reads next."""
+
+    def __init__(self, store, upload):
+        self._store, self._upload = store, upload
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def list(self, prefix: str):
+        found = list(self._store.list(prefix))
+        if self._upload is not None and prefix.startswith("manifest"):
+            upload, self._upload = self._upload, None
+            upload()
+        return found
+
+
+def test_an_upload_and_a_wrap_between_the_manifest_and_the_wal_skip_nothing(tmp_path):
+    """A pass lists the manifest; an upload commits the WAL's records and trims them, and a writer
+    wraps the ring over them; then the pass reads the WAL. Before: "offsets [1, n) are neither in
+    the store nor in the WAL", never read again. Now the WAL's header is read before the manifest,
+    the overwritten range is not called missing while a newer manifest exists, and the next pass
+    serves it from the store: every record once, in order."""
+    from walctl.pipeline.read import ReadFinding, ReadRecord, StreamReader, open_for_read
+
+    wal, store_path = _seeded(tmp_path, capacity="4MiB")
+    line = b"w" * 999 + b"\n"
+    code, _, err = walctl("append", wal, "--stream", "1", "-", input=line * 2500)  # 2.5 MiB of a 4 MiB ring
+    assert code == 0, err
+
+    def upload_then_wrap() -> None:
+        for args, data in ((("upload", wal, "--store", store_path), None),
+                           (("append", wal, "--stream", "1", "-"), line * 2000)):  # laps over the first records
+            code, _, err = walctl(*args, input=data)
+            assert code == 0, err
+
+    store = _ListsBeforeTheUpload(open_for_read(store_path), upload_then_wrap)
+    reader = StreamReader(store, 1, wal=wal)
+    events = list(reader.events(follow=True, poll_s=0.01, idle_timeout_s=0.5))
+    assert [e for e in events if isinstance(e, ReadFinding)] == []
+    served = [e.batch.base_offset for e in events if isinstance(e, ReadRecord)]
+    assert served == list(range(1 + 2500 + 2000))  # each once, in order
+    assert reader.summary.retries >= 1  # the pass that met the overwritten range stopped and read again

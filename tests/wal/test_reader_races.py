@@ -16,8 +16,6 @@ from racehelpers import Stopped, clean_log, ndjson, start, walctl
 from tests.cli.conftest import flip_byte, physical
 
 from walctl.errors import EXIT_CORRUPT, EXIT_OK
-from walctl.wal.lifecycle import RESCANS, RecoverSession, open_reader
-from walctl.wal.verdict import recover
 
 READERS = {
     "recover": ("recover-scan", ("recover", "{wal}", "--stats", "--json")),
@@ -68,6 +66,9 @@ def test_damage_on_the_device_is_corruption_even_when_the_log_moved(tmp_path, wh
 def test_a_log_that_keeps_moving_is_not_judged(tmp_path, monkeypatch):
     """When the slots change under every rescan, the findings are printed as the move's
     (explained_by_log_move), the summary says log_moved and complete false, and no error (exit 0)."""
+    from walctl.wal.lifecycle import RESCANS, RecoverSession, open_reader
+    from walctl.wal.verdict import recover
+
     wal = clean_log(tmp_path, records=50)
     code, out, err = walctl("append", wal, "--stream", "1", "x")
     assert code == 0, err
@@ -111,7 +112,7 @@ def test_recover_and_status_in_a_loop_while_writers_start(tmp_path):
     wal = clean_log(tmp_path, records=200)
     lines = b"".join(b"r%d\n" % i for i in range(300))
     runs, moved = 0, 0
-    deadline = time.monotonic() + 8
+    deadline = time.monotonic() + 6
     while time.monotonic() < deadline:
         appender = start("append", wal, "--stream", "1", "-", stdin=-1)
         appender.stdin.write(lines.decode())
@@ -123,7 +124,7 @@ def test_recover_and_status_in_a_loop_while_writers_start(tmp_path):
                 assert code == EXIT_OK, (args, err)
                 summary = ndjson(out)[-1]
                 assert summary["corrupt_findings"] == 0
-                if summary["log_moved"]:
+                if summary.get("log_moved"):
                     moved += 1
                     assert "the log moved during the" in err
         assert appender.wait(30) == 0, appender.stderr.read()
