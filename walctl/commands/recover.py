@@ -76,7 +76,11 @@ def recover_cmd(
     bad_batch). AutoMQ's own WALs (header V0 or V1) are read with AutoMQ's checksums and
     recovery rules, for forensics. After the records: each sealed crash hole (when it was
     sealed, the stream offsets it cost) and each stream gap with its cause (crash, or none)
-    and what to do ("sealed_hole" and "stream_gap" lines with --json).
+    and what to do ("sealed_hole" and "stream_gap" lines with --json). A writer that
+    starts, stops or trims while recover reads is no damage: damage seen after the header
+    slots changed is judged by a rescan of the log as it is then (at most 3); none there, or a
+    log that keeps moving, is a warning and "log_moved": true (findings marked
+    explained_by_log_move, printed after the records), exit 0.
     """
     from walctl.wal.lifecycle import open_reader
     from walctl.wal.verdict import RecoverFilter, recover

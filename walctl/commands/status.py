@@ -34,7 +34,8 @@ def status_cmd(
     shown as unknown. Otherwise, or with --scan, they come from a scan of the live records (as
     recover does), which reads the used part of the ring. Used bytes are counted as the writer
     counts them: end of log minus the trim point. Exit 3 when a scan finds damage a crash does
-    not explain (details: walctl recover). Sealed crash holes and
+    not explain (details: walctl recover); damage seen while a writer started, stopped or trimmed
+    (the header slots changed) is rescanned instead, at most 3 times ("log_moved": true, exit 0). Sealed crash holes and
     stream gaps (found by a scan) are listed with their cause and what to do.
     """
     from walctl.status import wal_status
