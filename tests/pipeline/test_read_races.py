@@ -171,3 +171,62 @@ def test_an_upload_and_a_wrap_between_the_manifest_and_the_wal_skip_nothing(tmp_
     served = [e.batch.base_offset for e in events if isinstance(e, ReadRecord)]
     assert served == list(range(1 + 2500 + 2000))  # each once, in order
     assert reader.summary.retries >= 1  # the pass that met the overwritten range stopped and read again
+
+
+@pytest.mark.parametrize("moving", [False, True])
+def test_read_without_follow_on_a_wal_that_keeps_moving(tmp_path, monkeypatch, moving):
+    """Damage in the WAL's tail is corruption when the WAL stood still under the read; when its
+    header slots changed under every retry, the read ends at the range it could not settle with
+    an informational wal_moved finding (log_moved, complete false), serving nothing past it."""
+    from walctl.pipeline.read import GAP, WAL_MOVED, ReadFinding, ReadRecord, StreamReader, open_for_read
+    from walctl.wal.lifecycle import RESCANS, RecoverSession
+
+    from tests.cli.conftest import flip_byte, physical
+
+    wal, store = _seeded(tmp_path)
+    code, _, err = walctl("append", wal, "--stream", "1", "-", input=(b"v" * 999 + b"\n") * 600)
+    assert code == 0, err
+    flip_byte(wal, physical(300 << 10, 32 << 20))  # a record's bytes, mid-tail: the records after it are cut off
+    if moving:
+        monkeypatch.setattr(RecoverSession, "moved", lambda self: "a writer started while it was read")
+    reader = StreamReader(open_for_read(store), 1, wal=wal)
+    events = list(reader.events(sleep=lambda s: None))
+    found = [e for e in events if isinstance(e, ReadFinding)]
+    served = [e.batch.base_offset for e in events if isinstance(e, ReadRecord)]
+    if moving:
+        assert served == list(range(len(served))) and 0 < len(served) < 601  # nothing past the range
+        assert [f.kind for f in found] == [WAL_MOVED] and not found[0].corrupt
+        assert found[0].start_offset == len(served)
+        s = reader.summary.to_json()
+        assert s["log_moved"] is True and s["complete"] is False and s["retries"] > RESCANS
+    else:
+        gap = found[0]
+        assert gap.kind == GAP and gap.corrupt and reader.summary.retries == 0  # exit 3, as before
+        assert served == list(range(gap.start_offset)) + list(range(gap.end_offset, 601))
+
+
+def test_a_writer_starting_right_after_the_pass_read_the_wal_header(tmp_path, monkeypatch):
+    """A writer starts on the cleanly closed WAL just after a pass read its header slots, and
+    appends past the clean nextOffset. Before: "WAL end_mismatch" (exit 3) on a healthy log. Now
+    the pass sees the slots changed and reads again: every record once, no finding."""
+    from walctl.pipeline.read import ReadFinding, ReadRecord, StreamReader, open_for_read
+    from walctl.wal import lifecycle
+
+    wal, store = _seeded(tmp_path)
+    code, _, err = walctl("append", wal, "--stream", "1", "a", "b")
+    assert code == 0, err
+    real_open, opened = lifecycle.open_reader, []
+
+    def open_then_a_writer_starts(path, **kwargs):
+        session = real_open(path, **kwargs)
+        if not opened:
+            code, _, err = walctl("append", wal, "--stream", "1", "c", "d", "e")
+            assert code == 0, err
+        opened.append(path)
+        return session
+
+    monkeypatch.setattr(lifecycle, "open_reader", open_then_a_writer_starts)
+    reader = StreamReader(open_for_read(store), 1, wal=wal)
+    events = list(reader.events(follow=True, poll_s=0.01, idle_timeout_s=0.3))
+    assert [e for e in events if isinstance(e, ReadFinding)] == []
+    assert [e.batch.base_offset for e in events if isinstance(e, ReadRecord)] == list(range(6))
