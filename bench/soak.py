@@ -50,12 +50,12 @@ def trim_offset(wal: str) -> int:
         return max(decode_slots(fh.read(HEADERS_SIZE)).header.trim_offset, 0)
 
 
-# `walctl upload` with upload.KEEP_SCANNED_BYTES set from argv[1] first: 0 makes every cron upload build
+# `walctl upload` with walctl.pipeline.upload.run.KEEP_SCANNED_BYTES set from argv[1] first: 0 makes every cron upload build
 # its objects from the second, streamed read of the WAL, as an upload of more than 64 MiB does.
 _UPLOAD_KEEPING = """
 import sys
-from walctl.pipeline import upload
-upload.KEEP_SCANNED_BYTES = int(sys.argv.pop(1))
+from walctl.pipeline.upload import run as upload_run
+upload_run.KEEP_SCANNED_BYTES = int(sys.argv.pop(1))
 from walctl.cli import main
 sys.argv = ["walctl"] + sys.argv[1:]
 main()

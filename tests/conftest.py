@@ -110,5 +110,9 @@ def hold_writer():
         child.stderr.close()
 
 
+# tests/testbounds.py: the per-process memory cap beside pytest-timeout's time cap.
+pytest_plugins = ["testbounds"]
+
+
 # The moto S3 server, buckets, stores and the fault proxy, for tests/store and tests/spark.
 from s3_fixtures import *  # noqa: E402,F401,F403

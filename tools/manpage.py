@@ -72,6 +72,16 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
          "walctl recover --json --payload base64 /dev/nvme1n1"),
         ("Count records and payload bytes per stream:", "walctl recover --stats wal.img"),
     ),
+    "check": (
+        ("Check every live object's size, footer and index against the manifest (one LIST, one ranged "
+         "read per object):", "walctl check --store /var/lib/walctl/store"),
+        ("Also read and verify every block of an S3 store:",
+         "walctl check --store s3://bucket/wal --read-data"),
+        ("Read the data of the second fifth of the objects (1/5 to 5/5 on five nights read them all):",
+         "walctl check --store s3://bucket/wal --subset 2/5"),
+        ("Problems as one JSON document (exit 3 when something is damaged):",
+         "walctl check --store s3://bucket/wal --json"),
+    ),
 }
 
 # Related pages per command, beyond walctl(1); names that are not (yet) commands are left out.
@@ -80,6 +90,7 @@ SEE_ALSO: dict[str, tuple[str, ...]] = {
     "append": ("recover", "trim"),
     "trim": ("append", "recover"),
     "recover": ("append", "trim"),
+    "check": ("ls", "inspect-object", "gc"),
 }
 
 # Variables a command honours through a library rather than a declared envvar: an option

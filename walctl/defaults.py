@@ -32,3 +32,19 @@ MAX_PART_BYTES = 5 << 30
 # variable that picks one for every command (checked when a command starts, walctl.cli.boundary).
 IO_ENGINES = ("auto", "aio", "threads")
 IO_ENGINE_ENV = "WALCTL_IO_ENGINE"
+
+# S3 under an outage or a silent endpoint (the CLI's --retry-for, --s3-connect-timeout,
+# --s3-read-timeout; docs/CLI.md "S3 timeouts and retries"). A failing request is retried
+# with backoff until DEFAULT_S3_RETRY_FOR_S has passed since its first attempt, and no attempt
+# starts after that: a call fails at the latest retry-for + one attempt (connect + read
+# timeout) + one backoff (2 s) = 30 + 10 + 15 + 2 = 57 s, within the minute an operator or a
+# cron job should wait for exit 6. An endpoint that accepts and never answers fails in about
+# 30 s (two 15 s read timeouts); a restart, failover or proxy blip of a few seconds is ridden out.
+DEFAULT_S3_RETRY_FOR_S = 30.0
+# Connecting takes milliseconds when the endpoint is up; 10 s rides out a lost SYN or two. urllib3
+# also applies it to each send of a request body, so it is not lower.
+DEFAULT_S3_CONNECT_TIMEOUT_S = 10.0
+# Seconds of silence on a socket before an attempt fails (between bytes, not for a whole answer):
+# S3 answers a request within a second or two once it has the body, and keeps long ones
+# (CompleteMultipartUpload, UploadPartCopy) alive with whitespace.
+DEFAULT_S3_READ_TIMEOUT_S = 15.0

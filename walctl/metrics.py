@@ -218,10 +218,15 @@ def job_families(job: str, previous: dict[str, float], *, success: bool, now: fl
     return [Family(f.name, f.kind, f.help, f.value, labels) for f in families]
 
 
-def merge(previous_text: str, families: list[Family]) -> str:
+def merge(previous_text: str, families: list[Family], drop: tuple[list[str], str] | None = None) -> str:
     """The previous file with ``families``' samples put in (each replacing the sample of the same
-    name and labels; samples of other label sets and other families kept), one HELP and TYPE per family."""
+    name and labels; samples of other label sets and other families kept), one HELP and TYPE per family.
+    ``drop``: (family names, labels text): those samples are removed (a gauge the run did not measure)."""
     parsed = _parse(previous_text)
+    if drop is not None:
+        names, lab = drop
+        for name in names:
+            parsed.samples.get(name, {}).pop(lab, None)
     for f in families:
         parsed.add_name(f.name)
         parsed.meta[f.name] = (f"# HELP {f.name} {_help(f.help)}", f"# TYPE {f.name} {f.kind}")
@@ -257,7 +262,12 @@ WAL_GAUGES: dict[str, str] = {
     "trim_lag_bytes": "Bytes written and not yet trimmed (uploaded records are trimmed): what upload has to catch up",
     "records": "Live records after the trim point",
     "last_shutdown_graceful": "1 if the last writer closed the WAL cleanly, 0 if it crashed or is still running",
-    "corrupt_findings": "Findings a crash does not explain (see walctl recover): 0 on a healthy WAL",
+    "corrupt_findings": "Findings a crash does not explain (see walctl recover): 0 on a healthy WAL; absent when "
+                        "the run verified nothing (no --scan, no --verify-budget)",
+    "verified_bytes": "Log bytes the last walctl status --verify-budget run verified",
+    "verified_through_offset": "WAL offset up to which the last --verify-budget run verified the log",
+    "verify_last_pass_timestamp_seconds": "When --verify-budget last finished a whole pass over the live log "
+                                          "(absent until the first pass ends)",
 }
 
 
@@ -275,16 +285,35 @@ def wal_families(out: dict | None, *, now: float, labels: dict[str, object]) -> 
             "last_shutdown_graceful": 1 if out["shutdown_type"] == "graceful" else 0,
             "corrupt_findings": out["corrupt_findings"],
         }
+        values.update(_verification_values(out.get("verification")))
     # A value status does not know (records and findings of a WAL answered from its checkpoint,
     # without --scan) is left out rather than written as NaN, which no alert rule compares.
     return [Family(f"{base}_{name}", "gauge", WAL_GAUGES[name], v, lab)
             for name, v in values.items() if v is not None]
 
 
+def _verification_values(verification: dict | None) -> dict[str, float]:
+    """status --verify-budget's gauges: what this run verified, and the findings known in the live
+    log (remembered across runs until their range is verified again or trimmed away)."""
+    if verification is None:
+        return {}
+    return {"corrupt_findings": verification["corrupt_findings"],
+            "verified_bytes": verification["verified_bytes"],
+            "verified_through_offset": verification["verified_through_offset"],
+            # absent until a first pass ends (0 would make an alert on its age fire at once)
+            "verify_last_pass_timestamp_seconds": verification["last_pass_timestamp_ns"] / 1e9 or None}
+
+
 def write_wal_status(path: str, out: dict | None, *, device: str, node_id: object, clock=time.time) -> None:
-    """Put one WAL's gauges into the metrics file (other WALs' and jobs' samples kept); atomic."""
-    families = wal_families(out, now=clock(), labels={"device": device, "node_id": node_id})
-    write_atomic(path, merge(read_previous(path), families))
+    """Put one WAL's gauges into the metrics file (other WALs' and jobs' samples kept); atomic.
+
+    A gauge this run did not measure (findings without a scan or a verification) is removed for
+    this WAL's labels rather than left at an earlier run's value: absent means not measured."""
+    labels = {"device": device, "node_id": node_id}
+    families = wal_families(out, now=clock(), labels=labels)
+    measured = {f.name for f in families}
+    stale = [f"{PREFIX}_wal_{name}" for name in WAL_GAUGES if f"{PREFIX}_wal_{name}" not in measured]
+    write_atomic(path, merge(read_previous(path), families, drop=(stale, labels_text(labels))))
 
 
 def check_path(path: str) -> None:

@@ -18,6 +18,7 @@ from walctl.wal.headers import HeaderState
 
 if TYPE_CHECKING:
     from walctl.wal import reader  # imported where a scan runs: a checkpoint's answer loads no scan
+    from walctl.wal.verify import Verification
 
 
 @dataclass
@@ -34,6 +35,7 @@ class StatusResult:
     live_streams: list[int] = field(default_factory=list)  # stream ids with a live record
     checkpoint: Checkpoint | None = None  # the trusted checkpoint the answer came from (no scan)
     device_bytes_read: int = 0
+    verification: Verification | None = None  # status --verify-budget (None: no verification asked)
     log_moved: bool = False  # the header slots changed under a scan that found damage: rescanned
     rescans: int = 0
 
@@ -119,6 +121,7 @@ class StatusResult:
             "checkpoint": cp.to_json() if cp is not None else (
                 self.state.checkpoint.to_json() if self.state.checkpoint is not None else None),
             "device_bytes_read": self.device_bytes_read,
+            "verification": self.verification.to_json() if self.verification is not None else None,
             "log_moved": self.log_moved,
             "rescans": self.rescans,
         }
@@ -134,7 +137,16 @@ class StatusResult:
                 "stream_gaps": [gaps.gap_to_json(g, gaps.explain(g, holes)) for g in self.scan.stream_gaps]}
 
 
-def wal_status(path: str, *, scan: bool = False, progress=None) -> StatusResult:
+@dataclass(frozen=True)
+class VerifyRequest:
+    """status --verify-budget: verify at most ``budget_bytes`` of the live log, going on from where
+    the run before stopped (remembered in ``state_file``)."""
+
+    budget_bytes: int
+    state_file: str
+
+
+def wal_status(path: str, *, scan: bool = False, progress=None, verify: VerifyRequest | None = None) -> StatusResult:
     """Read both header slots, and scan the log to its end unless a trusted checkpoint answers
     (a cleanly closed walctl WAL, FORMATS.md 1.6) or ``scan`` is False; never writes, takes no lock.
     ``progress(done, total)``, if given, is called as the scan goes (log bytes past the trim point;
@@ -154,8 +166,10 @@ def wal_status(path: str, *, scan: bool = False, progress=None) -> StatusResult:
         warnings = list(session.warnings)
         checkpoint = trusted_checkpoint(session.state)
         if checkpoint is not None and not scan and session.writer_pid is None:
+            verification = _verify(session, path, verify, None, progress) if verify is not None else None
             return StatusResult(path, session.dev.size_bytes, session.state, None, None, None, warnings,
-                                checkpoint=checkpoint, device_bytes_read=bytes_read_total() - read_before)
+                                checkpoint=checkpoint, device_bytes_read=bytes_read_total() - read_before,
+                                verification=verification)
         scan, streams = _scan(session, progress)
         moved, settled, rescans = None, True, 0
         if scan.corrupt:
@@ -180,9 +194,10 @@ def wal_status(path: str, *, scan: bool = False, progress=None) -> StatusResult:
                     warnings.append(f"the log moved during the scan ({moved}): rescanned the log as it is now "
                                     "(the figures are the rescan's)")
         # A live writer: the device layer's warning already says the figures may be moving.
+        verification = _verify(session, path, verify, scan, None) if verify is not None else None
         return StatusResult(path, session.dev.size_bytes, session.state, scan, session.writer_pid,
                             _command_of(session.writer_pid), warnings, sorted(streams),
-                            device_bytes_read=bytes_read_total() - read_before,
+                            device_bytes_read=bytes_read_total() - read_before, verification=verification,
                             log_moved=moved is not None, rescans=rescans)
     finally:
         session.dev.close()
@@ -217,6 +232,38 @@ def _scan(session, progress) -> tuple[reader.ScanResult, set[int]]:
         elif isinstance(event, reader.Entry) and event.batch is not None:
             streams.add(event.batch.stream_id)
     return scan, streams
+
+
+def _verify(session, path: str, request: VerifyRequest, full: reader.ScanResult | None,
+            progress) -> Verification:
+    """One run of the incremental verification (walctl.wal.verify), its state file updated: a
+    budgeted range from where the last run stopped, or ``full``, a whole scan status made anyway
+    (no checkpoint answers: a running or crashed writer; or --scan), taken as a complete pass."""
+    from walctl.wal import verify
+    from walctl.wal.lifecycle import read_wal_state, trusted_checkpoint
+
+    header = session.state.header
+    devices = verify.load_state(request.state_file)
+    key = os.path.abspath(path)  # (not realpath: /dev/disk/by-id names stay, /dev/nvme1n1 may change)
+    checkpoint = trusted_checkpoint(session.state)
+    entry, restarted = verify.entry_for(devices, key, header, checkpoint.log_end if checkpoint is not None else None)
+    if full is not None:
+        done = verify.from_full_scan(full)
+    else:
+        if progress is not None:
+            progress(0, request.budget_bytes)
+        done = verify.verify_range(session.dev, header, verify.resume_offset(entry, header), request.budget_bytes,
+                                   progress=progress)
+    corrupt = verify.judge(done.findings, header, done.through_offset if done.reached_end else None)
+    # A writer may have trimmed (and written over) records while they were read: what lies at or
+    # before the trim point now is gone, not damaged.
+    now = read_wal_state(session.dev, path).header
+    later = header.with_(trim_offset=now.trim_offset) if now.trim_offset > header.trim_offset else header
+    found = verify.remember(entry, later, done, corrupt)
+    devices[key] = entry.to_json()
+    verify.save_state(request.state_file, devices)
+    return verify.Verification(done, list(entry.corrupt), found, request.state_file, entry.passes,
+                               entry.last_pass_ns, restarted)
 
 
 def _command_of(pid: int | None) -> str | None:

@@ -121,7 +121,8 @@ class TestInit:
     def test_reinit_with_force_empties_the_wal(self, cli, new_wal, append_json):
         dev = new_wal("64KiB")
         append_json(dev, "a", "b")
-        res = cli("init", dev, "--capacity", "64KiB", "--force", "--json")
+        # records not yet uploaded: --force alone refuses them (tests/cli/test_init_guard.py)
+        res = cli("init", dev, "--capacity", "64KiB", "--force", "--discard-unuploaded", "--json")
         assert res.exit_code == 0, res
         records, findings, summary = recover_json(cli, dev)
         assert records == [] and findings == [] and summary["records"] == 0

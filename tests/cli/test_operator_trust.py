@@ -57,6 +57,7 @@ STORE_COMMANDS = {
     "append": lambda wal, url: ["append", wal, "--stream", "1", "--store", url, "three"],
     "ls": lambda wal, url: ["ls", "--store", url],
     "gc": lambda wal, url: ["gc", "--store", url, "--dry-run"],
+    "check": lambda wal, url: ["check", "--store", url],
     "inspect-object": lambda wal, url: ["inspect-object", "1", "--store", url],
     "upload --dry-run": lambda wal, url: ["upload", wal, "--store", url, "--dry-run"],
 }
@@ -85,7 +86,7 @@ def test_a_directory_with_a_colon_is_still_reachable(cli, tmp_path, monkeypatch,
     assert (tmp_path / "s3:odd").is_dir()
 
 
-@pytest.mark.parametrize("args", [["ls"], ["objects"], ["gc"], ["gc", "--dry-run"]])
+@pytest.mark.parametrize("args", [["ls"], ["objects"], ["gc"], ["gc", "--dry-run"], ["check"]])
 def test_readers_never_create_a_missing_store(cli, tmp_path, args):
     store = tmp_path / "nonexistent-store"
     res = cli(*args, "--store", store)
@@ -103,7 +104,7 @@ def test_upload_dry_run_creates_no_store(cli, tmp_path, wal):
     assert not store.exists()
 
 
-@pytest.mark.parametrize("args", [["ls"], ["gc"]])
+@pytest.mark.parametrize("args", [["ls"], ["gc"], ["check"]])
 def test_a_store_without_manifest_is_not_found(cli, tmp_path, args):
     store = tmp_path / "empty"
     store.mkdir()
@@ -327,7 +328,7 @@ def _candidates(param) -> list[str]:
     annotation = param.type_descriptor.annotation if hasattr(param, "type_descriptor") else None
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
         return [list(annotation)[-1].value]
-    return ["3", "90s", "1MiB", "local[2]", "7=1000", "some-value"]
+    return ["3", "90s", "1MiB", "local[2]", "7=1000", "1/2", "some-value"]
 
 
 CASES = [(name, p) for name, command, params in _every_option() for p in params if p.name not in SKIP]

@@ -251,8 +251,8 @@ _SCAN = ("walctl.wal.reader", "walctl.wal.native_scan", "walctl.wal.ringread", "
     # status of a cleanly closed WAL: nor the verdict (no findings to judge) or the ring's layout
     (("status", "{wal}", "--json"), ("walctl.status",),
      _NEVER_ON_A_CLEAN_RUN + _SCAN + ("walctl.options", "walctl.wal.verdict", "walctl.wal.layout")),
-    (("upload", "{copy}", "--store", "{fresh}", "--json", "--no-trim"), ("walctl.pipeline.upload",),
-     _NEVER_ON_A_CLEAN_RUN + ("walctl.device.locks", "walctl.wal.verdict")),
+    (("upload", "{copy}", "--store", "{fresh}", "--json", "--no-trim"), ("walctl.pipeline.upload.run",),
+     _NEVER_ON_A_CLEAN_RUN + ("walctl.device.locks", "walctl.wal.verdict", "walctl.pipeline.upload.background")),
     (("read", "--store", "{store}", "-s", "0", "--json", "--payload", "none"), ("walctl.pipeline.read",),
      tuple(m for m in _NEVER_ON_A_CLEAN_RUN if m != "walctl.format.composite") + ("walctl.options",)),
 ])

@@ -60,3 +60,27 @@ def test_sso_dry_run_shows_its_write_budget(tmp_path):
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.stderr
     assert "budget: read 512.0 KiB/s, write 1.0 KiB/s, expected" in result.stdout
+
+
+def test_sso_dry_run_shows_its_task_timeout_default_derived_or_given(tmp_path):
+    import json
+
+    store_dir = tmp_path / "store"
+    put_objects(open_store(str(store_dir)), [[(2, 80, 3000), (3, 1, 300)], [(2, 80, 3000), (3, 2, 300)]])
+    runner = CliRunner()
+    args = ["compact", "--store", str(store_dir), "--level", "sso", "--dry-run", "--json", "--split-size", "1MiB"]
+
+    def timeout(*more):
+        result = runner.invoke(app, [*args, *more])
+        assert result.exit_code == 0, result.stderr
+        out = json.loads(result.stdout)
+        return out["task_timeout_seconds"], out
+
+    assert timeout()[0] == 600  # 10m: the plan's bytes take far less at 32 MiB/s
+    assert timeout("--task-timeout", "2m")[0] == 120
+    assert timeout("--task-timeout", "0")[0] is None  # no limit
+    # a job paced to take longer than 5 minutes gets twice its expected duration
+    derived, out = timeout("--write-rate", "0.001")  # 1 KiB/s
+    assert out["expected_seconds"] > 300 and derived == 2 * out["expected_seconds"]
+    result = runner.invoke(app, [*args, "--task-timeout", "soon"])
+    assert result.exit_code == 2 and "--task-timeout" in result.stderr and "not a duration" in result.stderr

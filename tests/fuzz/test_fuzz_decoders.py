@@ -32,11 +32,6 @@ EXAMPLES = int(os.environ.get("WALCTL_FUZZ_EXAMPLES", "20000" if SOAK else "500"
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture, HealthCheck.large_base_example])
-CASES = {"n": 0}
-
-
-def count() -> None:
-    CASES["n"] += 1
 
 
 @st.composite
@@ -102,7 +97,6 @@ HEADER_INPUTS = st.one_of(st.binary(max_size=128), mutated(NATIVE_HEADER), mutat
 @FUZZ
 @given(HEADER_INPUTS, st.integers(0, 70))
 def test_wal_header_decode(data, offset):
-    count()
     header = only_format_errors(WalHeader.decode, data, offset)
     if header is not None:
         assert header.capacity >= 16384 and header.sliding_window_max_length <= header.ring_size
@@ -111,7 +105,6 @@ def test_wal_header_decode(data, offset):
 @FUZZ
 @given(HEADER_INPUTS, HEADER_INPUTS)
 def test_header_slots(a, b):
-    count()
     raw = (a + bytes(4096))[:4096] + (b + bytes(4096))[:4096]
     try:
         state = decode_slots(raw)
@@ -135,7 +128,6 @@ BODY = StreamRecordBatch(7, 1, 100, 3, b"payload bytes").encode()
                  mutated(_record(4096, BODY, automq_crc), hot=(0,))),
        st.sampled_from([crc32c, automq_crc]), st.none() | st.just(4096) | st.integers(0, 1 << 62))
 def test_record_header_decode_and_body_check(data, checksum, expected_offset):
-    count()
     head = only_format_errors(rec.RecordHeader.decode, data, expected_offset=expected_offset, checksum=checksum)
     if head is not None:
         assert head.body_length > 0 and head.body_offset >= 24
@@ -145,7 +137,6 @@ def test_record_header_decode_and_body_check(data, checksum, expected_offset):
 @FUZZ
 @given(st.one_of(st.binary(max_size=80), mutated(BODY, hot=(0, 25))), st.booleans(), st.integers(0, 40))
 def test_stream_record_batch_decode(data, exact, offset):
-    count()
     batch = only_format_errors(StreamRecordBatch.decode, data, offset, exact=exact)
     if batch is not None:
         assert batch.count >= 1 and batch.base_offset >= 0
@@ -167,7 +158,6 @@ OBJECT_INPUTS = st.one_of(st.binary(max_size=200),
 @FUZZ
 @given(OBJECT_INPUTS)
 def test_object_footer_index_and_blocks(data):
-    count()
     try:
         footer, entries = obj.parse_tail(data, len(data))
         if entries is None:
@@ -183,7 +173,6 @@ def test_object_footer_index_and_blocks(data):
 @FUZZ
 @given(OBJECT_INPUTS)
 def test_verify_object_reports_and_never_raises(data):
-    count()
     problems = obj.verify_object(data)
     assert all(isinstance(p.position, int) and p.message for p in problems)
     if data in (WALCTL_OBJECT, AUTOMQ_OBJECT):
@@ -193,7 +182,6 @@ def test_verify_object_reports_and_never_raises(data):
 @FUZZ
 @given(st.binary(max_size=60), st.integers(0, 40))
 def test_small_structures(data, offset):
-    count()
     only_format_errors(obj.DataBlockHeader.decode, data, offset)
     only_format_errors(obj.IndexEntry.decode, data, offset)
     only_format_errors(obj.Footer.decode, data, offset, object_size=len(data) + offset)
@@ -241,7 +229,6 @@ HOT = tuple(range(0, 120, 8)) + tuple(range(4096, 4160, 8)) + tuple(8192 + 4096 
 @given(st.sampled_from(sorted(IMAGES)).flatmap(
     lambda name: st.tuples(st.just(name), mutated(IMAGES[name][0], max_ops=8, hot=HOT))))
 def test_recovery_scan_on_mutated_images(case):
-    count()
     name, image = case
     written = IMAGES[name][1]
     if len(image) < 8192:
@@ -263,10 +250,3 @@ def test_recovery_scan_on_mutated_images(case):
         position, data = reader.finding_bytes(mem, f)
         assert len(data) <= reader.HEXDUMP_BYTES
         reader.hexdump(data, position)
-
-
-def test_zz_print_counts(capsys):
-    with capsys.disabled():
-        print(f"\nfuzz decoders: {CASES['n']} hypothesis cases (header, slots, record, batch, object footer/"
-              f"index/blocks, verify_object, small structures, recovery scan), only FormatError or a value")
-    assert CASES["n"] > 0

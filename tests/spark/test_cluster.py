@@ -6,88 +6,29 @@ from __future__ import annotations
 import glob
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from walctl.store import S3Store, open_store
 from walctl.store import manifest as mf
 
+from clusterhelpers import Standalone
 from storehelpers import put_objects, read_back
-
-START_TIMEOUT_S = 90
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for(log: Path, text: str, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if log.exists() and text in log.read_text(errors="replace"):
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.3)
-    raise AssertionError(f"{log.name}: no {text!r} (exit {proc.poll()}): {log.read_text(errors='replace')[-3000:]}")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM the process group we started (the JVM and, for the worker, its executors), then SIGKILL."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=20)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # executors left in the group
-    except ProcessLookupError:
-        pass
 
 
 @pytest.fixture
 def standalone(tmp_path, s3_server):
     """spark://127.0.0.1:PORT with one worker (1 core, 1 GiB); its processes inherit the moto
     server's fake credentials from os.environ, as executors would get an instance role's."""
-    import pyspark
-
-    spark_home = os.path.dirname(pyspark.__file__)
-    spark_class = os.path.join(os.path.dirname(sys.executable), "spark-class")
-    env = dict(os.environ, SPARK_HOME=spark_home, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
-               SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false", SPARK_LOG_DIR=str(tmp_path))
-    port = _free_port()
-    url = f"spark://127.0.0.1:{port}"
-    procs = []
+    cluster = Standalone(tmp_path)
     try:
-        master_log = tmp_path / "master.log"
-        with open(master_log, "w") as log:
-            procs.append(subprocess.Popen(
-                [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                 "--webui-port", str(_free_port())], stdout=log, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True))
-        _wait_for(master_log, "I have been elected leader", procs[0])
-        worker_log = tmp_path / "worker.log"
-        with open(worker_log, "w") as log:
-            procs.append(subprocess.Popen(
-                [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", "1",
-                 "--memory", "1g", "--webui-port", str(_free_port()), "--work-dir", str(tmp_path / "work")],
-                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
-        _wait_for(worker_log, "Successfully registered with master", procs[1])
-        yield SimpleNamespace(url=url, env=env, work_dir=tmp_path / "work")
+        cluster.start_master()
+        cluster.start_worker()
+        yield cluster
     finally:
-        for proc in reversed(procs):
-            _stop(proc)
+        cluster.stop()
 
 
 @pytest.mark.slow

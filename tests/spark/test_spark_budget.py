@@ -43,6 +43,12 @@ class FakeContext:
     def cancelAllJobs(self):
         pass
 
+    def setJobGroup(self, group, description, interruptOnCancel=False):  # the job's group (--task-timeout)
+        self.group = group
+
+    def cancelJobGroup(self, group):
+        pass
+
 
 class FakeSession:
     def __init__(self):

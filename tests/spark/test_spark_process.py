@@ -202,3 +202,35 @@ def test_local_workers_do_not_import_a_walctl_from_the_current_directory(tmp_pat
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["commit_number"] is not None
     assert read_back(store) == expect(appended)
+
+
+@pytest.mark.slow
+def test_hung_task_is_cancelled_at_the_task_timeout_and_rolled_back(tmp_path, two_ssos):
+    """A task that never ends (paused on the executor after writing its output): at --task-timeout
+    the job is cancelled, its Python worker killed, the output deleted, nothing committed, exit 6."""
+    store, url, appended = two_ssos
+    before = mf.load_latest(store)
+    keys_before = sorted(i.key for i in store.list() if not i.key.startswith("manifest/"))
+    paused = tmp_path / "task-paused"
+    env = env_with(WALCTL_FAILPOINT="compact-task-after-piece:pause", WALCTL_FAILPOINT_READY=str(paused))
+    proc = subprocess.Popen([sys.executable, "-m", "walctl", "compact", "--store", url, "--master", "local[1]",
+                             "--task-timeout", "20s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=240)  # main: the task pauses 120 s, then it commits
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert paused.exists(), stderr[-3000:]  # the task did write its output and hang
+    assert proc.returncode == 6, stderr[-3000:]
+    (line,) = error_lines(stderr)
+    assert line.startswith("walctl: error: the Spark job did not finish within 20s and was cancelled: 1 of its 1 "
+                           "task(s) still running"), line
+    assert "local[1]" in line and "--task-timeout" in line and "nothing was committed" in line
+    out = json.loads(stdout)
+    assert out["error"]["code"] == 6 and out["commit_number"] is None and out["task_timeout_seconds"] == 20
+    assert wait_empty(lambda: session_processes(proc.pid)) == []  # the hung Python worker too
+    after = mf.load_latest(store)
+    assert after.objects == before.objects and after.prepared
+    assert sorted(i.key for i in store.list() if not i.key.startswith("manifest/")) == keys_before
+    assert read_back(store) == expect(appended)

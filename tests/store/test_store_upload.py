@@ -224,7 +224,12 @@ class _RacingStore:
         return self._inner.put(key, data, if_absent=if_absent)
 
 
-def test_two_uploaders_race_one_commits(tmp_path, store):
+def test_two_uploaders_race_one_commits(tmp_path, store, monkeypatch):
+    """The manifest's commit fencing, under the upload lease: where the lease is not there (a device
+    that cannot be opened for writing uploads unguarded), two uploads race and one commits."""
+    from walctl.pipeline.upload import run
+
+    monkeypatch.setattr(run, "_take_lease", lambda *args: None)
     wal = make_wal(tmp_path)
     appended = append(wal, {1: (10, 100), 2: (10, 100)})
     winner = {}
@@ -242,6 +247,26 @@ def test_two_uploaders_race_one_commits(tmp_path, store):
     assert rerun.records == 0 and rerun.trimmed_to is not None
     result = gc(store, grace_s=0, now=LATER)
     assert len(result.deleted_objects) == 1  # the loser's object
+    assert read_back(store) == expect(appended)
+
+
+def test_an_upload_started_during_another_finds_the_lease_held(tmp_path, store):
+    """With the lease, the second upload of the race above never starts: UploadBusy (exit 5) when
+    it may not wait, before it prepared or uploaded anything."""
+    from walctl.pipeline.upload import UploadBusy
+
+    wal = make_wal(tmp_path)
+    appended = append(wal, {1: (10, 100), 2: (10, 100)})
+    busy = {}
+
+    def second_uploader():
+        with pytest.raises(UploadBusy) as info:
+            upload(wal, store, trim=False, lease_wait_s=0.0)
+        busy["error"] = info.value
+
+    first = upload(wal, _RacingStore(store, second_uploader))
+    assert busy["error"].exit_code == 5 and "another upload of this WAL is running" in str(busy["error"])
+    assert first.records == 20 and not mf.load_latest(store).prepared
     assert read_back(store) == expect(appended)
 
 

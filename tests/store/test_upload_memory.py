@@ -146,9 +146,11 @@ def test_a_record_that_changed_after_the_scan_is_refused_and_nothing_is_committe
     """The objects are built from a second read of the WAL: each record must still be the one scanned."""
     from walctl.errors import RefusedError
     from walctl.pipeline import upload as upload_mod
+    from walctl.pipeline.upload import run as upload_run
+    from walctl.pipeline.upload import spool as upload_spool
 
-    monkeypatch.setattr(upload_mod, "KEEP_SCANNED_BYTES", 0)  # the read-again path (larger uploads)
-    monkeypatch.setattr(upload_mod, "SPOOL_SEGMENTS", 0)  # (no object written as the scan reads: S3's way)
+    monkeypatch.setattr(upload_run, "KEEP_SCANNED_BYTES", 0)  # the read-again path (larger uploads)
+    monkeypatch.setattr(upload_spool, "SPOOL_SEGMENTS", 0)  # (no object written as the scan reads: S3's way)
 
     wal = str(tmp_path / "wal")
     init_wal(wal, 4 * MiB)

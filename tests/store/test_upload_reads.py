@@ -60,17 +60,18 @@ def _header(wal: str):
 @pytest.mark.parametrize("backend, keep", [("local", "kept"), ("local", "read again"), ("local", "written as read"),
                                            ("s3", "kept"), ("s3", "read again")])
 def test_one_upload_reads_each_wal_byte_once_and_the_trim_one_header(tmp_path, request, backend, keep, monkeypatch):
-    from walctl.pipeline import upload as upload_mod
+    from walctl.pipeline.upload import run as upload_run
+    from walctl.pipeline.upload import spool as upload_spool
 
     store = request.getfixturevalue(f"{backend}_store")
     assert hasattr(store, "open_spool") == (backend == "local")
     if keep != "kept":  # as an upload of more than KEEP_SCANNED_BYTES does
-        monkeypatch.setattr(upload_mod, "KEEP_SCANNED_BYTES", RECORDS * RECORD_BLOCK // 2)
+        monkeypatch.setattr(upload_run, "KEEP_SCANNED_BYTES", RECORDS * RECORD_BLOCK // 2)
     if keep != "written as read":  # a store without spools (S3), or more segments than SPOOL_SEGMENTS
-        monkeypatch.setattr(upload_mod, "SPOOL_SEGMENTS", 0)
+        monkeypatch.setattr(upload_spool, "SPOOL_SEGMENTS", 0)
     wal = make_wal(tmp_path)
     log = _fill(wal, crash=False)
-    assert log == RECORDS * RECORD_BLOCK and (log <= upload_mod.KEEP_SCANNED_BYTES) == (keep == "kept")
+    assert log == RECORDS * RECORD_BLOCK and (log <= upload_run.KEEP_SCANNED_BYTES) == (keep == "kept")
     before = bytes_read_total()
     result = upload(wal, store)
     read = bytes_read_total() - before

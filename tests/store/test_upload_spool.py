@@ -14,9 +14,12 @@ import os
 
 import pytest
 
+from walctl.device.buffers import ALIGN
 from walctl.errors import CorruptionError, IOFailure
 from walctl.format.batch import StreamRecordBatch
 from walctl.pipeline import upload as upload_mod
+from walctl.pipeline.upload import run as upload_run
+from walctl.pipeline.upload import spool as upload_spool
 from walctl.store import local as local_mod
 from walctl.store import manifest as mf
 from walctl.store.base import TEMP_PREFIX
@@ -63,8 +66,8 @@ def test_spooled_objects_are_the_other_paths_ones_byte_for_byte(tmp_path, monkey
     assert sorted(s.key for s in made if s.key) == sorted(o["key"] for o in published)
     assert not any(os.path.exists(s.path) for s in made)  # published (renamed) or removed
     for kept in (True, False):
-        monkeypatch.setattr(upload_mod, "SPOOL_SEGMENTS", 0)
-        monkeypatch.setattr(upload_mod, "KEEP_SCANNED_BYTES", 64 << 20 if kept else 0)
+        monkeypatch.setattr(upload_spool, "SPOOL_SEGMENTS", 0)
+        monkeypatch.setattr(upload_run, "KEEP_SCANNED_BYTES", 64 << 20 if kept else 0)
         other = LocalStore(str(tmp_path / f"other-{kept}"))
         upload_mod.upload(wal, other, trim=False, block_size=block_size, split_size=split_size)
         assert _objects(spooled) == _objects(other)
@@ -83,14 +86,14 @@ def test_a_crash_gap_makes_a_spooled_segment_of_its_own(tmp_path, monkeypatch):
     result = upload_mod.upload(wal, store, accept_gaps=[(7, 10, 15)], block_size=4 * KiB, trim=False)
     assert [o["kind"] for o in result.objects] == ["SO", "SO"] and len(made) == 2
     assert [(s["start"], s["end"]) for o in result.objects for s in o["streams"]] == [(0, 10), (15, 25)]
-    monkeypatch.setattr(upload_mod, "SPOOL_SEGMENTS", 0)
+    monkeypatch.setattr(upload_spool, "SPOOL_SEGMENTS", 0)
     other = LocalStore(str(tmp_path / "other"))
     upload_mod.upload(wal, other, accept_gaps=[(7, 10, 15)], block_size=4 * KiB)
     assert _objects(store) == _objects(other)
 
 
 def test_more_segments_than_spools_are_built_the_usual_way(tmp_path, monkeypatch):
-    monkeypatch.setattr(upload_mod, "SPOOL_SEGMENTS", 2)
+    monkeypatch.setattr(upload_spool, "SPOOL_SEGMENTS", 2)
     wal = make_wal(tmp_path)
     appended = append(wal, {s: (6, 3000) for s in range(1, 6)})
     made = _spools_made(monkeypatch)
@@ -179,14 +182,14 @@ def test_the_object_is_durable_before_its_name_and_the_commit(tmp_path, monkeypa
 
 @pytest.mark.parametrize("block_size", [4 * KiB, 300 * KiB])
 def test_records_larger_than_a_block_buffer_and_large_block_sizes(tmp_path, monkeypatch, block_size):
-    monkeypatch.setattr(upload_mod, "SPOOL_MAX_BLOCK", 256 * KiB)  # 300 KiB blocks: built the usual way
+    monkeypatch.setattr(upload_spool, "SPOOL_MAX_BLOCK", 256 * KiB)  # 300 KiB blocks: built the usual way
     wal = make_wal(tmp_path)
     appended = append(wal, {1: (6, 200 * KiB), 2: (40, 3000)})  # 200 KiB records overflow a 4 KiB block's buffer
     made = _spools_made(monkeypatch)
     spooled = LocalStore(str(tmp_path / "spooled"))
     upload_mod.upload(wal, spooled, trim=False, block_size=block_size, split_size=1)
-    assert len(made) == (2 if block_size <= upload_mod.SPOOL_MAX_BLOCK else 0)
-    monkeypatch.setattr(upload_mod, "SPOOL_SEGMENTS", 0)
+    assert len(made) == (2 if block_size <= upload_spool.SPOOL_MAX_BLOCK else 0)
+    monkeypatch.setattr(upload_spool, "SPOOL_SEGMENTS", 0)
     other = LocalStore(str(tmp_path / "other"))
     upload_mod.upload(wal, other, trim=False, block_size=block_size, split_size=1)
     assert _objects(spooled) == _objects(other) and read_back(spooled) == expect(appended)
@@ -195,22 +198,22 @@ def test_records_larger_than_a_block_buffer_and_large_block_sizes(tmp_path, monk
 def test_a_log_larger_than_the_kept_bodies_keeps_none_when_spooled(tmp_path, monkeypatch):
     """The spools take the bodies: a clean log longer than KEEP_SCANNED_BYTES copies none of them to
     keep (it used to copy that much, then drop it: 64 MiB of copies and RSS in every large upload)."""
-    monkeypatch.setattr(upload_mod, "KEEP_SCANNED_BYTES", 64 * KiB)
+    monkeypatch.setattr(upload_run, "KEEP_SCANNED_BYTES", 64 * KiB)
     wal = make_wal(tmp_path)
     appended = append(wal, {1: (30, 10 * KiB)})  # about 300 KiB of log
     seen = []
-    real = upload_mod._Records
+    real = upload_run._Records
 
     def records(doc, mark, scan, keep_bytes=0, spools=None):
         seen.append(real(doc, mark, scan, keep_bytes, spools))
         return seen[-1]
 
-    monkeypatch.setattr(upload_mod, "_Records", records)
+    monkeypatch.setattr(upload_run, "_Records", records)
     store = LocalStore(str(tmp_path / "store"))
     upload_mod.upload(wal, store, trim=False)
     assert seen[-1].kept is None and seen[-1].spools is not None
     assert read_back(store) == expect(appended)
-    monkeypatch.setattr(upload_mod, "SPOOL_SEGMENTS", 0)  # no spools: the bodies are kept up to the bound
+    monkeypatch.setattr(upload_spool, "SPOOL_SEGMENTS", 0)  # no spools: the bodies are kept up to the bound
     upload_mod.upload(wal, LocalStore(str(tmp_path / "other")), trim=False)
     assert seen[-1].spools is None and seen[-1]._keep_left < 0  # it tried, and gave up past the bound
 
@@ -253,11 +256,11 @@ def test_direct_and_buffered_spools_write_the_same_objects_in_large_writes(tmp_p
     big = made[0]
     assert len(made) == 2 and all(d == direct for s, d, _ in writes if s is big)  # (publish's tail: buffered)
     big_writes = [n for s, _, n in writes if s is big]
-    assert sum(big_writes) >= 170 * 60 * KiB - upload_mod.ALIGN
-    assert len(big_writes) <= sum(big_writes) // upload_mod.SPOOL_WRITE_BYTES + 2  # ~4 MiB each, not 1 MiB
+    assert sum(big_writes) >= 170 * 60 * KiB - ALIGN
+    assert len(big_writes) <= sum(big_writes) // upload_spool.SPOOL_WRITE_BYTES + 2  # ~4 MiB each, not 1 MiB
     if direct:
-        assert all(n % upload_mod.ALIGN == 0 for n in big_writes)
-    monkeypatch.setattr(upload_mod, "SPOOL_SEGMENTS", 0)
+        assert all(n % ALIGN == 0 for n in big_writes)
+    monkeypatch.setattr(upload_spool, "SPOOL_SEGMENTS", 0)
     other = LocalStore(str(tmp_path / "other"))
     upload_mod.upload(wal, other, trim=False, split_size=1)
     assert _objects(spooled) == _objects(other) and read_back(spooled) == expect(appended)
@@ -273,7 +276,7 @@ def test_a_spool_given_unaligned_bytes_goes_on_buffered(tmp_path):
     store = LocalStore(str(tmp_path / "store"))
     spool = store.open_spool()
     assert spool.direct
-    page = aligned_buffer(2 * upload_mod.ALIGN)
+    page = aligned_buffer(2 * ALIGN)
     page[:] = os.urandom(len(page))
     spool.write([memoryview(page)])
     assert spool.direct and spool.size == len(page)

@@ -17,6 +17,9 @@ import pytest
 from walctl.errors import RefusedError
 from walctl.format import record as rec
 from walctl.pipeline import upload as upload_mod
+from walctl.pipeline.upload import run as upload_run
+from walctl.pipeline.upload import spool as upload_spool
+from walctl.pipeline.upload import walread as upload_walread
 from walctl.store import manifest as mf
 from walctl.store.local import LocalStore
 
@@ -31,9 +34,9 @@ def _objects(store) -> list[bytes]:
 
 @pytest.fixture
 def tiny_chunks(monkeypatch):
-    monkeypatch.setattr(upload_mod, "SPOOL_SEGMENTS", 0)  # no object written as the scan reads (S3's way)
-    monkeypatch.setattr(upload_mod, "CHUNK_READ_BYTES", 8 * KiB)
-    monkeypatch.setattr(upload_mod, "READ_AHEAD_CHUNKS", 1)
+    monkeypatch.setattr(upload_spool, "SPOOL_SEGMENTS", 0)  # no object written as the scan reads (S3's way)
+    monkeypatch.setattr(upload_walread, "CHUNK_READ_BYTES", 8 * KiB)
+    monkeypatch.setattr(upload_walread, "READ_AHEAD_CHUNKS", 1)
 
 
 @pytest.mark.parametrize("split_size", [1 << 30, 8 * KiB])  # one Stream Set Object; a Stream Object each
@@ -43,7 +46,7 @@ def test_streamed_objects_are_the_kept_ones_byte_for_byte(tmp_path, monkeypatch,
     appended = append(wal, {1: (40, 300), 2: (12, 20 * KiB), 3: (25, 1000), 4: (3, 5000)})
     kept = LocalStore(str(tmp_path / "kept"))
     upload_mod.upload(wal, kept, trim=False, block_size=4 * KiB, split_size=split_size)
-    monkeypatch.setattr(upload_mod, "KEEP_SCANNED_BYTES", 0)  # as an upload of more than 64 MiB
+    monkeypatch.setattr(upload_run, "KEEP_SCANNED_BYTES", 0)  # as an upload of more than 64 MiB
     streamed = LocalStore(str(tmp_path / "streamed"))
     result = upload_mod.upload(wal, streamed, trim=False, block_size=4 * KiB, split_size=split_size)
     assert result.records == 40 + 12 + 25 + 3
@@ -55,7 +58,7 @@ def test_streamed_objects_are_the_kept_ones_byte_for_byte(tmp_path, monkeypatch,
 def test_a_record_rewritten_whole_after_the_scan_is_refused(tmp_path, monkeypatch, tiny_chunks):
     """A valid record (header and body crcs right) with another body at the same offset: only the
     comparison with the scan's crc can tell; nothing is committed."""
-    monkeypatch.setattr(upload_mod, "KEEP_SCANNED_BYTES", 0)
+    monkeypatch.setattr(upload_run, "KEEP_SCANNED_BYTES", 0)
     wal = make_wal(tmp_path)
     append(wal, {1: (30, 1000), 2: (30, 1000)})
     store = LocalStore(str(tmp_path / "store"))
@@ -91,3 +94,27 @@ def test_a_record_rewritten_whole_after_the_scan_is_refused(tmp_path, monkeypatc
     assert "upload" not in seen
     doc = mf.load_latest(store)
     assert doc.objects == [] and doc.wal_uploads == {}
+
+
+def test_an_upload_opens_the_wal_once_for_its_scan_and_second_reads(tmp_path, monkeypatch, tiny_chunks):
+    """Issue 29: the WAL is opened once a run (read-only) and that handle serves the scan and the
+    second read of every object; the second read reopened the device by path for each segment."""
+    import walctl.device
+
+    monkeypatch.setattr(upload_run, "KEEP_SCANNED_BYTES", 0)
+    wal = make_wal(tmp_path)
+    appended = append(wal, {1: (20, 3000), 2: (20, 3000), 3: (20, 3000)})
+    real_open = walctl.device.open_device
+    opened: list[tuple[str, bool]] = []
+
+    def counting_open(path, *args, **kwargs):
+        opened.append((str(path), kwargs.get("writable")))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(walctl.device, "open_device", counting_open)
+    store = LocalStore(str(tmp_path / "store"))
+    result = upload_mod.upload(wal, store, trim=False, block_size=4 * KiB, split_size=8 * KiB)
+    assert len(result.objects) == 3 and result.records == 60  # a Stream Object each: three second reads
+    assert opened == [(wal, False)]
+    back = read_back(store)
+    assert {sid: [p for _, p in batches] for sid, batches in back.items()} == appended

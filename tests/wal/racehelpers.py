@@ -1,5 +1,5 @@
 """Readers racing writers with the real CLI (tests/wal/test_reader_races.py, tests/pipeline/
-test_read_races.py): walctl in subprocesses, a reader stopped at a failpoint (``name:wait``) while
+test_read_races.py): walctl in subprocesses, a reader stopped at a failpoint (``name:hold``) while
 a writer starts, then let go; and loops bounded in time."""
 
 from __future__ import annotations
@@ -32,14 +32,12 @@ def ndjson(text: str) -> list[dict]:
 
 
 class Stopped:
-    """``walctl ARGS`` stopped at failpoint ``name`` (``name:wait``) until ``resume()``."""
+    """``walctl ARGS`` stopped at failpoint ``name`` (``name:hold``) until ``resume()``."""
 
     def __init__(self, tmp_path, failpoint: str, *args, timeout: float = 30):
-        tag = uuid.uuid4().hex
-        self.ready, self.resume_path = tmp_path / f"ready-{tag}", tmp_path / f"resume-{tag}"
-        self.proc = start(*args, env={"WALCTL_FAILPOINT": f"{failpoint}:wait",
-                                      "WALCTL_FAILPOINT_READY": str(self.ready),
-                                      "WALCTL_FAILPOINT_RESUME": str(self.resume_path)})
+        self.ready = tmp_path / f"ready-{uuid.uuid4().hex}"
+        self.proc = start(*args, env={"WALCTL_FAILPOINT": f"{failpoint}:hold",
+                                      "WALCTL_FAILPOINT_READY": str(self.ready)})
         # Its output is read as it comes: a full pipe would stop it before the failpoint.
         self._out: dict[str, str] = {}
         self._drains = [threading.Thread(target=lambda name=name: self._out.__setitem__(
@@ -57,7 +55,7 @@ class Stopped:
 
     def resume(self, timeout: float = 60) -> tuple[int, str, str]:
         """Let it go on; wait for its end: (exit code, stdout, stderr)."""
-        self.resume_path.write_text("go")
+        self.ready.unlink()  # (name:hold goes on once its ready file is gone)
         try:
             self.proc.wait(timeout)
         finally:

@@ -149,7 +149,9 @@ def test_init_refuses_existing_wal_without_force_and_wipes_with_it(tmp_path):
     append_records(path, 50)
     with pytest.raises(RefusedError):
         init_wal(path, 1 * MiB)
-    init_wal(path, 1 * MiB, force=True)
+    with pytest.raises(RefusedError):  # 50 records not yet uploaded
+        init_wal(path, 1 * MiB, force=True)
+    init_wal(path, 1 * MiB, force=True, discard_unuploaded=True)
     entries, result = scan_file(path)
     # the old records had valid CRCs and matching offsets: only the wipe keeps them out
     assert entries == [] and result.findings == []

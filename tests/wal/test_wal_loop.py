@@ -35,9 +35,12 @@ def test_cli_pipeline_on_a_loop_device(loop_device):
     r = walctl("recover", dev, "--json", "--payload", "text")
     assert [x["payload"] for x in map(json.loads, r.stdout.splitlines()) if x["type"] == "record"] == \
         [f"rec{i}" for i in range(100, 200)]
-    # re-init refused without --force (exit 5), wiped with it
+    # re-init refused without --force (exit 5); with it too while 100 records are not yet
+    # uploaded; wiped with --force --discard-unuploaded
     assert walctl("init", dev).returncode == 5
-    assert walctl("init", dev, "--force").returncode == 0
+    r = walctl("init", dev, "--force")
+    assert r.returncode == 5 and b"holds 100 records" in r.stderr
+    assert walctl("init", dev, "--force", "--discard-unuploaded").returncode == 0
     r = walctl("recover", dev, "--json")
     assert json.loads(r.stdout.splitlines()[-1])["records"] == 0
 

@@ -68,7 +68,7 @@ def run_wal(path: str, *, capacity: int, record_size: int, iodepth: int, duratio
 
     with _engine(engine):
         # The target was checked (and --force honoured) by the caller: init may overwrite.
-        result = init_wal(path, capacity, force=True)
+        result = init_wal(path, capacity, force=True, discard_unuploaded=True)
         warnings += result.warnings
         budget = Budget.from_options(rate, bandwidth_mib)
         opened = open_writer(path, iodepth=iodepth, on_ack=on_ack, budget=budget)

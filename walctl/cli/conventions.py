@@ -16,7 +16,7 @@ NO_ENV = {"help", "install_completion", "show_completion", "version"}
 LEGACY_ENV = {"engine": ("WALCTL_IO_ENGINE",), "endpoint_url": ("AWS_ENDPOINT_URL",)}
 # Options that let a command destroy data: set from the environment (a WALCTL_FORCE=1 forgotten in
 # a shell or a unit file applies to every run), they say so on stderr each time they take effect.
-LOUD_FROM_ENV = ("force",)
+LOUD_FROM_ENV = ("force", "discard_unuploaded")
 
 
 def env_name(param) -> str:

@@ -15,6 +15,8 @@ from typing import Annotated, Any, Callable
 
 import typer
 
+from walctl.defaults import DEFAULT_S3_CONNECT_TIMEOUT_S, DEFAULT_S3_READ_TIMEOUT_S, DEFAULT_S3_RETRY_FOR_S
+
 # Keys of click's ``Context.meta`` (shared by the whole run) the app's root callback fills.
 DEBUG_KEY = "walctl.debug"
 APP_KEY = "walctl.app"
@@ -86,6 +88,54 @@ EndpointOpt = Annotated[str | None, typer.Option(
     help="S3 endpoint (MinIO, Ceph, R2, moto); credentials come from boto3's usual chain.")]
 NamespaceOpt = Annotated[str, typer.Option(
     "--namespace", envvar="WALCTL_NAMESPACE", help="Namespace part of object keys (<rev-hex>/<namespace>/<id>).")]
+
+
+def _duration(min_s: float, max_s: float) -> Callable[[Any], float]:
+    """A duration option's parser: walctl.options.Duration, loaded only for a value other than whole
+    seconds (the defaults are "30s" ...: a clean run of read does not load walctl.options)."""
+
+    def parse(value: Any) -> float:
+        seconds = int(value[:-1]) if isinstance(value, str) and value[-1:] == "s" and value[:-1].isdigit() else value
+        if isinstance(seconds, (int, float)) and min_s <= seconds <= max_s:
+            return float(seconds)
+        from walctl.options import Duration
+
+        return Duration(min=min_s, max=max_s)(value)
+
+    parse.__name__ = "duration"
+    return parse
+
+
+# Every command with --store: how S3 rides out an outage or a silent endpoint (s3_settings() builds
+# what open_store takes). walctl.defaults says why the defaults are what they are; a command's
+# parameter takes its default from RETRY_FOR, S3_CONNECT_TIMEOUT and S3_READ_TIMEOUT.
+RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT = (f"{DEFAULT_S3_RETRY_FOR_S:g}s", f"{DEFAULT_S3_CONNECT_TIMEOUT_S:g}s",
+                                                  f"{DEFAULT_S3_READ_TIMEOUT_S:g}s")
+RetryForOpt = Annotated[float, typer.Option(
+    "--retry-for", metavar="DURATION", parser=_duration(0, 7 * 86400),
+    help="S3: retry a failing request (connection refused, reset or closed, a timeout, 5xx, throttling) "
+         "with backoff (50 ms doubling, at most 2 s) until this long after its first attempt, saying so on "
+         "stderr, then exit 6 (500ms, 30s, 5m, up to 7d; 0: only botocore's 5 quick attempts). With the "
+         "default timeouts a dead or silent endpoint fails within a minute.")]
+S3ConnectTimeoutOpt = Annotated[float, typer.Option(
+    "--s3-connect-timeout", metavar="DURATION", parser=_duration(0.001, 3600),
+    help="S3: how long one attempt may take to connect (and to send each piece of a request body): "
+         "500ms, 10s, 1m.")]
+S3ReadTimeoutOpt = Annotated[float, typer.Option(
+    "--s3-read-timeout", metavar="DURATION", parser=_duration(0.001, 3600),
+    help="S3: how long one attempt may wait, silent, for the answer's next bytes before it fails and is "
+         "retried (500ms, 15s, 2m); raise it for an endpoint slow to answer large copies.")]
+
+
+def s3_settings(retry_for: float, connect_timeout: float, read_timeout: float):
+    """What open_store takes from --retry-for, --s3-connect-timeout and --s3-read-timeout; its retry
+    warnings go to stderr (``warn``)."""
+    from walctl.store.base import S3Settings
+
+    return S3Settings(retry_for_s=retry_for, connect_timeout_s=connect_timeout, read_timeout_s=read_timeout,
+                      on_warning=warn)
+
+
 # upload, compact and gc (walctl.metrics writes the file).
 MetricsFileOpt = Annotated[str | None, typer.Option(
     "--metrics-file", metavar="PATH",

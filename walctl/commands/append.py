@@ -9,6 +9,8 @@ import typer
 
 from walctl.commands._shared import (DeviceArg, EndpointOpt, JsonOpt, StreamOpt, command, emit_json, silence_stdout,
                                      warn, write_lines)
+from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT, RetryForOpt, S3ConnectTimeoutOpt,
+                                     S3ReadTimeoutOpt, s3_settings)
 from walctl.errors import EXIT_BROKEN_PIPE
 # Input framing lives in the engine (walctl.wal.framing: large reads, records found in bulk).
 from walctl.wal.framing import Framing
@@ -47,7 +49,16 @@ def append_cmd(
              "the trim point, upload them from this process in the background, commit, and trim the WAL "
              "(AutoMQ's default is 512MiB; capped at half the ring). Acknowledgements never wait for it; "
              "after a crash, 'walctl upload' completes what was started. Env: WALCTL_UPLOAD_AT.")] = None,
+    full_wait: Annotated[float | None, typer.Option(
+        "--full-wait", metavar="DURATION", parser=Duration(min=0, max=7 * 24 * 3600),
+        help="Backpressure: when the ring is full, appends (and the reading of --input) wait up to this "
+             "long for a trim to free room ('walctl upload' through the trim hand-off, or --upload-at), the "
+             "wait starting again each time some room is freed; then exit 7 saying why. Nothing is dropped: "
+             "input is only read more slowly. Default: 2m with --upload-at, else 0 (exit 7 at once).")] = None,
     endpoint_url: EndpointOpt = None,
+    retry_for: RetryForOpt = RETRY_FOR,
+    s3_connect_timeout: S3ConnectTimeoutOpt = S3_CONNECT_TIMEOUT,
+    s3_read_timeout: S3ReadTimeoutOpt = S3_READ_TIMEOUT,
     iodepth: Annotated[int, typer.Option(
         "--iodepth", envvar="WALCTL_IODEPTH", min=1, max=256,
         help="Blocks written concurrently (I/O queue depth).")] = 4,
@@ -84,11 +95,12 @@ def append_cmd(
         raise exc.at(device)
     # SIGTERM and SIGINT (walctl.cli boundary) drain and close: queued records still become durable.
     _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
-            iops, bandwidth, upload_at, batch_interval)
+            iops, bandwidth, upload_at, batch_interval, full_wait,
+            s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
 
 
 def _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
-            iops=None, bandwidth=None, upload_at=None, batch_interval_s=None):
+            iops=None, bandwidth=None, upload_at=None, batch_interval_s=None, full_wait_s=None, s3=None):
     import time
 
     from walctl import bounds
@@ -103,7 +115,7 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
     opened, budget = _open_writer(device, stream_id, base_offset, iodepth, None, iops, bandwidth, batch_interval_s)
     writer = opened.writer
     writer.on_acks = on_acks
-    listener, uploader = _start_background(device, writer, store, endpoint_url, upload_at_bytes)
+    listener, uploader = _start_background(device, writer, store, endpoint_url, upload_at_bytes, full_wait_s, s3)
 
     def summary() -> dict:
         return _summary(device, stream_id, stats, next_base, writer, opened, budget, time.monotonic() - started,
@@ -112,7 +124,7 @@ def _append(device, data, stream_id, input_path, framing, base_offset, store, en
     next_base = 0
     try:
         next_base = first_base_offset(opened, stream_id, base_offset, device=device, store_url=store,
-                                      endpoint_url=endpoint_url, on_warning=warn)
+                                      endpoint_url=endpoint_url, on_warning=warn, s3=s3)
         epoch = max(writer.header.epoch, 0)
         if data:
             bounds.base_offset(next_base, count=len(data), option="stream offset")
@@ -292,9 +304,10 @@ def _acknowledger(stream_id: int, json_out: bool):
     return stats, on_acks, flush_acks
 
 
-def _start_background(device: str, writer, store, endpoint_url, upload_at_bytes):
+def _start_background(device: str, writer, store, endpoint_url, upload_at_bytes, full_wait_s=None, s3=None):
     """(listener, uploader): the trim hand-off socket, and with --upload-at the writer-side uploader;
-    each stopped by the writer's close (the uploader first: a running upload commits and trims)."""
+    each stopped by the writer's close (the uploader first: a running upload commits and trims).
+    A full ring then holds appends back for them (``full_wait_s``, --full-wait)."""
     from walctl.wal.handoff import start_listener
 
     # Trims from another process (walctl upload, walctl trim) reach this writer through its
@@ -308,8 +321,8 @@ def _start_background(device: str, writer, store, endpoint_url, upload_at_bytes)
         try:
             # Capped at half the ring: an upload must be able to run while the other half fills.
             threshold = min(upload_at_bytes, writer.ring.size // 2)
-            uploader = BackgroundUploader(device, open_store(store, endpoint_url=endpoint_url), writer, threshold,
-                                          on_warning=warn)
+            uploader = BackgroundUploader(device, open_store(store, endpoint_url=endpoint_url, s3=s3), writer,
+                                          threshold, on_warning=warn)
         except BaseException:
             if listener is not None:
                 listener.close()
@@ -318,7 +331,41 @@ def _start_background(device: str, writer, store, endpoint_url, upload_at_bytes)
         writer.before_close.append(uploader.stop)  # finish a running upload (commit + trim) first
     if listener is not None:
         writer.before_close.append(listener.close)
+    _hold_back_when_full(device, writer, uploader, full_wait_s)
     return listener, uploader
+
+
+DEFAULT_FULL_WAIT_UPLOADING_S = 120.0  # --full-wait with --upload-at: longer than a store's --retry-for
+FULL_NOTE_EVERY_S = 10.0  # at most one "held back" line on stderr per this many seconds
+
+
+def _hold_back_when_full(device: str, writer, uploader, full_wait_s: float | None) -> None:
+    """Backpressure: a full ring holds appends back (``--full-wait``) until a trim frees room,
+    saying on stderr what it waits for, instead of failing with exit 7 at once."""
+    import time
+
+    if full_wait_s is None:
+        full_wait_s = DEFAULT_FULL_WAIT_UPLOADING_S if uploader is not None else 0.0
+    noted = [-FULL_NOTE_EVERY_S]
+    who = ("this writer's background upload (--upload-at) trims it" if uploader is not None
+           else "'walctl upload' or 'walctl trim' (the trim hand-off) trims it")
+
+    def on_full(waiting: bool) -> None:
+        now = time.monotonic()
+        if waiting and now - noted[0] >= FULL_NOTE_EVERY_S:
+            noted[0] = now
+            typer.echo(f"walctl: {device}: WAL full: appends held back until {who} (exit 7 if nothing frees "
+                       f"room for {full_wait_s:g} s)", err=True)
+
+    def why() -> str:
+        if uploader is None:
+            return "no uploader is running"
+        stats = uploader.stats
+        if stats.failures and stats.last_error:
+            return f"the background upload is failing: {stats.last_error}"
+        return "the background upload freed no room in that time"
+
+    writer.full.wait_s, writer.full.on_full, writer.full.why = full_wait_s, on_full, why
 
 
 def _summary(device: str, stream_id: int, stats: dict, next_base: int, writer, opened, budget, seconds: float,
@@ -334,6 +381,7 @@ def _summary(device: str, stream_id: int, stats: dict, next_base: int, writer, o
             "scanned": opened.scan is not None, "device_bytes_read": device_bytes_read,
             "trims_taken": listener.trims if listener is not None else 0,
             "background_upload": uploader.stats.to_json() if uploader is not None else None,
+            "full_waits": writer.full.waits, "full_wait_s": round(writer.full.total_s, 6),
             "stages_us": writer.stages.summary()}
 
 

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from walctl.commands._shared import (EndpointOpt, JsonOpt, MetricsFileOpt, NamespaceOpt, StoreOpt, command, emit_json,
-                                     stdout_console, warn)
-from walctl.options import spark_master
+from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT, EndpointOpt, JsonOpt, MetricsFileOpt,
+                                     NamespaceOpt, RetryForOpt, S3ConnectTimeoutOpt, S3ReadTimeoutOpt, StoreOpt, command,
+                                     emit_json, s3_settings, stdout_console, warn)
+from walctl.options import Duration, spark_master
 
 if TYPE_CHECKING:
     from walctl.store.base import Store
@@ -22,12 +23,17 @@ def _debug() -> bool:
     return debug_requested()
 
 
-def _interrupted_summary(store: str, result) -> dict:
-    """The JSON summary of a run that SIGTERM/SIGINT stopped (the walctl.cli boundary adds the error)."""
+def _rolled_back_summary(store: str, result) -> dict:
+    """The JSON summary of a run whose Spark job was cancelled and rolled back (the walctl.cli
+    boundary adds the error)."""
     summary = {"store": store, **result.to_json()} if result is not None else {"store": store}
-    summary["interrupted"] = True
     summary["rolled_back"] = "the Spark job was cancelled, its uploads aborted, nothing committed"
     return summary
+
+
+def _interrupted_summary(store: str, result) -> dict:
+    """The JSON summary of a run that SIGTERM/SIGINT stopped (the walctl.cli boundary adds the error)."""
+    return {**_rolled_back_summary(store, result), "interrupted": True}
 
 
 class Level(str, enum.Enum):
@@ -78,6 +84,12 @@ def compact_cmd(
         "--interval", metavar="DURATION",
         help="How often compaction runs (cron period: 90s, 20m, 1h). Without --read-rate, reads are paced "
              "to finish the planned bytes in 80% of it (at least 32 MiB/s), as AutoMQ does; 0 = unlimited.")] = "20m",
+    task_timeout: Annotated[float | None, typer.Option(
+        "--task-timeout", metavar="DURATION", parser=Duration(min=0),
+        help="Most time the Spark job (every iteration of the run) may take, waiting for executors included "
+             "(90s, 10m, 1h). Past it (lost workers, none with free cores and memory, a hung task) the job is "
+             "cancelled, its uploads rolled back, nothing committed: exit 6. Default: 10m, or twice the "
+             "plan's expected duration at its budgets (32 MiB/s when unlimited) if longer; 0 = no limit.")] = None,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the whole plan (inputs, outputs, iterations, GET/PUT counts); write nothing.")] = False,
     level: Annotated[Level, typer.Option(
@@ -115,6 +127,9 @@ def compact_cmd(
              "shared volume): allow it with a cluster --master, which is refused otherwise.")] = False,
     namespace: NamespaceOpt = "default",
     endpoint_url: EndpointOpt = None,
+    retry_for: RetryForOpt = RETRY_FOR,
+    s3_connect_timeout: S3ConnectTimeoutOpt = S3_CONNECT_TIMEOUT,
+    s3_read_timeout: S3ReadTimeoutOpt = S3_READ_TIMEOUT,
     metrics_file: MetricsFileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -127,7 +142,9 @@ def compact_cmd(
     Needs pyspark (pip install 'walctl[spark]') and Java: without them it exits 4 and
     writes nothing (--dry-run works without either). SIGTERM or SIGINT cancels the Spark
     job, aborts its uploads, stops the JVM and exits 130 (with --json, the result carries
-    "error"); a commit in flight is finished first.
+    "error"); a commit in flight is finished first. A Spark job still running after
+    --task-timeout (lost workers, none with free cores and memory, a hung task) is
+    cancelled and rolled back the same way, and compact exits 6 with one line saying why.
     """
     from walctl.errors import UsageError
 
@@ -139,7 +156,7 @@ def compact_cmd(
         split_options = dict(older_than=older_than, max_objects=max_objects, read_rate=split_read_rate,
                              write_rate=split_write_rate) if force_split else None
         out = _copy_level(store, endpoint_url, namespace, dry_run, metrics_file, metrics_options, split_options,
-                          so_options)
+                          so_options, s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
         if json_out:
             emit_json(out)
         else:
@@ -148,9 +165,10 @@ def compact_cmd(
     sso_options = dict(master=master, memory_limit=memory_limit, read_rate_bps=read_rate * (1 << 20) if read_rate
                        else None, write_rate_bps=write_rate * (1 << 20) if write_rate else None, tasks=tasks,
                        interval=interval, split_size=split_size, max_objects=max_objects,
-                       retention_start=retention_start, shared_path=shared_path)
+                       retention_start=retention_start, shared_path=shared_path, task_timeout=task_timeout)
     out = _sso_level(store, endpoint_url, namespace, dry_run, metrics_file, metrics_options, sso_options,
-                     so_options if level is Level.all else None)
+                     so_options if level is Level.all else None,
+                     s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
     if json_out:
         emit_json(out)
         return
@@ -188,25 +206,25 @@ def _so_compaction(st: Store, namespace: str, dry_run: bool, so_options: dict):
                                   write_rate_bps=_rate(so_options["write_rate"]))
 
 
-def _open_walctl_store(store: str, endpoint_url):
+def _open_walctl_store(store: str, endpoint_url, s3=None):
     """The store, which must hold a manifest: a directory that is not a walctl store (a wrong
     --store) is not found (exit 4), as for ls and gc, not a store with nothing to compact."""
     from walctl.store import manifest as mf
     from walctl.store import open_store
 
-    st = open_store(store, endpoint_url=endpoint_url, create=False)
+    st = open_store(store, endpoint_url=endpoint_url, create=False, s3=s3)
     if not mf.manifest_numbers(st):
         mf.load_latest(st, required=True)  # raises NotFoundError "no manifest: not a walctl store, ..."
     return st
 
 
 def _copy_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_file, metrics_options: dict,
-                split_options: dict | None, so_options: dict) -> dict:
+                split_options: dict | None, so_options: dict, *, s3=None) -> dict:
     """Force split (``split_options``) or SO compaction: server-side copies, no Spark."""
     from walctl.metrics import MetricsRun
 
     with MetricsRun(metrics_file, "compact", **metrics_options) as metrics:
-        st = _open_walctl_store(store, endpoint_url)
+        st = _open_walctl_store(store, endpoint_url, s3)
         if split_options is not None:
             from walctl.compaction.split import force_split as run_split
             from walctl.sizes import parse_duration
@@ -226,12 +244,13 @@ def _copy_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics
 
 
 def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_file, metrics_options: dict,
-               sso: dict, so_options: dict | None) -> dict:
+               sso: dict, so_options: dict | None, *, s3=None) -> dict:
     """SSO compaction with Spark, then (``so_options``: --level all) SO compaction."""
     from walctl.compaction.cluster import store_for_executors
     from walctl.metrics import MetricsRun
     from walctl.sizes import parse_duration, parse_size
     from walctl.spark.compact import compact
+    from walctl.spark.job import JobTimeout
 
     executor_store = store_for_executors(store, sso["master"], shared_path=sso["shared_path"])
     # SIGTERM and SIGINT raise walctl.cli's Interrupted (a KeyboardInterrupt) here, through
@@ -239,7 +258,7 @@ def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_
     started: list = []
     with MetricsRun(metrics_file, "compact", **metrics_options) as metrics:
         retention = _retention(sso["retention_start"])
-        st = _open_walctl_store(store, endpoint_url)
+        st = _open_walctl_store(store, endpoint_url, s3)
         interval_s = parse_duration(sso["interval"])
         try:
             result = compact(st, executor_store, endpoint_url=endpoint_url, master=sso["master"],
@@ -248,7 +267,11 @@ def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_
                              interval_s=interval_s or None, split_size=parse_size(sso["split_size"]),
                              max_objects=sso["max_objects"], retention=retention,
                              dry_run=dry_run, namespace=namespace, on_result=started.append,
-                             spark_log_level="WARN" if _debug() else "OFF")
+                             spark_log_level="WARN" if _debug() else "OFF", task_timeout_s=sso["task_timeout"],
+                             on_warning=warn)
+        except JobTimeout as exc:
+            exc.summary = _rolled_back_summary(store, started[0] if started else None)
+            raise
         except KeyboardInterrupt as exc:
             if started and started[0].commit_number is not None:
                 result = started[0]  # the commit was in flight and landed: the run is complete

@@ -6,7 +6,9 @@ from typing import Annotated
 
 import typer
 
-from walctl.commands._shared import EndpointOpt, JsonOpt, MetricsFileOpt, StoreOpt, command, emit_json, stdout_console, warn
+from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT, EndpointOpt, JsonOpt, MetricsFileOpt,
+                                     RetryForOpt, S3ConnectTimeoutOpt, S3ReadTimeoutOpt, StoreOpt, command, emit_json,
+                                     s3_settings, stdout_console, warn)
 from walctl.options import Duration
 
 
@@ -20,6 +22,9 @@ def gc_cmd(
              "by their own TTL, 1 hour after they were reserved.")] = "1h",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Report what would be deleted; delete nothing.")] = False,
     endpoint_url: EndpointOpt = None,
+    retry_for: RetryForOpt = RETRY_FOR,
+    s3_connect_timeout: S3ConnectTimeoutOpt = S3_CONNECT_TIMEOUT,
+    s3_read_timeout: S3ReadTimeoutOpt = S3_READ_TIMEOUT,
     metrics_file: MetricsFileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -31,7 +36,8 @@ def gc_cmd(
 
     with MetricsRun(metrics_file, "gc", enabled=not dry_run, on_warning=warn,
                     labels={"store": store} if metrics_file else None) as metrics:
-        st = open_store(store, endpoint_url=endpoint_url, create=False)
+        st = open_store(store, endpoint_url=endpoint_url, create=False,
+                        s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
         result = gc(st, grace_s=grace, dry_run=dry_run)
         metrics.summary = out = {"store": store, **result.to_json()}
         metrics.record(objects=len(result.deleted_objects), manifests=len(result.deleted_manifests),

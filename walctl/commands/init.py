@@ -25,7 +25,14 @@ def init_cmd(
                               "first lap of appends is then slower while the filesystem allocates).")] = False,
     force: Annotated[bool, typer.Option(
         "--force", help="Overwrite a device holding a WAL or a filesystem/partition signature "
-                        "(never a mounted or held device).")] = False,
+                        "(never a mounted or held device). A WAL holding records not yet uploaded "
+                        "(after its trim point) also needs --discard-unuploaded.")] = False,
+    discard_unuploaded: Annotated[bool, typer.Option(
+        "--discard-unuploaded",
+        help="With --force: re-initialise even a WAL holding records not yet uploaded (after its "
+             "trim point; for an AutoMQ WAL every live record, as walctl cannot tell), destroying "
+             "them. Without it such a WAL is refused (exit 5) with the count of records and bytes; "
+             "upload them first (walctl upload DEVICE --store URL).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Create a WAL: write both header slots (the record area of a reused device is wiped)."""
@@ -40,7 +47,8 @@ def init_cmd(
         raise exc.at(device)
     size = parse_size(capacity) if capacity is not None else None
     with progress_bar(size, "writing the record area", json_out=json_out) as progress:
-        result = init_wal(device, size, node_id=node_id, force=force, progress=progress, prewrite=not no_prewrite)
+        result = init_wal(device, size, node_id=node_id, force=force, progress=progress, prewrite=not no_prewrite,
+                          discard_unuploaded=discard_unuploaded)
     for message in result.warnings:
         warn(message)
     if json_out:

@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from walctl.commands._shared import (EndpointOpt, JsonOpt, StreamOpt, command, emit_json, progress_bar, stdout_console,
-                                     warn)
+from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT, EndpointOpt, JsonOpt, RetryForOpt,
+                                     S3ConnectTimeoutOpt, S3ReadTimeoutOpt, StreamOpt, command, emit_json, progress_bar,
+                                     s3_settings, stdout_console, warn)
 from walctl.commands.recover import Payload, encode_payload
 
 if TYPE_CHECKING:
@@ -40,6 +41,9 @@ def inspect_object_cmd(
              "'DEFAULT'.")] = None,
     stream: StreamOpt = None,
     endpoint_url: EndpointOpt = None,
+    retry_for: RetryForOpt = RETRY_FOR,
+    s3_connect_timeout: S3ConnectTimeoutOpt = S3_CONNECT_TIMEOUT,
+    s3_read_timeout: S3ReadTimeoutOpt = S3_READ_TIMEOUT,
     json_out: JsonOpt = False,
 ) -> None:
     """Show an object's footer and index (one or two ranged reads, whatever its size); read-only.
@@ -50,9 +54,11 @@ def inspect_object_cmd(
     from walctl.errors import CorruptionError
     from walctl.store.inspect import index_rows, inspect, primary_problem, problem_json, resolve
 
-    st, key, known = resolve(target, store, endpoint_url, namespace)
+    st, key, known = resolve(target, store, endpoint_url, namespace,
+                             s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
     with progress_bar(None, "verifying the object", json_out=json_out or not deep, lazy=True) as progress:
-        result = inspect(st, key, deep=deep, known=known, progress=progress)
+        result = inspect(st, key, deep=deep, known=known is not None, progress=progress,
+                         expected_size=known.get("size") if known else None)
     rows = [r for r in index_rows(result.entries) if stream is None or r["stream_id"] == stream]
     key = result.key
     footer_json = _footer_json(result)
@@ -89,11 +95,13 @@ def _footer_json(result) -> dict:
     """The object's footer as its JSON line (a composite's members too)."""
     footer = result.footer
     out = {"type": "footer", "key": result.key, "size_bytes": result.size_bytes,
-           "kind": "composite" if result.composite is not None else "object",
-           "index_start_position": footer.index_start_position,
-           "index_block_length_bytes": footer.index_block_length, "version": footer.version,
-           "index_crc": footer.index_crc if footer.version else None,
-           "data_crc": footer.data_crc if footer.version else None, "entries": len(result.entries)}
+           "kind": "composite" if result.composite is not None else "object"}
+    if footer is None:  # --deep of an object whose footer is damaged: the problems say how
+        return {**out, "damaged": True, "entries": 0}
+    out |= {"index_start_position": footer.index_start_position,
+            "index_block_length_bytes": footer.index_block_length, "version": footer.version,
+            "index_crc": footer.index_crc if footer.version else None,
+            "data_crc": footer.data_crc if footer.version else None, "entries": len(result.entries)}
     if result.composite is not None:
         from walctl.store.inspect import member_key
 
@@ -164,13 +172,14 @@ def _render(footer: dict, rows: list[dict], problems) -> None:
             members.add_row(str(m["object_id"]), m["key"], f"[{m['block_start_index']}, {m['block_end_index']})",
                             str(m["bucket_id"]))
         console.print(members)
-    table = Table(title="index", title_justify="left")
-    for col in ("stream", "start", "end", "records", "position", "size"):
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(str(r["stream_id"]), str(r["start_offset"]), str(r["end_offset"]), str(r["record_count"]),
-                      str(r["block_position"]), str(r["block_size_bytes"]))
-    console.print(table)
+    if not footer.get("damaged"):  # else no footer, so no index to show: the problems below say why
+        table = Table(title="index", title_justify="left")
+        for col in ("stream", "start", "end", "records", "position", "size"):
+            table.add_column(col, justify="right")
+        for r in rows:
+            table.add_row(str(r["stream_id"]), str(r["start_offset"]), str(r["end_offset"]), str(r["record_count"]),
+                          str(r["block_position"]), str(r["block_size_bytes"]))
+        console.print(table)
     for p in problems:
         where = (f" (block [{p.block_position}, {p.block_end}) of stream {p.stream_id} offsets "
                  f"[{p.start_offset}, {p.end_offset}))" if p.block_position is not None else "")

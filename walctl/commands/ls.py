@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
-from walctl.commands._shared import EndpointOpt, JsonOpt, StoreOpt, command, emit_json, stdout_console
+from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT, EndpointOpt, JsonOpt, RetryForOpt,
+                                     S3ConnectTimeoutOpt, S3ReadTimeoutOpt, StoreOpt, command, emit_json, s3_settings,
+                                     stdout_console, warn)
 
 
-def ls_cmd(store: StoreOpt, endpoint_url: EndpointOpt = None, json_out: JsonOpt = False) -> None:
+def ls_cmd(store: StoreOpt, endpoint_url: EndpointOpt = None, retry_for: RetryForOpt = RETRY_FOR,
+           s3_connect_timeout: S3ConnectTimeoutOpt = S3_CONNECT_TIMEOUT,
+           s3_read_timeout: S3ReadTimeoutOpt = S3_READ_TIMEOUT, json_out: JsonOpt = False) -> None:
     """List streams with their offset ranges, live objects, prepared and replaced objects, and the last commits."""
     from walctl.store.listing import list_store
 
-    listing = list_store(store, endpoint_url=endpoint_url)
+    listing = list_store(store, endpoint_url=endpoint_url,
+                         s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
     out = listing.to_json()
+    wrong = listing.mismatches()
+    if wrong:  # on stderr, with --json too: a listing is not a check, but it saw this
+        from walctl.human import plural
+
+        shown = "; ".join(f"{key}: {what}" for key, what in sorted(wrong.items())[:5])
+        warn(f"{plural(len(wrong), 'live object')} {'differs' if len(wrong) == 1 else 'differ'} from the manifest "
+             f"({shown}{'; ...' if len(wrong) > 5 else ''}): run 'walctl check --store {store}'")
     if json_out:
         emit_json(out)
         return
@@ -33,7 +45,8 @@ def ls_cmd(store: StoreOpt, endpoint_url: EndpointOpt = None, json_out: JsonOpt 
     for col in ("id", "kind", "size", "key", "stream offsets [start, end)"):
         objects.add_column(col)
     for o in out["objects"]:
-        objects.add_row(str(o["id"]), o["kind"], format_size(o["size_bytes"]), Text(o["key"]),
+        size = format_size(o["size_bytes"]) + (f" ({wrong[o['key']]})" if o["key"] in wrong else "")
+        objects.add_row(str(o["id"]), o["kind"], Text(size), Text(o["key"]),
                         Text(", ".join(f"stream {r['stream_id']} [{r['start']}, {r['end']})" for r in o["streams"])))
     console.print(objects)
     ids = ", ".join(str(p["id"]) for p in doc.prepared) or human.NONE

@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 
 from walctl.commands._shared import EndpointOpt, JsonOpt, StoreOpt, command, emit_json, progress_bar, write_lines
+from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT, RetryForOpt, S3ConnectTimeoutOpt,
+                                     S3ReadTimeoutOpt, s3_settings)
 from walctl.commands.recover import Payload, encode_payload
 
 
@@ -57,6 +59,9 @@ def read_cmd(
              "seconds; default: follow forever). "
             )] = None,
     endpoint_url: EndpointOpt = None,
+    retry_for: RetryForOpt = RETRY_FOR,
+    s3_connect_timeout: S3ConnectTimeoutOpt = S3_CONNECT_TIMEOUT,
+    s3_read_timeout: S3ReadTimeoutOpt = S3_READ_TIMEOUT,
     json_out: JsonOpt = False,
 ) -> None:
     """Print a stream's batches from the store in offset order, checking every checksum; never writes.
@@ -80,7 +85,7 @@ def read_cmd(
                          hint="--to is exclusive: give a larger --to")
     if idle_timeout is not None and not follow:
         raise UsageError("--idle-timeout only applies with --follow", where="read", hint="add --follow")
-    st = open_for_read(store, endpoint_url)
+    st = open_for_read(store, endpoint_url, s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
     # Payload views, not copies: each record is printed and dropped (a copy per batch was a third
     # of the read's CPU).
     # With no payload shown, the store's batches come as rows (no object per batch; same checks).

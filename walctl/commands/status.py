@@ -9,6 +9,17 @@ import typer
 from walctl.commands._shared import DeviceArg, JsonOpt, command, emit_json, progress_bar, stdout_console, warn
 
 
+def _verify_budget(value):
+    """--verify-budget's parser: walctl.options.Size(4 KiB to 1 TiB), loaded only when the option is
+    given (a status without it does not load walctl.options)."""
+    from walctl.options import Size
+
+    return Size(min=4096, max=1 << 40)(value)
+
+
+_verify_budget.__name__ = "size"
+
+
 @command("status")
 def status_cmd(
     device: DeviceArg,
@@ -16,13 +27,28 @@ def status_cmd(
         "--metrics-file", metavar="PATH",
         help="Also write the WAL's state as Prometheus gauges for node_exporter's textfile collector "
              "(name it *.prom), labelled device and node_id: used_percent, free_bytes, trim_lag_bytes "
-             "(bytes not yet uploaded and trimmed), last_shutdown_graceful, corrupt_findings, up. Other "
+             "(bytes not yet uploaded and trimmed), last_shutdown_graceful, up, and corrupt_findings when the "
+             "run verified records (--scan, --verify-budget; absent otherwise, never 0). Other "
              "WALs' and jobs' samples in the file are kept; replaced atomically. Run it from cron to "
              "alert before the WAL is full (exit 7).")] = None,
     scan: Annotated[bool, typer.Option(
         "--scan", envvar="WALCTL_SCAN",
         help="Scan the live records (reads the used part of the ring) even when the checkpoint of a "
              "cleanly closed WAL answers: counts records, streams and findings. Env: WALCTL_SCAN.")] = False,
+    verify_budget: Annotated[int | None, typer.Option(
+        "--verify-budget", metavar="SIZE", parser=_verify_budget,
+        help="Verify at most SIZE bytes of the live log this run (4KiB to 1 TiB; 64MiB ...), going on "
+             "from the record where the last run stopped (remembered in --state-file) and starting "
+             "again at the trim point after the end of the log: a cron job reads the whole log over "
+             "a few runs. Exit 3 while a finding a crash does not explain is known in the live log; "
+             "--metrics-file gets walctl_wal_corrupt_findings, _verified_bytes and "
+             "_verified_through_offset. Reads about SIZE plus one record and 4 KiB (a damaged range "
+             "is read to its end).")] = None,
+    state_file: Annotated[str | None, typer.Option(
+        "--state-file", metavar="PATH",
+        help="Where --verify-budget remembers how far it verified and what it found (a small JSON "
+             "file, one entry per device, replaced atomically); default: the --metrics-file path "
+             "with '.verify-state' added.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Show a WAL's state: both header slots (and which is current), capacity, trim point, end of log,
@@ -37,6 +63,10 @@ def status_cmd(
     not explain (details: walctl recover); damage seen while a writer started, stopped or trimmed
     (the header slots changed) is rescanned instead, at most 3 times ("log_moved": true, exit 0). Sealed crash holes and
     stream gaps (found by a scan) are listed with their cause and what to do.
+
+    For cron: --verify-budget verifies the live log a budget at a time, going on where the last
+    run stopped, and exits 3 while it knows of a finding a crash does not explain (the README's
+    crontab: status DEVICE --verify-budget 256MiB --metrics-file PATH).
     """
     from walctl.status import wal_status
 
@@ -46,9 +76,10 @@ def status_cmd(
         from walctl import metrics  # (with tempfile): only for a metrics file
 
         metrics.check_path(metrics_file)
+    verify = _verify_request(verify_budget, state_file, metrics_file)
     try:
         with progress_bar(None, "scanning the WAL", json_out=json_out, lazy=True) as progress:
-            result = wal_status(device, scan=scan, progress=progress)
+            result = wal_status(device, scan=scan, progress=progress, verify=verify)
     except WalctlError:
         if metrics_file is not None:  # the WAL is unreadable: say so to the alerting too
             metrics.write_wal_status(metrics_file, None, device=device, node_id="")
@@ -62,6 +93,8 @@ def status_cmd(
                                  node_id="" if node is None or node < 0 else str(node))
     if not json_out:
         _render(out)
+    if result.verification is not None:
+        _raise_known_corruption(out, device)
     if result.corrupt:  # (the verdict: only for a scan's findings)
         from walctl.wal.verdict import unexplained_error
 
@@ -70,6 +103,40 @@ def status_cmd(
             raise exc
     if json_out:
         emit_json(out)
+
+
+def _verify_request(budget: int | None, state_file: str | None, metrics_file: str | None):
+    """The --verify-budget request, its state file named (exit 2 when nothing names one)."""
+    from walctl.errors import UsageError
+
+    if budget is None:
+        if state_file is not None:
+            raise UsageError("--state-file is only used with --verify-budget",
+                             hint="walctl status DEVICE --verify-budget 64MiB --metrics-file PATH")
+        return None
+    from walctl.status import VerifyRequest
+    from walctl.wal.verify import check_state_path, default_state_path
+
+    if state_file is None:
+        if metrics_file is None:
+            raise UsageError("--verify-budget needs a file to remember how far it verified",
+                             hint="give --metrics-file PATH (the state goes beside it) or --state-file PATH")
+        state_file = default_state_path(metrics_file)
+    check_state_path(state_file)
+    return VerifyRequest(budget, state_file)
+
+
+def _raise_known_corruption(out: dict, device: str) -> None:
+    """Exit 3 while the verification knows a finding a crash does not explain in the live log."""
+    from walctl.errors import CorruptionError
+
+    known = out["verification"]["corrupt"]
+    if known:
+        first = known[0]
+        raise CorruptionError(f"{len(known)} finding(s) a crash does not explain in the live log (incremental "
+                              f"verification); first: {first['kind']} at offset {first['offset']} ({first['reason']})",
+                              where=device, offset=first["offset"],
+                              hint=f"see 'walctl recover {device} --from {first['offset']}'", summary=out)
 
 
 def _render(out: dict) -> None:
@@ -114,6 +181,8 @@ def _render(out: dict) -> None:
                           + ("" if out["scanned"] else ", used for this answer"))
     for name, text in _scan_rows(out):
         row(name, text)
+    if out.get("verification") is not None:
+        row("verification", _verify_text(out["verification"]))
     row("last shutdown", out["shutdown_type"] +
                   (" (the last writer did not close cleanly, or is still running)"
                    if out["shutdown_type"] == "ungraceful" else ""))
@@ -135,6 +204,16 @@ def _slot_text(slot: dict) -> str:
     following = "" if h["next_offset"] is None else f", next {h['next_offset']}"  # AutoMQ: no nextOffset
     return (f"valid{mark}: written {human.iso_ns(slot['last_write_timestamp_ns'])}, trim "
             f"{h['trim_offset'] if h['trim_offset'] >= 0 else human.NONE}{following}, {h['shutdown_type']}")
+
+
+def _verify_text(v: dict) -> str:
+    from walctl import human
+
+    state = ("pass complete: the next run starts at the trim point" if v["pass_complete"]
+             else f"the next run starts at WAL offset {v['next_offset']}")
+    return (f"WAL offsets {v['from_offset']}..{v['verified_through_offset']} "
+            f"({human.size(v['verified_bytes'])}, {human.plural(v['records'], 'record')}) verified; {state}; "
+            f"{v['corrupt_findings']} known finding(s) a crash does not explain")
 
 
 def _scan_rows(out: dict) -> list[tuple[str, str]]:

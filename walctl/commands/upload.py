@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
-from walctl.commands._shared import (DeviceArg, EndpointOpt, JsonOpt, MetricsFileOpt, NamespaceOpt, StoreOpt, command,
-                                     emit_json, progress_bar, stdout_console, warn)
+from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT, DeviceArg, EndpointOpt, JsonOpt,
+                                     MetricsFileOpt, NamespaceOpt, RetryForOpt, S3ConnectTimeoutOpt, S3ReadTimeoutOpt,
+                                     StoreOpt, command, emit_json, progress_bar, s3_settings, stdout_console, warn)
 from walctl.options import Duration, Size
 
 
@@ -35,6 +36,9 @@ def upload_cmd(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the objects that would be made; write nothing anywhere.")] = False,
     endpoint_url: EndpointOpt = None,
+    retry_for: RetryForOpt = RETRY_FOR,
+    s3_connect_timeout: S3ConnectTimeoutOpt = S3_CONNECT_TIMEOUT,
+    s3_read_timeout: S3ReadTimeoutOpt = S3_READ_TIMEOUT,
     metrics_file: MetricsFileOpt = None,
     accept_gap: Annotated[list[str] | None, typer.Option(
         "--accept-gap", envvar="WALCTL_ACCEPT_GAP", metavar="STREAM:FROM-TO",
@@ -58,7 +62,8 @@ def upload_cmd(
     and not trimmed (exit 3 after uploading the rest; see its warning).
     """
     options = dict(namespace=namespace, block_size=block_size, split_size=split_size, no_trim=no_trim,
-                   trim_timeout=trim_timeout, dry_run=dry_run, endpoint_url=endpoint_url, accept_gap=accept_gap)
+                   trim_timeout=trim_timeout, dry_run=dry_run, endpoint_url=endpoint_url, accept_gap=accept_gap,
+                   s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
     result, out = _upload(device, store, metrics_file, json_out, options)
     for message in result.warnings:
         warn(message)
@@ -102,14 +107,15 @@ def _upload(device: str, store: str, metrics_file, json_out: bool, o: dict):
 
             check_wal(device)  # before the store is created: a wrong DEVICE must leave no empty store
         # A dry run creates nothing: a store not made yet is planned against as empty.
-        st = open_store(store, endpoint_url=o["endpoint_url"], create=not dry_run, missing_ok=dry_run)
+        st = open_store(store, endpoint_url=o["endpoint_url"], create=not dry_run, missing_ok=dry_run, s3=o["s3"])
         if not store_exists(st):
             warn(f"{store}: the store does not exist yet; a real upload creates it")
         try:
             with progress_bar(None, "uploading", json_out=json_out or dry_run) as progress:
                 result = upload(device, st, namespace=o["namespace"], block_size=parse_size(o["block_size"]),
                                 split_size=parse_size(o["split_size"]), trim=not o["no_trim"], dry_run=dry_run,
-                                accept_gaps=accepted, progress=progress, trim_timeout_s=o["trim_timeout"])
+                                accept_gaps=accepted, progress=progress, trim_timeout_s=o["trim_timeout"],
+                                on_wait=warn)
         except TrimPendingError as exc:
             done = exc.result
             exc.summary = metrics.summary = {"device": device, "store": store, **done.to_json(),

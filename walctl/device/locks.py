@@ -109,3 +109,4 @@ def lock_holder(path: str, *, proc_locks: str = "/proc/locks") -> int | None:
                 and entry.major == os.major(st.st_dev) and entry.minor == os.minor(st.st_dev)):
             return entry.pid
     return None
+

@@ -37,7 +37,7 @@ def _holder_hint(path: str) -> str | None:
     return f"pid {pid}" if pid is not None else None
 
 
-def open_device(path: str, *, writable: bool, allow_buffered: bool = True) -> Device:
+def open_device(path: str, *, writable: bool, allow_buffered: bool = True, ask_holder: bool = True) -> Device:
     """Open a block device or regular file for walctl's aligned I/O.
 
     Writers get O_DIRECT|O_DSYNC, O_EXCL on block devices, and an exclusive
@@ -48,6 +48,8 @@ def open_device(path: str, *, writable: bool, allow_buffered: bool = True) -> De
         writable: open for writing (and lock) or read-only.
         allow_buffered: when the filesystem refuses O_DIRECT, fall back to
             BufferedDevice (with a warning) instead of failing.
+        ask_holder: (readers) look up who holds the device (/proc/locks) and warn; upload,
+            which judges a writer's presence itself from the header, skips it.
     Returns:
         A DirectDevice, or a BufferedDevice after the fallback.
     Raises:
@@ -111,7 +113,7 @@ def open_device(path: str, *, writable: bool, allow_buffered: bool = True) -> De
                                    hint=_holder_hint(path)) from exc
             except OSError as exc:
                 raise io_failure(f"cannot lock: {exc.strerror}", where=path, exc=exc) from exc
-        else:  # a reader asks who holds it (a writer that got the lock does not load walctl.device.locks)
+        elif ask_holder:  # a reader asks who holds it (a writer that got the lock does not load walctl.device.locks)
             from walctl.device.locks import lock_holder
 
             holder = lock_holder(path)

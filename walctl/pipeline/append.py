@@ -9,13 +9,14 @@ from walctl.errors import UsageError
 
 
 def first_base_offset(opened, stream_id: int, base_offset: int | None, *, device: str, store_url: str | None,
-                      endpoint_url: str | None = None, on_warning: Callable[[str], None] | None = None) -> int:
+                      endpoint_url: str | None = None, on_warning: Callable[[str], None] | None = None,
+                      s3=None) -> int:
     """The stream offset of the first record ``walctl append`` writes to ``stream_id``.
 
     ``base_offset`` when given; else the stream's end in the log (``opened``: walctl.wal.lifecycle
     open_writer's result); else, with ``store_url``, its end in the store's manifest (0 for a new
     stream or a store that does not exist yet: ``on_warning`` says so; the store is never created);
-    else 0 when the log never held the stream.
+    else 0 when the log never held the stream. ``s3``: open_store's S3 settings (--retry-for ...).
 
     Raises:
         UsageError: the stream's records were trimmed and neither a store nor a base offset was given.
@@ -31,7 +32,7 @@ def first_base_offset(opened, stream_id: int, base_offset: int | None, *, device
         from walctl.store import manifest, open_store, store_exists
 
         # append only reads the store: it never creates it
-        st = open_store(store_url, endpoint_url=endpoint_url, create=False, missing_ok=True)
+        st = open_store(store_url, endpoint_url=endpoint_url, create=False, missing_ok=True, s3=s3)
         if not store_exists(st):
             if on_warning is not None:
                 on_warning(f"{store_url}: the store does not exist yet, so stream {stream_id} starts at offset 0")

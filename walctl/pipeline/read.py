@@ -773,12 +773,12 @@ class StreamReader:
         return None
 
 
-def open_for_read(url: str, endpoint_url: str | None = None):
+def open_for_read(url: str, endpoint_url: str | None = None, *, s3=None):
     """Open a store without creating anything: a mistyped URL is UsageError (exit 2), a missing local
-    directory NotFoundError (exit 4)."""
+    directory NotFoundError (exit 4). ``s3``: open_store's S3 settings (retry budget, timeouts)."""
     from walctl.store import open_store
 
-    return open_store(url, endpoint_url=endpoint_url, create=False)  # a reader never creates a store
+    return open_store(url, endpoint_url=endpoint_url, create=False, s3=s3)  # a reader never creates a store
 
 
 def read_stream(store: Store, stream_id: int, **kwargs) -> tuple[list[ReadRecord | ReadFinding], ReadSummary]:

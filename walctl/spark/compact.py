@@ -13,7 +13,9 @@
    exactly once. Replaced inputs go to ``deleting``; gc removes them after the grace.
 A kill anywhere before 5 commits nothing: only prepared ids remain, for gc. SIGTERM or
 SIGINT during 4 cancels the job, aborts open multipart uploads, deletes finished outputs
-and stops the JVM; during 5 it is held until the commit is done or refused.
+and stops the JVM; during 5 it is held until the commit is done or refused. A job still
+running after its timeout (lost executors, no worker with free resources, a hung task) is
+rolled back the same way and fails (JobTimeout, exit 6).
 
 Prerequisites (pyspark, Java) are checked before anything is written: without them
 compact exits 4 (MissingPrerequisite) and ``dry_run`` still plans (the planner is pure).
@@ -42,6 +44,11 @@ if TYPE_CHECKING:
 # The derived read rate spreads a big compaction over its interval; it never goes below this,
 # so a small compaction does not crawl for the whole interval.
 MIN_DERIVED_READ_RATE_BPS = 32 << 20
+# The Spark job's timeout when none is given: long enough for any healthy run (twice the planned
+# bytes at the budgets, or at ASSUMED_RATE_BPS when unlimited), so it only cuts a job that stands
+# still: lost executors (a standalone master then waits for a worker for ever), a hung task.
+DEFAULT_TASK_TIMEOUT_S = 600.0
+ASSUMED_RATE_BPS = MIN_DERIVED_READ_RATE_BPS
 
 
 @dataclass
@@ -62,6 +69,7 @@ class CompactResult:
     spark_master: str | None = None
     write_rate_bps: float | None = None
     tasks_at_once: int = 0
+    task_timeout_s: float | None = None  # the Spark job's timeout (None: no limit)
 
     @property
     def expected_seconds(self) -> float | None:
@@ -90,6 +98,7 @@ class CompactResult:
             "read_rate_bytes_per_s": self.read_rate_bps, "write_rate_bytes_per_s": self.write_rate_bps,
             "expected_seconds": self.expected_seconds,
             "tasks": self.plan.tasks if self.plan is not None else 0, "tasks_at_once": self.tasks_at_once,
+            "task_timeout_seconds": self.task_timeout_s,
             "seconds": round(self.seconds, 3),
             "objects": [{"key": m["key"], "kind": m["kind"], "size_bytes": m["size"], "iteration": m["iteration"],
                          "parts": m["parts"], "streams": m["ranges"]} for m in self.made],
@@ -107,6 +116,21 @@ def derived_read_rate(plan, read_rate_bps: float | None, interval_s: float | Non
     return None
 
 
+def task_timeout(plan, given_s: float | None, read_rate_bps: float | None,
+                 write_rate_bps: float | None) -> float | None:
+    """The Spark job's timeout: ``given_s`` (0: none); else DEFAULT_TASK_TIMEOUT_S, or twice the
+    plan's expected duration at its budgets (reads at ASSUMED_RATE_BPS when unlimited) if longer."""
+    from walctl.compaction.common import expected_seconds
+
+    if given_s is not None:
+        return given_s or None
+    if plan.idle:
+        return DEFAULT_TASK_TIMEOUT_S
+    expected = expected_seconds(plan.bytes_read, plan.bytes_written, read_rate_bps or ASSUMED_RATE_BPS,
+                                write_rate_bps)
+    return max(DEFAULT_TASK_TIMEOUT_S, 2 * expected)
+
+
 INDEX_READ_THREADS = 8  # footers and indexes read at once (small ranged reads: latency-bound)
 
 
@@ -120,7 +144,9 @@ def read_indexes(store: Store, objects: list[dict]) -> tuple[dict, int]:
     indexes = {}
     before = store.stats.snapshot().get("get", 0)  # (each inspect's own count would include the others')
     with ThreadPoolExecutor(max_workers=max(1, min(INDEX_READ_THREADS, len(objects)))) as pool:
-        for o, result in zip(objects, pool.map(lambda o: inspect(store, o["key"]), objects)):
+        # The manifest names them: a bad footer or another size is damage naming the object (exit 3)
+        for o, result in zip(objects, pool.map(
+                lambda o: inspect(store, o["key"], known=True, expected_size=o["size"]), objects)):
             indexes[o["id"]] = result.entries
     return indexes, store.stats.snapshot().get("get", 0) - before
 
@@ -182,7 +208,7 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
             retention: dict[int, int] | None = None, dry_run: bool = False, namespace: str = mf.DEFAULT_NAMESPACE,
             spark=None, progress=None, read_rate_bps: float | None = None, write_rate_bps: float | None = None,
             interval_s: float | None = None, on_result=None, spark_log_level: str = "OFF",
-            tasks: int | None = None) -> CompactResult:
+            tasks: int | None = None, task_timeout_s: float | None = None, on_warning=None) -> CompactResult:
     """Plan, fence, run and commit one compaction (see the module doc).
 
     ``master``: the Spark master; None takes spark-submit's (or PYSPARK_SUBMIT_ARGS') and
@@ -194,13 +220,16 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
     written into the store per second), else unlimited. Both budgets are shared by the tasks
     that run at once. ``tasks``: iterations run at once, each holding ``memory_limit / tasks``
     (None: ``job.default_tasks``, 1 on a local master, 2 on a cluster). ``on_result`` gets the result object as soon as
-    it exists, so an interrupted run can still report what it had done.
+    it exists, so an interrupted run can still report what it had done. ``task_timeout_s``: the
+    most the Spark job may take, waiting for executors included (0: no limit; None: derived,
+    ``task_timeout``). ``on_warning(message)``: told of a job that waits for executors.
 
     Raises:
         MissingPrerequisite: no pyspark or no Java (before anything is written).
         NotFoundError, UsageError: a bad --retention-start.
         RefusedError: fenced by a newer compactor, or an input went away meanwhile.
         CorruptionError, IOFailure, NotFoundError: from the store or the executors (classified).
+        JobTimeout: an IOFailure, the job did not finish within its timeout (rolled back).
     """
     from walctl.spark.plan import check_coverage, plan_compaction
 
@@ -221,6 +250,7 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
     result = CompactResult(plan, plan.idle, dry_run, objects_in=len(plan.inputs),
                            objects_out=len(plan.outputs), index_gets=index_gets, write_rate_bps=write_rate_bps)
     result.read_rate_bps = derived_read_rate(plan, read_rate_bps, interval_s)
+    result.task_timeout_s = task_timeout(plan, task_timeout_s, result.read_rate_bps, write_rate_bps)
     if on_result is not None:
         on_result(result)
     if plan.idle or dry_run:
@@ -257,7 +287,7 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
         result.spark_master = session.sparkContext.master
         keys = [p["key"] for p in state["prepared"]]
         ran = job.run_iterations(session, plan, keys, store, task_store_url(store, store_url), endpoint_url,
-                                 progress, result.read_rate_bps, write_rate_bps)
+                                 progress, result.read_rate_bps, write_rate_bps, timeout_s=result.task_timeout_s, on_warning=on_warning)
     finally:
         if ours:
             job.stop_session(session)

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from walctl.errors import IOFailure, NotFoundError, WalctlError
+from walctl.failpoints import failpoint
 
 if TYPE_CHECKING:
     from walctl.store.base import Store
@@ -609,6 +610,7 @@ def _run_iteration(spec: IterationSpec, store: Store, ahead: ReadAhead, k: int) 
                     release(n)
         parts.append({"output": p.piece.output, "part": p.piece.part, "crc": crc, "bytes": p.piece.data_bytes,
                       "record": part})
+        failpoint("compact-task-after-piece")  # (on the executor: tests lose it, or hang it, mid-job)
 
     parts: list[dict] = []
     pending = None
@@ -694,7 +696,8 @@ def default_tasks(master: str) -> int:
 
 def run_iterations(spark, plan, keys: list[str], store: Store, store_url: str, endpoint_url: str | None,
                    progress=None, read_rate_bps: float | None = None,
-                   write_rate_bps: float | None = None) -> JobResult:
+                   write_rate_bps: float | None = None, timeout_s: float | None = None,
+                   on_warning=None) -> JobResult:
     """Run the plan's iterations as one Spark job of ``plan.tasks`` tasks (fewer if there are
     fewer iterations), each running its share of the iterations (round robin) one after
     another: together they hold at most the memory limit, and each gets 1/tasks of the read
@@ -707,6 +710,9 @@ def run_iterations(spark, plan, keys: list[str], store: Store, store_url: str, e
     ``store`` is the driver's store: it creates and completes the multipart objects. On any
     failure or interrupt, the job is cancelled, open uploads are aborted and outputs already
     written deleted (their prepared ids are left for gc), and the error is re-raised, classified.
+    ``timeout_s``: the most the Spark job may take, waiting for executors included (None: no
+    limit); past it the job is cancelled and rolled back the same way (JobTimeout).
+    ``on_warning(message)``: told once if the job goes without any executor for a while.
     """
     from walctl.format.crc import crc32c, crc32c_combine
     from walctl.format.footer import VERSION_WALCTL, Footer
@@ -729,7 +735,7 @@ def run_iterations(spark, plan, keys: list[str], store: Store, store_url: str, e
                                None if p.output in uploads else index_block(plan.outputs[p.output]))
                      for p in it.pieces), read_share, write_share, memory_bytes=plan.task_memory)
                  for it in plan.iterations]
-        done = _collect(sc, [specs[k::slots] for k in range(slots)])
+        done = _collect(sc, [specs[k::slots] for k in range(slots)], timeout_s, on_warning)
         failed = [r for r in done if "error" in r]
         if failed:
             raise task_error(failed[0]["error"])
@@ -771,29 +777,51 @@ def run_iterations(spark, plan, keys: list[str], store: Store, store_url: str, e
     return JobResult(made, done, driver_puts, slots)
 
 
-def _collect(sc, batches: list[list[IterationSpec]]) -> list[dict]:
+class JobTimeout(IOFailure):
+    """The Spark job did not finish within its timeout (lost executors, no worker with the
+    resources it asks for, a hung task): cancelled and rolled back, nothing committed (exit 6)."""
+
+
+def _collect(sc, batches: list[list[IterationSpec]], timeout_s: float | None = None, on_warning=None) -> list[dict]:
     """Run one task per batch as one Spark job; the iterations' results, in plan order. The
     Spark call waits in a thread of its own, so an interrupt reaches this (main) thread,
-    which cancels the job, instead of py4j (which would swallow it)."""
+    which cancels the job, instead of py4j (which would swallow it); so does ``timeout_s``
+    running out (None: no limit), which raises JobTimeout saying why the job stood still.
+    ``on_warning`` hears once of a job without executors (IdleWatch), long before the timeout.
+
+    The job runs in a job group of its own, with interruptOnCancel: cancelling it stops only
+    this job (a caller's session may run others) and interrupts its running tasks, whose
+    Python workers Spark then kills (spark.python.task.killTimeout), so they stop writing.
+    """
     import threading
+    import uuid
 
     box: dict = {}
+    group = f"walctl-compact-{uuid.uuid4().hex[:12]}"
 
     def work() -> None:
         try:
+            # (pyspark's pinned threads: the group holds for the jobs this thread starts)
+            sc.setJobGroup(group, "walctl compact", interruptOnCancel=True)
             rdd = sc.parallelize(batches, len(batches))
             box["result"] = rdd.map(run_iterations_in_task).collect()
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             box["error"] = exc
 
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    watch = IdleWatch(sc, group, timeout_s, on_warning) if on_warning is not None else None
     thread = threading.Thread(target=work, name="walctl-iterations", daemon=True)
     thread.start()
     try:
         while thread.is_alive():
-            thread.join(0.2)
+            thread.join(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
+            if watch is not None and thread.is_alive():
+                watch.check()
+            if deadline is not None and thread.is_alive() and time.monotonic() >= deadline:
+                raise job_timeout(sc, group, timeout_s)  # (said before the cancel changes the picture)
     except BaseException:
         try:
-            sc.cancelAllJobs()
+            sc.cancelJobGroup(group)
         except Exception:  # noqa: BLE001 - the JVM may be gone
             pass
         thread.join(30)  # the tasks stop writing before their uploads are aborted
@@ -801,6 +829,93 @@ def _collect(sc, batches: list[list[IterationSpec]]) -> list[dict]:
     if "error" in box:
         raise classify(box["error"]) from None
     return sorted((r for batch in box["result"] for r in batch), key=lambda r: r["iteration"])
+
+
+IDLE_WARNING_S = 30.0  # a job this long without any executor is worth a warning (or half its timeout)
+IDLE_CHECK_S = 1.0  # how often IdleWatch asks the status tracker
+
+
+class IdleWatch:
+    """Warns once, on a cluster master, when the job has had no executor and no running task for
+    IDLE_WARNING_S (or half its timeout, if shorter): what a standalone master whose workers are
+    lost, or too small, does for ever, with nothing on stderr ("no output" for minutes)."""
+
+    def __init__(self, sc, group: str, timeout_s: float | None, on_warning):
+        self.sc, self.group, self.timeout_s, self.on_warning = sc, group, timeout_s, on_warning
+        self.after_s = min(IDLE_WARNING_S, timeout_s / 2) if timeout_s else IDLE_WARNING_S
+        self.idle_since: float | None = None
+        self.next_check = 0.0
+        self.done = sc.master.startswith("local")  # (the driver is the executor there)
+
+    def check(self) -> None:
+        now = time.monotonic()
+        if self.done or now < self.next_check:
+            return
+        self.next_check = now + IDLE_CHECK_S
+        state = job_state(self.sc, self.group)
+        if state["executors"] or state["running"]:
+            self.idle_since = None
+        elif self.idle_since is None:
+            self.idle_since = now
+        elif now - self.idle_since >= self.after_s:
+            self.done = True
+            limit = (f"it is cancelled at --task-timeout ({duration_text(self.timeout_s)})" if self.timeout_s
+                     else "--task-timeout 0: it waits for one")
+            self.on_warning(f"the Spark job has had no executor for {duration_text(round(now - self.idle_since))} "
+                            f"({self.sc.master}): lost workers, or none with free cores and memory? {limit}")
+
+
+def job_timeout(sc, group: str, timeout_s: float) -> JobTimeout:
+    """The error for a job of ``group`` still running after ``timeout_s``, saying why as far as
+    Spark's status tracker tells: no executor at all (lost workers, or none with the cores and
+    memory asked for: a standalone master then waits for one for ever), executors but no task
+    running, or tasks still running (a hung task, or a compaction longer than the timeout)."""
+    state = job_state(sc, group)
+    executors, running, total = state["executors"], state["running"], state["tasks"]
+    if running:
+        # (an executor that stops answering, not killed, counts as running until spark.network.timeout)
+        why = (f"{running} of its {total} task(s) still running on {executors} executor(s) (a hung task, an "
+               "executor that stopped answering, or a compaction longer than the timeout?)")
+        hint = ("look at the executors' logs for the task that hangs; if the compaction is only long, raise "
+                "--task-timeout (or its budgets); nothing was committed")
+    elif executors == 0:
+        why = "no executor ran it (lost workers, or none with the cores and memory it asks for?)"
+        hint = ("check that the master has live workers with free cores and memory: its web UI, or "
+                "'requires more resource than any of Workers could have' in its log; nothing was committed, "
+                "rerun then")
+    else:
+        why = f"none of its {total} task(s) is running on the {executors} executor(s) (lost executors?)"
+        hint = "check the executors' logs and the master's; nothing was committed, rerun then"
+    return JobTimeout(f"the Spark job did not finish within {duration_text(timeout_s)} and was cancelled: {why}",
+                      where=sc.master, hint=hint)
+
+
+def duration_text(seconds: float) -> str:
+    """90 -> 90s, 120 -> 2m, 3600 -> 1h, 1.5 -> 1.5s: as --task-timeout takes it."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def job_state(sc, group: str) -> dict:
+    """Executors (the driver's own not counted, but on a local master, where it is the executor),
+    and the running and all tasks of the group's stages; zeros where Spark does not say."""
+    state = {"executors": 0, "running": 0, "tasks": 0}
+    try:
+        infos = sc._jsc.sc().statusTracker().getExecutorInfos()  # (pyspark's tracker has no executors)
+        state["executors"] = len(infos) if sc.master.startswith("local") else max(0, len(infos) - 1)
+        tracker = sc.statusTracker()
+        for job_id in tracker.getJobIdsForGroup(group):
+            info = tracker.getJobInfo(job_id)
+            for stage_id in info.stageIds if info is not None else ():
+                stage = tracker.getStageInfo(stage_id)
+                if stage is not None:
+                    state["running"] += stage.numActiveTasks
+                    state["tasks"] += stage.numTasks
+    except Exception:  # noqa: BLE001 - only the error's wording depends on it
+        pass
+    return state
 
 
 # --- errors from executors --------------------------------------------------------------------

@@ -18,6 +18,7 @@ from walctl.store.base import (
     ObjectInfo,
     PreconditionFailed,
     RequestStats,
+    S3Settings,
     Store,
     check_key,
     check_prefix,
@@ -66,14 +67,16 @@ def check_url(url: str) -> None:
 
 
 def open_store(url: str, *, endpoint_url: str | None = None, create: bool = True,
-               missing_ok: bool = False) -> Store:
+               missing_ok: bool = False, s3: S3Settings | None = None) -> Store:
     """Open the store a URL names.
 
     ``s3://bucket[/prefix]`` is an S3Store (``endpoint_url`` for MinIO, Ceph,
-    moto...); ``file:///abs/dir`` or a plain path is a LocalStore, created if
+    moto...; ``s3``: its retry budget, timeouts and warning callback, the commands'
+    --retry-for, --s3-connect-timeout and --s3-read-timeout; without it, botocore's
+    standard 5 attempts); ``file:///abs/dir`` or a plain path is a LocalStore, created if
     missing when ``create`` (commands that only read pass False: they never create
     anything); with ``missing_ok`` too, a missing directory is an empty store, not
-    created (``store_exists`` tells). ``endpoint_url`` is ignored for a local store.
+    created (``store_exists`` tells). ``endpoint_url`` and ``s3`` are ignored for a local store.
 
     Raises:
         UsageError: an empty URL, an unknown or mistyped scheme (``s3:/b``), or a
@@ -89,7 +92,11 @@ def open_store(url: str, *, endpoint_url: str | None = None, create: bool = True
         bucket, _, prefix = url[match.end():].partition("/")
         from walctl.store.s3 import S3Store
 
-        return S3Store(bucket, prefix.strip("/"), endpoint_url=endpoint_url)
+        if s3 is None:
+            return S3Store(bucket, prefix.strip("/"), endpoint_url=endpoint_url)
+        return S3Store(bucket, prefix.strip("/"), endpoint_url=endpoint_url, retry_for_s=s3.retry_for_s,
+                       connect_timeout_s=s3.connect_timeout_s, read_timeout_s=s3.read_timeout_s,
+                       on_warning=s3.on_warning)
     if scheme == "file":  # check_url saw an absolute path on this host
         return _local(os.path.normpath(unquote(urlsplit(url).path)), create, missing_ok)
     raise UsageError(f"unsupported store URL scheme {scheme!r}", where=url, hint=URL_HINT)
@@ -118,6 +125,7 @@ __all__ = [
     "ObjectInfo",
     "PreconditionFailed",
     "RequestStats",
+    "S3Settings",
     "S3Store",
     "Store",
     "check_key",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field, fields
-from typing import Iterable, Protocol, Sequence, runtime_checkable
+from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 # Multipart sizes, re-exported under the names callers use (walctl.defaults says why each
 # is what it is): put_large makes one PUT at or below the threshold, parts above it.
@@ -24,6 +24,7 @@ from walctl.defaults import (  # noqa: F401
     MIN_PART_BYTES,
     MULTIPART_THRESHOLD_BYTES,
 )
+from walctl.defaults import DEFAULT_S3_CONNECT_TIMEOUT_S, DEFAULT_S3_READ_TIMEOUT_S, DEFAULT_S3_RETRY_FOR_S
 from walctl.errors import RefusedError, UsageError
 
 # Names of in-progress files in a local store; no key component may start with
@@ -41,6 +42,28 @@ class ObjectInfo:
 
 class PreconditionFailed(RefusedError):
     """A create-only put lost: the key already exists (S3 412, local EEXIST)."""
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """How an S3 store rides out an outage or a silent endpoint: the commands' ``--retry-for``,
+    ``--s3-connect-timeout`` and ``--s3-read-timeout`` (walctl.defaults says why the defaults are
+    what they are). A local store ignores them.
+
+    Attributes:
+        retry_for_s: a request failing transiently (connection refused, reset or closed, a
+            timeout, 5xx, throttling) is retried with backoff until this long after its first
+            attempt; 0: botocore's standard 5 attempts only.
+        connect_timeout_s: to open a connection (and to send each piece of a request body).
+        read_timeout_s: of silence while waiting for an answer's bytes.
+        on_warning: told (one line, no 'walctl: warning:' prefix) when a request starts being
+            retried past its 5 quick attempts, and when it succeeds again.
+    """
+
+    retry_for_s: float = DEFAULT_S3_RETRY_FOR_S
+    connect_timeout_s: float = DEFAULT_S3_CONNECT_TIMEOUT_S
+    read_timeout_s: float = DEFAULT_S3_READ_TIMEOUT_S
+    on_warning: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from walctl.errors import BadMagicError, FormatError, NotFoundError, TruncatedError, UsageError, ZeroedError
-from walctl.store.base import Store
+from walctl.store.base import S3Settings, Store
 from walctl.store.manifest import DEFAULT_NAMESPACE, object_key
 
 AUTOMQ_NAMESPACE = "DEFAULT"  # AutoMQ ObjectUtils' default namespace (walctl's is "default")
@@ -44,20 +44,32 @@ class InspectResult:
         return f"VERDICT: DAMAGED: {len(r.problems)} problem(s); first at byte {first.position}{where}: {first.message}"
 
 
-def resolve(target: str, store_url: str | None, endpoint_url: str | None, namespace: str | None = None):
+def resolve(target: str, store_url: str | None, endpoint_url: str | None, namespace: str | None = None, *,
+            s3: S3Settings | None = None):
     """(store, key, known) for an object id, a key (full or relative to the store prefix), or a
-    local file; ``known``: the store's manifest names it, so it must be a valid object."""
-    store, key = _resolve(target, store_url, endpoint_url, namespace)
-    known = False
-    if store_url is not None:
+    local file; ``known``: the store's manifest entry that names it (live or replaced, so it must be
+    a valid object; a live one gives its size), else None. A file given by its path inside a local
+    store (``<store>/<rev-hex>/<namespace>/<id>``) is looked up in that store's manifest too. ``s3``:
+    open_store's S3 settings."""
+    from walctl.errors import CorruptionError
+
+    store, key, in_store = _resolve(target, store_url, endpoint_url, namespace, s3)
+    known = None
+    if in_store:
         from walctl.store import manifest as mf
 
-        doc = mf.load_latest(store)
-        known = doc.names(key)
+        try:
+            doc = mf.load_latest(store)
+        except CorruptionError:
+            if store_url is not None:
+                raise
+            doc = mf.empty_manifest()  # a file given by its path is still inspected when the manifest is not
+        known = next((e for e in (*doc.objects, *doc.deleting) if e["key"] == key), None)
     return store, key, known
 
 
-def _resolve(target: str, store_url: str | None, endpoint_url: str | None, namespace: str | None = None):
+def _resolve(target: str, store_url: str | None, endpoint_url: str | None, namespace: str | None = None,
+             s3: S3Settings | None = None):
     from walctl.store import manifest as mf
     from walctl.store import open_store
 
@@ -70,15 +82,16 @@ def _resolve(target: str, store_url: str | None, endpoint_url: str | None, names
         parts = path.split(os.sep)
         if len(parts) >= 5 and parts[-1].isdigit() and parts[-3] == f"{int(parts[-1]):08x}"[::-1]:
             # <store>/<rev-hex>/<namespace>/<id>: open the store, so a composite's members are found
-            return open_store(os.sep.join(parts[:-3]), create=False), "/".join(parts[-3:])
-        return open_store(os.path.dirname(path), create=False), os.path.basename(path)
-    store = open_store(store_url, endpoint_url=endpoint_url, create=False)  # a reader never creates a store
+            # and its manifest says whether the object is one it names
+            return open_store(os.sep.join(parts[:-3]), create=False), "/".join(parts[-3:]), True
+        return open_store(os.path.dirname(path), create=False), os.path.basename(path), False
+    store = open_store(store_url, endpoint_url=endpoint_url, create=False, s3=s3)  # a reader never creates a store
     if target.isdigit():
         doc = mf.load_latest(store)
         object_id = int(target)
         entry = doc.entry(object_id)
         if entry is not None:
-            return store, entry["key"]
+            return store, entry["key"], True
         # Not in a walctl manifest (an AutoMQ bucket has none): look under the namespace given, else
         # walctl's "default" and AutoMQ's "DEFAULT" (ObjectUtils' namespace).
         spaces = [namespace] if namespace else [mf.DEFAULT_NAMESPACE, AUTOMQ_NAMESPACE]
@@ -86,10 +99,10 @@ def _resolve(target: str, store_url: str | None, endpoint_url: str | None, names
             key = mf.object_key(object_id, space)
             try:
                 store.size(key)
-                return store, key
+                return store, key, True
             except NotFoundError:
                 continue
-        return store, mf.object_key(object_id, spaces[0])
+        return store, mf.object_key(object_id, spaces[0]), True
     key = target
     if store_url.startswith("s3://"):
         bucket_and_prefix = store_url[len("s3://"):].rstrip("/")
@@ -99,50 +112,151 @@ def _resolve(target: str, store_url: str | None, endpoint_url: str | None, names
             key = key[len("s3://"):].split("/", 1)[1] if "/" in key[len("s3://"):] else ""
         if prefix and key.startswith(prefix):
             key = key[len(prefix):]
-    return store, key.lstrip("/")
+    return store, key.lstrip("/"), True
 
 
-def inspect(store: Store, key: str, *, deep: bool = False, known: bool = False, progress=None) -> InspectResult:
+DAMAGED_HINT = ("the manifest names it: its data is not readable from here; restore the object, or re-upload "
+                "its records if the WAL still holds them")
+
+
+def truncation(found_bytes: int, expected_bytes: int) -> str:
+    """How an object of a size other than the manifest's is named: ``truncated: 5,000,000 of
+    9,541,322 bytes``, or ``9,541,400 bytes, 78 more than the manifest's 9,541,322``."""
+    if found_bytes < expected_bytes:
+        return f"truncated: {found_bytes:,} of {expected_bytes:,} bytes"
+    return f"{found_bytes:,} bytes, {found_bytes - expected_bytes:,} more than the manifest's {expected_bytes:,}"
+
+
+def inspect(store: Store, key: str, *, deep: bool = False, known: bool = False, expected_size: int | None = None,
+            progress=None) -> InspectResult:
     """Footer and index (and with ``deep`` every byte) of the object at ``key``. ``progress(done,
     total)``, if given, is called as ``deep`` reads the object (bytes read of its size).
 
+    ``known``: the manifest names the object, so a footer that does not parse is damage, not "not
+    ours"; ``expected_size``: the manifest's size of it, so a shorter object is named truncated.
+    With ``deep`` such damage is a problem of the result (its verdict says DAMAGED), not an error.
+
     Raises:
         NotFoundError: no such object, or not an object of this format (unless ``known``).
-        CorruptionError: a failed check; also a bad footer of an object the manifest names.
+        CorruptionError: a failed check; also a bad footer or another size than ``expected_size``
+            of an object the manifest names (without ``deep``).
     """
     from walctl.errors import CorruptionError
     from walctl.format import object as obj
 
     before = store.stats.get
     tail, size = store.read_tail(key, TAIL_READ_BYTES)
-    if obj.is_composite(tail):
+    short = None
+    if expected_size is not None and size != expected_size:
+        short = obj.Problem(min(size, expected_size), truncation(size, expected_size), "truncated")
+        if not deep:
+            raise CorruptionError(f"live object {short.message}", where=key, offset=short.position,
+                                  expected=expected_size, found=size, hint=DAMAGED_HINT)
+    if short is None and obj.is_composite(tail):
         return _inspect_composite(store, key, tail, size, before, deep=deep)
     try:
         footer, entries = obj.parse_tail(tail, size)
-    except (BadMagicError, ZeroedError, TruncatedError) as exc:
+        if entries is None:
+            index = store.read_range(key, footer.index_start_position,
+                                     footer.index_start_position + footer.index_block_length)
+            entries = obj.decode_index(index, footer, base_position=footer.index_start_position)
+    except FormatError as exc:
+        not_ours = isinstance(exc, (BadMagicError, ZeroedError, TruncatedError))
+        if deep and (known or short is not None or not not_ours):
+            result = InspectResult(key, size, None, [], 0, deep=True)  # no footer: the verdict says why
+            return _verify_all(store, result, before, progress, short)
+        if not not_ours:
+            raise
         if known:  # the manifest says this is one of ours: a bad footer is damage, not "not ours"
             raise CorruptionError(f"live object has a damaged footer ({exc})", where=key, offset=exc.offset,
-                                  hint="the manifest names it: its data is not readable from here; "
-                                       "restore the object, or re-upload its records if the WAL still holds them") from exc
+                                  hint=DAMAGED_HINT) from exc
         raise NotFoundError(f"not a walctl or AutoMQ object ({exc})", where=key,
                             hint="TARGET must be an object that walctl or AutoMQ wrote") from exc
-    if entries is None:
-        index = store.read_range(key, footer.index_start_position,
-                                 footer.index_start_position + footer.index_block_length)
-        entries = obj.decode_index(index, footer, base_position=footer.index_start_position)
     result = InspectResult(key, size, footer, entries, store.stats.get - before, deep=deep)
     if footer.version == 0:
         result.notes.append("AutoMQ object (footer version 0): it carries no checksums to verify")
     if deep:
-        data = bytearray()
-        for start in range(0, size, DEEP_READ_BYTES):
-            data += store.read_range(key, start, min(size, start + DEEP_READ_BYTES))
-            if progress is not None:
-                progress(len(data), size)
-        result.report = obj.verify_report(bytes(data))
-        result.problems = result.report.problems
-        result.reads = store.stats.get - before
+        _verify_all(store, result, before, progress, short)
     return result
+
+
+def _verify_all(store: Store, result: InspectResult, before: int, progress, short=None) -> InspectResult:
+    """--deep: read every byte of the object (ranged GETs of DEEP_READ_BYTES) and verify it; ``short``,
+    a size other than the manifest's, leads the problems."""
+    from walctl.format import object as obj
+
+    size = result.size_bytes
+    data = bytearray()
+    for start in range(0, size, DEEP_READ_BYTES):
+        data += store.read_range(result.key, start, min(size, start + DEEP_READ_BYTES))
+        if progress is not None:
+            progress(len(data), size)
+    report = obj.verify_report(bytes(data))
+    if short is not None:
+        report = obj.VerifyReport([short, *report.problems], report.entries, report.blocks, report.batches,
+                                  report.checksummed)
+    result.report = report
+    result.problems = report.problems
+    result.reads = store.stats.get - before
+    return result
+
+
+def verify_streamed(store: Store, key: str, footer, entries, *, run_bytes: int = DEEP_READ_BYTES, progress=None):
+    """Every block of an object checked against its index entry, and the footer's data crc, reading the
+    data region front to back in ranged GETs of whole index entries, about ``run_bytes`` each, so that
+    one run is all it holds (an object of any size in bounded memory). The checks of the data that
+    ``verify_report`` makes (it needs the whole object): block and batch headers, contiguous offsets,
+    counts, bytes no entry covers, the data crc. ``footer`` and ``entries``: the decoded tail (the index
+    already checked). Problems in a block name its index entry's blocks. Returns a VerifyReport.
+    ``progress(done, total)``: data bytes read so far."""
+    from walctl.format import checks
+    from walctl.format import object as obj
+    from walctl.format.crc import crc32c
+
+    end = footer.index_start_position
+    ordered = sorted(entries, key=lambda e: e.block_position)
+    problems: list = []
+    crc = blocks = batches = 0
+    pos = covered = i = 0
+    while pos < end:
+        run = []
+        while i < len(ordered) and (not run or ordered[i].block_end - pos <= run_bytes):
+            run.append(ordered[i])
+            i += 1
+        stop = run[-1].block_end if run else min(end, pos + run_bytes)
+        buf = store.read_range(key, pos, stop)
+        if len(buf) < stop - pos:
+            problems.append(obj.Problem(pos + len(buf), f"object ends at byte {pos + len(buf)}, inside its data "
+                                        f"region [0, {end})", "TruncatedError"))
+            return obj.VerifyReport(problems, len(entries), blocks, batches, footer.checksummed)
+        crc = crc32c(buf, crc)
+        for e in run:
+            if e.block_position > covered:
+                problems.append(obj.Problem(covered, f"bytes [{covered}, {e.block_position}) are not covered by "
+                                            "any index entry", "uncovered"))
+            covered = e.block_end
+            try:
+                with checks.relocated(pos):
+                    for block in obj._decode_entry_blocks(buf, e, pos, copy=False):
+                        blocks += 1
+                        batches += len(block)
+            except FormatError as exc:
+                p = obj.Problem.of(exc)
+                problems.append(obj.Problem(p.position, p.message, p.kind, e.block_position, e.block_end,
+                                            e.stream_id, e.start_offset, e.end_offset))
+        pos = stop
+        if progress is not None:
+            progress(pos, end)
+    if covered < end:
+        problems.append(obj.Problem(covered, f"bytes [{covered}, {end}) are not covered by any index entry",
+                                    "uncovered"))
+    if footer.checksummed:
+        try:
+            checks.crc(footer.data_crc, crc, 0, f"object data [0, {end})")
+        except FormatError as exc:
+            problems.append(obj.Problem.of(exc))
+    problems.sort(key=lambda p: p.position)
+    return obj.VerifyReport(problems, len(entries), blocks, batches, footer.checksummed)
 
 
 def _inspect_composite(store: Store, key: str, tail: bytes, size: int, before: int, *, deep: bool) -> InspectResult:
@@ -187,7 +301,11 @@ def _inspect_composite(store: Store, key: str, tail: bytes, size: int, before: i
 
 
 def primary_problem(problems):
-    """The problem to lead with: one located in a block beats the data crc's "somewhere in [0, N)"."""
+    """The problem to lead with: a truncation (it explains the others); then one located in a block,
+    which beats the data crc's "somewhere in [0, N)"."""
+    truncated = [p for p in problems if p.kind == "truncated"]
+    if truncated:
+        return truncated[0]
     located = [p for p in problems if p.block_position is not None]
     return located[0] if located else problems[0]
 

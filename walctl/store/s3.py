@@ -6,21 +6,30 @@ boto3's usual chain; the endpoint from ``endpoint_url``, ``AWS_ENDPOINT_URL_S3``
 or ``AWS_ENDPOINT_URL``. Error messages name the bucket, key, S3 error code and
 HTTP status only: never credentials, signed headers or presigned URLs.
 
-Retries are botocore's "standard" mode (5 HTTP attempts in all, exponential
-backoff with jitter of up to 1, 2, 4, 8 s, on 5xx, throttling and connection
-errors). Reading a response body is
-outside botocore's retries, so a body cut short is retried here, pinned to the
-first response's ETag.
+Retries are made here, not by botocore (its client makes one HTTP attempt per
+call): a transient failure (connection refused, reset or closed, a connect or read
+timeout, 5xx, 429 and throttling codes) is tried again with botocore's standard
+backoff (full jitter, 50 ms doubling; 1 s doubling when throttled; at most 2 s). With
+``retry_for_s`` 0 a call makes at most ``max_attempts`` attempts (5, botocore's
+standard, within about a second); with ``retry_for_s`` > 0 it goes on until that long
+has passed since its first attempt (no attempt starts later), so an outage of the
+endpoint is ridden out, and ``on_warning`` hears once when a call goes past its quick
+attempts and once when it succeeds again. A response body cut short is retried the
+same way (one budget with its GetObject), pinned to the first response's ETag.
+Other failures (403, 404, 412, 416, bad parameters) are never retried.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 from urllib.parse import urlsplit
 
+from walctl.defaults import DEFAULT_S3_CONNECT_TIMEOUT_S, DEFAULT_S3_READ_TIMEOUT_S
 from walctl.errors import CorruptionError, IOFailure, NotFoundError, UsageError, WalctlError
 from walctl.failpoints import failpoint
 from walctl.store.base import (
@@ -40,10 +49,20 @@ from walctl.store.base import (
     iter_chunks,
 )
 
+# botocore's standard mode: the attempts a call makes quickly (within about a second) before
+# it gives up (retry_for_s 0) or says on stderr that it goes on retrying (retry_for_s > 0).
 DEFAULT_MAX_ATTEMPTS = 5
-DEFAULT_CONNECT_TIMEOUT_S = 10.0
-# Long enough for a slow 8 MiB part on a poor link; a stalled socket still fails.
-DEFAULT_READ_TIMEOUT_S = 60.0
+DEFAULT_CONNECT_TIMEOUT_S = DEFAULT_S3_CONNECT_TIMEOUT_S
+DEFAULT_READ_TIMEOUT_S = DEFAULT_S3_READ_TIMEOUT_S
+# Backoff before attempt n+1: rand(0, 1) * min(base * 2**(n-1), cap), botocore's standard
+# schedule (base 50 ms; 1 s for throttling), capped at 2 s so that an endpoint back after an
+# outage is found within about 2 s while a long outage costs one request a second on average.
+_BACKOFF_BASE_S = 0.05
+_THROTTLED_BASE_S = 1.0
+_MAX_BACKOFF_S = 2.0
+# A call still failing after this long is said on stderr even before its quick attempts are
+# spent: a silent endpoint's read timeouts make few, slow attempts.
+_WARN_AFTER_S = 2.0
 # S3's own page size; tests pass a small value to exercise pagination.
 DEFAULT_MAX_KEYS = 1000
 
@@ -81,10 +100,140 @@ _NOT_FOUND_CODES = {"NoSuchKey", "NotFound", "404"}
 _PRECONDITION_CODES = {"PreconditionFailed", "ConditionalRequestConflict"}
 _ACCESS_CODES = {"AccessDenied", "403", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch",
                  "ExpiredToken", "InvalidToken", "AllAccessDisabled", "AccountProblem"}
+# botocore's standard mode's transient and throttling codes (the S3 ones); 5xx and 429 are
+# transient whatever their code.
+_TRANSIENT_CODES = {"RequestTimeout", "RequestTimeoutException", "PriorRequestNotComplete",
+                    "InternalError", "ServiceUnavailable"}
+_THROTTLING_CODES = {"SlowDown", "Throttling", "ThrottlingException", "ThrottledException",
+                     "RequestThrottled", "RequestThrottledException", "TooManyRequestsException",
+                     "RequestLimitExceeded", "BandwidthLimitExceeded", "LimitExceededException"}
 
 
 class _RangeNotSatisfiable(IOFailure):
     """HTTP 416: the range starts at or past the end of the object (handled by the readers)."""
+
+
+class _Retry:
+    """The retry budget of one S3 call (or of a GET and the reads of its body): which failures
+    are tried again, the backoff before each, when to say so and when to give up."""
+
+    def __init__(self, store: "S3Store", op: str, key: str | None, *, quick: bool = False):
+        self.store, self.op, self.key = store, op, key
+        # Once a call has spent a whole budget, the endpoint is taken as away: the calls after it
+        # (a roll-back, an abort, the next poll) make one attempt each until one gets through, so
+        # a failing command ends within one budget, not one per clean-up call.
+        self.after_outage = not quick and store.retry_for_s > 0 and store._unreachable
+        quick = quick or self.after_outage
+        self.retry_for_s = 0.0 if quick else store.retry_for_s
+        self.max_attempts = 1 if quick else store.max_attempts
+        self.failures = 0
+        self.started = time.monotonic()
+        self.warned = False
+
+    def again(self, exc: BaseException) -> bool:
+        """After a failed attempt: sleep the backoff and return True to try again, or return
+        False (at once) for a failure that is not transient or once the budget is spent (with
+        ``retry_for_s``, no attempt starts after it, and the last one starts at its end)."""
+        self.failures += 1
+        if not _transient(exc):
+            return False
+        delay = random.random() * min(
+            (_THROTTLED_BASE_S if _throttled(exc) else _BACKOFF_BASE_S) * 2 ** (self.failures - 1),
+            _MAX_BACKOFF_S)
+        elapsed = time.monotonic() - self.started
+        if self.retry_for_s <= 0:
+            if self.failures >= self.max_attempts:
+                return False
+        elif elapsed >= self.retry_for_s:
+            return False
+        else:
+            delay = min(delay, self.retry_for_s - elapsed)  # the last attempt starts at the budget's end
+        if (self.retry_for_s > 0 and not self.warned
+                and (self.failures >= self.max_attempts or elapsed >= _WARN_AFTER_S)):
+            self.warned = True
+            self.store._warn(f"S3 {self.op} failing ({_failure_text(exc, self.store)}); retrying "
+                             f"for up to {_seconds(self.retry_for_s)} (--retry-for)")
+        time.sleep(delay)
+        return True
+
+    def succeeded(self) -> None:
+        if self.warned:
+            self.warned = False
+            self.store._warn(f"S3 {self.op} succeeded again after {self.failures} failed "
+                             f"attempt{'s' if self.failures != 1 else ''} in "
+                             f"{_seconds(time.monotonic() - self.started)}")
+
+    def gave_up(self) -> str:
+        """The hint of the error that ends the call (how long it tried); marks the store
+        unreachable when the call spent a whole budget."""
+        tries = f"gave up after {self.failures} attempt{'s' if self.failures != 1 else ''}"
+        if self.retry_for_s > 0:
+            self.store._unreachable = True
+            tries += (f" in {_seconds(time.monotonic() - self.started)} (--retry-for "
+                      f"{_seconds(self.retry_for_s)})")
+        elif self.after_outage:
+            tries += ", as an earlier request spent --retry-for on this endpoint"
+        return tries
+
+
+def _transient(exc: BaseException) -> bool:
+    """A failure worth another attempt: the network, a timeout, 5xx, throttling."""
+    from botocore import exceptions as bce
+
+    if isinstance(exc, bce.ClientError):
+        code, status = _code_status(exc)
+        return (status is not None and (status >= 500 or status == 429)
+                or code in _TRANSIENT_CODES or code in _THROTTLING_CODES)
+    return isinstance(exc, (bce.ConnectionError, bce.HTTPClientError, bce.IncompleteReadError))
+
+
+def _throttled(exc: BaseException) -> bool:
+    from botocore import exceptions as bce
+
+    if not isinstance(exc, bce.ClientError):
+        return False
+    code, status = _code_status(exc)
+    return status == 429 or code in _THROTTLING_CODES
+
+
+def _code_status(exc: Any) -> tuple[str, int | None]:
+    error = exc.response.get("Error", {}) or {}
+    status = (exc.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode")
+    return str(error.get("Code", "") or ""), status
+
+
+def _client_error_label(exc: Any) -> str:
+    code, status = _code_status(exc)
+    return f"{code or 'error'} (HTTP {status})" if status else (code or "error")
+
+
+def _failure_text(exc: BaseException, store: "S3Store") -> str:
+    """What went wrong, in a few words, for the warning line (no URL: it could hold a secret)."""
+    from botocore import exceptions as bce
+
+    if isinstance(exc, bce.ClientError):
+        return _client_error_label(exc)
+    if isinstance(exc, bce.ReadTimeoutError):
+        return f"no answer within {_seconds(store.read_timeout_s)}"
+    if isinstance(exc, bce.ConnectTimeoutError):
+        return f"no connection within {_seconds(store.connect_timeout_s)}"
+    if isinstance(exc, bce.EndpointConnectionError):
+        cause = str(getattr(exc, "kwargs", {}).get("error", "")).lower()
+        return "connection refused" if "refused" in cause else "cannot connect"
+    if isinstance(exc, bce.ConnectionClosedError):
+        return "connection closed"
+    if isinstance(exc, (bce.IncompleteReadError, bce.ResponseStreamingError)):
+        return "answer cut short"
+    return type(exc).__name__
+
+
+def _seconds(value: float) -> str:
+    """30s, 1m, 2.5s, 90s: durations as the options take them."""
+    if value >= 60 and value % 60 == 0:
+        return f"{int(value // 60)}m"
+    if value >= 10 or value == int(value):
+        return f"{value:.0f}s"
+    return f"{value:.1f}s"
 
 
 class S3Store:
@@ -93,15 +242,23 @@ class S3Store:
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
                  client: Any = None, max_keys: int = DEFAULT_MAX_KEYS,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                 retry_for_s: float = 0.0,
                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
                  read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+                 on_warning: Callable[[str], None] | None = None,
                  multipart_threshold_bytes: int = MULTIPART_THRESHOLD_BYTES):
         """Describe the store; no request is made and boto3 is not imported until one is.
 
         Args:
-            client: a ready boto3 S3 client (its retry config is then the caller's).
+            client: a ready boto3 S3 client (the retries here come on top of its own).
             max_keys: page size of ListObjectsV2 (S3 caps it at 1000).
-            max_attempts: HTTP attempts per request, the first included.
+            max_attempts: quick HTTP attempts per request, the first included: all of them
+                with ``retry_for_s`` 0; past them, ``on_warning`` is told.
+            retry_for_s: retry a transiently failing request until this long after its first
+                attempt (0: ``max_attempts`` only). The commands pass --retry-for (30 s).
+            connect_timeout_s, read_timeout_s: botocore's, per HTTP attempt.
+            on_warning: one line when a request goes on retrying past its quick attempts,
+                and when it succeeds again (None: silent).
             multipart_threshold_bytes: put_large uses one PUT up to this size.
         """
         if not bucket or "/" in bucket:
@@ -113,12 +270,17 @@ class S3Store:
             raise UsageError(f"max_keys must be in [1, 1000], got {max_keys}")
         if max_attempts < 1:
             raise UsageError(f"max_attempts must be at least 1, got {max_attempts}")
+        if retry_for_s < 0 or connect_timeout_s <= 0 or read_timeout_s <= 0:
+            raise UsageError(f"bad S3 retry budget or timeout: {retry_for_s}, {connect_timeout_s}, "
+                             f"{read_timeout_s} s")
         self.bucket = bucket
         self.prefix = prefix
         self.url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
         self.endpoint_url = endpoint_url
         self.max_keys = max_keys
         self.max_attempts = max_attempts
+        self.retry_for_s = retry_for_s
+        self.on_warning = on_warning
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self.multipart_threshold_bytes = multipart_threshold_bytes
@@ -126,6 +288,7 @@ class S3Store:
         self._client = None
         self._client_lock = threading.Lock()
         self._local = threading.local()   # HTTP attempts of the current call, per thread
+        self._unreachable = False  # a call spent its whole retry budget, and none succeeded since
         if client is not None:
             self._install_hooks(client)
             self._client = client
@@ -154,10 +317,9 @@ class S3Store:
         from botocore.exceptions import BotoCoreError
 
         config = Config(
-            # Config's "max_attempts" counts retries (botocore adds one for the
-            # first request); "total_max_attempts" counts requests, as
-            # AWS_MAX_ATTEMPTS and the config file do.
-            retries={"mode": "standard", "total_max_attempts": self.max_attempts},
+            # One HTTP attempt per call: _call retries (botocore's own retries would make
+            # 5 attempts of a read timeout each, and could not stop at the retry budget).
+            retries={"mode": "standard", "total_max_attempts": 1},
             connect_timeout=self.connect_timeout_s,
             read_timeout=self.read_timeout_s,
             max_pool_connections=16,
@@ -203,40 +365,63 @@ class S3Store:
 
     # -- calls and errors ------------------------------------------------------
 
-    def _call(self, op: str, key: str | None, **kwargs: Any) -> dict:
-        """Make one S3 call (botocore retries inside it) and map its failure to a walctl error.
+    def _call(self, op: str, key: str | None, *, _retry: "_Retry | None" = None,
+              **kwargs: Any) -> dict:
+        """Make one S3 call, retried per the store's budget (module docstring), and map its
+        failure to a walctl error.
 
-        The error carries ``attempts``: how many HTTP requests the call made.
+        The error carries ``attempts``: how many HTTP requests the call made (conditional
+        writes tell their own lost answer from someone else's object by it). ``_retry``: the
+        budget of a larger operation this call belongs to (a GET and the reads of its body);
+        one of its own otherwise.
         """
         method = getattr(self.client, _OP_METHOD[op])
+        retry = _retry if _retry is not None else _Retry(self, op, key)
         self._local.attempts = 0
         try:
-            return method(**kwargs)
-        except Exception as exc:
-            attempts = self._local.attempts
-            err = self._map_error(exc, op, key, attempts)
-            if err is None:
-                raise
-            err.attempts = attempts
-            raise err from exc
+            while True:
+                try:
+                    resp = method(**kwargs)
+                except Exception as exc:
+                    if retry.again(exc):
+                        continue
+                    attempts = self._local.attempts
+                    err = self._map_error(exc, op, key, retry)
+                    if err is None:
+                        raise
+                    err.attempts = attempts
+                    raise err from exc
+                self._unreachable = False
+                if _retry is None:  # (a shared budget is the caller's to close)
+                    retry.succeeded()
+                return resp
         finally:
             if self._local.attempts > 1:
                 self.stats.add("retries", self._local.attempts - 1)
 
+    def _warn(self, message: str) -> None:
+        if self.on_warning is not None:
+            self.on_warning(f"{self.url}: {message}")
+
     def _map_error(self, exc: Exception, op: str, key: str | None,
-                   attempts: int) -> WalctlError | None:
+                   retry: "_Retry") -> WalctlError | None:
         """The walctl error for a boto3/botocore failure, or None for one that is a bug."""
         from botocore import exceptions as bce
 
         where = self._where(key)
-        tries = f"gave up after {attempts} attempt{'s' if attempts != 1 else ''}"
         if isinstance(exc, WalctlError):
             return exc
+        if _transient(exc):
+            tries = retry.gave_up()
+            if isinstance(exc, bce.ClientError):
+                return IOFailure(f"S3 {op} failed: {_client_error_label(exc)}", where=where, hint=tries)
+            return IOFailure(f"S3 {op} failed: network error ({type(exc).__name__})",
+                             where=where, hint=f"{tries} to {self._endpoint_host()}")
         if isinstance(exc, bce.ClientError):
             error = exc.response.get("Error", {}) or {}
             code = str(error.get("Code", "") or "")
             status = (exc.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode")
-            label = f"{code or 'error'} (HTTP {status})" if status else (code or "error")
+            label = _client_error_label(exc)
             if code in _PRECONDITION_CODES or status == 412:
                 return PreconditionFailed("object already exists", where=where,
                                           hint=f"S3 {op}: {label}")
@@ -249,8 +434,6 @@ class S3Store:
                 return _RangeNotSatisfiable(f"S3 {op}: range not satisfiable", where=where)
             if code in _ACCESS_CODES or status == 403:
                 return IOFailure(f"S3 {op} refused: {label}", where=where, hint="access denied")
-            if status is not None and (status >= 500 or status == 429) or code == "SlowDown":
-                return IOFailure(f"S3 {op} failed: {label}", where=where, hint=tries)
             return IOFailure(f"S3 {op} failed: {label}", where=where)
         if isinstance(exc, (bce.NoCredentialsError, bce.PartialCredentialsError,
                             bce.CredentialRetrievalError)):
@@ -260,9 +443,6 @@ class S3Store:
         if isinstance(exc, bce.NoRegionError):
             return UsageError("no AWS region configured", where=where,
                               hint="set AWS_DEFAULT_REGION or a profile's region")
-        if isinstance(exc, (bce.ConnectionError, bce.HTTPClientError, bce.IncompleteReadError)):
-            return IOFailure(f"S3 {op} failed: network error ({type(exc).__name__})",
-                             where=where, hint=f"{tries} to {self._endpoint_host()}")
         if isinstance(exc, bce.ParamValidationError):
             return UsageError(f"S3 {op}: invalid request parameters", where=where,
                               hint=_safe_text(exc))
@@ -284,15 +464,17 @@ class S3Store:
     # -- reads -----------------------------------------------------------------
 
     def _get(self, key: str, range_header: str | None = None) -> tuple[dict, bytes]:
-        """GetObject and read its body, retrying a body cut short (same ETag only)."""
+        """GetObject and read its body, retrying a body cut short (same ETag only) within the
+        GET's retry budget."""
         from botocore import exceptions as bce
 
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full_key(key)}
         if range_header:
             kwargs["Range"] = range_header
-        for attempt in range(1, self.max_attempts + 1):
+        retry = _Retry(self, "GetObject", key)
+        while True:
             try:
-                resp = self._call("GetObject", key, **kwargs)
+                resp = self._call("GetObject", key, _retry=retry, **kwargs)
             except PreconditionFailed as exc:
                 # Only our IfMatch on a retry can fail a GET's precondition.
                 raise IOFailure("object changed while being read", where=self._where(key)) from exc
@@ -300,18 +482,17 @@ class S3Store:
             try:
                 data = body.read()
             except (bce.IncompleteReadError, bce.HTTPClientError) as exc:
-                if attempt == self.max_attempts:
-                    err = self._map_error(exc, "GetObject", key, attempt)
-                    raise err from exc
+                if not retry.again(exc):
+                    raise self._map_error(exc, "GetObject", key, retry) from exc
                 self.stats.add("retries")
                 if resp.get("ETag"):
                     kwargs["IfMatch"] = resp["ETag"]
                 continue
             finally:
                 body.close()
+            retry.succeeded()
             self.stats.add("bytes_read", len(data))
             return resp, data
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def size(self, key: str) -> int:
         resp = self._call("HeadObject", key, Bucket=self.bucket, Key=self._full_key(key))
@@ -547,8 +728,11 @@ class S3Store:
 
     def _abort(self, key: str, full: str, upload_id: str, cause: BaseException) -> None:
         """Abort the upload so no parts linger (and are billed); note on ``cause`` if that fails."""
+        # One attempt after a signal (the operator waits), as after a spent budget (see _Retry).
+        retry = _Retry(self, "AbortMultipartUpload", key, quick=isinstance(cause, KeyboardInterrupt))
         try:
-            self._call("AbortMultipartUpload", key, Bucket=self.bucket, Key=full, UploadId=upload_id)
+            self._call("AbortMultipartUpload", key, _retry=retry, Bucket=self.bucket, Key=full,
+                       UploadId=upload_id)
         except Exception:
             if isinstance(cause, WalctlError):
                 note = (f"multipart upload {upload_id} could not be aborted; an "

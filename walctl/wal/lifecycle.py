@@ -48,15 +48,18 @@ class InitResult:
 
 
 def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool = False,
-             progress=None, prewrite: bool = False) -> InitResult:
+             progress=None, prewrite: bool = False, discard_unuploaded: bool = False) -> InitResult:
     """Write both header slots of a new, empty WAL; create ``path`` as a file if it does not exist.
 
     ``prewrite`` (regular files): write the whole record area once, so the first lap's
     O_DIRECT writes find allocated, written blocks instead of converting extents as they go.
+    ``discard_unuploaded``: with ``force``, re-initialise a WAL even when it holds records after
+    its trim point (not yet uploaded; AutoMQ's: walctl cannot tell); without it such a WAL is refused.
 
     Raises:
         UsageError: capacity missing for a new file, too small, or larger than the device.
-        RefusedError: mounted, held, a filesystem/partition signature or a WAL already there (no --force).
+        RefusedError: mounted, held, a filesystem/partition signature or a WAL already there (no --force),
+            or a WAL holding records not yet uploaded (no ``discard_unuploaded``).
     """
     from walctl.device import safety
     from walctl.device.create import create_file, zero_fill
@@ -85,7 +88,8 @@ def init_wal(path: str, capacity: int | None, *, node_id: int = -1, force: bool 
         warnings += dev.warnings
         size = dev.size_bytes
         capacity = _capacity_on(size, capacity, path)
-        previous_ts, wiped = (0, 0) if created else _clear_old(dev, path, capacity, force, progress)
+        previous_ts, wiped = (0, 0) if created else _clear_old(dev, path, capacity, force, progress,
+                                                               discard_unuploaded)
         if prewrite and not dev.is_block_device and not wiped:
             # A filesystem allocates lazily: the first direct write to each region of a fresh
             # (sparse or fallocated) file also updates metadata. Pay that once, here.
@@ -137,11 +141,12 @@ def _capacity_on(size: int, capacity: int | None, path: str) -> int:
     return capacity
 
 
-def _clear_old(dev: Device, path: str, capacity: int, force: bool, progress) -> tuple[int, int]:
+def _clear_old(dev: Device, path: str, capacity: int, force: bool, progress,
+               discard_unuploaded: bool = False) -> tuple[int, int]:
     """Refuse or wipe what an existing device holds; (the old WAL's timestamp or 0, bytes wiped)."""
     from walctl.device.create import zero_fill
 
-    previous_ts = _existing_wal_check(dev, path, force)
+    previous_ts = _existing_wal_check(dev, path, force, discard_unuploaded)
     where = None if previous_ts else _first_nonzero(dev, capacity)
     if not previous_ts and where is None:
         return 0, 0
@@ -192,19 +197,84 @@ def _first_nonzero(dev: Device, capacity: int, chunk: int = 8 << 20) -> int | No
     return None
 
 
-def _existing_wal_check(dev: Device, path: str, force: bool) -> int:
-    """Refuse to re-initialise a WAL (walctl's or AutoMQ's) without --force; return its timestamp."""
+def _existing_wal_check(dev: Device, path: str, force: bool, discard_unuploaded: bool = False) -> int:
+    """Refuse to re-initialise a WAL (walctl's or AutoMQ's) without --force, or one holding records
+    not yet uploaded without --discard-unuploaded too; return its timestamp."""
     buf = aligned_buffer(HEADERS_SIZE)
     dev.pread_into(0, buf)
     try:
         state = decode_slots(buf)
     except NotFoundError:
         return 0
+    walctl_own = state.header.flavour == "walctl"
     if not force:
-        kind = "an AutoMQ WAL" if state.header.flavour != "walctl" else "a walctl WAL"
+        kind = "a walctl WAL" if walctl_own else "an AutoMQ WAL"
         raise RefusedError(f"the device already holds {kind}", where=path,
                            hint="init would destroy it; pass --force to re-initialise")
+    if not discard_unuploaded:
+        _refuse_unuploaded(dev, state, path)
     return state.header.last_write_timestamp_ns
+
+
+@dataclass(frozen=True)
+class Unuploaded:
+    """The records of a WAL after its trim point: what an upload has not taken yet."""
+
+    records: int
+    log_bytes: int  # WAL bytes from the trim record's end to the end of the log
+    scanned: bool  # False: the header's checkpoint answered (no record read)
+
+
+def unuploaded(dev: Device, state: HeaderState) -> Unuploaded:
+    """Count the records after the trim point, read-only.
+
+    An upload trims what it committed (FORMATS.md 1.6: the checkpoint's uploadedOffset is such a
+    trim), so the records after the trim point are the ones not yet uploaded. A cleanly closed
+    walctl WAL whose checkpoint ends where the trim record ends (or an empty log) answers from
+    its header slots and one record header; otherwise the live log is scanned (AutoMQ's with its
+    own rules: walctl cannot know what AutoMQ uploaded, so every live record counts).
+    """
+    header = state.header
+    checkpoint = trusted_checkpoint(state)
+    if checkpoint is not None:
+        if checkpoint.log_end == 0 and header.trim_offset < 0:
+            return Unuploaded(0, 0, False)
+        if header.trim_offset >= 0 and _trim_record_end(dev, header) == checkpoint.log_end:
+            return Unuploaded(0, 0, False)
+    from walctl.wal import reader
+
+    report = reader.Scan(dev, header, probe=False, bulk=True).drain()
+    live_start = report.trim_entry.end if report.trim_entry is not None else max(header.trim_offset, 0)
+    return Unuploaded(report.records, max(report.end_offset - live_start, 0), True)
+
+
+def _trim_record_end(dev: Device, header: WalHeader) -> int | None:
+    """Where the record at the trim point ends (None when no record header is there)."""
+    from walctl.wal.layout import Ring
+    from walctl.wal.writer import check_record_at
+
+    try:
+        return check_record_at(dev, Ring(header.capacity), header.trim_offset).end
+    except UsageError:
+        return None
+
+
+def _refuse_unuploaded(dev: Device, state: HeaderState, path: str) -> None:
+    """Refuse (exit 5) a --force init over records not yet uploaded, saying how many."""
+    from walctl.sizes import format_size
+
+    found = unuploaded(dev, state)
+    if found.records == 0:
+        return
+    what = f"{found.records} record{'' if found.records == 1 else 's'} ({format_size(found.log_bytes)})"
+    if state.header.flavour == "walctl":
+        raise RefusedError(f"the WAL holds {what} not yet uploaded; init --force would destroy them", where=path,
+                           hint="upload them first (walctl upload DEVICE --store URL), or pass --force "
+                                "--discard-unuploaded to destroy them")
+    raise RefusedError(f"the {state.header.flavour} WAL holds {what} after its trim point, which walctl cannot "
+                       f"tell uploaded; init --force would destroy them", where=path,
+                       hint="keep a copy first (walctl image DEVICE FILE), or pass --force --discard-unuploaded "
+                            "to destroy them")
 
 
 @dataclass

@@ -3,7 +3,9 @@
 Invariants this module keeps, and recovery relies on:
 - a block starts at a 4 KiB aligned logical offset and is written zero-padded to 4 KiB;
 - a record never crosses the end of a lap: a padding record fills the rest of the lap;
-- no block ends more than one ring past the trim point (else FullError);
+- no block ends more than one ring past the trim point: a record that would end past it waits
+  up to ``full_wait_s`` for a trim to free room (backpressure: appends block, nothing is
+  dropped; the wait starts again whenever a trim frees some room), then FullError;
 - no block is submitted that ends past ``window_start + slidingWindowMaxLength``, where
   window_start is the first offset not yet durable: the header carrying a larger
   window is durable first. So a crash leaves holes only inside one window;
@@ -112,6 +114,19 @@ class _Block:
     budget_ns: int = 0  # of its queued time, how long the budget stalled the writer
 
 
+@dataclass
+class FullWait:
+    """Backpressure: how long an append waits for a trim to free room in a full ring before
+    FullError (``wait_s``, 0: at once), who is told when a wait starts (``on_full(True)``) and ends
+    (``on_full(False)``), what says why nothing freed room (``why()``, for FullError), and counts."""
+
+    wait_s: float = 0.0
+    on_full: Callable[[bool], None] | None = None
+    why: Callable[[], str] | None = None
+    waits: int = 0  # how many times appends were held back
+    total_s: float = 0.0  # for how long in all
+
+
 class WalWriter:
     """Appends records to an open, locked WAL device; see the module doc for the guarantees."""
 
@@ -174,11 +189,9 @@ class WalWriter:
         self.uploaded_offset = base.uploaded_offset
         self._untracked = checkpoint is None  # records without a stream mark: stream ends unknown
         self.before_close: list[Callable[[], None]] = []  # e.g. stop the trim hand-off listener
+        self.full = FullWait()  # backpressure: how a full ring holds appends back
         # stats
-        self.blocks_written = 0
-        self.bytes_written = 0
-        self.records_acked = 0
-        self.header_writes = 0
+        self.blocks_written = self.bytes_written = self.records_acked = self.header_writes = 0
 
     # -- public API -----------------------------------------------------------------
     @property
@@ -411,14 +424,24 @@ class WalWriter:
 
     # -- placement -----------------------------------------------------------------
     def _place(self, record_bytes: int) -> int:
-        """Make room for a record of ``record_bytes`` bytes in the current block; return its offset."""
+        """Make room for a record of ``record_bytes`` bytes in the current block; return its offset.
+
+        Waits (``full_wait_s``) while the ring is full; the blocks may have moved on meanwhile
+        (the timer closes the open block), so a placement that waited starts again."""
+        while True:
+            offset = self._try_place(record_bytes)
+            if offset is not None:
+                return offset
+
+    def _try_place(self, record_bytes: int) -> int | None:
+        """_place's one attempt: the record's offset, or None after waiting for room."""
         cur = self._cur
         if cur is not None:
             pos = cur.start + cur.length
             end = pos + record_bytes
             if cur.length + record_bytes <= self.block_soft_limit_bytes and end <= cur.lap_end:
-                if align_up(end) > self._room_end:
-                    self._check_room(align_up(end))
+                if align_up(end) > self._room_end and self._make_room(align_up(end)):
+                    return None
                 return pos  # the usual case: the record joins the open block
             self._close_block()
             # Run ahead by at most iodepth closed blocks while every slot is busy.
@@ -427,7 +450,8 @@ class WalWriter:
         lap_end = self.ring.lap_end(start)
         if start + record_bytes > lap_end:
             # The record would cross the ring's end: pad the rest of the lap.
-            self._check_room(lap_end)
+            if self._make_room(lap_end):
+                return None
             padding = rec.RecordHeader.padding(start, lap_end - start).encode()
             self._cur = self._open_block(start, lap_end, len(padding))
             self._cur.buf[:len(padding)] = padding
@@ -436,7 +460,8 @@ class WalWriter:
             self._close_block()
             self._pump(wait=True, keep=self.run_ahead)
             start = self.next_block
-        self._check_room(align_up(start + record_bytes))
+        if self._make_room(align_up(start + record_bytes)):
+            return None
         self._cur = self._open_block(start, start, record_bytes)
         return start
 
@@ -455,10 +480,47 @@ class WalWriter:
     def _set_room_end(self) -> None:
         self._room_end = max(self.state.header.trim_offset, 0) + self._ring_bytes
 
-    def _check_room(self, end: int) -> None:
+    def _make_room(self, end: int) -> bool:
+        """Nothing when the log may reach ``end``; else wait for a trim (``full.wait_s``, restarted
+        by each trim that frees some room) and return True once it may, or raise FullError."""
+        if end <= self._room_end:
+            return False
+        full = self.full
+        if full.wait_s > 0:
+            self._wait_for_room(end, full)
         if end > self._room_end:
-            raise FullError("WAL full", hint="trim or upload first",
+            why = full.why() if full.why is not None else None
+            waited = f" for {full.wait_s:g} s" if full.wait_s > 0 else ""
+            raise FullError(f"WAL full: nothing freed room{waited}" + (f" ({why})" if why else ""),
+                            hint="trim or upload first: 'walctl upload' beside the writer (it trims through "
+                                 "the hand-off), append --upload-at, or a longer --full-wait",
                             offset=self.trim_start + self.ring.size)
+        return True
+
+    def _wait_for_room(self, end: int, full: FullWait) -> None:
+        """Hold the appender until the ring has room up to ``end``, the wait runs out, or the writer
+        fails. Closed blocks keep being written meanwhile (their completions wake it), so the
+        acknowledged log an uploader can upload keeps growing up to the full ring."""
+        full.waits += 1
+        started = time.monotonic()
+        deadline = started + full.wait_s
+        room = self._room_end
+        if full.on_full is not None:
+            full.on_full(True)
+        try:
+            self._pump(wait=False)
+            while end > self._room_end:
+                self._check_usable()
+                now = time.monotonic()
+                if self._room_end > room:  # a trim freed some room, not enough yet: wait again
+                    room, deadline = self._room_end, now + full.wait_s
+                if now >= deadline:
+                    return
+                self._lock.wait(min(deadline - now, 1.0))
+        finally:
+            full.total_s += time.monotonic() - started
+            if full.on_full is not None:
+                full.on_full(False)
 
     # -- submission ----------------------------------------------------------------
     # A block goes: open (records are added) -> closed, in _ready (its place in the log
@@ -691,6 +753,7 @@ class WalWriter:
             self._failed = exc
             raise
         self._set_room_end()  # the trim point may have moved
+        self._lock.notify_all()  # an append waiting for room (_wait_for_room)
         self.header_writes += 1
 
     def _check_usable(self) -> None:

@@ -1,0 +1,28 @@
+"""One way to run the tests (issue 32): plain `pytest` collected 264 fewer tests than
+`python -m pytest` (three modules failed to import 'tests'); both must collect the same suite."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _collected(*cmd: str) -> tuple[int, str]:
+    proc = subprocess.run([*cmd, "--collect-only", "-q", "-p", "no:cacheprovider"], capture_output=True, text=True,
+                          cwd=REPO_ROOT, timeout=240)
+    found = re.search(r"^(\d+) tests? collected", proc.stdout, re.M)
+    return (int(found.group(1)) if found and proc.returncode == 0 else -1), proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_plain_pytest_and_python_m_pytest_collect_the_same_tests():
+    plain, plain_out = _collected(str(Path(sys.executable).with_name("pytest")))
+    module, module_out = _collected(sys.executable, "-m", "pytest")
+    assert module > 2000, module_out
+    assert plain == module, plain_out
