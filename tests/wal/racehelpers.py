@@ -72,10 +72,10 @@ class Stopped:
 
 
 def clean_log(tmp_path, *, capacity: str = "32MiB", records: int = 12000, size: int = 1000,
-              stream: int = 1) -> str:
+              stream: int = 1, device: str | None = None) -> str:
     """A cleanly closed WAL holding ``records`` lines of ``size`` bytes (12 MiB by default: more than
     a scan reads ahead (8 MiB), so a scan stopped at its first event has not read the log's end yet)."""
-    wal = str(tmp_path / "w.img")
+    wal = device or str(tmp_path / "w.img")  # (device: a loop device of that capacity)
     code, out, err = walctl("init", wal, "--capacity", capacity, "--no-prewrite")
     assert code == 0, err
     line = b"x" * (size - 1) + b"\n"

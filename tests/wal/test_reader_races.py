@@ -28,9 +28,11 @@ def _reader(tmp_path, wal: str, which: str) -> Stopped:
     return Stopped(tmp_path, failpoint, *[a.format(wal=wal) for a in args])
 
 
+@pytest.mark.parametrize("where", ["file", pytest.param("loop", marks=pytest.mark.loop)])
 @pytest.mark.parametrize("which", sorted(READERS))
-def test_a_writer_starting_inside_the_scan_is_no_corruption(tmp_path, which):
-    wal = clean_log(tmp_path)
+def test_a_writer_starting_inside_the_scan_is_no_corruption(tmp_path, loop_device, which, where):
+    """On a file WAL and on a loop device (O_DIRECT), as the issue saw it on both."""
+    wal = clean_log(tmp_path, device=loop_device(32 << 20) if where == "loop" else None)
     reader = _reader(tmp_path, wal, which)  # stopped at its scan's first event, under the clean header
     code, _, err = walctl("append", wal, "--stream", "1", "after", "the", "clean", "close")
     assert code == 0, err
