@@ -723,7 +723,8 @@ class StreamReader:
 
                     failpoint("read-wal-scan")
                 if isinstance(event, reader.Finding):
-                    hole = True
+                    # (not the trim record: deleted, its space is the writer's to reuse)
+                    hole = hole or event.kind in (reader.HOLE, reader.TORN_TAIL)
                     continue
                 if event.offset <= uploaded:
                     continue
