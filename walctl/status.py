@@ -8,6 +8,7 @@ recovery scan ``recover`` runs.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,8 @@ class StatusResult:
     checkpoint: Checkpoint | None = None  # the trusted checkpoint the answer came from (no scan)
     device_bytes_read: int = 0
     verification: Verification | None = None  # status --verify-budget (None: no verification asked)
+    log_moved: bool = False  # the header slots changed under a scan that found damage: rescanned
+    rescans: int = 0
 
     @property
     def end_offset(self) -> int | None:
@@ -133,6 +136,8 @@ class StatusResult:
                 self.state.checkpoint.to_json() if self.state.checkpoint is not None else None),
             "device_bytes_read": self.device_bytes_read,
             "verification": self.verification.to_json() if self.verification is not None else None,
+            "log_moved": self.log_moved,
+            "rescans": self.rescans,
         }
 
     def _durable_json(self) -> dict:
@@ -184,7 +189,6 @@ def wal_status(path: str, *, scan: bool = False, progress=None, verify: VerifyRe
     read_before = bytes_read_total()
     session = open_reader(path)
     try:
-        header = session.state.header
         warnings = list(session.warnings)
         checkpoint = trusted_checkpoint(session.state)
         if checkpoint is not None and not scan and session.writer_pid is None:
@@ -192,35 +196,70 @@ def wal_status(path: str, *, scan: bool = False, progress=None, verify: VerifyRe
             return StatusResult(path, session.dev.size_bytes, session.state, None, None, None, warnings,
                                 checkpoint=checkpoint, device_bytes_read=bytes_read_total() - read_before,
                                 verification=verification)
-        from walctl.wal import reader
-        from walctl.wal.verdict import durable_points
+        scan, streams = _scan(session, progress)
+        moved, settled, rescans = None, True, 0
+        if scan.corrupt:
+            # Damage: was it on the device, or did a writer start, stop or trim under the scan?
+            moved = session.moved()
+            if moved is not None:
+                scanned: dict = {}
 
-        streams: set[int] = set()
-        # AutoMQ's WALs too: the scan reads them with AutoMQ's checksums and rules (forensics).
-        # Damage below the durable points the header slot records is corruption, read past (as recover).
-        scan = reader.ScanResult(header, reader.Ring(header.capacity), durable=durable_points(session.state))
-        # With a live writer, blocks may land while we read: the probe beyond the window
-        # would take them for mid-log damage, so (as recover) it runs only with no writer.
-        start, end = max(header.trim_offset, 0), getattr(header, "next_offset", None)
-        if progress is not None:
-            progress(0, end - start if end and end > start else None)
-        # In bulk (runs of intact records come as one Run each, decoded a chunk at a time) and,
-        # with no writer, with recover's read-ahead (the device read on ahead of the decoding).
-        idle = session.writer_pid is None
-        for event in reader.Scan(session.dev, header, report=scan, probe=idle, bulk=True, readahead=idle):
-            if progress is not None:
-                progress(max(event.offset - start, 0))
-            if isinstance(event, reader.Run):
-                streams.update(event.column(4))  # bulk.ROW field 4: stream id
-            elif isinstance(event, reader.Entry) and event.batch is not None:
-                streams.add(event.batch.stream_id)
+                def rescan(s) -> reader.ScanResult:
+                    scanned["scan"], scanned["streams"] = _scan(s, progress)
+                    return scanned["scan"]
+
+                scan, settled, rescans = session.settled_scan(rescan)
+                streams = scanned["streams"]
+                if not settled:
+                    for f in scan.corrupt:
+                        f.moved = True  # not judged: the log kept moving (docs/CLI.md)
+                    warnings.append(f"the log moved during the scan ({moved}) and kept moving under {rescans} "
+                                    "rescan(s): its findings were not judged; run status --scan again when the "
+                                    "writer is idle")
+                elif not scan.corrupt:
+                    warnings.append(f"the log moved during the scan ({moved}): rescanned the log as it is now "
+                                    "(the figures are the rescan's)")
         # A live writer: the device layer's warning already says the figures may be moving.
         verification = _verify(session, path, verify, scan, None) if verify is not None else None
         return StatusResult(path, session.dev.size_bytes, session.state, scan, session.writer_pid,
                             _command_of(session.writer_pid), warnings, sorted(streams),
-                            device_bytes_read=bytes_read_total() - read_before, verification=verification)
+                            device_bytes_read=bytes_read_total() - read_before, verification=verification,
+                            log_moved=moved is not None, rescans=rescans)
     finally:
         session.dev.close()
+
+
+def _scan(session, progress) -> tuple[reader.ScanResult, set[int]]:
+    """One scan of the log from the session's header: its report and the live streams' ids."""
+    from walctl.wal import reader
+    from walctl.wal.verdict import durable_points
+
+    header = session.state.header
+    streams: set[int] = set()
+    # AutoMQ's WALs too: the scan reads them with AutoMQ's checksums and rules (forensics).
+    # Damage below the durable points the header slot records is corruption, read past (as recover).
+    scan = reader.ScanResult(header, reader.Ring(header.capacity), durable=durable_points(session.state))
+    # With a live writer, blocks may land while we read: the probe beyond the window
+    # would take them for mid-log damage, so (as recover) it runs only with no writer.
+    start, end = max(header.trim_offset, 0), getattr(header, "next_offset", None)
+    if progress is not None:
+        progress(0, end - start if end and end > start else None)
+    # In bulk (runs of intact records come as one Run each, decoded a chunk at a time) and,
+    # with no writer, with recover's read-ahead (the device read on ahead of the decoding).
+    idle = session.writer_pid is None
+    pause = os.environ.get("WALCTL_FAILPOINT", "").startswith("status-scan")  # tests: a writer starts mid-scan
+    for event in reader.Scan(session.dev, header, report=scan, probe=idle, bulk=True, readahead=idle):
+        if pause:
+            from walctl.failpoints import failpoint
+
+            failpoint("status-scan")
+        if progress is not None:
+            progress(max(event.offset - start, 0))
+        if isinstance(event, reader.Run):
+            streams.update(event.column(4))  # bulk.ROW field 4: stream id
+        elif isinstance(event, reader.Entry) and event.batch is not None:
+            streams.add(event.batch.stream_id)
+    return scan, streams
 
 
 def _verify(session, path: str, request: VerifyRequest, full: reader.ScanResult | None,
@@ -228,8 +267,6 @@ def _verify(session, path: str, request: VerifyRequest, full: reader.ScanResult 
     """One run of the incremental verification (walctl.wal.verify), its state file updated: a
     budgeted range from where the last run stopped, or ``full``, a whole scan status made anyway
     (no checkpoint answers: a running or crashed writer; or --scan), taken as a complete pass."""
-    import os
-
     from walctl.wal import verify
     from walctl.wal.lifecycle import read_wal_state, trusted_checkpoint
 

@@ -70,6 +70,12 @@ def read_cmd(
     with one ranged GET of its tail, and its needed blocks with one ranged GET per run of adjacent
     blocks. Gaps, overlaps and damage are findings (exit 3); the read goes on after them.
     Exit 4 when the store has no manifest or no such stream.
+
+    With --wal, each pass reads the WAL's header before the manifest and re-checks both before it
+    calls a range missing, so --follow prints every record once, in offset order, while a writer
+    appends, starts or stops and uploads commit and trim; a pass the WAL moved under is read again
+    (summary "retries"). Without --follow, a WAL that keeps moving ends the read with a "wal_moved"
+    finding (informational: exit 0, "log_moved": true, complete false).
     """
     from walctl.errors import CorruptionError, UsageError
     from walctl.pipeline.read import StreamReader, open_for_read

@@ -79,7 +79,11 @@ def recover_cmd(
     the next valid record header, and shows and counts every intact record after it. AutoMQ's own WALs (header V0 or V1) are read with AutoMQ's checksums and
     recovery rules, for forensics. After the records: each sealed crash hole (when it was
     sealed, the stream offsets it cost) and each stream gap with its cause (crash, or none)
-    and what to do ("sealed_hole" and "stream_gap" lines with --json).
+    and what to do ("sealed_hole" and "stream_gap" lines with --json). A writer that
+    starts, stops or trims while recover reads is no damage: damage seen after the header
+    slots changed is judged by a rescan of the log as it is then (at most 3); none there, or a
+    log that keeps moving, is a warning and "log_moved": true (findings marked
+    explained_by_log_move, printed after the records), exit 0.
     """
     from walctl.wal.lifecycle import open_reader
     from walctl.wal.verdict import RecoverFilter, recover
@@ -103,7 +107,7 @@ def recover_cmd(
             run = recover(session.dev, session.state, device, probe=session.writer_pid is None,
                           filters=RecoverFilter(from_offset, to_offset, stream, limit), stats=stats,
                           with_hexdump=hexdump, on_record=out.record, on_finding=out.finding, progress=progress,
-                          on_run=out.run)
+                          on_run=out.run, watch=session)
     finally:
         session.dev.close()
     out.flush()  # the record lines, before any summary or error line (also one the boundary prints)
@@ -112,6 +116,8 @@ def recover_cmd(
     if stats:
         out.stats(run.per_stream)
     summary = run.summary()
+    if run.moved_warning():
+        warn(run.moved_warning())
     if run.incomplete() and not json_out:
         warn(run.incomplete())
     exc = run.error()
@@ -295,7 +301,9 @@ class _Printer:
             extra += f", {j['length_bytes']} bytes"
         if j["expected_crc"] is not None:
             extra += f", crc expected 0x{j['expected_crc']:08X} found 0x{j['found_crc']:08X}"
-        verdict = ("crash damage" if j["explained_by_crash"] else "CORRUPTION") + f": {j['rule']}"
+        verdict = ("crash damage: " + j["rule"] if j["explained_by_crash"] else
+                   "seen while the log moved: not judged" if j["explained_by_log_move"] else
+                   "CORRUPTION: " + j["rule"])
         self._line(f"FINDING {j['kind']} ({j['cause']}) at {where}: {j['reason']}{extra} [{verdict}]")
         if finding.hexdump:
             for line in finding.hexdump.splitlines():

@@ -62,7 +62,9 @@ def status_cmd(
     counts them: end of log minus the trim point (on a damaged log, the durable end when
     damage lies past the last valid record). A scan reads past damage below the durable end
     (as recover does), so its figures count every intact record. Exit 3 when a scan finds
-    damage a crash does not explain (details: walctl recover). Sealed crash holes and
+    damage a crash does not explain (details: walctl recover); damage seen while a writer
+    started, stopped or trimmed (the header slots changed) is rescanned instead, at most 3
+    times ("log_moved": true, exit 0). Sealed crash holes and
     stream gaps (found by a scan) are listed with their cause and what to do.
 
     For cron: --verify-budget verifies the live log a budget at a time, going on where the last

@@ -15,10 +15,35 @@ and the read goes on after the damaged range. Gaps and overlaps between objects 
 
 With a WAL, the stream's records after the last uploaded WAL offset follow (read-only, no lock,
 like recover). ``follow`` polls the manifest (and the WAL) with backoff, like ``tail -f``.
+
+The race with a writer, an upload, a trim and compaction (docs/CLI.md "Readers racing a writer").
+A record of the stream is, at any moment, in the WAL after its trim point T, or in the store's
+newest manifest (upload commits manifest N+1 holding every record up to its mark U, then trims
+the WAL to at most U; compaction commits a manifest whose objects hold the same offsets), or both.
+One pass reads, in this order:
+1. the WAL's header slots: trim point T, end (nextOffset, clean or not) and the lock holder;
+2. the manifest list and the newest manifest N, with this WAL's upload mark U_N. N was listed
+   after T was read, so it is at least the commit that allowed the trim to T: U_N >= T, and
+   every record at or before T is in N's objects;
+3. the store's objects of N, from the next offset not served yet;
+4. the WAL from T on, serving the records after U_N (the ones at or before it are in N).
+A record missing from both is then one that a newer commit moved out of the WAL after step 1
+(a trim, and the ring wrapped over it), or a block still in flight (a writer writes up to
+--iodepth blocks at once: a later one can land first), or really lost. So before it calls
+offsets [a, b) missing, a pass re-checks: a newer manifest than N, header slots that changed
+since step 1, or an unfilled hole before the record while a writer holds the lock mean the
+pass stops there, serving nothing past a; the next pass (at once, from step 1) serves a
+first. Only when none holds is the range a gap (exit 3). The same for damage in the WAL's
+tail: found after the header slots changed, it is the writer's work in progress (a start after
+a clean close leaves the log longer than the clean nextOffset said), and the next pass reads
+the log as it is then. Nothing is skipped: ``next`` only moves past a record served or a
+finding. Without ``follow`` a read retries RESCANS times; a WAL that keeps moving ends the read
+with an informational ``wal_moved`` finding (not corruption; complete false) at ``next``.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -44,13 +69,15 @@ READ_AHEAD_THREADS = 2
 POLL_S = 0.2  # --follow: first wait between polls of the manifest
 MAX_POLL_S = 5.0  # --follow: the backoff doubles the wait up to this while nothing new lands
 
-# Finding kinds. Every one but TRIMMED means the store does not hold what it says: exit 3.
+# Finding kinds. Every one but the INFORMATIONAL ones means the store does not hold what it says: exit 3.
 GAP = "gap"  # offsets the manifest or an object should hold, held by none
 OVERLAP = "overlap"  # two objects (or an object and the WAL) both claim offsets
 DAMAGE = "damage"  # a check of an object's bytes failed
 MISSING = "missing_object"  # the manifest names an object the store does not have
 WAL_DAMAGE = "wal_damage"  # the WAL tail has damage a crash does not explain
 TRIMMED = "trimmed"  # asked for offsets below the stream's start (deleted by retention): informational
+WAL_MOVED = "wal_moved"  # (no --follow) the WAL kept moving under every retry: its tail was not served
+INFORMATIONAL = (TRIMMED, WAL_MOVED)
 
 
 @dataclass(frozen=True)
@@ -91,7 +118,7 @@ class ReadFinding:
 
     @property
     def corrupt(self) -> bool:
-        return self.kind != TRIMMED
+        return self.kind not in INFORMATIONAL
 
     def to_json(self) -> dict:
         return {"type": "finding", "kind": self.kind, "message": self.message, "start_offset": self.start_offset,
@@ -121,6 +148,8 @@ class ReadSummary:
     manifest_number: int | None = None
     polls: int = 0
     limited: bool = False
+    retries: int = 0  # passes cut short and read again because the WAL or the manifest moved under them
+    log_moved: bool = False  # (no --follow) the WAL kept moving: its tail from next_offset on was not served
     findings_list: list = field(default_factory=list, repr=False)
 
     def to_json(self) -> dict:
@@ -130,8 +159,9 @@ class ReadSummary:
                 "gets": self.gets, "block_gets": self.block_gets, "lists": self.lists,
                 "bytes_read": self.bytes_read, "findings": self.findings,
                 "corrupt_findings": self.corrupt_findings, "next_offset": self.next_offset,
-                "manifest_number": self.manifest_number, "polls": self.polls,
-                "complete": not self.limited and self.corrupt_findings == 0}
+                "manifest_number": self.manifest_number, "polls": self.polls, "retries": self.retries,
+                "log_moved": self.log_moved,
+                "complete": not self.limited and self.corrupt_findings == 0 and not self.log_moved}
 
 
 class StreamReader:
@@ -180,6 +210,7 @@ class StreamReader:
         self._read_tail = store.read_tail_view if self._lends else store.read_tail
         self._pool = None
         self._tails: dict = {}  # object key -> future of its tail, read ahead
+        self._unsettled: str | None = None  # why the last pass stopped early (read again at once)
 
     # -- public -------------------------------------------------------------------------------
 
@@ -191,14 +222,36 @@ class StreamReader:
         Raises:
             NotFoundError: the store has no manifest, or (without WAL or follow) no such stream.
         """
+        from walctl.wal.lifecycle import RESCANS
+
         first = True
         delay = poll_s
         idle_since = clock()
+        retries = 0
         try:
             while True:
                 served_before = self.summary.records
+                self._unsettled = None
                 yield from self._pass(first=first, follow=follow)
                 first = False
+                if self._unsettled is not None and not self._done():
+                    # The WAL or the manifest moved under the pass: read again from the header
+                    # slots, at once (a poll's wait: the writer's blocks in flight land meanwhile).
+                    self.summary.retries += 1
+                    retries = 0 if self.summary.records != served_before else retries + 1
+                    if not follow and retries > RESCANS:
+                        yield self._finding(ReadFinding(
+                            WAL_MOVED, f"the WAL moved under {RESCANS + 1} reads ({self._unsettled}): its "
+                            f"records from stream offset {self.next} on were not served; read again, or "
+                            "use --follow", self.next))
+                        self.summary.log_moved = True
+                        return
+                    if self.summary.records != served_before:
+                        idle_since = clock()
+                    delay = poll_s
+                    sleep(poll_s)
+                    continue
+                retries = 0
                 if not follow or self._done():
                     return
                 if self.summary.records != served_before:
@@ -237,27 +290,38 @@ class StreamReader:
 
     def _pass(self, *, first: bool, follow: bool) -> Iterator[ReadRecord | ReadFinding]:
         self.summary.polls += 1
-        numbers = mf.manifest_numbers(self.store)
-        if not numbers:
-            if follow and not first:
+        # The WAL's header slots first, then the manifest (the module's doc says why this order).
+        session = self._open_wal() if self.wal is not None else None
+        try:
+            numbers = mf.manifest_numbers(self.store)
+            if not numbers:
+                if follow and not first:
+                    return
+                if not follow:
+                    raise NotFoundError("no manifest: not a walctl store, or nothing uploaded yet",
+                                        where=self.store.url, hint="check --store; upload creates the first commit")
                 return
-            if not follow:
-                raise NotFoundError("no manifest: not a walctl store, or nothing uploaded yet",
-                                    where=self.store.url, hint="check --store; upload creates the first commit")
-            return
-        number = numbers[-1]
-        if number != self._manifest_number:
-            key = mf.manifest_key(number)
-            doc = mf.parse_manifest(self.store.read_all(key), key)
-            self._manifest_number = self.summary.manifest_number = number
-            yield from self._store_pass(doc, first=first, follow=follow)
-        else:
-            doc = None
-        if self.wal is not None and not self._done():
-            if doc is None:
-                doc = mf.parse_manifest(self.store.read_all(mf.manifest_key(number)), mf.manifest_key(number))
-            yield from self._wal_pass(doc)
+            number = numbers[-1]
+            if number != self._manifest_number:
+                key = mf.manifest_key(number)
+                doc = mf.parse_manifest(self.store.read_all(key), key)
+                self._manifest_number = self.summary.manifest_number = number
+                yield from self._store_pass(doc, first=first, follow=follow)
+            else:
+                doc = None
+            if session is not None and not self._done():
+                if doc is None:
+                    doc = mf.parse_manifest(self.store.read_all(mf.manifest_key(number)), mf.manifest_key(number))
+                yield from self._wal_pass(doc, number, session)
+        finally:
+            if session is not None:
+                session.dev.close()
         self._update_stats()
+
+    def _open_wal(self):
+        from walctl.wal.lifecycle import open_reader
+
+        return open_reader(self.wal)
 
     def _store_pass(self, doc: mf.Manifest, *, first: bool, follow: bool) -> Iterator[ReadRecord | ReadFinding]:
         sid = self.stream_id
@@ -639,19 +703,30 @@ class StreamReader:
 
     # -- the WAL's tail -----------------------------------------------------------------------
 
-    def _wal_pass(self, doc: mf.Manifest) -> Iterator[ReadRecord | ReadFinding]:
-        """The stream's records in the WAL after its last uploaded record (read-only, no lock)."""
+    def _wal_pass(self, doc: mf.Manifest, number: int, session) -> Iterator[ReadRecord | ReadFinding]:
+        """The stream's records in the WAL after its last uploaded record (read-only, no lock), from
+        the header slots ``session`` read before manifest ``number`` (``doc``) was listed. Stops
+        early, setting ``_unsettled``, where the WAL or the manifest moved under it."""
         from walctl.wal import reader
-        from walctl.wal.lifecycle import open_reader
 
-        session = open_reader(self.wal)
+        header = session.state.header
+        mark = doc.upload_mark(header.node_id)
+        uploaded = mark["offset"] if mark else -1
+        result = reader.ScanResult(header, reader.Ring(header.capacity))
+        scan = reader.Scan(session.dev, header, report=result, probe=session.writer_pid is None)
+        hole = False  # a range of the log skipped before this record: its blocks may be in flight
+        pause = os.environ.get("WALCTL_FAILPOINT", "").startswith("read-wal-scan")  # tests: a writer starts
         try:
-            header = session.state.header
-            mark = doc.upload_mark(header.node_id)
-            uploaded = mark["offset"] if mark else -1
-            result = reader.ScanResult(header, reader.Ring(header.capacity))
-            for event in reader.scan(session.dev, header, result=result, probe=session.writer_pid is None):
-                if isinstance(event, reader.Finding) or event.offset <= uploaded:
+            for event in scan:
+                if pause:
+                    from walctl.failpoints import failpoint
+
+                    failpoint("read-wal-scan")
+                if isinstance(event, reader.Finding):
+                    # (not the trim record: deleted, its space is the writer's to reuse)
+                    hole = hole or event.kind in (reader.HOLE, reader.TORN_TAIL)
+                    continue
+                if event.offset <= uploaded:
                     continue
                 b = event.batch
                 if b is None or b.stream_id != self.stream_id:
@@ -659,10 +734,13 @@ class StreamReader:
                 if self.next is not None and b.end_offset <= self.next:
                     continue
                 if self.to_offset is not None and b.base_offset >= self.to_offset:
-                    break
+                    return
                 if self.next is None:
                     self.next = b.base_offset if self.from_offset is None else self.from_offset
                 if b.base_offset > self.next:
+                    self._unsettled = self._moved(number, session, hole)
+                    if self._unsettled is not None:
+                        return  # nothing past the missing range: the next pass serves it first
                     yield self._finding(ReadFinding(GAP, f"stream {self.stream_id}: offsets [{self.next}, "
                                                     f"{b.base_offset}) are neither in the store nor in the WAL",
                                                     self.next, b.base_offset, position=event.offset))
@@ -670,13 +748,30 @@ class StreamReader:
                     continue  # a batch straddling the asked start: served only from its own start
                 yield self._record(ReadRecord(b, "wal", wal_offset=event.offset))
                 if self._done():
-                    break
-            if not self._done():
-                for f in result.corrupt:
+                    return
+        finally:
+            scan.close()
+        corrupt = result.corrupt
+        if corrupt and not self._done():
+            self._unsettled = session.moved()  # damage found after the slots changed: read again
+            if self._unsettled is None:
+                for f in corrupt:
                     yield self._finding(ReadFinding(WAL_DAMAGE, f"WAL {f.kind} at offset {f.offset}: {f.reason}",
                                                     position=f.offset))
-        finally:
-            session.dev.close()
+
+    def _moved(self, number: int, session, hole: bool) -> str | None:
+        """Why a range missing from both the store (manifest ``number``) and the WAL may not be a
+        gap: a newer manifest, header slots that changed, or blocks in flight (a hole before it
+        and a writer holding the lock); None: it is a gap."""
+        numbers = mf.manifest_numbers(self.store)
+        if numbers and numbers[-1] != number:
+            return f"manifest {numbers[-1]} was committed"
+        moved = session.moved()
+        if moved is not None:
+            return moved
+        if hole and session.writer_now() is not None:
+            return "blocks of the running writer were in flight"
+        return None
 
 
 def open_for_read(url: str, endpoint_url: str | None = None, *, s3=None):

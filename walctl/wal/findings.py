@@ -139,6 +139,15 @@ class Finding:
             return WINDOW_RULE
         return _RULE_OF_KIND.get(self.kind, "damage where a crash cannot leave any")
 
+    # Found while the log moved under the reader (a writer started, stopped or trimmed; the header
+    # slots changed) and not seen again by a rescan, or not judged: the log kept moving. Not corruption.
+    moved: bool = False
+
+    @property
+    def judged_corrupt(self) -> bool:
+        """Damage neither a crash nor the log's moving under the reader explains."""
+        return not self.explained and not self.moved
+
     @property
     def cause(self) -> Cause:
         """What the damaged bytes look like (one of CAUSES)."""
@@ -160,6 +169,7 @@ class Finding:
             "explained_by_crash": self.explained,
             "cause": str(self.cause),
             "rule": self.verdict_rule,
+            "explained_by_log_move": self.moved,
         })
         if self.hexdump is not None:
             out["hexdump"] = self.hexdump

@@ -534,7 +534,7 @@ class ScanResult:
 
     @property
     def corrupt(self) -> list[Finding]:
-        return [f for f in self.findings if not f.explained]
+        return [f for f in self.findings if not f.explained and not f.moved]
 
     @property
     def next_block_offset(self) -> int:

@@ -34,7 +34,7 @@ def unexplained(findings: list[Finding], *, framing_only: bool = False) -> list[
         return []
     from walctl.wal.findings import BAD_BATCH
 
-    return [f for f in findings if not f.explained and not (framing_only and f.kind == BAD_BATCH)]
+    return [f for f in findings if f.judged_corrupt and not (framing_only and f.kind == BAD_BATCH)]
 
 
 def unexplained_error(findings: list[Finding], where: str, *, framing_only: bool = False,
@@ -110,14 +110,35 @@ class RecoverRun:
     seeked: bool = False  # reading started after the trim point (--from)
     explanations: list[tuple[dict, str]] = field(default_factory=list)  # sealed holes, stream gaps: (json, text)
     unexplained_gaps: int = 0
+    log_moved: str | None = None  # how the log moved under the scan (header slots changed), when it did
+    held: list[Finding] = field(default_factory=list)  # damage found after it moved: judged by a rescan
+    rescans: int = 0
+    settled: bool = True  # False: the log moved under every rescan; the held damage was not judged
 
     def summary(self) -> dict:
         out = self.report.to_json()
         out.update({"sealed_holes": len(self.report.sealed_holes), "stream_gaps": len(self.report.stream_gaps),
                     "unexplained_stream_gaps": self.unexplained_gaps, "records_shown": self.shown,
                     "device": self.device, "flavour": self.report.header.flavour,
-                    **durable_json(self.report)})
+                    **durable_json(self.report),
+                    "log_moved": self.log_moved is not None and bool(self.held), "rescans": self.rescans})
         return out
+
+    def moved_warning(self) -> str | None:
+        """The warning a run whose log moved under it owes its reader (docs/CLI.md), or None."""
+        if self.log_moved is None or not self.held:
+            return None
+        n = len(self.held)
+        what = f"{n} finding(s) seen after it moved"
+        if not self.settled:
+            return (f"the log moved during the read ({self.log_moved}) and kept moving under {self.rescans} "
+                    f"rescan(s): {what} were not judged (explained_by_log_move); run recover again when the "
+                    f"writer is idle for a verdict")
+        if any(f.moved for f in self.held):
+            return (f"the log moved during the read ({self.log_moved}): {what} are the writer's work in "
+                    f"progress, not damage: a rescan of the log as it is now found none a crash does not "
+                    f"explain")
+        return None
 
     def error(self) -> CorruptionError | None:
         return unexplained_error(self.report.findings, self.device, hint=None)
@@ -145,7 +166,7 @@ def recover(dev: Device, state: HeaderState, device: str, *, filters: RecoverFil
             stats: bool = False, with_hexdump: bool = False, probe: bool = True,
             on_record: Callable[[Entry], None], on_finding: Callable[[Finding], None],
             progress: Callable[[int], None] | None = None, on_run: Callable[[Run], None] | None = None,
-            readahead: bool = True) -> RecoverRun:
+            readahead: bool = True, watch=None) -> RecoverRun:
     """Scan the log after the trim point (from the first record at or after --from), call
     ``on_finding`` for each finding and ``on_record`` for each record the filters show (with
     ``stats``: count them per stream instead), then explain sealed holes and stream gaps.
@@ -156,6 +177,12 @@ def recover(dev: Device, state: HeaderState, device: str, *, filters: RecoverFil
 
     On an interrupt (KeyboardInterrupt) the exception leaves with ``summary``: the run so far,
     complete false. Never writes.
+
+    ``watch``: the reader's session (walctl.wal.lifecycle.RecoverSession): before damage a crash
+    does not explain is shown, the header slots are read again; once they changed (the log
+    moved: a writer started, stopped or trimmed), such damage is held back and judged after
+    the scan by a rescan (``settled_scan``): shown as corruption if the settled log still has
+    damage, else marked ``moved`` (not corruption), and shown after the records.
     """
     from walctl.wal.reader import Ring, Scan, ScanResult, finding_bytes, hexdump
 
@@ -167,11 +194,20 @@ def recover(dev: Device, state: HeaderState, device: str, *, filters: RecoverFil
     scan = Scan(dev, header, probe=probe, seek=filters.from_offset, bulk=bulk, readahead=readahead, report=report)
     run = RecoverRun(device, scan.report)
 
-    def finding(f: Finding) -> None:
+    def show(f: Finding) -> None:
         if with_hexdump:
             position, data = finding_bytes(dev, f)
             f.hexdump = hexdump(data, position)
         on_finding(f)
+
+    def finding(f: Finding) -> None:
+        if watch is not None and f.judged_corrupt:
+            if run.log_moved is None:
+                run.log_moved = watch.moved()
+            if run.log_moved is not None:
+                run.held.append(f)  # judged after the scan, on the log as it is then
+                return
+        show(f)
 
     for f in header_slot_findings(state):
         run.report.findings.append(f)
@@ -188,8 +224,29 @@ def recover(dev: Device, state: HeaderState, device: str, *, filters: RecoverFil
     run.seeked = report.read_from_offset is not None and report.read_from_offset > report.start_offset
     if run.seeked and header.flavour == "walctl":
         report.complete = False  # the records before the seek point were not read
+    if run.held:
+        _judge_move(run, watch, filters.from_offset)
+        for f in run.held:
+            show(f)
     _explain_gaps(run)
     return run
+
+
+def _judge_move(run: RecoverRun, watch, seek: int | None) -> None:
+    """Damage held back because the log moved under the scan: a rescan of the log as it is now
+    (bounded, RESCANS) decides. Damage still there on a settled log stays corruption (exit 3);
+    none, or a log that kept moving, marks the held findings ``moved`` (not judged, exit 0)."""
+    from walctl.wal.reader import scan_report
+
+    def rescan(session) -> ScanResult:
+        return scan_report(session.dev, session.state.header, probe=session.writer_pid is None, seek=seek)
+
+    result, run.settled, run.rescans = watch.settled_scan(rescan)
+    if not run.settled or not result.corrupt:
+        for f in run.held:
+            f.moved = True
+    if not run.settled:
+        run.report.complete = False
 
 
 def _show(scan: Scan, run: RecoverRun, filters: RecoverFilter, stats: bool, on_record, on_finding,
