@@ -49,6 +49,8 @@ STREAM = 1
 COMMAND_TIMEOUT_S = 120.0   # a command (upload, compact, gc) running longer than this is a hang
 FOLLOW_CATCH_UP_S = 60.0    # a follower must reach the final end within this after the writer closed
 WRITER_CLOSE_S = 120.0      # a writer whose stdin closed must exit within this
+KILL_AFTER_ACKS = 512       # a writer is killed only once it acknowledged this many records
+STALL_S = 90.0              # ... and one that acknowledges nothing for this long is a hang
 
 
 def payload(instance: int, index: int, size: int) -> bytes:
@@ -161,6 +163,7 @@ class Chaos:
         self.peak_fill = 0
         self.final_end: int | None = None  # the stream's end once the writer closed and all is uploaded
         self._end_input = threading.Event()  # the end of the run: the last writer's input closes
+        self._instance_acks = 0  # records the running writer acknowledged
 
     # -- helpers -------------------------------------------------------------------
     def walctl(self, *args, timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess:
@@ -198,7 +201,7 @@ class Chaos:
             acks.start()
             feed = threading.Thread(target=self._feed, args=(proc, instance), daemon=True)
             feed.start()
-            ended = self.stop.wait(self.rng.uniform(*self.kill_every_s))
+            ended = self._wait_to_kill(proc)
             if ended:  # the end: close its input, let it drain and close cleanly
                 self._end_input.set()
             elif proc.poll() is None:
@@ -217,6 +220,24 @@ class Chaos:
                 self.problem(f"writer {instance} exited {code}: {err.strip()[-400:]}")
             self.finding_in(f"writer {instance}", err)
 
+    def _wait_to_kill(self, proc: subprocess.Popen) -> bool:
+        """Wait until the writer is due for its kill (True: the run ended first). A kill follows the
+        writer's progress, not the clock alone (a loaded machine only makes a run slower): it is due
+        once the random interval has passed and this writer has acknowledged KILL_AFTER_ACKS
+        records. A writer that acknowledges nothing for STALL_S is a problem (a hang)."""
+        due = time.monotonic() + self.rng.uniform(*self.kill_every_s)
+        seen, last_progress = -1, time.monotonic()
+        while not self.stop.wait(0.05):
+            now, acks = time.monotonic(), self._instance_acks
+            if acks != seen:
+                seen, last_progress = acks, now
+            if proc.poll() is not None or (now >= due and acks >= KILL_AFTER_ACKS):
+                return False
+            if now - last_progress > STALL_S:
+                self.problem(f"a writer acknowledged nothing for {STALL_S:.0f} s (after {acks} records): a hang")
+                return False
+        return True
+
     def _feed(self, proc: subprocess.Popen, instance: int) -> None:
         size, j = self.record_bytes, 0
         try:
@@ -229,7 +250,7 @@ class Chaos:
             pass
 
     def _read_acks(self, proc: subprocess.Popen, instance: int) -> None:
-        k = 0
+        k = self._instance_acks = 0
         for line in proc.stdout:
             rec = _json(line)
             if rec is None:
@@ -239,6 +260,7 @@ class Chaos:
                     self.acked[rec["stream_offset"]] = payload(instance, k, self.record_bytes)
                     self.last_wal_offset = max(self.last_wal_offset, rec["wal_offset"])
                 k += 1
+                self._instance_acks = k
             elif rec["type"] == "summary":
                 self.counts["full_waits"] += rec.get("full_waits", 0)
 
