@@ -47,7 +47,7 @@ sys.path.insert(0, REPO)
 
 STREAM = 1
 COMMAND_TIMEOUT_S = 120.0   # a command (upload, compact, gc) running longer than this is a hang
-FOLLOW_CATCH_UP_S = 60.0    # a follower must reach the final end within this after the writer closed
+FOLLOW_CATCH_UP_S = 60.0    # a follower catching up after the writer closed may not go this long without progress
 WRITER_CLOSE_S = 120.0      # a writer whose stdin closed must exit within this
 KILL_AFTER_ACKS = 512       # a writer is killed only once it acknowledged this many records
 STALL_S = 90.0              # ... and one that acknowledges nothing for this long is a hang
@@ -333,11 +333,17 @@ class Chaos:
                 self.problem(f"follower {i} reported a finding on a healthy log: {line.strip()[:300]}")
 
     def _finish_follower(self, proc, reader, i: int) -> None:
-        deadline = time.monotonic() + FOLLOW_CATCH_UP_S
-        while self.final_end is None and time.monotonic() < deadline + WRITER_CLOSE_S:
+        deadline = time.monotonic() + FOLLOW_CATCH_UP_S + WRITER_CLOSE_S
+        while self.final_end is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        while self.final_end is not None and self.next_offset[i] < self.final_end and time.monotonic() < deadline \
-                and proc.poll() is None:
+        # It must catch up: it may take long after a long run, but never FOLLOW_CATCH_UP_S without progress.
+        seen, last_progress = -1, time.monotonic()
+        while self.final_end is not None and self.next_offset[i] < self.final_end and proc.poll() is None:
+            now = time.monotonic()
+            if self.next_offset[i] != seen:
+                seen, last_progress = self.next_offset[i], now
+            elif now - last_progress > FOLLOW_CATCH_UP_S:
+                break
             time.sleep(0.05)
         if self.final_end is None or self.next_offset[i] < self.final_end:
             self.problem(f"follower {i} reached offset {self.next_offset[i]} of {self.final_end} "

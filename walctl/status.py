@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from walctl.format.checkpoint import Checkpoint
 from walctl.format.header import WalHeader
-from walctl.wal.layout import align_up
 from walctl.wal.headers import HeaderState
 
 if TYPE_CHECKING:
@@ -63,6 +62,8 @@ class StatusResult:
         durable = self.scan.durable if self.scan is not None else None
         if end is None or durable is None:
             return end
+        from walctl.wal.layout import align_up  # (a scan ran: a checkpoint's answer loads no layout)
+
         # (a clean header's nextOffset is the end aligned up: a block's zero padding, not records)
         return durable.end if align_up(end) < durable.end else end
 

@@ -25,7 +25,7 @@ from walctl.commands._shared import APP_KEY, DEBUG_KEY
 COMMAND_MODULE_OF = {"append": "append", "init": "init", "recover": "recover", "trim": "trim", "upload": "upload",
                      "inspect-object": "inspect_object", "ls": "ls", "objects": "ls", "gc": "gc",
                      "check": "check", "compact": "compact", "status": "status", "image": "image", "bench": "bench",
-                     "read": "read"}
+                     "read": "read", "salvage": "salvage"}
 # selftest runs the other commands through the app it runs in: it gets all of them.
 
 # Root options that end the run before any command is looked at (eager); the help lists commands.
@@ -38,9 +38,9 @@ def _import_command_modules(names: Iterable[str] | None = None) -> list:
     order --help and the man pages list the commands."""
     if names is None:
         from walctl.commands import (append, bench, check, compact, gc, image, init, inspect_object, ls, read,
-                                     recover, selftest, status, trim, upload)
-        return [append, init, recover, trim, upload, inspect_object, ls, gc, check, compact, status, selftest,
-                image, bench, read]
+                                     recover, salvage, selftest, status, trim, upload)
+        return [append, init, recover, trim, upload, salvage, inspect_object, ls, gc, check, compact, status,
+                selftest, image, bench, read]
     return [importlib.import_module(f"walctl.commands.{name}") for name in names]
 
 

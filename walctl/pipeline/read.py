@@ -77,7 +77,10 @@ MISSING = "missing_object"  # the manifest names an object the store does not ha
 WAL_DAMAGE = "wal_damage"  # the WAL tail has damage a crash does not explain
 TRIMMED = "trimmed"  # asked for offsets below the stream's start (deleted by retention): informational
 WAL_MOVED = "wal_moved"  # (no --follow) the WAL kept moving under every retry: its tail was not served
-INFORMATIONAL = (TRIMMED, WAL_MOVED)
+# offsets no object holds because an upload recorded them lost (the manifest's stream_gaps: a crash,
+# an --accept-gap, a salvage past damage): a known loss, said with its cause, not damage
+RECORDED_GAP = "recorded_gap"
+INFORMATIONAL = (TRIMMED, WAL_MOVED, RECORDED_GAP)
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,17 @@ class ReadRows:
     rows: list
 
 
-@dataclass(frozen=True)
+def _gap_finding(doc, sid: int, lo: int, hi: int) -> "ReadFinding":
+    """Offsets [lo, hi) of stream ``sid`` held by no live object: a recorded gap when the manifest's
+    stream_gaps cover them (informational, with the recorded cause), else a GAP (damage)."""
+    for gap in doc.stream_gaps or ():
+        if gap.get("stream_id") == sid and gap.get("from", hi) <= lo and hi <= gap.get("to", lo):
+            return ReadFinding(RECORDED_GAP, f"stream {sid}: offsets [{lo}, {hi}) were recorded lost by an upload "
+                                             f"(cause {gap.get('cause')}; the manifest's stream_gaps)", lo, hi)
+    return ReadFinding(GAP, f"stream {sid}: offsets [{lo}, {hi}) are in no live object", lo, hi)
+
+
+@dataclass
 class ReadFinding:
     """Something the read could not serve as the manifest promised, or found damaged."""
 
@@ -354,8 +367,7 @@ class StreamReader:
             if self.to_offset is not None and start >= self.to_offset:
                 break
             if start > self.next:
-                yield self._finding(ReadFinding(GAP, f"stream {sid}: offsets [{self.next}, {start}) are in no live "
-                                                f"object", self.next, start))
+                yield self._finding(_gap_finding(doc, sid, self.next, start))
                 self.next = start
             elif overlaps:
                 # Ranges of one manifest overlap; an object replacing earlier ones in a later poll

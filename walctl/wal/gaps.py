@@ -152,8 +152,8 @@ def explanation(gap: StreamGap, hole: CrashHole | None, accepted: bool = False, 
     if damage is not None and hole is None and not accepted:
         return (f"{head}: lost in the damage at WAL offset {damage.offset} ({damage.kind}, corruption: "
                 f"{damage.verdict_rule}); they were acknowledged, no crash lost them. upload refuses: restore "
-                f"them from a copy, or if they are really gone run 'walctl upload ... --accept-gap {gap.spec}' "
-                f"(recorded in the manifest)")
+                f"them from a copy, or save every intact record with 'walctl salvage DEVICE --store URL' (these "
+                f"offsets recorded in the manifest as a gap)")
     if hole is not None:
         return (f"{head}: lost in {hole.describe()}; they were never acknowledged. upload keeps the gap "
                 f"(the records after it go into their own object); nothing to do")

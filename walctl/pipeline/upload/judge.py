@@ -24,7 +24,8 @@ def judge(u: UploadRun) -> None:
     _check_skipped(u)
     result = u.result
     result.skipped_records = len(u.records.skipped)
-    u.streams, u.after_gaps = u.records.streams(holes, accepted, u.wal_path, result.warnings, result.gaps)
+    u.streams, u.after_gaps = u.records.streams(holes, accepted, u.wal_path, result.warnings, result.gaps,
+                                                damage=u.damage)
     used = {(g["stream_id"], g["from"], g["to"]) for g in result.gaps if g["cause"] == "accepted"}
     recorded = {(g["stream_id"], g["from"], g["to"]) for g in u.doc.stream_gaps or ()}
     for sid, lo, hi in sorted(accepted - used):
@@ -45,9 +46,12 @@ def _judge_findings(u: UploadRun) -> list:
         from walctl.wal.verdict import unexplained_error
 
         damage = unexplained_error(u.scan.findings, u.wal_path, framing_only=True,
-                                   hint="nothing uploaded; inspect with 'walctl recover'")
-        if damage is not None:
+                                   hint="nothing uploaded; inspect with 'walctl recover', save the intact "
+                                        "records with 'walctl salvage'")
+        if damage is not None and not u.opts.salvage:
             raise damage
+        if damage is not None:  # salvage: the lost ranges become gaps, the bytes evidence
+            u.damage = [f for f in u.scan.findings if f.kind != reader.BAD_BATCH and not f.explained]
     # A bad batch (a valid record whose body is no StreamRecordBatch) stops only itself: the
     # other records are uploaded, the WAL is not trimmed past it, 'recover' shows it.
     bad_findings = {f.offset: f for f in u.findings if f.kind == reader.BAD_BATCH}

@@ -79,6 +79,8 @@ class UploadResult:
     seconds: float = 0.0
     gaps: list[dict] = field(default_factory=list)  # stream gaps uploaded as gaps, and why
     bad_records: list[dict] = field(default_factory=list)  # records left in the WAL: no StreamRecordBatch
+    damage: list[dict] = field(default_factory=list)  # (salvage) the damaged ranges read past
+    evidence_file: str | None = None  # (salvage) where their bytes were kept
 
     def to_json(self) -> dict:
         return {
@@ -87,6 +89,7 @@ class UploadResult:
             "last_offset": self.last_offset, "trimmed_to": self.trimmed_to,
             "commit_number": self.commit_number, "dry_run": self.dry_run, "seconds": round(self.seconds, 6),
             "gaps": self.gaps, "bad_records": self.bad_records,
+            **({"damage": self.damage, "evidence_file": self.evidence_file} if self.damage else {}),
         }
 
 

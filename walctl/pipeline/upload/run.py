@@ -62,7 +62,7 @@ def upload(wal_path: str, store: Store, *, namespace: str = mf.DEFAULT_NAMESPACE
            split_size: int = DEFAULT_SPLIT_SIZE, trim: bool = True, dry_run: bool = False,
            accept_gaps: list[tuple[int, int, int]] = (), progress=None,
            trim_timeout_s: float = DEFAULT_TRIM_TIMEOUT_S, max_bytes: int | None = None,
-           lease_wait_s: float = LEASE_WAIT_S, on_wait=None) -> UploadResult:
+           lease_wait_s: float = LEASE_WAIT_S, on_wait=None, salvage: bool = False) -> UploadResult:
     """Upload the WAL's records after the trim point; commit; trim to the last one uploaded.
 
     The WAL is read without the writer lock, so a writer may start, append and stop meanwhile
@@ -81,16 +81,23 @@ def upload(wal_path: str, store: Store, *, namespace: str = mf.DEFAULT_NAMESPACE
             walctl.device.lease.take_lease; ``on_wait(message)`` is told once), then UploadBusy.
             Two uploads of one WAL never run at once: the second would upload the same records
             again and lose the commit race.
+        salvage: walctl salvage (salvage.py): no writer may run; the scan reads past damage below
+            the durable end, each stream range lost in it is recorded as a gap (cause
+            "corruption"), the damaged bytes are kept as evidence before the trim.
     Returns an UploadResult; ``bad_records`` lists records whose body is no StreamRecordBatch:
     they are not uploaded and the WAL is not trimmed past the first of them (see 'recover').
     """
     opts = Options(namespace, block_size, split_size, trim, dry_run, tuple(accept_gaps), progress, trim_timeout_s,
-                    max_bytes)
+                   max_bytes, salvage)
     lease = None if dry_run else _take_lease(wal_path, lease_wait_s, on_wait)
     try:
         dev = _open_for_upload(wal_path)
         try:
             u = _upload_leased(wal_path, store, opts, dev)
+            if salvage and u.damage:
+                from walctl.pipeline.upload.salvage import keep_evidence
+
+                keep_evidence(u)  # before the trim makes the damaged bytes dead
         finally:
             dev.close()  # no lock was taken: appends went on during the upload
         if not dry_run:
@@ -203,7 +210,8 @@ def _scan(u: UploadRun) -> None:
     from walctl.wal import reader
     from walctl.wal.lifecycle import read_wal_state
 
-    header = u.header = read_wal_state(u.dev, u.wal_path).header
+    u.state = read_wal_state(u.dev, u.wal_path)
+    header = u.header = u.state.header
     _check_flavour(header, u.wal_path)
     if u.live is not None:  # a second read
         u.result.warnings.append(f"{u.wal_path}: a writer started or stopped while upload read the log; read "
@@ -216,7 +224,7 @@ def _scan(u: UploadRun) -> None:
     u.doc = mf.load_latest(u.store)
     u.node_key = str(header.node_id)
     u.mark = u.doc.upload_mark(u.node_key)
-    u.scan = reader.ScanResult(header, reader.Ring(header.capacity))
+    u.scan = reader.ScanResult(header, reader.Ring(header.capacity), durable=_durable(u))
     u.records = _Records(u.doc, u.mark, u.scan, _keep_bytes(header, u.spools), u.spools)
     events = reader.Scan(u.dev, header, report=u.scan, probe=not u.live, bulk=True, readahead=True)
     try:
@@ -224,9 +232,22 @@ def _scan(u: UploadRun) -> None:
         _read_log(u, events)
         if (not u.live and any(f.kind != reader.BAD_BATCH for f in u.findings)
                 and _log_moved(u.dev, u.wal_path, header)):
+            if u.opts.salvage:
+                raise RefusedError("a writer started while salvage read the log", where=u.wal_path,
+                                   hint="stop every writer of this WAL, then rerun salvage; nothing was uploaded")
             raise _WriterStarted()
     finally:
         events.close()  # its read-ahead ends before the device closes
+
+
+def _durable(u: UploadRun):
+    """Salvage reads past damage below the durable points the header slots record (as recover);
+    an upload does not (it refuses damage), nor does a scan of a live writer's log."""
+    if not u.opts.salvage:
+        return None
+    from walctl.wal.verdict import durable_points
+
+    return durable_points(u.state)
 
 
 def _keep_bytes(header, spools) -> int:

@@ -290,7 +290,7 @@ class _Records:
         return sum(seg.bytes for segs in self.segments.values() for seg in segs)
 
     def streams(self, holes, accepted: set[tuple[int, int, int]], where: str, warnings: list[str],
-                gaps_out: list[dict]) -> tuple[dict[int, Segment], list[tuple[int, Segment]]]:
+                gaps_out: list[dict], damage: list = ()) -> tuple[dict[int, Segment], list[tuple[int, Segment]]]:
         """Judge the overlaps and gaps seen (in log order); refuse overlaps and unexplained gaps.
 
         A gap is accepted where a crash explains it (walctl.wal.gaps.explain: a crash hole, sealed
@@ -299,6 +299,9 @@ class _Records:
         ``upload --accept-gap``). Each accepted gap is kept as a gap, with a warning and an entry
         in ``gaps_out`` (the manifest records it); what follows a gap inside the WAL is returned as
         a separate segment (an object holds each stream contiguously).
+
+        ``damage`` (salvage): corrupt findings the scan read past; a gap across one of them is kept
+        as a gap with cause "corruption" (its records were acknowledged and are lost).
 
         Returns (first segment of each stream, [(stream, later segment), ...]).
         """
@@ -320,6 +323,14 @@ class _Records:
             gap = gaps.StreamGap(sid, lo, hi, before_offset, offset)
             hole = gaps.explain(gap, holes)
             key = (gap.stream_id, gap.from_offset, gap.to_offset)
+            lost_in = _damage_between(damage, gap) if hole is None and key not in accepted else None
+            if lost_in is not None:
+                warnings.append(f"stream {gap.stream_id}: offsets {gap.from_offset}..{gap.to_offset} were lost in "
+                                f"the damage at WAL offset {lost_in.offset}: recorded in the manifest as a gap "
+                                f"(cause corruption)")
+                item = gaps.gap_to_json(gap, None, damage=lost_in)
+                gaps_out.append({k: item[k] for k in _GAP_KEYS + ("damage_offset",)})
+                continue
             if hole is None and key not in accepted:
                 raise CorruptionError(
                     f"stream {gap.stream_id}: offset gap ({gap.from_offset} to {gap.to_offset}) that no crash "
@@ -329,10 +340,20 @@ class _Records:
                          f"--accept-gap {gap.spec} (recorded in the manifest; nothing else is skipped)")
             warnings.append(gaps.explanation(gap, hole, accepted=hole is None))
             item = gaps.gap_to_json(gap, hole, accepted=hole is None)
-            gaps_out.append({k: item[k] for k in ("stream_id", "from", "to", "cause", "hole_start", "sealed",
-                                                   "sealed_at_ns", "before_wal_offset", "after_wal_offset")})
+            gaps_out.append({k: item[k] for k in _GAP_KEYS})
         later = [(sid, seg) for sid, segs in sorted(self.segments.items()) for seg in segs[1:]]
         return {sid: segs[0] for sid, segs in self.segments.items()}, later
+
+# What the manifest keeps of each stream gap an upload carries forward.
+_GAP_KEYS = ("stream_id", "from", "to", "cause", "hole_start", "sealed", "sealed_at_ns", "before_wal_offset",
+             "after_wal_offset")
+
+
+def _damage_between(damage, gap):
+    """The first damaged range that lies between the gap's two records in the log, or None."""
+    lo = gap.before_wal_offset if gap.before_wal_offset is not None else -1
+    return next((f for f in damage if lo < f.offset < gap.after_wal_offset), None)
+
 
 def upload_mark(entry) -> dict | None:
     """What the manifest remembers of a WAL's last uploaded record: enough to know it again."""

@@ -30,6 +30,7 @@ class Options:
     progress: object
     trim_timeout_s: float
     max_bytes: int | None
+    salvage: bool = False  # walctl salvage: read past damage, its lost ranges become gaps (salvage.py)
 
 
 class UploadRun:
@@ -53,3 +54,5 @@ class UploadRun:
         self.after_gaps: list = []  # (stream, Segment) after a gap inside the WAL
         self.plan: list = []
         self.last_mark: dict | None = None  # upload mark of the last record to upload
+        self.state = None  # the header slots' HeaderState the scan started from
+        self.damage: list = []  # (salvage) the corrupt findings the scan read past
