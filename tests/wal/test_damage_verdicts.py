@@ -10,7 +10,8 @@ header slot or across the end of a lap. ``recover --json`` must then:
 - show every intact acknowledged record, before and after the damage, and count them per
   stream (``--stats``); each stream gap across the damage is "corruption", never a crash's;
 - say ``complete`` (every part of the live log was read) and exit 3.
-``status`` keeps its used/free figures and counts on the damaged log.
+``status`` keeps its used/free figures and counts on the damaged log, and ``walctl salvage``
+stores exactly the intact acknowledged records, the lost offsets recorded as corruption gaps.
 """
 
 from __future__ import annotations
@@ -236,6 +237,7 @@ def copy_of(images, tmp_path):
         dst = str(tmp_path / os.path.basename(src))
         shutil.copyfile(src, dst)
         return dst, acks
+    make.store = str(tmp_path / "store")  # where check_salvage uploads
     return make
 
 
@@ -285,6 +287,34 @@ def test_damage_to_acknowledged_records_is_corruption_and_read_past(copy_of, nam
     # probe's first 1 MiB read past each place (the scan's own reads and read-ahead are kept)
     extra = after["bytes_read"] - before["bytes_read"]
     assert extra <= (0 if header_of(dev).header.clean else len(offsets) * MiB), extra
+    check_salvage(dev, acks, damaged, copy_of.store)
+
+
+def _body(stream: int, i: int, size: int = PAYLOAD) -> bytes:
+    return (f"{stream}:{i}:".encode() * (size // 4 + 1))[:size]  # what _framed sent as record i
+
+
+def check_salvage(dev: str, acks: list[dict], damaged: list[tuple[int, int]], store: str) -> None:
+    """walctl salvage (issue 28 item 3) stores exactly the intact acknowledged records, records
+    exactly the lost offsets as corruption gaps, and leaves the WAL clean and taking appends."""
+    from walctl.store import manifest as mf
+    from walctl.store import open_store
+
+    from storehelpers import read_back
+
+    intact, lost = oracle(acks, damaged)
+    proc = run_walctl("salvage", dev, "--store", store, "--json")
+    assert proc.returncode == 0, proc.stderr
+    got = read_back(open_store(store))
+    want: dict[int, list] = {}
+    for a in sorted(intact, key=lambda a: (a["stream_id"], a["stream_offset"])):
+        want.setdefault(a["stream_id"], []).append((a["stream_offset"], _body(a["stream_id"], a["stream_offset"])))
+    assert got == want  # every intact acknowledged record, once; nothing lost in the damage
+    gaps = mf.load_latest(open_store(store)).stream_gaps or []
+    assert {(g["stream_id"], g["from"], g["to"]) for g in gaps} == lost_ranges(lost)
+    assert all(g["cause"] == "corruption" for g in gaps)
+    assert run_walctl("recover", dev, "--json").returncode == 0  # the damage is behind the trim point
+    assert run_walctl("append", dev, "--stream", 1, "--store", store, "after").returncode == 0
 
 
 def test_the_rule_names_the_fact_that_decided(copy_of):
@@ -321,6 +351,7 @@ def test_a_damaged_header_slot_leaves_the_other_slots_facts(copy_of):
     _, out = recover(dev)
     slot = [f for f in out["finding"] if f["kind"] == "bad_header_slot"]
     assert len(slot) == 1 and slot[0]["explained_by_crash"] and "header write" in slot[0]["rule"]
+    check_salvage(dev, acks, damaged, copy_of.store)
 
 
 def test_damage_at_the_end_of_a_lap_is_read_past_into_the_next(tmp_path):
@@ -337,6 +368,7 @@ def test_damage_at_the_end_of_a_lap_is_read_past_into_the_next(tmp_path):
     last_before = max(a["wal_offset"] for a in acks if end_of(a) <= ring)
     damaged = [dd_random(dev, last_before, 1), dd_random(dev, ring + 5000, 2)]
     check_whole_picture(dev, acks, damaged)
+    check_salvage(dev, acks, damaged, str(tmp_path / "store"))
 
 
 def test_a_damaged_tail_below_the_durable_end_is_one_lost_tail(copy_of):
