@@ -367,6 +367,25 @@ def test_a_bad_batch_as_the_last_record_can_be_trimmed_too(cli, tmp_path):
     assert _stored(store) == {1: [(0, b"one")]} and _records(cli, dev) == []
 
 
+def _crashed_since_open(path: str) -> None:
+    """The header slot a writer that opened the empty log, wrote every block and crashed leaves:
+    ungraceful, nextOffset and the checkpoint's log end where it opened (0). (mark_ungraceful
+    keeps the clean close's checkpoint, which says the blocks were durable: their holes would be
+    corruption below its log end, not crash holes.)"""
+    from walctl.device import open_device
+    from walctl.format.checkpoint import Checkpoint
+    from walctl.format.header import SHUTDOWN_UNGRACEFUL
+    from walctl.wal.headers import read_headers, write_header
+
+    dev = open_device(path, writable=True)
+    try:
+        state = read_headers(dev)
+        write_header(dev, state, state.header.with_(shutdown_type=SHUTDOWN_UNGRACEFUL, next_offset=0),
+                     Checkpoint(log_end=0))
+    finally:
+        dev.close()
+
+
 def test_killed_while_sealing_the_next_writer_finishes_it(cli, tmp_path, monkeypatch):
     """Sealing patches hole after hole before the header changes: a kill after the first patch
     leaves one hole sealed (with its evidence) and one not; the next writer seals the rest."""
@@ -378,7 +397,7 @@ def test_killed_while_sealing_the_next_writer_finishes_it(cli, tmp_path, monkeyp
         assert cli("append", dev, "--stream", "3", data).exit_code == 0
     for lost in (4096, 12288):
         _device_write(dev, HEADERS_SIZE + lost, bytes(4096))
-    mark_ungraceful(dev)
+    _crashed_since_open(dev)
 
     real_patch, calls = wal_ops._patch, []
 
