@@ -161,19 +161,8 @@ def _keep_evidence(repair: RepairResult, path: str | None, is_block_device: bool
         return None
     doc = {"wal": path, **repair.to_json()}
     doc["evidence_file"] = target
-    tmp = target + ".partial"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-        folder = os.open(os.path.dirname(os.path.abspath(target)), os.O_RDONLY)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
+        write_evidence(target, doc)
     except OSError as exc:
         raise IOFailure(f"cannot keep the bytes crash repair would overwrite: {exc.strerror}", where=target,
                         hint=f"nothing was repaired; free space there (or set {EVIDENCE_DIR_ENV})") from exc
@@ -181,6 +170,23 @@ def _keep_evidence(repair: RepairResult, path: str | None, is_block_device: bool
         warnings.append(f"crash repair overwrote {total} bytes in {repair.ranges} range(s); the bytes they "
                         f"held are kept in {target}")
     return target
+
+
+def write_evidence(target: str, doc: dict) -> None:
+    """Write ``doc`` as JSON to ``target`` durably and whole (a temp file, fsync, rename, fsync of the
+    folder): evidence is kept before the bytes it describes are overwritten or trimmed away."""
+    tmp = target + ".partial"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, target)
+    folder = os.open(os.path.dirname(os.path.abspath(target)), os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def _patch(dev: Device, ring: Ring, offset: int, data: bytes) -> None:

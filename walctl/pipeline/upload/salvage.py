@@ -10,7 +10,6 @@ trim to the last record uploaded leaves the damage behind the trim point, and ap
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import TYPE_CHECKING
@@ -42,7 +41,7 @@ def check_can_salvage(wal_path: str, is_block_device: bool) -> None:
 
 def keep_evidence(u: UploadRun) -> None:
     """Write the damaged ranges' bytes durably (before the trim), and list them in the result."""
-    from walctl.wal.crash_repair import EVIDENCE_DIR_ENV
+    from walctl.wal.crash_repair import EVIDENCE_DIR_ENV, write_evidence
     from walctl.wal.layout import Ring
 
     ring = Ring(u.header.capacity)
@@ -51,14 +50,8 @@ def keep_evidence(u: UploadRun) -> None:
     now = time.time_ns()
     target = _evidence_path(u.wal_path, now, getattr(u.dev, "is_block_device", False))
     doc = {"type": "salvage", "wal": u.wal_path, "salvaged_at_ns": now, "evidence_file": target, "damage": ranges}
-    tmp = target + ".partial"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
+        write_evidence(target, doc)  # (crash repair's: durable and whole before the trim)
     except OSError as exc:
         raise IOFailure(f"cannot keep the damaged bytes: {exc.strerror}", where=target,
                         hint=f"the records are uploaded, the WAL is not trimmed; free space there (or set "
