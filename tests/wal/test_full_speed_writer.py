@@ -177,6 +177,14 @@ def test_a_plain_writer_waits_for_an_upload_run_beside_it(tmp_path):
     assert_store_holds_exactly(store, 7, payloads(0, filled) + more)
 
 
+def wait_at_failpoint(ready: Path, proc: subprocess.Popen) -> None:
+    """Until ``proc`` holds at its failpoint (it wrote ``ready``); fail if it ends or never gets there."""
+    deadline = time.monotonic() + WAIT_S
+    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ready.exists(), "upload never reached its scan"
+
+
 def test_a_writer_started_during_uploads_scan_runs(tmp_path):
     """Row 5: upload held the writer lock for its whole scan, so an append started meanwhile was
     refused (exit 5); only the trim takes it now (docs/CLI.md). The record appended during the scan is
@@ -192,10 +200,7 @@ def test_a_writer_started_during_uploads_scan_runs(tmp_path):
     uploader = start("upload", wal, "--store", store, "--json",
                      env={"WALCTL_FAILPOINT": "upload-scan:hold", "WALCTL_FAILPOINT_READY": str(ready)})
     try:
-        deadline = time.monotonic() + WAIT_S
-        while not ready.exists() and uploader.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert ready.exists(), "upload never reached its scan"
+        wait_at_failpoint(ready, uploader)
         late = payloads(3_000, 1)
         appended = walctl("append", wal, "--stream", 7, late[0].decode())
         assert appended.returncode == 0, appended.stderr  # exit 5 'busy' before
@@ -228,10 +233,7 @@ def test_a_second_upload_of_a_wal_waits_for_the_first(tmp_path):
                 env={"WALCTL_FAILPOINT": "upload-scan:hold", "WALCTL_FAILPOINT_READY": str(ready)})
     two = None
     try:
-        deadline = time.monotonic() + WAIT_S
-        while not ready.exists() and one.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert ready.exists(), "upload never reached its scan"
+        wait_at_failpoint(ready, one)
         two = start("upload", wal, "--store", store, "--json")
         line = two.stderr.readline()
         assert "another upload of this WAL is running; waiting" in line

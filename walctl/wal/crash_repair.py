@@ -138,11 +138,12 @@ def _original(dev: Device, ring: Ring, offset: int, length: int) -> Overwritten:
     return Overwritten(offset, phys, bytes(buf[phys - start:phys - start + length]))
 
 
-def evidence_path(path: str | None, repaired_at_ns: int, is_block_device: bool) -> str | None:
-    """Where a repair of the WAL at ``path`` keeps what it overwrites, or None (nowhere to put it)."""
+def evidence_path(path: str | None, repaired_at_ns: int, is_block_device: bool, kind: str = "repair") -> str | None:
+    """Where a repair (``kind``; salvage passes "salvage") of the WAL at ``path`` keeps the bytes it
+    overwrites or trims away, or None (nowhere to put it)."""
     if path is None:
         return None
-    suffix = f".repair-{repaired_at_ns}.broken.json"
+    suffix = f".{kind}-{repaired_at_ns}.broken.json"
     if not is_block_device:
         return path + suffix
     folder = os.environ.get(EVIDENCE_DIR_ENV)

@@ -41,14 +41,15 @@ def check_can_salvage(wal_path: str, is_block_device: bool) -> None:
 
 def keep_evidence(u: UploadRun) -> None:
     """Write the damaged ranges' bytes durably (before the trim), and list them in the result."""
-    from walctl.wal.crash_repair import EVIDENCE_DIR_ENV, write_evidence
+    from walctl.wal.crash_repair import EVIDENCE_DIR_ENV, evidence_path, write_evidence
     from walctl.wal.layout import Ring
 
     ring = Ring(u.header.capacity)
     ranges = [_damaged(u.dev, ring, f) for f in u.damage]
     u.result.damage = [{k: v for k, v in r.items() if k != "hex"} for r in ranges]
     now = time.time_ns()
-    target = _evidence_path(u.wal_path, now, getattr(u.dev, "is_block_device", False))
+    # (check_can_salvage refused a block device without WALCTL_REPAIR_EVIDENCE_DIR: never None here)
+    target = evidence_path(u.wal_path, now, getattr(u.dev, "is_block_device", False), kind="salvage")
     doc = {"type": "salvage", "wal": u.wal_path, "salvaged_at_ns": now, "evidence_file": target, "damage": ranges}
     try:
         write_evidence(target, doc)  # (crash repair's: durable and whole before the trim)
@@ -57,15 +58,6 @@ def keep_evidence(u: UploadRun) -> None:
                         hint=f"the records are uploaded, the WAL is not trimmed; free space there (or set "
                              f"{EVIDENCE_DIR_ENV}) and rerun salvage") from exc
     u.result.evidence_file = target
-
-
-def _evidence_path(path: str, now_ns: int, is_block_device: bool) -> str:
-    from walctl.wal.crash_repair import EVIDENCE_DIR_ENV
-
-    suffix = f".salvage-{now_ns}.broken.json"
-    if not is_block_device:
-        return path + suffix
-    return os.path.join(os.environ[EVIDENCE_DIR_ENV], os.path.basename(path) + suffix)
 
 
 def _damaged(dev, ring, finding) -> dict:
