@@ -123,10 +123,41 @@ def test_record_larger_than_the_ring_is_refused(tmp_path):
     writer.close()
 
 
-def test_sliding_window_grows_durably_before_a_block_passes_it(tmp_path):
+def test_sliding_window_grows_durably_before_a_block_passes_it(tmp_path, monkeypatch):
+    """Five 208 KiB blocks in flight pass the 1 MiB window. The device's first completions are held
+    back until five blocks are in flight (or 5 s passed), so the window must grow whatever the disk's
+    speed (a fast disk completed blocks before five were in flight: the test depended on timing)."""
+    import threading
+
+    from walctl.wal.writer import WalWriter
+
+    real, held, lock = WalWriter._completed, [], threading.Lock()
+
+    def release() -> None:
+        with lock:
+            pending, held[:] = list(held), [None]
+        for args in pending:
+            real(*args)
+
+    def completed(self, *args, **kwargs):
+        with lock:
+            if not held or held[0] is not None:
+                held.append((self, *args))
+                if len(held) < 5:
+                    return
+            else:
+                return real(self, *args, **kwargs)
+        release()
+
+    timer = threading.Timer(5.0, release)
+    timer.start()
+    monkeypatch.setattr(WalWriter, "_completed", completed)
     path = new_wal(tmp_path / "w", 64 * MiB)
     assert header_of(path).header.sliding_window_max_length == 1 * MiB
-    acks = append_records(path, 40, size=200 * KiB, iodepth=8)
+    try:
+        acks = append_records(path, 40, size=200 * KiB, iodepth=8)
+    finally:
+        timer.cancel()
     header = header_of(path).header
     assert header.sliding_window_max_length > 1 * MiB
     assert (header.sliding_window_max_length - 1 * MiB) % (4 * MiB) == 0
