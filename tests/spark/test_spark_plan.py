@@ -11,9 +11,12 @@ from hypothesis import strategies as st
 
 from walctl.errors import CorruptionError, UsageError
 from walctl.format.object import FOOTER_SIZE, INDEX_ENTRY_SIZE, IndexEntry
-from walctl.spark import plan as planmod
-from walctl.spark.plan import (DROP_DELETED, DROP_RETENTION, DROP_STREAM_START, CompactionPlan, Iteration,
-                               check_coverage, plan_compaction, put_count)
+from walctl.compaction import plan as planmod
+from walctl.compaction import planner
+from walctl.compaction.coverage import check_coverage
+from walctl.compaction.plan import (DROP_DELETED, DROP_RETENTION, DROP_STREAM_START, CompactionPlan, Iteration,
+                                   put_count)
+from walctl.compaction.planner import plan_compaction
 
 MIB = 1 << 20
 
@@ -373,7 +376,7 @@ def _with_ranges(plan, ranges):
     out = dataclasses.replace(out, ranges=tuple(ranges), data_bytes=data,
                               size_bytes=planmod.object_size(data, len(ranges)),
                               streams=planmod._stream_spans(ranges), pieces=(piece,))
-    it = Iteration(0, (piece,), planmod._reads(ranges, {}, 16 * MIB), data)
+    it = Iteration(0, (piece,), planner._reads(ranges, {}, 16 * MIB), data)
     return dataclasses.replace(plan, outputs=(out,), iterations=(it,))
 
 

@@ -156,7 +156,7 @@ def test_a_reads_memory_goes_back_once_its_last_chunk_is_written_not_with_the_pi
     from walctl.spark import multipart
     from walctl.spark.compact import read_indexes
     from walctl.spark.job import IterationSpec, PieceSpec, index_block, run_iterations_in_task
-    from walctl.spark.plan import plan_compaction
+    from walctl.compaction.planner import plan_compaction
     from walctl.store import manifest as mf
     from walctl.store import open_store
     from walctl.store.local import LocalStore

@@ -45,6 +45,8 @@ from walctl.compaction.common import (
     read_index,
     tail_bytes,
 )
+from walctl.compaction.coverage import check_coverage
+from walctl.compaction.plan import SO, CompactionPlan, Dropped, Iteration, OutputObject, Piece, Read, SourceRange
 from walctl.errors import CorruptionError, UsageError
 from walctl.failpoints import failpoint
 from walctl.format.crc import crc32c_combine
@@ -160,7 +162,6 @@ def layout(group: tuple[dict, ...], indexes: dict[int, ObjectIndex]) -> list[dic
 def coverage_plan(so_plan: SoPlan, indexes: dict[int, ObjectIndex]):
     """The SO plan in SSO compaction's plan shapes, for ``check_coverage``: each output's "reads"
     are the source data regions it copies."""
-    from walctl.spark.plan import SO, CompactionPlan, Dropped, Iteration, OutputObject, Piece, Read, SourceRange
 
     def ranges_of(o: dict) -> tuple:
         return tuple(SourceRange(o["id"], o["key"], e.stream_id, e.start_offset, e.end_offset, e.record_count,
@@ -256,8 +257,6 @@ def compact_stream_objects(store: Store, *, target_size: int = DEFAULT_SO_TARGET
     are tiny); ``write_rate_bps`` paces the bytes written into the store, copied ones included
     (after each output object). None: unlimited.
     """
-    from walctl.spark.plan import check_coverage
-
     started = time.monotonic()
     before = store.stats.snapshot()
     doc = mf.load_latest(store)

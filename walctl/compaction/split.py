@@ -33,6 +33,8 @@ from walctl.compaction.common import (
     read_index,
     tail_bytes,
 )
+from walctl.compaction.coverage import check_coverage
+from walctl.compaction.plan import SO, CompactionPlan, Dropped, Iteration, OutputObject, Piece, Read, SourceRange
 from walctl.errors import CorruptionError, RefusedError
 from walctl.failpoints import failpoint
 from walctl.format.crc import crc32c, crc32c_combine
@@ -92,7 +94,6 @@ def _runs(sso: dict, index: ObjectIndex, doc: mf.Manifest) -> tuple[list[Run], l
 
 def coverage_plan(inputs: list[dict], runs: list[Run], dropped: list[tuple[dict, IndexEntry, str]]):
     """The split in SSO compaction's plan shapes, for ``check_coverage``."""
-    from walctl.spark.plan import SO, CompactionPlan, Dropped, Iteration, OutputObject, Piece, Read, SourceRange
 
     def rng(o: dict, e: IndexEntry) -> SourceRange:
         return SourceRange(o["id"], o["key"], e.stream_id, e.start_offset, e.end_offset, e.record_count,
@@ -163,8 +164,6 @@ def force_split(store: Store, *, older_than_s: float | None = None, max_objects:
                 write_rate_bps: float | None = None, now: float | None = None) -> SplitResult:
     """Split every SSO (only those whose data is older than ``older_than_s``, oldest first, at most
     ``max_objects``) into one SO per stream, and commit the replacement atomically."""
-    from walctl.spark.plan import check_coverage
-
     started = time.monotonic()
     now = time.time() if now is None else now
     doc = mf.load_latest(store)

@@ -1,7 +1,7 @@
 """compact: SSO compaction (FORMATS.md 4) on the driver: plan, fence, run the Spark job, commit.
 
 1. Read the manifest and the index of every input SSO (footers and indexes only).
-2. Plan (walctl.spark.plan): drop deleted and expired ranges, SOs for big or gapped
+2. Plan (walctl.compaction.planner): drop deleted and expired ranges, SOs for big or gapped
    streams, the rest into SSOs, iterations under the memory limit.
 3. One commit bumps ``compactor_epoch`` (fencing any older compactor) and prepares the
    output ids.
@@ -32,7 +32,10 @@ import contextlib
 import signal
 import threading
 
+from walctl.compaction.cluster import requested_master
 from walctl.compaction.common import check_made, commit_replacement
+from walctl.compaction.coverage import check_coverage
+from walctl.compaction.planner import plan_compaction
 from walctl.defaults import DEFAULT_MEMORY_LIMIT, DEFAULT_SPLIT_SIZE
 from walctl.errors import NotFoundError, UsageError
 from walctl.failpoints import failpoint
@@ -229,8 +232,6 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
         CorruptionError, IOFailure, NotFoundError: from the store or the executors (classified).
         JobTimeout: an IOFailure, the job did not finish within its timeout (rolled back).
     """
-    from walctl.spark.plan import check_coverage, plan_compaction
-
     started = time.monotonic()
     doc = mf.load_latest(store)
     retention = dict(retention or {})
@@ -239,7 +240,7 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
     candidates = candidates[:max_objects]
     indexes, index_gets = read_indexes(store, candidates)
     if tasks is None:
-        from walctl.spark.job import default_tasks, requested_master
+        from walctl.spark.job import default_tasks
 
         tasks = default_tasks(spark.sparkContext.master if spark is not None else requested_master(master))
     plan = plan_compaction(doc.to_json(), indexes, memory_limit=memory_limit, split_size=split_size,

@@ -31,6 +31,7 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from walctl.compaction.cluster import DEFAULT_MASTER
 from walctl.errors import IOFailure, NotFoundError, WalctlError
 from walctl.failpoints import failpoint
 
@@ -41,7 +42,6 @@ READ_THREADS = 8  # ranged GETs in flight per task (S3 and a local store's O_DIR
 # Bytes of GETs in flight per task: a local O_DIRECT read holds an aligned buffer of its size until
 # it is copied out, so many small reads run at once but big ones (up to the 16 MiB read cut) one by one.
 INFLIGHT_READ_BYTES = 16 << 20
-DEFAULT_MASTER = "local[*]"  # when neither --master nor spark-submit (or PYSPARK_SUBMIT_ARGS) names one
 SPARK_EXTRA = "pip install 'walctl[spark]'"
 # The JVM walctl starts only schedules tasks and carries their small results (the data moves in
 # the Python workers): Spark's minimum heap, the serial collector and the C1 compiler keep it
@@ -94,28 +94,6 @@ def check_java() -> None:
         raise MissingPrerequisite("Java not found; Spark needs a Java runtime (17 or 11)", where=where,
                                   hint="install one, e.g. apt-get install openjdk-17-jre-headless, "
                                        "or set JAVA_HOME")
-
-
-def requested_master(master: str | None) -> str:
-    """The master the job will run on, known before Spark starts: ``--master`` if given; else,
-    under spark-submit (its JVM is already up, so joining it is cheap), its ``spark.master``;
-    else a ``--master`` in PYSPARK_SUBMIT_ARGS; else DEFAULT_MASTER."""
-    if master is not None:
-        return master
-    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # launched by spark-submit
-        from pyspark import SparkConf, SparkContext
-
-        SparkContext._ensure_initialized()
-        found = SparkConf().get("spark.master", None)
-        if found:
-            return found
-    args = os.environ.get("PYSPARK_SUBMIT_ARGS", "").split()
-    for i, arg in enumerate(args):
-        if arg == "--master" and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith("--master="):
-            return arg.partition("=")[2]
-    return DEFAULT_MASTER
 
 
 def spark_session(master: str | None = None, log_level: str = "OFF", *, worker_daemon: bool = False):
@@ -283,7 +261,7 @@ def ship_walctl(sc) -> None:
 @dataclass(frozen=True)
 class PieceSpec:
     key: str  # the output object's key (its prepared id's)
-    piece: object  # walctl.spark.plan.Piece
+    piece: object  # walctl.compaction.plan.Piece
     upload_id: str | None  # the multipart upload this piece is a part of; None: the whole object, one PUT
     data_bytes: int  # the object's whole data region (where its index starts)
     index: bytes | None  # an object of one piece: its IndexBlock (the driver adds a multipart object's)
@@ -294,7 +272,7 @@ class IterationSpec:
     store_url: str
     endpoint_url: str | None
     index: int
-    reads: tuple  # walctl.spark.plan.Read, the iteration's GETs
+    reads: tuple  # walctl.compaction.plan.Read, the iteration's GETs
     pieces: tuple[PieceSpec, ...]
     read_rate_bps: float | None = None  # this task's share of the read budget, bytes/s; None = unlimited
     write_rate_bps: float | None = None  # this task's share of the write budget, bytes/s; None = unlimited
