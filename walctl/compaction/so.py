@@ -53,6 +53,7 @@ from walctl.format.crc import crc32c_combine
 from walctl.format.index_entry import IndexEntry
 from walctl.store import manifest as mf
 from walctl.store.base import MIN_PART_BYTES, CopySource
+from walctl.store.multipart import plan_compose_parts
 
 if TYPE_CHECKING:
     from walctl.store.base import Store
@@ -238,8 +239,6 @@ class SoResult:
 
 def _through_bytes(store: Store, pieces) -> int:
     """Bytes a compose of ``pieces`` reads through us (S3's small parts); 0 where all is copied."""
-    from walctl.store.s3 import plan_compose_parts
-
     if not store.capabilities.copies_small_parts_through:
         return 0
     parts = plan_compose_parts(pieces)

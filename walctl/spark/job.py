@@ -4,7 +4,7 @@ A task reads its iteration's source ranges with the plan's GETs (per source obje
 adjacent blocks joined: each byte is fetched once), assembles the iteration's pieces (blocks
 copied verbatim, each checked against its index entry) and uploads each: a whole object
 with one PUT, or the next part of a multipart object that spans iterations (the driver
-creates and completes those, walctl.spark.multipart). The final piece of an object carries
+creates and completes those, walctl.store.multipart). The final piece of an object carries
 its IndexBlock and Footer. Each piece's data CRC comes back alone and the driver combines
 them (crc32c_combine), so the pieces of an object run in any order, in parallel, but for the
 final one, which starts once the others are done (its footer holds the whole CRC).
@@ -519,7 +519,6 @@ def _run_iteration(spec: IterationSpec, store: Store, ahead: ReadAhead, k: int) 
     from walctl.compaction.common import Pacer
     from walctl.format.crc import crc32c
     from walctl.format.object import VERSION_WALCTL, Footer, IndexEntry, iter_placed
-    from walctl.spark import multipart
 
     started = time.monotonic()
     before = store.stats.snapshot()  # the reads ahead touch only the get counters, never the put ones
@@ -573,7 +572,7 @@ def _run_iteration(spec: IterationSpec, store: Store, ahead: ReadAhead, k: int) 
         if p.upload_id is None:
             store.put_large(p.key, chunks)
             return None
-        return multipart.put_part(store, p.key, p.upload_id, p.piece.part, chunks, p.piece.position, size=size)
+        return store.put_part(p.key, p.upload_id, p.piece.part, chunks, p.piece.position, size=size)
 
     def finish(pending) -> None:
         """A piece's write done: its record, the pace, and the buffers no later piece needs."""
@@ -694,7 +693,6 @@ def run_iterations(spark, plan, keys: list[str], store: Store, store_url: str, e
     """
     from walctl.format.crc import crc32c, crc32c_combine
     from walctl.format.footer import VERSION_WALCTL, Footer
-    from walctl.spark import multipart
 
     sc = spark.sparkContext
     ship_walctl(sc)
@@ -706,7 +704,7 @@ def run_iterations(spark, plan, keys: list[str], store: Store, store_url: str, e
     try:
         for n, out in enumerate(plan.outputs):
             if out.multipart:
-                uploads[n] = multipart.create(store, keys[n])
+                uploads[n] = store.create_multipart(keys[n])
                 driver_puts += 1
         specs = [IterationSpec(store_url, endpoint_url, it.index, it.reads, tuple(
                      PieceSpec(keys[p.output], p, uploads.get(p.output), plan.outputs[p.output].data_bytes,
@@ -729,14 +727,14 @@ def run_iterations(spark, plan, keys: list[str], store: Store, store_url: str, e
             index = index_block(out)
             footer = Footer(out.data_bytes, len(index), VERSION_WALCTL, crc32c(index), crc)
             records = [pieces[(n, k)]["record"] for k in range(1, len(out.pieces) + 1)]
-            records.append(multipart.put_part(store, keys[n], upload_id, len(out.pieces) + 1,
-                                              [index, footer.encode()], out.data_bytes))
-            multipart.complete(store, keys[n], upload_id, records)
+            records.append(store.put_part(keys[n], upload_id, len(out.pieces) + 1,
+                                          [index, footer.encode()], out.data_bytes))
+            store.complete_multipart(keys[n], upload_id, records)
             del uploads[n]
             driver_puts += 2
     except BaseException:
         for n, upload_id in uploads.items():
-            multipart.abort(store, keys[n], upload_id)
+            store.abort_multipart(keys[n], upload_id)
         for n, out in enumerate(plan.outputs):
             try:
                 store.delete(keys[n])  # written (a whole object, or a completed multipart one) or not
