@@ -1,4 +1,4 @@
-"""What SO compaction and Force Split share: index reads, pacing, the fence and the commit.
+"""What SO compaction and Force Split share: index reads, the fence and the commit (pacing: walctl.device.pacing).
 
 The commit protocol is SSO compaction's (docs/FORMATS.md 4-5): one commit bumps
 ``compactor_epoch`` and prepares the output ids, the objects are written, one commit
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import threading
 import time
 from dataclasses import dataclass
 
+from walctl.device.pacing import Pacer
 from walctl.errors import CorruptionError, RefusedError
 from walctl.format.crc import crc32c
 from walctl.format.object import FOOTER_SIZE, INDEX_ENTRY_SIZE, Footer, IndexEntry
@@ -24,28 +24,6 @@ if TYPE_CHECKING:
     from walctl.store.base import Store
 
 CRC_READ_BYTES = 16 << 20  # ranged GETs that only feed a checksum read this much at a time
-
-
-class Pacer:
-    """Keeps a byte count to ``rate_bps`` bytes/s on average: after each ``paid(n)``, wait until
-    the bytes so far could have moved at that rate. ``None`` or 0: no limit."""
-
-    def __init__(self, rate_bps: float | None, *, clock=time.monotonic, sleep=time.sleep):
-        self.rate = rate_bps or None
-        self.clock, self.sleep = clock, sleep
-        self.start = clock()
-        self.done = 0
-        self.lock = threading.Lock()
-
-    def paid(self, nbytes: int) -> None:
-        if not self.rate:
-            return
-        with self.lock:
-            self.done += nbytes
-            due = self.start + self.done / self.rate
-        delay = due - self.clock()
-        if delay > 0:
-            self.sleep(delay)
 
 
 def expected_seconds(read_bytes: int, write_bytes: int, read_rate_bps: float | None,

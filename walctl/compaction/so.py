@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 
 from walctl.compaction.common import (
     ObjectIndex,
-    Pacer,
     check_made,
     commit_replacement,
     expected_seconds,
@@ -47,6 +46,7 @@ from walctl.compaction.common import (
 )
 from walctl.compaction.coverage import check_coverage
 from walctl.compaction.plan import SO, CompactionPlan, Dropped, Iteration, OutputObject, Piece, Read, SourceRange
+from walctl.device.pacing import Pacer
 from walctl.errors import CorruptionError, UsageError
 from walctl.failpoints import failpoint
 from walctl.format.crc import crc32c_combine
@@ -304,7 +304,7 @@ def compact_stream_objects(store: Store, *, target_size: int = DEFAULT_SO_TARGET
     epoch, prepared = fence_and_prepare(store, len(plan.groups), namespace, "compact --level so")
     result.epoch = epoch
     failpoint("so-compact-after-prepare")
-    reads, writes = Pacer(read_rate_bps), Pacer(write_rate_bps)
+    reads, writes = Pacer.bytes_per_s(read_rate_bps), Pacer.bytes_per_s(write_rate_bps)
     for n, ((order, entries, data_size), reserved) in enumerate(zip(builds, prepared)):
         data_crc = 0
         for o in order:  # in layout order: the crc runs over the bytes as they lie

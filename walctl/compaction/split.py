@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 from walctl.compaction.common import (
     ObjectIndex,
-    Pacer,
     check_made,
     commit_replacement,
     expected_seconds,
@@ -35,6 +34,7 @@ from walctl.compaction.common import (
 )
 from walctl.compaction.coverage import check_coverage
 from walctl.compaction.plan import SO, CompactionPlan, Dropped, Iteration, OutputObject, Piece, Read, SourceRange
+from walctl.device.pacing import Pacer
 from walctl.errors import CorruptionError, RefusedError
 from walctl.failpoints import failpoint
 from walctl.format.crc import crc32c, crc32c_combine
@@ -211,7 +211,7 @@ def force_split(store: Store, *, older_than_s: float | None = None, max_objects:
     epoch, prepared = fence_and_prepare(store, len(runs), namespace, "compact --force-split")
     result.epoch = epoch
     failpoint("split-after-prepare")
-    reads, writes = Pacer(read_rate_bps), Pacer(write_rate_bps)
+    reads, writes = Pacer.bytes_per_s(read_rate_bps), Pacer.bytes_per_s(write_rate_bps)
     prefix: dict[int, tuple[int, int]] = {}  # sso id -> (crc, end) of the bytes read in order from 0
     for r, reserved in zip(runs, prepared):
         idx = indexes[r.sso["id"]]

@@ -28,15 +28,12 @@ from typing import TYPE_CHECKING
 import time
 from dataclasses import dataclass, field
 
-import contextlib
-import signal
-import threading
-
 from walctl.compaction.cluster import requested_master
 from walctl.compaction.common import check_made, commit_replacement
 from walctl.compaction.coverage import check_coverage
 from walctl.compaction.planner import plan_compaction
 from walctl.defaults import DEFAULT_MEMORY_LIMIT, DEFAULT_SPLIT_SIZE
+from walctl.device.signals import signals_deferred
 from walctl.errors import NotFoundError, UsageError
 from walctl.failpoints import failpoint
 from walctl.store import manifest as mf
@@ -181,29 +178,6 @@ def task_store_url(store: Store, store_url: str) -> str:
     return store.capabilities.executor_url or store_url
 
 
-@contextlib.contextmanager
-def signals_deferred():
-    """Let a step that must not be cut (a commit, the JVM's start) finish: SIGINT/SIGTERM arriving
-    meanwhile are noted and raised as KeyboardInterrupt when it is done (main thread only).
-
-    Handlers rather than a signal mask, so a JVM started inside does not inherit blocked signals.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pending: list[int] = []
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    for sig in previous:
-        signal.signal(sig, lambda signum, frame: pending.append(signum))
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if pending:
-        raise KeyboardInterrupt
-
-
 def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, master: str | None = None,
             memory_limit: int = DEFAULT_MEMORY_LIMIT, split_size: int = DEFAULT_SPLIT_SIZE, max_objects: int = 1000,
             retention: dict[int, int] | None = None, dry_run: bool = False, namespace: str = mf.DEFAULT_NAMESPACE,
@@ -270,7 +244,7 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
         state["epoch"] = m.fence()
         state["prepared"] = m.prepare(len(outputs), namespace)
 
-    with signals_deferred():
+    with signals_deferred(mask=False):
         mf.commit(store, start, command="compact (fence + prepare)")
     result.epoch = state["epoch"]
     failpoint("compact-after-prepare")
@@ -279,7 +253,8 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
     session = None
     try:
         if spark is None:
-            with signals_deferred():  # a JVM interrupted while starting would be orphaned
+            with signals_deferred(mask=False):  # a JVM interrupted while starting would be orphaned (and
+                # a JVM started with SIGINT/SIGTERM masked would ignore them): handlers, not the mask
                 session = job.spark_session(master, spark_log_level)
         else:
             session = spark
@@ -301,7 +276,7 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
         for sid, start_offset in retention.items():
             m.retain(sid, start_offset)
 
-    with signals_deferred():  # an interrupt waits for the commit, then finds the result complete
+    with signals_deferred(mask=False):  # an interrupt waits for the commit, then finds the result complete
         result.commit_number = commit_replacement(
             store, epoch=state["epoch"], inputs=list(plan.inputs), prepared=state["prepared"], made=made,
             command="compact", sso_order_id=min(o["order_id"] for o in plan.inputs), also=set_retention)

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from walctl.compaction.cluster import DEFAULT_MASTER
+from walctl.device.pacing import Pacer  # one pacer for every budget
 from walctl.errors import IOFailure, NotFoundError, WalctlError
 from walctl.failpoints import failpoint
 
@@ -416,12 +417,10 @@ class ReadAhead:
     """
 
     def __init__(self, store: Store, specs):
-        from walctl.compaction.common import Pacer  # one byte-rate pacer for every compaction level
-
         self.store = store
         largest = max(sum(r.size for r in s.reads) for s in specs)
         self.memory = specs[0].memory_bytes or largest or 1
-        self.pacer = Pacer(specs[0].read_rate_bps)  # the task's share of the read budget
+        self.pacer = Pacer.bytes_per_s(specs[0].read_rate_bps)  # the task's share of the read budget
         self.cond = threading.Condition()
         self.held = self.inflight = self.turn = 0
         self.closed = False
@@ -516,13 +515,12 @@ def _hold_gil(crc32c) -> dict:
 
 
 def _run_iteration(spec: IterationSpec, store: Store, ahead: ReadAhead, k: int) -> dict:
-    from walctl.compaction.common import Pacer
     from walctl.format.crc import crc32c
     from walctl.format.object import VERSION_WALCTL, Footer, IndexEntry, iter_placed
 
     started = time.monotonic()
     before = store.stats.snapshot()  # the reads ahead touch only the get counters, never the put ones
-    writes = Pacer(spec.write_rate_bps)
+    writes = Pacer.bytes_per_s(spec.write_rate_bps)
     futures = ahead.futures[k]
 
     # Where each source range's bytes are (per piece: read, offset in it), which reads each piece
