@@ -1,4 +1,4 @@
-"""A compaction task's reads run ahead of its writes (walctl.spark.job.ReadAhead): the next
+"""A compaction task's reads run ahead of its writes (walctl.spark.readahead.ReadAhead): the next
 iteration's GETs start while the current one's buffers are still held, yet the bytes held
 never exceed the task's memory share, and the GETs are exactly the plan's, in its order."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from walctl.spark.job import ReadAhead
+from walctl.spark.readahead import ReadAhead
 from walctl.store.base import StoreCapabilities
 
 KiB = 1 << 10
@@ -124,7 +124,7 @@ def test_read_range_into_a_short_object_and_a_small_buffer(tmp_path):
 
 
 def test_buffer_pool_extents_are_reused_merged_and_never_overlap():
-    from walctl.spark.job import BufferPool
+    from walctl.spark.readahead import BufferPool
 
     pool = BufferPool(64 * KiB)
     a, ta = pool.take(10 * KiB)  # 12 KiB: whole pages
@@ -154,7 +154,8 @@ def test_a_reads_memory_goes_back_once_its_last_chunk_is_written_not_with_the_pi
     from walctl.format.batch import StreamRecordBatch
     from walctl.format.object import build_object
     from walctl.spark.compact import read_indexes
-    from walctl.spark.job import IterationSpec, PieceSpec, index_block, run_iterations_in_task
+    from walctl.spark.job import index_block
+    from walctl.spark.task import IterationSpec, PieceSpec, run_iterations_in_task
     from walctl.compaction.planner import plan_compaction
     from walctl.store import manifest as mf
     from walctl.store import open_store
