@@ -29,13 +29,14 @@ import time
 from dataclasses import dataclass, field
 
 from walctl.compaction.cluster import requested_master
-from walctl.compaction.common import check_made, commit_replacement
+from walctl.compaction.common import check_made, commit_replacement, fence_and_prepare
 from walctl.compaction.coverage import check_coverage
 from walctl.compaction.planner import plan_compaction
 from walctl.defaults import DEFAULT_MEMORY_LIMIT, DEFAULT_SPLIT_SIZE
 from walctl.device.signals import signals_deferred
 from walctl.errors import NotFoundError, UsageError
 from walctl.failpoints import failpoint
+from walctl.spark import session as session_mod
 from walctl.store import manifest as mf
 
 if TYPE_CHECKING:
@@ -207,8 +208,48 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
         JobTimeout: an IOFailure, the job did not finish within its timeout (rolled back).
     """
     started = time.monotonic()
+    result = _planned(store, master=master, memory_limit=memory_limit, split_size=split_size,
+                      max_objects=max_objects, retention=dict(retention or {}), dry_run=dry_run, spark=spark,
+                      tasks=tasks, write_rate_bps=write_rate_bps)
+    plan = result.plan
+    result.read_rate_bps = derived_read_rate(plan, read_rate_bps, interval_s)
+    result.task_timeout_s = task_timeout(plan, task_timeout_s, result.read_rate_bps, write_rate_bps)
+    if on_result is not None:
+        on_result(result)
+    if plan.idle or dry_run:
+        result.seconds = time.monotonic() - started
+        return result
+    check_coverage(plan)
+    if spark is None:
+        session_mod.check_pyspark()  # before the first write: a missing prerequisite changes nothing
+        session_mod.check_java()
+    with signals_deferred(mask=False):
+        result.epoch, prepared = fence_and_prepare(store, len(plan.outputs), namespace, "compact")
+    failpoint("compact-after-prepare")
+    made = _run_job(store, store_url, result, [p["key"] for p in prepared], spark=spark, master=master,
+                    spark_log_level=spark_log_level, endpoint_url=endpoint_url, progress=progress,
+                    write_rate_bps=write_rate_bps, on_warning=on_warning)
+    failpoint("compact-before-commit")
+    check_made(plan, made)
+
+    def set_retention(m: mf.Manifest) -> None:
+        for sid, start_offset in (retention or {}).items():
+            m.retain(sid, start_offset)
+
+    with signals_deferred(mask=False):  # an interrupt waits for the commit, then finds the result complete
+        result.commit_number = commit_replacement(
+            store, epoch=result.epoch, inputs=list(plan.inputs), prepared=prepared, made=made,
+            command="compact", sso_order_id=min(o["order_id"] for o in plan.inputs), also=set_retention)
+        result.made = made
+        result.seconds = time.monotonic() - started
+    return result
+
+
+def _planned(store: Store, *, master, memory_limit: int, split_size: int, max_objects: int,
+             retention: dict[int, int], dry_run: bool, spark, tasks: int | None,
+             write_rate_bps: float | None) -> CompactResult:
+    """The manifest read, the inputs' indexes read, the plan made: the result so far."""
     doc = mf.load_latest(store)
-    retention = dict(retention or {})
     check_retention(doc, retention)
     candidates = sorted(doc.live("SSO"), key=lambda o: (o["order_id"], o["id"]))
     candidates = candidates[:max_objects]
@@ -220,68 +261,33 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
     plan = plan_compaction(doc.to_json(), indexes, memory_limit=memory_limit, split_size=split_size,
                            max_objects=max_objects, retention=retention, min_part=min_part_for(store),
                            tasks=tasks)
-    result = CompactResult(plan, plan.idle, dry_run, objects_in=len(plan.inputs),
-                           objects_out=len(plan.outputs), index_gets=index_gets, write_rate_bps=write_rate_bps)
-    result.read_rate_bps = derived_read_rate(plan, read_rate_bps, interval_s)
-    result.task_timeout_s = task_timeout(plan, task_timeout_s, result.read_rate_bps, write_rate_bps)
-    if on_result is not None:
-        on_result(result)
-    if plan.idle or dry_run:
-        result.seconds = time.monotonic() - started
-        return result
-    check_coverage(plan)
+    return CompactResult(plan, plan.idle, dry_run, objects_in=len(plan.inputs),
+                         objects_out=len(plan.outputs), index_gets=index_gets, write_rate_bps=write_rate_bps)
 
+
+def _run_job(store: Store, store_url: str, result: CompactResult, keys: list[str], *, spark, master,
+             spark_log_level: str, endpoint_url: str | None, progress, write_rate_bps: float | None,
+             on_warning) -> list[dict]:
+    """The Spark job on ``spark`` or a session of our own (stopped after); the outputs it made."""
     from walctl.spark import job
 
-    if spark is None:
-        job.check_pyspark()  # before the first write: a missing prerequisite changes nothing
-        job.check_java()
-
-    outputs = plan.outputs
-    state: dict = {}
-
-    def start(m: mf.Manifest) -> None:
-        state["epoch"] = m.fence()
-        state["prepared"] = m.prepare(len(outputs), namespace)
-
-    with signals_deferred(mask=False):
-        mf.commit(store, start, command="compact (fence + prepare)")
-    result.epoch = state["epoch"]
-    failpoint("compact-after-prepare")
-
-    ours = spark is None and job.owns_new_session()  # never stop a session the caller already had
+    ours = spark is None and session_mod.owns_new_session()  # never stop a session the caller already had
     session = None
     try:
         if spark is None:
             with signals_deferred(mask=False):  # a JVM interrupted while starting would be orphaned (and
                 # a JVM started with SIGINT/SIGTERM masked would ignore them): handlers, not the mask
-                session = job.spark_session(master, spark_log_level)
+                session = session_mod.spark_session(master, spark_log_level)
         else:
             session = spark
         result.spark_master = session.sparkContext.master
-        keys = [p["key"] for p in state["prepared"]]
-        ran = job.run_iterations(session, plan, keys, store, task_store_url(store, store_url), endpoint_url,
-                                 progress, result.read_rate_bps, write_rate_bps, timeout_s=result.task_timeout_s, on_warning=on_warning)
+        ran = job.run_iterations(session, result.plan, keys, store, task_store_url(store, store_url), endpoint_url,
+                                 progress, result.read_rate_bps, write_rate_bps, timeout_s=result.task_timeout_s,
+                                 on_warning=on_warning)
     finally:
         if ours:
-            job.stop_session(session)
+            session_mod.stop_session(session)
     result.tasks = ran.iterations
     result.tasks_at_once = ran.tasks_at_once
     result.driver_puts = ran.driver_puts
-    made = ran.made
-    failpoint("compact-before-commit")
-    check_made(plan, made)
-
-    def set_retention(m: mf.Manifest) -> None:
-        for sid, start_offset in retention.items():
-            m.retain(sid, start_offset)
-
-    with signals_deferred(mask=False):  # an interrupt waits for the commit, then finds the result complete
-        result.commit_number = commit_replacement(
-            store, epoch=state["epoch"], inputs=list(plan.inputs), prepared=state["prepared"], made=made,
-            command="compact", sso_order_id=min(o["order_id"] for o in plan.inputs), also=set_retention)
-        result.made = made
-        result.seconds = time.monotonic() - started
-    return result
-
-
+    return ran.made

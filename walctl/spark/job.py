@@ -77,9 +77,6 @@ def run_iterations(spark, plan, keys: list[str], store: Store, store_url: str, e
     limit); past it the job is cancelled and rolled back the same way (JobTimeout).
     ``on_warning(message)``: told once if the job goes without any executor for a while.
     """
-    from walctl.format.crc import crc32c, crc32c_combine
-    from walctl.format.footer import VERSION_WALCTL, Footer
-
     sc = spark.sparkContext
     ship_walctl(sc)
     slots = max(1, min(plan.tasks, len(plan.iterations)))
@@ -101,42 +98,61 @@ def run_iterations(spark, plan, keys: list[str], store: Store, store_url: str, e
         failed = [r for r in done if "error" in r]
         if failed:
             raise task_error(failed[0]["error"])
-        pieces = {(p["output"], p["part"]): p for r in done for p in r["pieces"]}
         if progress is not None:
             for n in range(len(done)):
                 progress(n + 1, len(plan.iterations))
-        for n, upload_id in sorted(uploads.items()):
-            out = plan.outputs[n]
-            crc = 0
-            for k in range(1, len(out.pieces) + 1):
-                crc = crc32c_combine(crc, pieces[(n, k)]["crc"], pieces[(n, k)]["bytes"])
-            index = index_block(out)
-            footer = Footer(out.data_bytes, len(index), VERSION_WALCTL, crc32c(index), crc)
-            records = [pieces[(n, k)]["record"] for k in range(1, len(out.pieces) + 1)]
-            records.append(store.put_part(keys[n], upload_id, len(out.pieces) + 1,
-                                          [index, footer.encode()], out.data_bytes))
-            store.complete_multipart(keys[n], upload_id, records)
-            del uploads[n]
-            driver_puts += 2
+        driver_puts += _complete_uploads(store, plan, keys, uploads, done)
     except BaseException:
-        for n, upload_id in uploads.items():
-            store.abort_multipart(keys[n], upload_id)
-        for n, out in enumerate(plan.outputs):
-            try:
-                store.delete(keys[n])  # written (a whole object, or a completed multipart one) or not
-            except Exception:  # noqa: BLE001 - gc removes it with its prepared id
-                pass
+        _roll_back(store, plan, keys, uploads)
         raise
+    return JobResult(_made(plan, keys), done, driver_puts, slots)
+
+
+def _complete_uploads(store: Store, plan, keys: list[str], uploads: dict[int, str], done: list[dict]) -> int:
+    """Each multipart object's last part (IndexBlock + Footer, its data CRC combined from its
+    pieces') and its complete; an upload leaves ``uploads`` once complete. Returns the PUTs made."""
+    from walctl.format.crc import crc32c, crc32c_combine
+    from walctl.format.footer import VERSION_WALCTL, Footer
+
+    pieces = {(p["output"], p["part"]): p for r in done for p in r["pieces"]}
+    puts = 0
+    for n, upload_id in sorted(uploads.items()):
+        out = plan.outputs[n]
+        crc = 0
+        for k in range(1, len(out.pieces) + 1):
+            crc = crc32c_combine(crc, pieces[(n, k)]["crc"], pieces[(n, k)]["bytes"])
+        index = index_block(out)
+        footer = Footer(out.data_bytes, len(index), VERSION_WALCTL, crc32c(index), crc)
+        records = [pieces[(n, k)]["record"] for k in range(1, len(out.pieces) + 1)]
+        records.append(store.put_part(keys[n], upload_id, len(out.pieces) + 1,
+                                      [index, footer.encode()], out.data_bytes))
+        store.complete_multipart(keys[n], upload_id, records)
+        del uploads[n]
+        puts += 2
+    return puts
+
+
+def _roll_back(store: Store, plan, keys: list[str], uploads: dict[int, str]) -> None:
+    """Abort the open uploads and delete every output (their prepared ids are left for gc)."""
+    for n, upload_id in uploads.items():
+        store.abort_multipart(keys[n], upload_id)
+    for n in range(len(plan.outputs)):
+        try:
+            store.delete(keys[n])  # written (a whole object, or a completed multipart one) or not
+        except Exception:  # noqa: BLE001 - gc removes it with its prepared id
+            pass
+
+
+def _made(plan, keys: list[str]) -> list[dict]:
+    """Per output: key, kind, size, its last iteration, parts, puts and ranges (manifest shape)."""
     last = {}
     for it in plan.iterations:
         for p in it.pieces:
             last[p.output] = it.index
-    made = []
-    for n, out in enumerate(plan.outputs):
-        made.append({"key": keys[n], "kind": out.kind, "size": out.size_bytes, "iteration": last[n],
-                     "parts": len(out.pieces), "puts": out.puts,
-                     "ranges": [{"stream_id": s, "start": a, "end": b, "bytes": size} for s, a, b, size in out.streams]})
-    return JobResult(made, done, driver_puts, slots)
+    return [{"key": keys[n], "kind": out.kind, "size": out.size_bytes, "iteration": last[n],
+             "parts": len(out.pieces), "puts": out.puts,
+             "ranges": [{"stream_id": s, "start": a, "end": b, "bytes": size} for s, a, b, size in out.streams]}
+            for n, out in enumerate(plan.outputs)]
 
 
 class JobTimeout(IOFailure):

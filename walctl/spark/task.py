@@ -133,121 +133,13 @@ def _hold_gil(crc32c) -> dict:
 
 
 def _run_iteration(spec: IterationSpec, store: Store, ahead: ReadAhead, k: int) -> dict:
-    from walctl.format.crc import crc32c
-    from walctl.format.object import VERSION_WALCTL, Footer, IndexEntry, iter_placed
-
     started = time.monotonic()
     before = store.stats.snapshot()  # the reads ahead touch only the get counters, never the put ones
-    writes = Pacer.bytes_per_s(spec.write_rate_bps)
-    futures = ahead.futures[k]
-
-    # Where each source range's bytes are (per piece: read, offset in it), which reads each piece
-    # takes bytes from, and how many pieces still need each read's buffer.
-    uses = [0] * len(spec.reads)
-    buffers: dict[int, bytes] = {}
-    located = {}
-    for n, read in enumerate(spec.reads):
-        for r in read.ranges:
-            located[r] = (n, r.position - read.start)
-    places = [[(*located[r], r) for r in p.piece.ranges] for p in spec.pieces]
-    sources = [sorted({n for n, _, _ in where}) for where in places]
-    del located
-    last_piece = {}
-    for i, needed in enumerate(sources):
-        for n in needed:
-            uses[n] += 1
-            last_piece[n] = i
-    unused = [n for n, count in enumerate(uses) if count == 0]
-    # A local store's reads land in the task's arena, and its writes take each chunk before asking
-    # for the next (put_large, put_part): a read's extent goes back to the reads waiting as soon as
-    # its last chunk is written, not when the whole piece is (which held the next iteration's reads
-    # back until then: reading and writing took turns). Elsewhere the reads are bytes objects that
-    # the write holds until it is done: they are given back with the piece.
-    progressive = ahead.buffers is not None
-    released: set[int] = set()
-
-    def release(n: int) -> None:
-        released.add(n)
-        ahead.release(spec.reads[n].size, (k, n))
-
-    def feed(chunks: list, releases: dict):
-        """The piece's chunks, one at a time; once chunk j is written (the next one asked for), the
-        reads whose last chunk it was are given back."""
-        for j, chunk in enumerate(chunks):
-            yield chunk
-            for n in releases.get(j, ()):
-                release(n)
-
-    def buffer(n: int) -> bytes:
-        if n not in buffers:
-            buffers[n] = futures[n].result()  # a failed GET raises its error here
-            futures[n] = None  # a done future keeps its result: the buffer must go with its last piece
-        return buffers[n]
-
-    def write(p: PieceSpec, chunks, size: int):
-        if p.upload_id is None:
-            store.put_large(p.key, chunks)
-            return None
-        return store.put_part(p.key, p.upload_id, p.piece.part, chunks, p.piece.position, size=size)
-
-    def finish(pending) -> None:
-        """A piece's write done: its record, the pace, and the buffers no later piece needs."""
-        future, p, crc, size, needed = pending
-        part = future.result()  # a failed write raises its error here
-        writes.paid(size)
-        for n in needed:
-            uses[n] -= 1
-            if uses[n] == 0:
-                del buffers[n]  # memory follows the pieces still to write
-                if n not in released:
-                    release(n)
-        parts.append({"output": p.piece.output, "part": p.piece.part, "crc": crc, "bytes": p.piece.data_bytes,
-                      "record": part})
-        failpoint("compact-task-after-piece")  # (on the executor: tests lose it, or hang it, mid-job)
-
-    parts: list[dict] = []
-    pending = None
-    # Ranges are ~100 KB: summed in microseconds with the GIL held, where releasing it and waiting
-    # to get it back from the read threads costs several times more (crc32c's gil_release_mode).
-    hold_gil = _HOLD_GIL if _HOLD_GIL is not None else _hold_gil(crc32c)
+    run = _IterationWrites(spec, store, ahead, k)
     # One piece is written (its syscalls release the GIL) while the next one is checked and summed.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="walctl-write") as writer:
-        for i, (p, where, needed) in enumerate(zip(spec.pieces, places, sources)):
-            chunks: list = []
-            last_chunk: dict[int, int] = {}  # a read no later piece needs -> its last chunk here
-            crc = 0  # this piece's data alone: pieces of one object run in any order, the driver combines
-            for j, (n, at, r) in enumerate(where):
-                if progressive and last_piece[n] == i:
-                    last_chunk[n] = j
-                view = memoryview(buffer(n))[at:at + r.size]
-                # A misplaced read must never be published as data: decode the blocks against their
-                # entry (the batches' payloads as views: the buffer never changes, nothing is copied).
-                for _ in iter_placed(view, IndexEntry(r.stream_id, r.start_offset, r.end_offset - r.start_offset,
-                                                      r.record_count, 0, r.size), copy=False):
-                    pass
-                crc = crc32c(view, crc, **hold_gil)
-                chunks.append(view)
-            view = None  # the chunks hold the views: a buffer goes when the last piece using it is written
-            if p.index is not None:  # an object of one piece: its IndexBlock and Footer follow
-                footer = Footer(p.data_bytes, len(p.index), VERSION_WALCTL, crc32c(p.index), crc)
-                chunks += [p.index, footer.encode()]
-            size = sum(len(c) for c in chunks)
-            if pending is not None:
-                finish(pending)
-            body = chunks
-            if last_chunk:
-                releases: dict[int, list[int]] = {}
-                for n, j in last_chunk.items():
-                    releases.setdefault(j, []).append(n)
-                body = feed(chunks, releases)
-            pending = (writer.submit(write, p, body, size), p, crc, size, needed)
-            del chunks, body
-        if pending is not None:
-            finish(pending)
-    for n in unused:  # a GET no piece uses (none in a plan): wait for it, give its memory back
-        futures[n].result()
-        futures[n] = None
-        ahead.release(spec.reads[n].size, (k, n))
+        run.write_pieces(writer)
+    run.drain_unused()
     after = store.stats.snapshot()
     stats = {key: after.get(key, 0) - before.get(key, 0) for key in after}
     first, last, wall = ahead.spans[k]
@@ -255,4 +147,139 @@ def _run_iteration(spec: IterationSpec, store: Store, ahead: ReadAhead, k: int) 
             "puts": stats["put"] + stats.get("multipart_parts", 0),
             "bytes_read": ahead.bytes[k], "bytes_written": stats["bytes_written"],
             "seconds": time.monotonic() - started, "read_seconds": (last - first) if first is not None else 0.0,
-            "read_started": wall if wall is not None else time.time(), "finished": time.time(), "pieces": parts}
+            "read_started": wall if wall is not None else time.time(), "finished": time.time(),
+            "pieces": run.parts}
+
+
+class _IterationWrites:
+    """One iteration's pieces: assembled from the read buffers (each block checked against its
+    index entry, summed), written one by one while the next is assembled, paced, and each read's
+    buffer given back as soon as no piece still to write needs it."""
+
+    def __init__(self, spec: IterationSpec, store: Store, ahead: ReadAhead, k: int):
+        from walctl.format.crc import crc32c
+
+        self.spec, self.store, self.ahead, self.k = spec, store, ahead, k
+        self.writes = Pacer.bytes_per_s(spec.write_rate_bps)
+        self.futures = ahead.futures[k]
+        self.buffers: dict[int, bytes] = {}
+        self.parts: list[dict] = []
+        self._locate()
+        # A local store's reads land in the task's arena, and its writes take each chunk before asking
+        # for the next (put_large, put_part): a read's extent goes back to the reads waiting as soon as
+        # its last chunk is written, not when the whole piece is (which held the next iteration's reads
+        # back until then: reading and writing took turns). Elsewhere the reads are bytes objects that
+        # the write holds until it is done: they are given back with the piece.
+        self.progressive = ahead.buffers is not None
+        self.released: set[int] = set()
+        # Ranges are ~100 KB: summed in microseconds with the GIL held, where releasing it and waiting
+        # to get it back from the read threads costs several times more (crc32c's gil_release_mode).
+        self.hold_gil = _HOLD_GIL if _HOLD_GIL is not None else _hold_gil(crc32c)
+
+    def _locate(self) -> None:
+        """Where each source range's bytes are (per piece: read, offset in it), which reads each
+        piece takes bytes from, and how many pieces still need each read's buffer."""
+        spec = self.spec
+        located = {}
+        for n, read in enumerate(spec.reads):
+            for r in read.ranges:
+                located[r] = (n, r.position - read.start)
+        self.places = [[(*located[r], r) for r in p.piece.ranges] for p in spec.pieces]
+        self.sources = [sorted({n for n, _, _ in where}) for where in self.places]
+        self.uses = [0] * len(spec.reads)
+        self.last_piece = {}
+        for i, needed in enumerate(self.sources):
+            for n in needed:
+                self.uses[n] += 1
+                self.last_piece[n] = i
+        self.unused = [n for n, count in enumerate(self.uses) if count == 0]
+
+    def release(self, n: int) -> None:
+        self.released.add(n)
+        self.ahead.release(self.spec.reads[n].size, (self.k, n))
+
+    def feed(self, chunks: list, releases: dict):
+        """The piece's chunks, one at a time; once chunk j is written (the next one asked for), the
+        reads whose last chunk it was are given back."""
+        for j, chunk in enumerate(chunks):
+            yield chunk
+            for n in releases.get(j, ()):
+                self.release(n)
+
+    def buffer(self, n: int) -> bytes:
+        if n not in self.buffers:
+            self.buffers[n] = self.futures[n].result()  # a failed GET raises its error here
+            self.futures[n] = None  # a done future keeps its result: the buffer must go with its last piece
+        return self.buffers[n]
+
+    def write(self, p: PieceSpec, chunks, size: int):
+        if p.upload_id is None:
+            self.store.put_large(p.key, chunks)
+            return None
+        return self.store.put_part(p.key, p.upload_id, p.piece.part, chunks, p.piece.position, size=size)
+
+    def finish(self, pending) -> None:
+        """A piece's write done: its record, the pace, and the buffers no later piece needs."""
+        future, p, crc, size, needed = pending
+        part = future.result()  # a failed write raises its error here
+        self.writes.paid(size)
+        for n in needed:
+            self.uses[n] -= 1
+            if self.uses[n] == 0:
+                del self.buffers[n]  # memory follows the pieces still to write
+                if n not in self.released:
+                    self.release(n)
+        self.parts.append({"output": p.piece.output, "part": p.piece.part, "crc": crc,
+                           "bytes": p.piece.data_bytes, "record": part})
+        failpoint("compact-task-after-piece")  # (on the executor: tests lose it, or hang it, mid-job)
+
+    def assemble(self, i: int, p: PieceSpec) -> tuple[list, dict[int, int], int]:
+        """Piece ``i``'s chunks (views of the read buffers, then its tail if it is a whole object),
+        the reads whose last chunk is here (read -> chunk), and its data CRC (this piece's alone:
+        pieces of one object run in any order, the driver combines them)."""
+        from walctl.format.crc import crc32c
+        from walctl.format.object import VERSION_WALCTL, Footer, IndexEntry, iter_placed
+
+        chunks: list = []
+        last_chunk: dict[int, int] = {}
+        crc = 0
+        for j, (n, at, r) in enumerate(self.places[i]):
+            if self.progressive and self.last_piece[n] == i:
+                last_chunk[n] = j
+            view = memoryview(self.buffer(n))[at:at + r.size]
+            # A misplaced read must never be published as data: decode the blocks against their
+            # entry (the batches' payloads as views: the buffer never changes, nothing is copied).
+            for _ in iter_placed(view, IndexEntry(r.stream_id, r.start_offset, r.end_offset - r.start_offset,
+                                                  r.record_count, 0, r.size), copy=False):
+                pass
+            crc = crc32c(view, crc, **self.hold_gil)
+            chunks.append(view)
+        if p.index is not None:  # an object of one piece: its IndexBlock and Footer follow
+            footer = Footer(p.data_bytes, len(p.index), VERSION_WALCTL, crc32c(p.index), crc)
+            chunks += [p.index, footer.encode()]
+        return chunks, last_chunk, crc
+
+    def write_pieces(self, writer: ThreadPoolExecutor) -> None:
+        pending = None
+        for i, p in enumerate(self.spec.pieces):
+            chunks, last_chunk, crc = self.assemble(i, p)
+            size = sum(len(c) for c in chunks)
+            if pending is not None:
+                self.finish(pending)
+            body = chunks
+            if last_chunk:
+                releases: dict[int, list[int]] = {}
+                for n, j in last_chunk.items():
+                    releases.setdefault(j, []).append(n)
+                body = self.feed(chunks, releases)
+            pending = (writer.submit(self.write, p, body, size), p, crc, size, self.sources[i])
+            del chunks, body  # the chunks hold the views: a buffer goes when the last piece using it is written
+        if pending is not None:
+            self.finish(pending)
+
+    def drain_unused(self) -> None:
+        """A GET no piece uses (none in a plan): wait for it, give its memory back."""
+        for n in self.unused:
+            self.futures[n].result()
+            self.futures[n] = None
+            self.ahead.release(self.spec.reads[n].size, (self.k, n))
