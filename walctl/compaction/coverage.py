@@ -90,23 +90,57 @@ def check_coverage(plan: CompactionPlan) -> None:
         if plan.iterations or plan.dropped:
             _fail("an idle plan writes or drops nothing, this one does")
         return  # nothing replaced, nothing to cover
-    inputs = {o["id"]: o for o in plan.inputs}
-    seen: dict[SourceRange, str] = {}
-
-    def claim(r: SourceRange, where: str) -> None:
-        if r.object_id not in inputs:
-            _fail(f"{where} holds a range of object {r.object_id}, which is not an input", where=r.key)
-        if r in seen:
-            _fail(f"stream {r.stream_id} offsets [{r.start_offset}, {r.end_offset}) of object {r.object_id} "
-                  f"appear in {seen[r]} and in {where}", where=r.key)
-        seen[r] = where
-
+    claims = _Claims({o["id"]: o for o in plan.inputs})
     for d in plan.dropped:
-        claim(d.range, "the dropped ranges")
-    kept_by_stream: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    out_by_stream: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        claims.claim(d.range, "the dropped ranges")
     if sum(o.kind == SSO for o in plan.outputs) > 1:
         _fail("more than one Stream Set Object planned")
+    placed = _check_iterations(plan)
+    kept_by_stream: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    out_by_stream: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for n, out in enumerate(plan.outputs):
+        for r in out.ranges:
+            claims.claim(r, f"output {n}")
+            kept_by_stream[r.stream_id].append((r.start_offset, r.end_offset))
+        _check_output(n, out, placed)
+        for sid, start, end, _ in out.streams:
+            out_by_stream[sid].append((start, end))
+    if len(placed) != sum(len(o.pieces) for o in plan.outputs):
+        _fail("a planned piece belongs to no output")
+    claims.check_inputs()
+    _check_streams(kept_by_stream, out_by_stream)
+
+
+class _Claims:
+    """Which part of the plan holds each source range: each in one place, each of an input."""
+
+    def __init__(self, inputs: dict[int, dict]):
+        self.inputs = inputs
+        self.seen: dict[SourceRange, str] = {}
+
+    def claim(self, r: SourceRange, where: str) -> None:
+        if r.object_id not in self.inputs:
+            _fail(f"{where} holds a range of object {r.object_id}, which is not an input", where=r.key)
+        if r in self.seen:
+            _fail(f"stream {r.stream_id} offsets [{r.start_offset}, {r.end_offset}) of object {r.object_id} "
+                  f"appear in {self.seen[r]} and in {where}", where=r.key)
+        self.seen[r] = where
+
+    def check_inputs(self) -> None:
+        """Kept + dropped must be exactly each input's data, as the manifest records it."""
+        per_object: dict[int, list[SourceRange]] = defaultdict(list)
+        for r in self.seen:
+            per_object[r.object_id].append(r)
+        for oid, obj in self.inputs.items():
+            try:
+                check_against_manifest(obj, per_object.get(oid, []))
+            except CorruptionError as exc:
+                _fail(f"the plan's ranges of input {oid} are not its data: {exc.what}", where=obj.get("key"))
+
+
+def _check_iterations(plan: CompactionPlan) -> dict[tuple[int, int], Piece]:
+    """Each iteration's reads fetch its pieces' ranges exactly once, back to back; its pieces are
+    planned once each. Returns (output, part) -> piece."""
     placed: dict[tuple[int, int], Piece] = {}
     for it in plan.iterations:
         fetched = [r for rd in it.reads for r in rd.ranges]
@@ -125,45 +159,35 @@ def check_coverage(plan: CompactionPlan) -> None:
             if (p.output, p.part) in placed:
                 _fail(f"part {p.part} of output {p.output} planned twice")
             placed[(p.output, p.part)] = p
-    for n, out in enumerate(plan.outputs):
-        where = f"output {n}"
-        for r in out.ranges:
-            claim(r, where)
-            kept_by_stream[r.stream_id].append((r.start_offset, r.end_offset))
-        if list(out.ranges) != sorted(out.ranges, key=_key):
-            _fail(f"{where}: ranges not in (stream, start offset) order")
-        if out.kind == SO and len(out.streams) != 1:
-            _fail(f"{where}: a Stream Object holds more than one contiguous run of one stream")
-        if out.streams != _stream_spans(out.ranges):
-            _fail(f"{where}: its streams {out.streams} do not match its ranges")
-        data = sum(r.size for r in out.ranges)
-        if out.data_bytes != data or out.size_bytes != object_size(data, len(out.ranges)):
-            _fail(f"{where}: sizes {out.data_bytes}/{out.size_bytes} do not match its ranges")
-        pieces = [placed.get((n, k)) for k in range(1, len(out.pieces) + 1)]
-        if not out.pieces or any(p is None for p in pieces) or list(out.pieces) != pieces:
-            _fail(f"{where}: its pieces are not parts 1..{len(out.pieces)}, each in one iteration")
-        position = 0
-        for p in pieces:
-            if p.position != position or p.data_bytes != sum(r.size for r in p.ranges) or p.final != (p is pieces[-1]):
-                _fail(f"{where}: part {p.part} is not placed right after part {p.part - 1}")
-            position += p.data_bytes
-        if [r for p in pieces for r in p.ranges] != list(out.ranges):
-            _fail(f"{where}: its pieces do not hold its ranges in order")
-        for sid, start, end, _ in out.streams:
-            out_by_stream[sid].append((start, end))
-    if len(placed) != sum(len(o.pieces) for o in plan.outputs):
-        _fail("a planned piece belongs to no output")
+    return placed
 
-    # Kept + dropped must be exactly each input's data, as the manifest records it.
-    per_object: dict[int, list[SourceRange]] = defaultdict(list)
-    for r in seen:
-        per_object[r.object_id].append(r)
-    for oid, obj in inputs.items():
-        try:
-            check_against_manifest(obj, per_object.get(oid, []))
-        except CorruptionError as exc:
-            _fail(f"the plan's ranges of input {oid} are not its data: {exc.what}", where=obj.get("key"))
 
+def _check_output(n: int, out, placed: dict[tuple[int, int], Piece]) -> None:
+    """An output's ranges, streams and sizes agree; its pieces are parts 1..n, back to back."""
+    where = f"output {n}"
+    if list(out.ranges) != sorted(out.ranges, key=_key):
+        _fail(f"{where}: ranges not in (stream, start offset) order")
+    if out.kind == SO and len(out.streams) != 1:
+        _fail(f"{where}: a Stream Object holds more than one contiguous run of one stream")
+    if out.streams != _stream_spans(out.ranges):
+        _fail(f"{where}: its streams {out.streams} do not match its ranges")
+    data = sum(r.size for r in out.ranges)
+    if out.data_bytes != data or out.size_bytes != object_size(data, len(out.ranges)):
+        _fail(f"{where}: sizes {out.data_bytes}/{out.size_bytes} do not match its ranges")
+    pieces = [placed.get((n, k)) for k in range(1, len(out.pieces) + 1)]
+    if not out.pieces or any(p is None for p in pieces) or list(out.pieces) != pieces:
+        _fail(f"{where}: its pieces are not parts 1..{len(out.pieces)}, each in one iteration")
+    position = 0
+    for p in pieces:
+        if p.position != position or p.data_bytes != sum(r.size for r in p.ranges) or p.final != (p is pieces[-1]):
+            _fail(f"{where}: part {p.part} is not placed right after part {p.part - 1}")
+        position += p.data_bytes
+    if [r for p in pieces for r in p.ranges] != list(out.ranges):
+        _fail(f"{where}: its pieces do not hold its ranges in order")
+
+
+def _check_streams(kept_by_stream: dict, out_by_stream: dict) -> None:
+    """The outputs' (stream, start, end) cover exactly the kept ranges: nothing twice, nothing missing."""
     for sid in sorted(set(kept_by_stream) | set(out_by_stream)):
         kept = merged(kept_by_stream.get(sid, ()))
         written = merged(out_by_stream.get(sid, ()))

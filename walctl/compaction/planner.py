@@ -116,34 +116,14 @@ def _cut_pieces(outputs: Sequence[tuple[str, list[SourceRange]]], memory_limit: 
     for index, (_, ranges) in enumerate(outputs):
         rest = list(ranges)
         while rest:
-            room = memory_limit - fill
-            take, size = 0, 0
-            while take < len(rest) and size + rest[take].size <= room:
-                size += rest[take].size
-                take += 1
-            if take < len(rest) and size < min_part:
-                if fill:  # not enough room for a valid part here: start the next iteration
-                    iterations.append([])
-                    fill = 0
-                    continue
-                # a fresh iteration and still too little: take what a part needs, over the limit
-                while take < len(rest) and (size < min_part or take == 0):
-                    size += rest[take].size
-                    take += 1
-            if take < len(rest) and min_part > 1:
-                # what this cut leaves is a part too (never the object's last): at least min_part
-                left = sum(r.size for r in rest[take:])
-                while left < min_part and take > 1 and size - rest[take - 1].size >= min_part:
-                    take -= 1
-                    size -= rest[take].size
-                    left += rest[take].size
-                if left < min_part:  # no cut here leaves two parts of min_part
-                    if fill and left + size <= memory_limit:  # the whole rest fits the next iteration
-                        iterations.append([])
-                        fill = 0
-                        continue
-                    size += left  # the rest goes along, over the limit by less than min_part
-                    take = len(rest)
+            cut = _fill(rest, memory_limit - fill, bool(fill), min_part)
+            if cut is not None and cut[0] < len(rest) and min_part > 1:
+                cut = _leave_a_part(rest, *cut, bool(fill), memory_limit, min_part)
+            if cut is None:  # not enough room for a valid part here: start the next iteration
+                iterations.append([])
+                fill = 0
+                continue
+            take, size = cut
             oversized.extend(r for r in rest[:take] if r.size > memory_limit)
             iterations[-1].append((index, rest[:take], take == len(rest)))
             fill += size
@@ -154,6 +134,40 @@ def _cut_pieces(outputs: Sequence[tuple[str, list[SourceRange]]], memory_limit: 
     if not iterations[-1]:
         iterations.pop()
     return iterations, oversized
+
+def _fill(rest: Sequence[SourceRange], room: int, started: bool, min_part: int) -> tuple[int, int] | None:
+    """How many of ``rest`` fit the ``room`` left (and their bytes); None when that is less than a
+    part and the iteration has ``started``. A fresh iteration still too small takes what a part
+    needs, over the limit."""
+    take, size = 0, 0
+    while take < len(rest) and size + rest[take].size <= room:
+        size += rest[take].size
+        take += 1
+    if take < len(rest) and size < min_part:
+        if started:
+            return None
+        while take < len(rest) and (size < min_part or take == 0):
+            size += rest[take].size
+            take += 1
+    return take, size
+
+
+def _leave_a_part(rest: Sequence[SourceRange], take: int, size: int, started: bool, memory_limit: int,
+                  min_part: int) -> tuple[int, int] | None:
+    """What a cut leaves is a part too (never the object's last): at least min_part. The cut moves
+    back until it is; if no cut can, the whole rest goes in the next iteration (None) when it fits
+    there, else along with this one, over the limit by less than min_part."""
+    left = sum(r.size for r in rest[take:])
+    while left < min_part and take > 1 and size - rest[take - 1].size >= min_part:
+        take -= 1
+        size -= rest[take].size
+        left += rest[take].size
+    if left < min_part:  # no cut here leaves two parts of min_part
+        if started and left + size <= memory_limit:  # the whole rest fits the next iteration
+            return None
+        return len(rest), size + left
+    return take, size
+
 
 def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]], *,
                     memory_limit: int = DEFAULT_MEMORY_LIMIT, split_size: int = DEFAULT_SPLIT_SIZE,
@@ -185,16 +199,10 @@ def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]],
         CorruptionError: an index disagrees with the manifest or its object's size, or two
             ranges of a stream overlap.
     """
-    _positive("memory limit", memory_limit)
-    _positive("split size", split_size)
-    _positive("max objects", max_objects)
-    _positive("read cut", read_cut)
-    _positive("min part", min_part)
-    _positive("tasks", tasks)
+    for name, value in (("memory limit", memory_limit), ("split size", split_size), ("max objects", max_objects),
+                        ("read cut", read_cut), ("min part", min_part), ("tasks", tasks)):
+        _positive(name, value)
     tasks = max(1, min(tasks, memory_limit // min_part))
-    retention = dict(retention or {})
-    streams = manifest.get("streams", {})
-
     candidates = sorted((o for o in manifest.get("objects", ()) if o.get("kind") == SSO),
                         key=lambda o: (o["order_id"], o["id"]))
     inputs = tuple(_json_copy(o) for o in candidates[:max_objects])
@@ -209,7 +217,29 @@ def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]],
     missing = [o["id"] for o in inputs if o["id"] not in indexes]
     if missing:
         raise ValueError(f"no index given for input object(s) {missing}")
+    kept, dropped = _kept_and_dropped(inputs, indexes, manifest.get("streams", {}), dict(retention or {}),
+                                      object_order)
+    if len(inputs) < 2 and not dropped:
+        return make(True, f"only one stream set object (id {inputs[0]['id']}) and nothing to drop")
+    groups = _groups(kept, split_size)
+    cut, oversized = _cut_pieces(groups, max(1, memory_limit // tasks), min_part)
+    iterations, pieces_of = _iterations(cut, object_order, read_cut)
+    outputs = [OutputObject(kind, tuple(ranges), sum(r.size for r in ranges),
+                            object_size(sum(r.size for r in ranges), len(ranges)), _stream_spans(ranges),
+                            tuple(pieces_of[index]))
+               for index, (kind, ranges) in enumerate(groups)]
+    if not kept:
+        reason = f"all data of the {len(inputs)} input(s) is dropped: they are removed, nothing is written"
+    else:
+        reason = (f"compact {len(inputs)} stream set object(s) into {len(outputs)} object(s) "
+                  f"in {len(iterations)} iteration(s), {len(dropped)} range(s) dropped")
+    return make(False, reason, dropped, iterations, oversized, outputs)
 
+
+def _kept_and_dropped(inputs: Sequence[dict], indexes: Mapping[int, Sequence[IndexEntry]],
+                      streams: Mapping[str, dict], retention: Mapping[int, int],
+                      object_order: Mapping[int, int]) -> tuple[list[SourceRange], list[Dropped]]:
+    """The inputs' source ranges kept (by stream and offset) and dropped (and why)."""
     live: list[SourceRange] = []
     dropped: list[Dropped] = []
     for obj in inputs:
@@ -231,12 +261,12 @@ def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]],
         else:
             dropped.append(Dropped(r, reason))
     dropped.sort(key=lambda d: (_key(d.range), object_order[d.range.object_id]))
+    return kept, dropped
 
-    if len(inputs) < 2 and not dropped:
-        return make(True, f"only one stream set object (id {inputs[0]['id']}) and nothing to drop")
 
-    # A contiguous run of a stream of at least split_size bytes becomes a Stream Object (one,
-    # however many iterations it takes); everything else goes into the one Stream Set Object.
+def _groups(kept: Sequence[SourceRange], split_size: int) -> list[tuple[str, list[SourceRange]]]:
+    """A contiguous run of a stream of at least split_size bytes becomes a Stream Object (one,
+    however many iterations it takes); everything else goes into the one Stream Set Object."""
     by_stream: dict[int, list[SourceRange]] = defaultdict(list)
     for r in kept:
         by_stream[r.stream_id].append(r)
@@ -250,8 +280,11 @@ def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]],
                 shared.extend(chain)
     if shared:
         groups.append((SSO, sorted(shared, key=_key)))
+    return groups
 
-    cut, oversized = _cut_pieces(groups, max(1, memory_limit // tasks), min_part)
+
+def _iterations(cut, object_order: Mapping[int, int], read_cut: int) -> tuple[list[Iteration], dict[int, list[Piece]]]:
+    """The iterations of the cut pieces, with their GETs; and each output's pieces in order."""
     pieces_of: dict[int, list[Piece]] = defaultdict(list)
     iterations: list[Iteration] = []
     for index, batch in enumerate(cut):
@@ -264,15 +297,4 @@ def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]],
             pieces.append(piece)
         reads = _reads([r for p in pieces for r in p.ranges], object_order, read_cut)
         iterations.append(Iteration(index, tuple(pieces), reads, sum(p.data_bytes for p in pieces)))
-    outputs = []
-    for index, (kind, ranges) in enumerate(groups):
-        data = sum(r.size for r in ranges)
-        outputs.append(OutputObject(kind, tuple(ranges), data, object_size(data, len(ranges)),
-                                    _stream_spans(ranges), tuple(pieces_of[index])))
-
-    if not kept:
-        reason = f"all data of the {len(inputs)} input(s) is dropped: they are removed, nothing is written"
-    else:
-        reason = (f"compact {len(inputs)} stream set object(s) into {len(outputs)} object(s) "
-                  f"in {len(iterations)} iteration(s), {len(dropped)} range(s) dropped")
-    return make(False, reason, dropped, iterations, oversized, outputs)
+    return iterations, pieces_of
