@@ -270,31 +270,7 @@ def compact_stream_objects(store: Store, *, target_size: int = DEFAULT_SO_TARGET
             _tiles(o, indexes[o["id"]])
     check_coverage(coverage_plan(plan, indexes))
 
-    # Per group: the new index (positions shifted) and how the data crc is had.
-    builds = []
-    for group in plan.groups:
-        order = layout(group, indexes)
-        base: dict[int, int] = {}
-        position = 0
-        for o in order:
-            base[o["id"]] = position
-            position += indexes[o["id"]].data_size
-        entries = [IndexEntry(e.stream_id, e.start_offset, e.end_offset_delta, e.record_count,
-                              e.block_position + base[o["id"]], e.block_size)
-                   for o in group for e in indexes[o["id"]].entries]
-        unchecked = [o for o in group if not indexes[o["id"]].footer.checksummed]  # AutoMQ: no footer crc
-        pieces = [CopySource(o["key"], 0, indexes[o["id"]].data_size) for o in order]
-        through = _through_bytes(store, pieces + [b"\0" * object_size(0, len(entries))])
-        crc_bytes = sum(indexes[o["id"]].data_size for o in unchecked)
-        result.planned_get_bytes += through
-        result.crc_read_bytes += crc_bytes if dry_run else 0
-        sid, start, end = _so_range(group[0])[0], _so_range(group[0])[1], _so_range(group[-1])[2]
-        result.groups.append({"stream_id": sid, "start": start, "end": end,
-                              "input_ids": [o["id"] for o in group], "input_count": len(group),
-                              "data_bytes": position, "size_bytes": object_size(position, len(entries)),
-                              "planned_get_bytes": through, "crc_read_bytes": crc_bytes,
-                              "input_bytes": sum(o["size"] for o in group)})
-        builds.append((order, entries, position))
+    builds = [_build(store, group, indexes, result, dry_run) for group in plan.groups]
     if dry_run:
         after = store.stats.snapshot()
         result.stats = {k: after[k] - before.get(k, 0) for k in after}  # the index reads
@@ -305,33 +281,8 @@ def compact_stream_objects(store: Store, *, target_size: int = DEFAULT_SO_TARGET
     result.epoch = epoch
     failpoint("so-compact-after-prepare")
     reads, writes = Pacer.bytes_per_s(read_rate_bps), Pacer.bytes_per_s(write_rate_bps)
-    for n, ((order, entries, data_size), reserved) in enumerate(zip(builds, prepared)):
-        data_crc = 0
-        for o in order:  # in layout order: the crc runs over the bytes as they lie
-            idx = indexes[o["id"]]
-            if idx.footer.checksummed:
-                crc = idx.footer.data_crc
-            else:
-                crc = range_crc(store, o["key"], 0, idx.data_size, reads)
-                result.crc_read_bytes += idx.data_size
-            data_crc = crc32c_combine(data_crc, crc, idx.data_size)
-        pieces = [CopySource(o["key"], 0, indexes[o["id"]].data_size) for o in order]
-        pieces.append(tail_bytes(entries, data_size, data_crc))
-        read_before, written_before = store.stats.bytes_read, store.stats.bytes_written
-        store.compose(reserved["key"], pieces)
-        result.through_read_bytes += store.stats.bytes_read - read_before
-        result.through_written_bytes += store.stats.bytes_written - written_before
-        reads.paid(store.stats.bytes_read - read_before)
-        size = object_size(data_size, len(entries))
-        got = store.size(reserved["key"])
-        if got != size:
-            raise CorruptionError(f"composed object is {got} bytes, expected {size}; nothing committed",
-                                  where=reserved["key"])
-        writes.paid(size)
-        group = plan.groups[n]
-        sid, start, end = _so_range(group[0])[0], _so_range(group[0])[1], _so_range(group[-1])[2]
-        result.made.append({"key": reserved["key"], "kind": "SO", "size": size,
-                            "ranges": [{"stream_id": sid, "start": start, "end": end, "bytes": data_size}]})
+    for n, (build, reserved) in enumerate(zip(builds, prepared)):
+        result.made.append(_write(store, plan.groups[n], build, reserved["key"], indexes, result, reads, writes))
         failpoint("so-compact-after-object")
         if progress is not None:
             progress(n + 1, len(builds))
@@ -343,3 +294,62 @@ def compact_stream_objects(store: Store, *, target_size: int = DEFAULT_SO_TARGET
     result.stats = {k: after[k] - before.get(k, 0) for k in after}
     result.seconds = time.monotonic() - started
     return result
+
+
+def _build(store: Store, group: tuple[dict, ...], indexes: dict[int, ObjectIndex], result: SoResult,
+           dry_run: bool) -> tuple[list[dict], list[IndexEntry], int]:
+    """A group's sources in layout order, its new index (positions shifted) and data size; what it
+    will read is added to ``result`` (and its group's figures)."""
+    order = layout(group, indexes)
+    base: dict[int, int] = {}
+    position = 0
+    for o in order:
+        base[o["id"]] = position
+        position += indexes[o["id"]].data_size
+    entries = [IndexEntry(e.stream_id, e.start_offset, e.end_offset_delta, e.record_count,
+                          e.block_position + base[o["id"]], e.block_size)
+               for o in group for e in indexes[o["id"]].entries]
+    unchecked = [o for o in group if not indexes[o["id"]].footer.checksummed]  # AutoMQ: no footer crc
+    pieces = [CopySource(o["key"], 0, indexes[o["id"]].data_size) for o in order]
+    through = _through_bytes(store, pieces + [b"\0" * object_size(0, len(entries))])
+    crc_bytes = sum(indexes[o["id"]].data_size for o in unchecked)
+    result.planned_get_bytes += through
+    result.crc_read_bytes += crc_bytes if dry_run else 0
+    sid, start, end = _so_range(group[0])[0], _so_range(group[0])[1], _so_range(group[-1])[2]
+    result.groups.append({"stream_id": sid, "start": start, "end": end,
+                          "input_ids": [o["id"] for o in group], "input_count": len(group),
+                          "data_bytes": position, "size_bytes": object_size(position, len(entries)),
+                          "planned_get_bytes": through, "crc_read_bytes": crc_bytes,
+                          "input_bytes": sum(o["size"] for o in group)})
+    return order, entries, position
+
+
+def _write(store: Store, group: tuple[dict, ...], build, key: str, indexes: dict[int, ObjectIndex],
+           result: SoResult, reads: Pacer, writes: Pacer) -> dict:
+    """One group's object composed under ``key`` (its data crc from the footers, or read); its
+    manifest entry."""
+    order, entries, data_size = build
+    data_crc = 0
+    for o in order:  # in layout order: the crc runs over the bytes as they lie
+        idx = indexes[o["id"]]
+        if idx.footer.checksummed:
+            crc = idx.footer.data_crc
+        else:
+            crc = range_crc(store, o["key"], 0, idx.data_size, reads)
+            result.crc_read_bytes += idx.data_size
+        data_crc = crc32c_combine(data_crc, crc, idx.data_size)
+    pieces = [CopySource(o["key"], 0, indexes[o["id"]].data_size) for o in order]
+    pieces.append(tail_bytes(entries, data_size, data_crc))
+    read_before, written_before = store.stats.bytes_read, store.stats.bytes_written
+    store.compose(key, pieces)
+    result.through_read_bytes += store.stats.bytes_read - read_before
+    result.through_written_bytes += store.stats.bytes_written - written_before
+    reads.paid(store.stats.bytes_read - read_before)
+    size = object_size(data_size, len(entries))
+    got = store.size(key)
+    if got != size:
+        raise CorruptionError(f"composed object is {got} bytes, expected {size}; nothing committed", where=key)
+    writes.paid(size)
+    sid, start, end = _so_range(group[0])[0], _so_range(group[0])[1], _so_range(group[-1])[2]
+    return {"key": key, "kind": "SO", "size": size,
+            "ranges": [{"stream_id": sid, "start": start, "end": end, "bytes": data_size}]}

@@ -185,19 +185,10 @@ def force_split(store: Store, *, older_than_s: float | None = None, max_objects:
     plan = coverage_plan(ssos, runs, dropped)
     check_coverage(plan)
 
-    # How each run's crc is had: from the footer (last run, all before it read), else read.
-    derived = set()
-    for o in ssos:
-        idx = indexes[o["id"]]
-        mine = [r for r in runs if r.sso is o]
-        tiled = (bool(mine) and mine[0].start == 0 and mine[-1].end == idx.data_size
-                 and all(a.end == b.start for a, b in zip(mine, mine[1:])))
-        if idx.footer.checksummed and tiled:
-            derived.add(id(mine[-1]))
+    derived = _derived_crcs(ssos, runs, indexes)
     for r in runs:
         if id(r) not in derived:
             result.planned_read_bytes += r.size
-    for n, r in enumerate(runs):
         result.outputs.append({"sso_id": r.sso["id"], "stream_id": r.entries[0].stream_id,
                                "start": r.entries[0].start_offset, "end": r.entries[-1].end_offset,
                                "data_bytes": r.size, "size_bytes": object_size(r.size, len(r.entries)),
@@ -214,46 +205,8 @@ def force_split(store: Store, *, older_than_s: float | None = None, max_objects:
     reads, writes = Pacer.bytes_per_s(read_rate_bps), Pacer.bytes_per_s(write_rate_bps)
     prefix: dict[int, tuple[int, int]] = {}  # sso id -> (crc, end) of the bytes read in order from 0
     for r, reserved in zip(runs, prepared):
-        idx = indexes[r.sso["id"]]
-        known_crc, known_end = prefix.get(r.sso["id"], (0, 0))
-        piece: bytes | CopySource
-        if id(r) in derived:
-            # crc(whole) = combine(crc(prefix), crc(run), len(run)), so crc(run) = crc(whole) ^ shift(crc(prefix))
-            crc = idx.footer.data_crc ^ crc32c_combine(known_crc, 0, r.size)
-            piece = CopySource(r.sso["key"], r.start, r.end)
-        elif r.size < MIN_PART_BYTES:
-            data = store.read_range(r.sso["key"], r.start, r.end)
-            if len(data) != r.size:
-                raise CorruptionError(f"object shorter than its index says ({r.start + len(data)} < {r.end})",
-                                      where=r.sso["key"])
-            reads.paid(len(data))
-            crc, piece = crc32c(data), data
-            result.crc_read_bytes += r.size
-        else:
-            crc = range_crc(store, r.sso["key"], r.start, r.end, reads)
-            piece = CopySource(r.sso["key"], r.start, r.end)
-            result.crc_read_bytes += r.size
-        if known_end == r.start:
-            prefix[r.sso["id"]] = (crc32c_combine(known_crc, crc, r.size), r.end)
-        entries = [IndexEntry(e.stream_id, e.start_offset, e.end_offset_delta, e.record_count,
-                              e.block_position - r.start, e.block_size) for e in r.entries]
-        read_before, written_before = store.stats.bytes_read, store.stats.bytes_written
-        copied_before = store.stats.bytes_copied
-        store.compose(reserved["key"], [piece, tail_bytes(entries, r.size, crc)])
-        result.through_read_bytes += store.stats.bytes_read - read_before
-        result.through_written_bytes += store.stats.bytes_written - written_before
-        result.bytes_copied += store.stats.bytes_copied - copied_before
-        reads.paid(store.stats.bytes_read - read_before)
-        size = object_size(r.size, len(entries))
-        got = store.size(reserved["key"])
-        if got != size:
-            raise CorruptionError(f"composed object is {got} bytes, expected {size}; nothing committed",
-                                  where=reserved["key"])
-        writes.paid(size)
-        sid = r.entries[0].stream_id
-        result.made.append({"key": reserved["key"], "kind": "SO", "size": size,
-                            "ranges": [{"stream_id": sid, "start": r.entries[0].start_offset,
-                                        "end": r.entries[-1].end_offset, "bytes": r.size}]})
+        crc, piece = _run_source(store, r, indexes[r.sso["id"]], prefix, id(r) in derived, reads, result)
+        result.made.append(_write(store, r, reserved["key"], piece, crc, reads, writes, result))
         failpoint("split-after-object")
     failpoint("split-before-commit")
     check_made(plan, result.made)
@@ -261,3 +214,66 @@ def force_split(store: Store, *, older_than_s: float | None = None, max_objects:
                                               made=result.made, command="compact --force-split")
     result.seconds = time.monotonic() - started
     return result
+
+
+def _derived_crcs(ssos: list[dict], runs: list[Run], indexes: dict) -> set[int]:
+    """The runs (by id()) whose crc comes from their SSO's footer: the last run of an SSO whose
+    runs tile its data region (the crcs of all before it are read); every other run's is read."""
+    derived = set()
+    for o in ssos:
+        idx = indexes[o["id"]]
+        mine = [r for r in runs if r.sso is o]
+        tiled = (bool(mine) and mine[0].start == 0 and mine[-1].end == idx.data_size
+                 and all(a.end == b.start for a, b in zip(mine, mine[1:])))
+        if idx.footer.checksummed and tiled:
+            derived.add(id(mine[-1]))
+    return derived
+
+
+def _run_source(store: Store, r: Run, idx, prefix: dict[int, tuple[int, int]], derived: bool, reads: Pacer,
+                result: SplitResult) -> tuple[int, bytes | CopySource]:
+    """A run's data crc and what its object copies: a range of its SSO, or (below S3's part
+    minimum) its bytes, read. ``prefix`` keeps the crc of each SSO's bytes read in order from 0."""
+    known_crc, known_end = prefix.get(r.sso["id"], (0, 0))
+    piece: bytes | CopySource
+    if derived:
+        # crc(whole) = combine(crc(prefix), crc(run), len(run)), so crc(run) = crc(whole) ^ shift(crc(prefix))
+        crc = idx.footer.data_crc ^ crc32c_combine(known_crc, 0, r.size)
+        piece = CopySource(r.sso["key"], r.start, r.end)
+    elif r.size < MIN_PART_BYTES:
+        data = store.read_range(r.sso["key"], r.start, r.end)
+        if len(data) != r.size:
+            raise CorruptionError(f"object shorter than its index says ({r.start + len(data)} < {r.end})",
+                                  where=r.sso["key"])
+        reads.paid(len(data))
+        crc, piece = crc32c(data), data
+        result.crc_read_bytes += r.size
+    else:
+        crc = range_crc(store, r.sso["key"], r.start, r.end, reads)
+        piece = CopySource(r.sso["key"], r.start, r.end)
+        result.crc_read_bytes += r.size
+    if known_end == r.start:
+        prefix[r.sso["id"]] = (crc32c_combine(known_crc, crc, r.size), r.end)
+    return crc, piece
+
+
+def _write(store: Store, r: Run, key: str, piece: bytes | CopySource, crc: int, reads: Pacer, writes: Pacer,
+           result: SplitResult) -> dict:
+    """The run's Stream Object composed under ``key``, its size checked; its manifest entry."""
+    entries = [IndexEntry(e.stream_id, e.start_offset, e.end_offset_delta, e.record_count,
+                          e.block_position - r.start, e.block_size) for e in r.entries]
+    read_before, written_before = store.stats.bytes_read, store.stats.bytes_written
+    copied_before = store.stats.bytes_copied
+    store.compose(key, [piece, tail_bytes(entries, r.size, crc)])
+    result.through_read_bytes += store.stats.bytes_read - read_before
+    result.through_written_bytes += store.stats.bytes_written - written_before
+    result.bytes_copied += store.stats.bytes_copied - copied_before
+    reads.paid(store.stats.bytes_read - read_before)
+    size = object_size(r.size, len(entries))
+    got = store.size(key)
+    if got != size:
+        raise CorruptionError(f"composed object is {got} bytes, expected {size}; nothing committed", where=key)
+    writes.paid(size)
+    return {"key": key, "kind": "SO", "size": size,
+            "ranges": [{"stream_id": r.entries[0].stream_id, "start": r.entries[0].start_offset,
+                        "end": r.entries[-1].end_offset, "bytes": r.size}]}
