@@ -200,6 +200,25 @@ def _code_status(exc: Any) -> tuple[str, int | None]:
     return str(error.get("Code", "") or ""), status
 
 
+def _client_error(exc: Any, op: str, where: str) -> WalctlError:
+    """The walctl error for an S3 error response that is not worth a retry."""
+    error = exc.response.get("Error", {}) or {}
+    code = str(error.get("Code", "") or "")
+    status = (exc.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode")
+    label = _client_error_label(exc)
+    if code in _PRECONDITION_CODES or status == 412:
+        return PreconditionFailed("object already exists", where=where, hint=f"S3 {op}: {label}")
+    if code == "NoSuchBucket":
+        return NotFoundError("no such bucket", where=where, hint="check the bucket name in --store, and --endpoint-url")
+    if code in _NOT_FOUND_CODES or (status == 404 and code != "NoSuchUpload"):
+        return NotFoundError("no such object", where=where)
+    if code == "InvalidRange" or status == 416:
+        return _RangeNotSatisfiable(f"S3 {op}: range not satisfiable", where=where)
+    if code in _ACCESS_CODES or status == 403:
+        return IOFailure(f"S3 {op} refused: {label}", where=where, hint="access denied")
+    return IOFailure(f"S3 {op} failed: {label}", where=where)
+
+
 def _client_error_label(exc: Any) -> str:
     code, status = _code_status(exc)
     return f"{code or 'error'} (HTTP {status})" if status else (code or "error")
@@ -418,23 +437,7 @@ class S3Store:
             return IOFailure(f"S3 {op} failed: network error ({type(exc).__name__})",
                              where=where, hint=f"{tries} to {self._endpoint_host()}")
         if isinstance(exc, bce.ClientError):
-            error = exc.response.get("Error", {}) or {}
-            code = str(error.get("Code", "") or "")
-            status = (exc.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode")
-            label = _client_error_label(exc)
-            if code in _PRECONDITION_CODES or status == 412:
-                return PreconditionFailed("object already exists", where=where,
-                                          hint=f"S3 {op}: {label}")
-            if code == "NoSuchBucket":
-                return NotFoundError("no such bucket", where=where,
-                                     hint="check the bucket name in --store, and --endpoint-url")
-            if code in _NOT_FOUND_CODES or (status == 404 and code != "NoSuchUpload"):
-                return NotFoundError("no such object", where=where)
-            if code == "InvalidRange" or status == 416:
-                return _RangeNotSatisfiable(f"S3 {op}: range not satisfiable", where=where)
-            if code in _ACCESS_CODES or status == 403:
-                return IOFailure(f"S3 {op} refused: {label}", where=where, hint="access denied")
-            return IOFailure(f"S3 {op} failed: {label}", where=where)
+            return _client_error(exc, op, where)
         if isinstance(exc, (bce.NoCredentialsError, bce.PartialCredentialsError,
                             bce.CredentialRetrievalError)):
             return IOFailure("no usable S3 credentials", where=where,
