@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from walctl.device.pacing import Pacer
 from walctl.errors import CorruptionError, RefusedError
 from walctl.format.crc import crc32c
-from walctl.format.object import FOOTER_SIZE, INDEX_ENTRY_SIZE, Footer, IndexEntry
+from walctl.format.object import FOOTER_SIZE, Footer, IndexEntry
 from walctl.store import manifest as mf
 
 if TYPE_CHECKING:
@@ -95,10 +95,6 @@ def tail_bytes(entries: list[IndexEntry], data_size: int, data_crc: int) -> byte
     index = b"".join(e.encode() for e in entries)
     footer = Footer(data_size, len(index), index_crc=crc32c(index), data_crc=data_crc)
     return index + footer.encode()
-
-
-def object_size(data_size: int, entry_count: int) -> int:
-    return data_size + INDEX_ENTRY_SIZE * entry_count + FOOTER_SIZE
 
 
 def fence_and_prepare(store: Store, count: int, namespace: str, command: str) -> tuple[int, list[dict]]:

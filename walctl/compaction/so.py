@@ -39,13 +39,14 @@ from walctl.compaction.common import (
     commit_replacement,
     expected_seconds,
     fence_and_prepare,
-    object_size,
     range_crc,
     read_index,
     tail_bytes,
 )
 from walctl.compaction.coverage import check_coverage
-from walctl.compaction.plan import SO, CompactionPlan, Dropped, Iteration, OutputObject, Piece, Read, SourceRange
+from walctl.compaction.plan import (
+    SO, CompactionPlan, Dropped, Iteration, OutputObject, Piece, Read, SourceRange, object_size,
+)
 from walctl.device.pacing import Pacer
 from walctl.errors import CorruptionError, UsageError
 from walctl.failpoints import failpoint
