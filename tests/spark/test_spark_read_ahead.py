@@ -183,9 +183,9 @@ def test_a_reads_memory_goes_back_once_its_last_chunk_is_written_not_with_the_pi
 
     mf.commit(store, install, command="test")
     doc = mf.load_latest(store)
-    indexes, _ = read_indexes(store, objects)
+    indexes, _ = read_indexes(store, doc.live())
     one = sum(e.block_size for e in indexes[1])
-    plan = plan_compaction(doc.to_json(), indexes, memory_limit=one, split_size=1 << 40)
+    plan = plan_compaction(doc, indexes, memory_limit=one, split_size=1 << 40)
     assert [len(it.reads) for it in plan.iterations] == [1, 1]  # one GET per source object, one per iteration
     (out,) = plan.outputs
     key = mf.object_key(9)

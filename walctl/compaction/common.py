@@ -43,7 +43,7 @@ class ObjectIndex:
         return self.footer.index_start_position
 
 
-def read_index(store: Store, obj: dict) -> ObjectIndex:
+def read_index(store: Store, obj: mf.LiveObject) -> ObjectIndex:
     """Footer and index of a live object, in one ranged read of exactly its tail.
 
     The manifest gives the object's size and its streams' bytes (the data region), so the
@@ -54,14 +54,14 @@ def read_index(store: Store, obj: dict) -> ObjectIndex:
     from walctl.errors import FormatError
     from walctl.format.object import decode_index, parse_tail, tail_length_hint
 
-    key = obj["key"]
-    data_bytes = sum(int(r["bytes"]) for r in obj.get("ranges", ()))
-    length = obj["size"] - data_bytes
+    key = obj.key
+    data_bytes = sum(r.bytes for r in obj.ranges)
+    length = obj.size - data_bytes
     if length < FOOTER_SIZE:
-        length = tail_length_hint(object_size=obj["size"])
+        length = tail_length_hint(object_size=obj.size)
     tail, size = store.read_tail(key, length)
-    if size != obj["size"]:
-        raise CorruptionError(f"object is {size} bytes, the manifest says {obj['size']}", where=key)
+    if size != obj.size:
+        raise CorruptionError(f"object is {size} bytes, the manifest says {obj.size}", where=key)
     try:
         footer, entries = parse_tail(tail, size)
         if entries is None:
@@ -97,7 +97,7 @@ def tail_bytes(entries: list[IndexEntry], data_size: int, data_crc: int) -> byte
     return index + footer.encode()
 
 
-def fence_and_prepare(store: Store, count: int, namespace: str, command: str) -> tuple[int, list[dict]]:
+def fence_and_prepare(store: Store, count: int, namespace: str, command: str) -> tuple[int, list[mf.PreparedId]]:
     """Bump ``compactor_epoch`` (fencing older compactors) and prepare ``count`` output ids."""
     state: dict = {}
 
@@ -109,7 +109,8 @@ def fence_and_prepare(store: Store, count: int, namespace: str, command: str) ->
     return state["epoch"], state["prepared"]
 
 
-def commit_replacement(store: Store, *, epoch: int, inputs: list[dict], prepared: list[dict], made: list[dict],
+def commit_replacement(store: Store, *, epoch: int, inputs: list[mf.LiveObject], prepared: list[mf.PreparedId],
+                       made: list[dict],
                        command: str, sso_order_id: int | None = None, also=None) -> int:
     """Replace ``inputs`` by ``made`` (each {key, kind, size, ranges}) in one commit; returns its number.
 
@@ -120,9 +121,9 @@ def commit_replacement(store: Store, *, epoch: int, inputs: list[dict], prepared
     Refused (RefusedError, nothing committed) when another compactor started since
     ``fence_and_prepare``, an input is no longer live, or gc collected a prepared id.
     """
-    input_ids = {o["id"] for o in inputs}
-    by_key = {p["key"]: p["id"] for p in prepared}
-    data_time = max((o.get("data_time", 0) for o in inputs), default=0)
+    input_ids = {o.id for o in inputs}
+    by_key = {p.key: p.id for p in prepared}
+    data_time = max((o.data_time or 0 for o in inputs), default=0)
 
     def finish(m: mf.Manifest) -> None:
         if m.compactor_epoch != epoch:
@@ -140,8 +141,9 @@ def commit_replacement(store: Store, *, epoch: int, inputs: list[dict], prepared
         for out in made:
             oid = by_key[out["key"]]
             order_id = sso_order_id if out["kind"] == "SSO" and sso_order_id is not None else oid
-            outputs.append({"id": oid, "key": out["key"], "kind": out["kind"], "size": out["size"],
-                            "order_id": order_id, "data_time": data_time, "ranges": out["ranges"]})
+            outputs.append(mf.LiveObject(oid, out["key"], out["kind"], out["size"],
+                                         [mf.ObjectRange.from_json(r) for r in out["ranges"]],
+                                         order_id=order_id, data_time=data_time))
         m.replace(input_ids, outputs, reserved=ours, now=time.time())
         if also is not None:
             also(m)

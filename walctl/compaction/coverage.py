@@ -8,10 +8,13 @@ checks here are the ones the planner and ``walctl check`` use too.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from walctl.compaction.plan import SO, SSO, CompactionPlan, Piece, SourceRange, _key, _stream_spans, object_size
 from walctl.errors import CorruptionError
+
+if TYPE_CHECKING:
+    from walctl.store.manifest import LiveObject
 
 
 def merged(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]] | None:
@@ -27,22 +30,22 @@ def merged(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]] | None
     return out
 
 
-def manifest_intervals(obj: dict) -> dict[int, list[tuple[int, int]]]:
+def manifest_intervals(obj: LiveObject) -> dict[int, list[tuple[int, int]]]:
     """The offsets the manifest says ``obj`` holds, per stream, merged."""
     per_stream: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for r in obj.get("ranges", ()):
-        per_stream[int(r["stream_id"])].append((int(r["start"]), int(r["end"])))
+    for r in obj.ranges:
+        per_stream[r.stream_id].append((r.start, r.end))
     out = {}
     for sid, intervals in per_stream.items():
         joined = merged(intervals)
         if joined is None:
-            raise CorruptionError(f"the manifest gives object {obj['id']} overlapping ranges of stream {sid}",
-                                  where=obj.get("key"))
+            raise CorruptionError(f"the manifest gives object {obj.id} overlapping ranges of stream {sid}",
+                                  where=obj.key)
         out[sid] = joined
     return out
 
 
-def check_against_manifest(obj: dict, ranges: Sequence[SourceRange]) -> None:
+def check_against_manifest(obj: LiveObject, ranges: Sequence[SourceRange]) -> None:
     """The index entries must hold exactly the offsets the manifest says the object holds."""
     per_stream: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for r in ranges:
@@ -51,10 +54,10 @@ def check_against_manifest(obj: dict, ranges: Sequence[SourceRange]) -> None:
     for sid in sorted(set(per_stream) | set(expected)):
         found = merged(per_stream.get(sid, ()))
         if found is None:
-            raise CorruptionError(f"object {obj['id']}: index entries of stream {sid} overlap", where=obj.get("key"))
+            raise CorruptionError(f"object {obj.id}: index entries of stream {sid} overlap", where=obj.key)
         if found != expected.get(sid, []):
-            raise CorruptionError(f"object {obj['id']}: its index holds stream {sid} offsets {found or 'none'}, "
-                                  f"the manifest says {expected.get(sid) or 'none'}", where=obj.get("key"),
+            raise CorruptionError(f"object {obj.id}: its index holds stream {sid} offsets {found or 'none'}, "
+                                  f"the manifest says {expected.get(sid) or 'none'}", where=obj.key,
                                   expected=expected.get(sid, []), found=found)
 
 def check_overlaps(ranges: Sequence[SourceRange]) -> None:
@@ -90,7 +93,7 @@ def check_coverage(plan: CompactionPlan) -> None:
         if plan.iterations or plan.dropped:
             _fail("an idle plan writes or drops nothing, this one does")
         return  # nothing replaced, nothing to cover
-    claims = _Claims({o["id"]: o for o in plan.inputs})
+    claims = _Claims({o.id: o for o in plan.inputs})
     for d in plan.dropped:
         claims.claim(d.range, "the dropped ranges")
     if sum(o.kind == SSO for o in plan.outputs) > 1:
@@ -114,7 +117,7 @@ def check_coverage(plan: CompactionPlan) -> None:
 class _Claims:
     """Which part of the plan holds each source range: each in one place, each of an input."""
 
-    def __init__(self, inputs: dict[int, dict]):
+    def __init__(self, inputs: dict[int, LiveObject]):
         self.inputs = inputs
         self.seen: dict[SourceRange, str] = {}
 
@@ -135,7 +138,7 @@ class _Claims:
             try:
                 check_against_manifest(obj, per_object.get(oid, []))
             except CorruptionError as exc:
-                _fail(f"the plan's ranges of input {oid} are not its data: {exc.what}", where=obj.get("key"))
+                _fail(f"the plan's ranges of input {oid} are not its data: {exc.what}", where=obj.key)
 
 
 def _check_iterations(plan: CompactionPlan) -> dict[tuple[int, int], Piece]:

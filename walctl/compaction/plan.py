@@ -13,12 +13,14 @@ object is ``sum(range sizes) + 36 * ranges + 48`` bytes.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from walctl import defaults
 from walctl.format.object import FOOTER_SIZE, INDEX_ENTRY_SIZE
+
+if TYPE_CHECKING:
+    from walctl.store.manifest import LiveObject
 
 SSO = "SSO"
 SO = "SO"
@@ -179,7 +181,7 @@ class CompactionPlan:
     iteration, which therefore exceeds the limit).
     """
 
-    inputs: tuple[dict, ...]
+    inputs: tuple[LiveObject, ...]  # the manifest's entries (copies)
     dropped: tuple[Dropped, ...]
     iterations: tuple[Iteration, ...]
     idle: bool
@@ -229,9 +231,9 @@ class CompactionPlan:
             "memory_limit_bytes": self.memory_limit, "split_size_bytes": self.split_size,
             "read_cut_bytes": self.read_cut, "min_part_bytes": self.min_part,
             "tasks": self.tasks, "task_memory_bytes": self.task_memory,
-            "input_count": len(self.inputs), "input_ids": [o["id"] for o in self.inputs],
-            "input_bytes": sum(o.get("size", 0) for o in self.inputs),
-            "inputs": [_json_copy(o) for o in self.inputs],
+            "input_count": len(self.inputs), "input_ids": [o.id for o in self.inputs],
+            "input_bytes": sum(o.size for o in self.inputs),
+            "inputs": [o.to_json() for o in self.inputs],
             "dropped_count": len(self.dropped), "dropped_bytes": self.dropped_bytes,
             "dropped": [d.to_json() for d in self.dropped],
             "oversized": [r.to_json() for r in self.oversized],
@@ -247,20 +249,6 @@ class CompactionPlan:
 
 
 # --- helpers the planner and the coverage check share ---------------------------------------
-
-def _json_copy(value):
-    """A deep copy of manifest-shaped data (dicts, lists, tuples, scalars): what copy.deepcopy
-    gives, several times faster (no memo: the manifest holds no shared or cyclic parts). Other
-    objects go to copy.deepcopy."""
-    if isinstance(value, dict):
-        return {k: _json_copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_copy(v) for v in value]
-    if isinstance(value, (str, int, float, bool, type(None))):
-        return value
-    if isinstance(value, tuple):
-        return tuple(_json_copy(v) for v in value)
-    return copy.deepcopy(value)
 
 def _key(r: SourceRange) -> tuple[int, int]:
     return (r.stream_id, r.start_offset)

@@ -25,44 +25,48 @@ Planning, in order:
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from walctl.compaction.coverage import check_against_manifest, check_overlaps
 from walctl.compaction.plan import (
     DEFAULT_MAX_OBJECTS, DEFAULT_MEMORY_LIMIT, DEFAULT_READ_CUT, DEFAULT_SPLIT_SIZE, DROP_DELETED,
     DROP_RETENTION, DROP_STREAM_START, SO, SSO, CompactionPlan, Dropped, Iteration, OutputObject, Piece, Read,
-    SourceRange, _json_copy, _key, _stream_spans, object_size,
+    SourceRange, _key, _stream_spans, object_size,
 )
 from walctl.errors import CorruptionError, UsageError
 from walctl.format.object import FOOTER_SIZE, INDEX_ENTRY_SIZE, IndexEntry
+
+if TYPE_CHECKING:
+    from walctl.store.manifest import LiveObject, Manifest, StreamSpan
 
 
 def _positive(name: str, value: int, minimum: int = 1) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise UsageError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
-def source_ranges(obj: dict, entries: Sequence[IndexEntry]) -> list[SourceRange]:
-    ranges = [SourceRange(obj["id"], obj["key"], e.stream_id, e.start_offset, e.end_offset, e.record_count,
+def source_ranges(obj: LiveObject, entries: Sequence[IndexEntry]) -> list[SourceRange]:
+    ranges = [SourceRange(obj.id, obj.key, e.stream_id, e.start_offset, e.end_offset, e.record_count,
                           e.block_position, e.block_size) for e in entries]
-    size = obj.get("size")
+    size = obj.size
     if size is not None:
         data_end = size - FOOTER_SIZE - INDEX_ENTRY_SIZE * len(entries)
         for r in ranges:
             if r.position < 0 or r.size < 1 or r.end_position > data_end:
                 raise CorruptionError(f"object {obj['id']}: index entry of stream {r.stream_id} at offset "
                                       f"{r.start_offset} points at bytes [{r.position}, {r.end_position}), "
-                                      f"outside the data region [0, {data_end})", where=obj["key"])
+                                      f"outside the data region [0, {data_end})", where=obj.key)
     check_against_manifest(obj, ranges)
     return ranges
 
-def _drop_reason(r: SourceRange, streams: Mapping[str, dict], retention: Mapping[int, int]) -> str | None:
-    known = streams.get(str(r.stream_id))
+def _drop_reason(r: SourceRange, streams: Mapping[int, StreamSpan], retention: Mapping[int, int]) -> str | None:
+    known = streams.get(r.stream_id)
     if known is None:
         return DROP_DELETED
     if r.stream_id in retention and r.end_offset <= retention[r.stream_id]:
         return DROP_RETENTION
-    if r.end_offset <= known["start"]:
+    if r.end_offset <= known.start:
         return DROP_STREAM_START
     return None
 
@@ -169,7 +173,7 @@ def _leave_a_part(rest: Sequence[SourceRange], take: int, size: int, started: bo
     return take, size
 
 
-def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]], *,
+def plan_compaction(manifest: Manifest, indexes: Mapping[int, Sequence[IndexEntry]], *,
                     memory_limit: int = DEFAULT_MEMORY_LIMIT, split_size: int = DEFAULT_SPLIT_SIZE,
                     max_objects: int = DEFAULT_MAX_OBJECTS, retention: Mapping[int, int] | None = None,
                     read_cut: int = DEFAULT_READ_CUT, min_part: int = 1, tasks: int = 1) -> CompactionPlan:
@@ -203,10 +207,9 @@ def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]],
                         ("read cut", read_cut), ("min part", min_part), ("tasks", tasks)):
         _positive(name, value)
     tasks = max(1, min(tasks, memory_limit // min_part))
-    candidates = sorted((o for o in manifest.get("objects", ()) if o.get("kind") == SSO),
-                        key=lambda o: (o["order_id"], o["id"]))
-    inputs = tuple(_json_copy(o) for o in candidates[:max_objects])
-    object_order = {o["id"]: i for i, o in enumerate(inputs)}
+    candidates = sorted(manifest.live(SSO), key=lambda o: (o.order_id, o.id))
+    inputs = tuple(copy.deepcopy(o) for o in candidates[:max_objects])
+    object_order = {o.id: i for i, o in enumerate(inputs)}
 
     def make(idle: bool, reason: str, dropped=(), iterations=(), oversized=(), outputs=()) -> CompactionPlan:
         return CompactionPlan(inputs, tuple(dropped), tuple(iterations), idle, reason, memory_limit, split_size,
@@ -214,13 +217,13 @@ def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]],
 
     if not inputs:
         return make(True, "no stream set object to compact")
-    missing = [o["id"] for o in inputs if o["id"] not in indexes]
+    missing = [o.id for o in inputs if o.id not in indexes]
     if missing:
         raise ValueError(f"no index given for input object(s) {missing}")
-    kept, dropped = _kept_and_dropped(inputs, indexes, manifest.get("streams", {}), dict(retention or {}),
+    kept, dropped = _kept_and_dropped(inputs, indexes, manifest.streams, dict(retention or {}),
                                       object_order)
     if len(inputs) < 2 and not dropped:
-        return make(True, f"only one stream set object (id {inputs[0]['id']}) and nothing to drop")
+        return make(True, f"only one stream set object (id {inputs[0].id}) and nothing to drop")
     groups = _groups(kept, split_size)
     cut, oversized = _cut_pieces(groups, max(1, memory_limit // tasks), min_part)
     iterations, pieces_of = _iterations(cut, object_order, read_cut)
@@ -236,14 +239,14 @@ def plan_compaction(manifest: dict, indexes: Mapping[int, Sequence[IndexEntry]],
     return make(False, reason, dropped, iterations, oversized, outputs)
 
 
-def _kept_and_dropped(inputs: Sequence[dict], indexes: Mapping[int, Sequence[IndexEntry]],
-                      streams: Mapping[str, dict], retention: Mapping[int, int],
+def _kept_and_dropped(inputs: Sequence[LiveObject], indexes: Mapping[int, Sequence[IndexEntry]],
+                      streams: Mapping[int, StreamSpan], retention: Mapping[int, int],
                       object_order: Mapping[int, int]) -> tuple[list[SourceRange], list[Dropped]]:
     """The inputs' source ranges kept (by stream and offset) and dropped (and why)."""
     live: list[SourceRange] = []
     dropped: list[Dropped] = []
     for obj in inputs:
-        for r in source_ranges(obj, indexes[obj["id"]]):
+        for r in source_ranges(obj, indexes[obj.id]):
             reason = _drop_reason(r, streams, retention)
             if reason == DROP_DELETED:
                 dropped.append(Dropped(r, reason))

@@ -135,7 +135,7 @@ def task_timeout(plan, given_s: float | None, read_rate_bps: float | None,
 INDEX_READ_THREADS = 8  # footers and indexes read at once (small ranged reads: latency-bound)
 
 
-def read_indexes(store: Store, objects: list[dict]) -> tuple[dict, int]:
+def read_indexes(store: Store, objects: list[mf.LiveObject]) -> tuple[dict, int]:
     """Footer + index of each object (one or two ranged reads each, a few objects at once);
     returns (indexes, gets). The first failure is raised, as reading them one by one would."""
     from concurrent.futures import ThreadPoolExecutor
@@ -147,8 +147,8 @@ def read_indexes(store: Store, objects: list[dict]) -> tuple[dict, int]:
     with ThreadPoolExecutor(max_workers=max(1, min(INDEX_READ_THREADS, len(objects)))) as pool:
         # The manifest names them: a bad footer or another size is damage naming the object (exit 3)
         for o, result in zip(objects, pool.map(
-                lambda o: inspect(store, o["key"], known=True, expected_size=o["size"]), objects)):
-            indexes[o["id"]] = result.entries
+                lambda o: inspect(store, o.key, known=True, expected_size=o.size), objects)):
+            indexes[o.id] = result.entries
     return indexes, store.stats.snapshot().get("get", 0) - before
 
 
@@ -226,7 +226,7 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
     with signals_deferred(mask=False):
         result.epoch, prepared = fence_and_prepare(store, len(plan.outputs), namespace, "compact")
     failpoint("compact-after-prepare")
-    made = _run_job(store, store_url, result, [p["key"] for p in prepared], spark=spark, master=master,
+    made = _run_job(store, store_url, result, [p.key for p in prepared], spark=spark, master=master,
                     spark_log_level=spark_log_level, endpoint_url=endpoint_url, progress=progress,
                     write_rate_bps=write_rate_bps, on_warning=on_warning)
     failpoint("compact-before-commit")
@@ -239,7 +239,7 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
     with signals_deferred(mask=False):  # an interrupt waits for the commit, then finds the result complete
         result.commit_number = commit_replacement(
             store, epoch=result.epoch, inputs=list(plan.inputs), prepared=prepared, made=made,
-            command="compact", sso_order_id=min(o["order_id"] for o in plan.inputs), also=set_retention)
+            command="compact", sso_order_id=min(o.order_id for o in plan.inputs), also=set_retention)
         result.made = made
         result.seconds = time.monotonic() - started
     return result
@@ -251,14 +251,14 @@ def _planned(store: Store, *, master, memory_limit: int, split_size: int, max_ob
     """The manifest read, the inputs' indexes read, the plan made: the result so far."""
     doc = mf.load_latest(store)
     check_retention(doc, retention)
-    candidates = sorted(doc.live("SSO"), key=lambda o: (o["order_id"], o["id"]))
+    candidates = sorted(doc.live("SSO"), key=lambda o: (o.order_id, o.id))
     candidates = candidates[:max_objects]
     indexes, index_gets = read_indexes(store, candidates)
     if tasks is None:
         from walctl.spark.job import default_tasks
 
         tasks = default_tasks(spark.sparkContext.master if spark is not None else requested_master(master))
-    plan = plan_compaction(doc.to_json(), indexes, memory_limit=memory_limit, split_size=split_size,
+    plan = plan_compaction(doc, indexes, memory_limit=memory_limit, split_size=split_size,
                            max_objects=max_objects, retention=retention, min_part=min_part_for(store),
                            tasks=tasks)
     return CompactResult(plan, plan.idle, dry_run, objects_in=len(plan.inputs),
