@@ -3,6 +3,7 @@
 
     python bench/append_bench.py [--records 64KiB,4KiB,1KiB,100B] [--data 256MiB] [--size 1GiB]
         [--rounds 1] [--duration 5] [--dir /var/tmp] [--ack records|ranges] [--profile DIR] [--input-file]
+        [--compare OTHER_TREE]
 
 On a loop device (--direct-io=on) over a prewritten file, for each record size:
   walctl   `cat FILE | walctl append DEV --stream 1 --input - --framing length-prefixed --json
@@ -83,14 +84,14 @@ def walctl_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "walctl", *args]
 
 
-def init(dev: str) -> None:
+def init(dev: str, root: str = REPO_ROOT) -> None:
     subprocess.run(walctl_cmd("init", dev, "--force", "--discard-unuploaded"), check=True, capture_output=True,
-                   cwd=REPO_ROOT)
+                   cwd=root)
 
 
-def run_append(dev: str, inp: str, piped: bool, ack: str, profile: str | None) -> dict:
-    """One append run; returns its summary plus wall seconds."""
-    init(dev)
+def run_append(dev: str, inp: str, piped: bool, ack: str, profile: str | None, root: str = REPO_ROOT) -> dict:
+    """One append run of the walctl tree at ``root`` (``python -m walctl`` from there); its summary plus wall seconds."""
+    init(dev, root)
     extra = ["--ack", ack] if ack != "records" else []
     source = "-" if piped else inp
     args = walctl_cmd("append", dev, "--stream", "1", "--input", source, "--framing", "length-prefixed",
@@ -104,7 +105,7 @@ def run_append(dev: str, inp: str, piped: bool, ack: str, profile: str | None) -
     if piped:
         cmd = f"cat {_quote(inp)} | " + cmd
     started = time.perf_counter()
-    proc = subprocess.run(["bash", "-c", "set -o pipefail; " + cmd], capture_output=True, text=True, cwd=REPO_ROOT)
+    proc = subprocess.run(["bash", "-c", "set -o pipefail; " + cmd], capture_output=True, text=True, cwd=root)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"walctl append failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
@@ -193,6 +194,8 @@ def one_size(dev: str, workdir: str, record: int, opts, size: int) -> dict:
         pipe_default, pipe_big = pipe_ceiling(inp, 0), pipe_ceiling(inp, MiB)
         row = {"summary": s, "fio": f, "fio_bs": bs, "pipe": pipe_default, "pipe_1m": pipe_big,
                "profile": profile_top(prof) if prof else None}
+        if opts.compare:  # the other tree, same input, right after the same fio run
+            row["compare"] = run_append(dev, inp, True, "records", None, root=opts.compare)
         if opts.input_file:
             row["file"] = run_append(dev, inp, False, opts.ack, None)
         rows.append(row)
@@ -220,6 +223,13 @@ def report(results: list[dict], opts) -> None:
                   f"{_size(row['fio_bs']):>9} {f['mib_per_s']:>9.1f} {mibs / f['mib_per_s']:>6.2f} "
                   f"{row['pipe'] / f['mib_per_s']:>6.2f} {row['pipe_1m'] / f['mib_per_s']:>7.2f} {p99:>7.2f} "
                   f"{file_ratio:>6}")
+            if "compare" in row:
+                c = row["compare"]
+                cm = c["payload_bytes"] / MiB / c["wall_s"]
+                cp99 = (c.get("stages_us") or {}).get("total", {}).get("p99", 0) / 1000
+                print(f"{'(other)':>8} {cm:>12.1f} {c['records'] / c['wall_s']:>10.0f} "
+                      f"{_size(c['bytes_written'] // max(1, c['blocks_written'])):>9} {'':>9} "
+                      f"{cm / f['mib_per_s']:>6.2f} {'':>6} {'':>7} {cp99:>7.2f}")
     print("ratio, pipe, pipe 1M, file: MiB/s / fio MiB/s (pipe: a bare reader of the same pipe, default size "
           "and F_SETPIPE_SZ 1 MiB; file: --input FILE). p99: a block's first record to durable.")
     for res in results:
@@ -244,6 +254,9 @@ def main() -> int:
     parser.add_argument("--ack", default="records", help="append's --ack mode (records, ranges)")
     parser.add_argument("--profile", help="a directory for py-spy profiles of the walctl runs")
     parser.add_argument("--input-file", action="store_true", help="also time --input FILE (no pipe)")
+    parser.add_argument("--compare", help="another walctl tree (a checkout with its C extension built): its piped "
+                                          "append runs right after this tree's, against the same fio run (--ack "
+                                          "records), printed as '(other)' rows")
     parser.add_argument("--json", help="also write the raw results to this file")
     opts = parser.parse_args()
     opts.data = parse_size(opts.data)
