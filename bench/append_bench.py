@@ -101,6 +101,9 @@ def run_append(dev: str, inp: str, piped: bool, ack: str, profile: str | None, r
         if os.path.exists(spy):
             args = [spy, "record", "--format", "raw", "--rate", "250", "--nonblocking", "-o", profile, "--",
                     *args]
+    cpu_file = ACKS + ".cpu"
+    if not profile and os.path.exists("/usr/bin/time"):  # walctl's own CPU seconds (user + system)
+        args = ["/usr/bin/time", "-f", "%U %S", "-o", cpu_file, *args]
     cmd = " ".join(map(_quote, args)) + f" > {ACKS}"
     if piped:
         cmd = f"cat {_quote(inp)} | " + cmd
@@ -116,6 +119,11 @@ def run_append(dev: str, inp: str, piped: bool, ack: str, profile: str | None, r
     summary = json.loads(next(line for line in reversed(tail) if line.startswith(b'{"type":"summary"')))
     summary["wall_s"] = wall
     summary["ack_bytes"] = os.path.getsize(ACKS)
+    summary["cpu_s"] = None
+    if os.path.exists(cpu_file):
+        with open(cpu_file) as f:
+            summary["cpu_s"] = sum(map(float, f.read().split()[-2:]))
+        os.remove(cpu_file)
     return summary
 
 
@@ -207,7 +215,7 @@ def report(results: list[dict], opts) -> None:
     print(f"\nloop device (--direct-io=on), {opts.data // MiB} MiB of records per run, --ack {opts.ack}; "
           f"fio --rw=write --iodepth=4 --direct=1 --sync=dsync --ioengine=libaio at walctl's write size")
     head = (f"{'records':>8} {'walctl MiB/s':>12} {'records/s':>10} {'avg write':>9} {'fio MiB/s':>9} {'ratio':>6} "
-            f"{'pipe':>6} {'pipe 1M':>7} {'p99 ms':>7} {'file':>6}")
+            f"{'pipe':>6} {'pipe 1M':>7} {'p99 ms':>7} {'file':>6} {'CPU s/GiB':>9}")
     print(head)
     print("-" * len(head))
     for res in results:
@@ -222,21 +230,27 @@ def report(results: list[dict], opts) -> None:
             print(f"{_size(res['record']):>8} {mibs:>12.1f} {s['records'] / s['wall_s']:>10.0f} "
                   f"{_size(row['fio_bs']):>9} {f['mib_per_s']:>9.1f} {mibs / f['mib_per_s']:>6.2f} "
                   f"{row['pipe'] / f['mib_per_s']:>6.2f} {row['pipe_1m'] / f['mib_per_s']:>7.2f} {p99:>7.2f} "
-                  f"{file_ratio:>6}")
+                  f"{file_ratio:>6} {_cpu(s):>9}")
             if "compare" in row:
                 c = row["compare"]
                 cm = c["payload_bytes"] / MiB / c["wall_s"]
                 cp99 = (c.get("stages_us") or {}).get("total", {}).get("p99", 0) / 1000
                 print(f"{'(other)':>8} {cm:>12.1f} {c['records'] / c['wall_s']:>10.0f} "
                       f"{_size(c['bytes_written'] // max(1, c['blocks_written'])):>9} {'':>9} "
-                      f"{cm / f['mib_per_s']:>6.2f} {'':>6} {'':>7} {cp99:>7.2f}")
+                      f"{cm / f['mib_per_s']:>6.2f} {'':>6} {'':>7} {cp99:>7.2f} {'':>6} {_cpu(c):>9}")
     print("ratio, pipe, pipe 1M, file: MiB/s / fio MiB/s (pipe: a bare reader of the same pipe, default size "
-          "and F_SETPIPE_SZ 1 MiB; file: --input FILE). p99: a block's first record to durable.")
+          "and F_SETPIPE_SZ 1 MiB; file: --input FILE). p99: a block's first record to durable. CPU s/GiB: the "
+          "walctl process's user + system seconds per GiB of payload (the machine's load moves it least).")
     for res in results:
         for row in res["rows"]:
             print(f"  {_size(res['record'])}: {stage_line(row['summary'])}")
             if row["profile"]:
                 print("    py-spy self time:\n      " + "\n      ".join(row["profile"]))
+
+
+def _cpu(summary: dict) -> str:
+    cpu = summary.get("cpu_s")
+    return "" if cpu is None else f"{cpu / max(summary['payload_bytes'] / (1 << 30), 1e-9):.2f}"
 
 
 def _size(n: int) -> str:

@@ -107,3 +107,49 @@ def test_hex_and_base64_lines_are_hex_and_b64encode_of_each_payload(payloads):
 def test_a_span_outside_the_buffer_is_a_value_error():
     with pytest.raises(ValueError):
         framepack.hex_lines(b"abc", struct.pack("=2q", 2, 5))
+
+
+TRICKY = [b"", b"plain", b'q"uote\\back', b"\x00\x01\x1f\x7f\n\r\t\x08\x0c", "caf\u00e9 \u20ac \U0001F600".encode(),
+          b"\xff\xfe", b"\xe2\x82", b"\xe2\x82A", b"\xed\xa0\x80", b"\xc0\x80", b"\xf4\x90\x80\x80", b"\xf0\x9f\x98",
+          b"\x80abc", b"\xe0\x80\xaf", "\u2028\ufeff".encode()]
+
+
+def rows_for(payloads) -> tuple[bytes, bytes]:
+    """A buffer of StreamRecordBatch bodies and decode_records-like rows for them (ROW int64 each)."""
+    buf, rows = bytearray(), []
+    for i, p in enumerate(payloads):
+        pos = len(buf)
+        buf += bytes(33) + p
+        rows += [1000 + 100 * i, pos, 33 + len(p), bulk.KIND_BATCH, 9, 0, 50 + i, 1]
+    return bytes(buf), struct.pack(f"={len(rows)}q", *rows)
+
+
+def python_lines(payloads, how: str) -> bytes:
+    import json
+
+    def text(p: bytes) -> str:
+        if how == "hex":
+            return p.hex()
+        if how == "base64":
+            return base64.b64encode(p).decode()
+        return p.decode("utf-8", errors="backslashreplace")
+
+    return "".join(json.dumps({"type": "record", "offset": 1000 + 100 * i, "stream_id": 9, "base_offset": 50 + i,
+                               "count": 1, "payload_bytes": len(p), "wal_offset": 1000 + 100 * i,
+                               "stream_offset": 50 + i, "payload": text(p)}, separators=(",", ":")) + "\n"
+                   for i, p in enumerate(payloads)).encode()
+
+
+@pytest.mark.parametrize("how", ["hex", "base64", "text"])
+def test_record_lines_are_recovers_json_dumps_lines_for_tricky_payloads(how):
+    buf, rows = rows_for(TRICKY)
+    assert framepack.record_lines(buf, rows, 0, len(TRICKY), how) == python_lines(TRICKY, how)
+
+
+@settings(max_examples=200, deadline=None)
+@given(payloads=st.lists(st.one_of(st.binary(max_size=60), st.text(max_size=30).map(
+    lambda s: s.encode("utf-8", "surrogatepass"))), max_size=12))
+def test_record_lines_text_is_json_dumps_of_backslashreplace(payloads):
+    buf, rows = rows_for(payloads)
+    for how in ("text", "hex", "base64"):
+        assert framepack.record_lines(buf, rows, 0, len(payloads), how) == python_lines(payloads, how)

@@ -944,16 +944,91 @@ static PyObject *py_base64_lines(PyObject *self, PyObject *args)
  * record_lines(buf, rows, first, stop, mode) -> bytes | None
  * rows[first:stop] (ROW int64 each, decode_records' rows of intact StreamRecordBatch records): each
  * record's NDJSON line as recover renders it from its dict (json.dumps, separators (",", ":")),
- * "payload" last: mode 0 hex, 1 base64, 2 text. Text is rendered only when every payload of the
- * run is printable ASCII without '"' or '\\' (then UTF-8 decoding and JSON escaping change
- * nothing): else None, and the caller renders the run record by record. */
+ * "payload" last: mode 0 hex, 1 base64, 2 text (UTF-8, invalid bytes as \\xNN, JSON-escaped with
+ * ensure_ascii: json_text_into). None when a row is not an intact batch (the caller then renders
+ * record by record). */
 
-static int plain_ascii(const uint8_t *p, Py_ssize_t n)
+/* The length of the valid UTF-8 sequence at p[0:n] (Python's strict decoder: no overlong form,
+ * no surrogate, at most U+10FFFF), its code point in *cp; 0 when p[0] starts none. */
+static int utf8_seq(const uint8_t *p, Py_ssize_t n, uint32_t *cp)
 {
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (p[i] < 0x20 || p[i] > 0x7e || p[i] == '"' || p[i] == '\\')
+    uint8_t c = p[0];
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    int len;
+    uint32_t v, min;
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2, v = c & 0x1F, min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3, v = c & 0x0F, min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4, v = c & 0x07, min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    for (int i = 1; i < len; i++) {
+        if ((p[i] & 0xC0) != 0x80)
             return 0;
-    return 1;
+        v = (v << 6) | (p[i] & 0x3F);
+    }
+    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+        return 0;
+    *cp = v;
+    return len;
+}
+
+static inline void text_u16(Text *t, uint32_t u)
+{
+    t->p[t->len++] = '\\';
+    t->p[t->len++] = 'u';
+    for (int s = 12; s >= 0; s -= 4)
+        t->p[t->len++] = HEX[(u >> s) & 15];
+}
+
+/* json.dumps(p.decode("utf-8", "backslashreplace")) without its quotes (ensure_ascii): at most
+ * 12 characters a byte (a 4-byte sequence becomes a 12-character surrogate pair). */
+static void json_text_into(Text *t, const uint8_t *p, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint8_t c = p[i];
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+            t->p[t->len++] = (char)c;
+            i++;
+            continue;
+        }
+        uint32_t cp;
+        int len = utf8_seq(p + i, n - i, &cp);
+        if (len == 0) { /* an invalid byte: backslashreplace's \xNN, its backslash escaped by JSON */
+            LIT(t, "\\\\x");
+            t->p[t->len++] = HEX[c >> 4];
+            t->p[t->len++] = HEX[c & 15];
+            i++;
+            continue;
+        }
+        i += len;
+        switch (cp) {
+        case '"': LIT(t, "\\\""); break;
+        case '\\': LIT(t, "\\\\"); break;
+        case '\n': LIT(t, "\\n"); break;
+        case '\r': LIT(t, "\\r"); break;
+        case '\t': LIT(t, "\\t"); break;
+        case '\b': LIT(t, "\\b"); break;
+        case '\f': LIT(t, "\\f"); break;
+        default:
+            if (cp < 0x10000) { /* json.dumps escapes all but ' '..'~' (0x7f too) */
+                text_u16(t, cp);
+            } else {
+                cp -= 0x10000;
+                text_u16(t, 0xD800 | (cp >> 10));
+                text_u16(t, 0xDC00 | (cp & 0x3FF));
+            }
+        }
+    }
 }
 
 static PyObject *py_record_lines(PyObject *self, PyObject *args)
@@ -980,11 +1055,7 @@ static PyObject *py_record_lines(PyObject *self, PyObject *args)
             bad = 1;
             break;
         }
-        if (mode == 2 && !plain_ascii(p + pos, (Py_ssize_t)len)) {
-            bad = 1;
-            break;
-        }
-        Py_ssize_t need = 256 + (mode == 0 ? 2 * len : mode == 1 ? (len + 2) / 3 * 4 : len);
+        Py_ssize_t need = 256 + (mode == 0 ? 2 * len : mode == 1 ? (len + 2) / 3 * 4 : 12 * len);
         if (text_room(&t, need) < 0) {
             nomem = 1;
             break;
@@ -1010,8 +1081,7 @@ static PyObject *py_record_lines(PyObject *self, PyObject *args)
         } else if (mode == 1) {
             t.len += b64_into(t.p + t.len, p + pos, (Py_ssize_t)len);
         } else {
-            memcpy(t.p + t.len, p + pos, (size_t)len);
-            t.len += len;
+            json_text_into(&t, p + pos, (Py_ssize_t)len);
         }
         LIT(&t, "\"}\n");
     }
@@ -1064,7 +1134,7 @@ static PyMethodDef methods[] = {
      "base64_lines(buf, spans, first, stop) -> bytes: each span's bytes in base64, one per line"},
     {"record_lines", py_record_lines, METH_VARARGS,
      "record_lines(buf, rows, first, stop, mode) -> bytes | None: recover's NDJSON record lines with payloads"
-     " (mode 0 hex, 1 base64, 2 text; None: a payload text cannot render as is)"},
+     " (mode 0 hex, 1 base64, 2 text; None: a row that is not an intact batch)"},
     {NULL, NULL, 0, NULL},
 };
 

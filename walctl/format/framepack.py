@@ -68,10 +68,11 @@ RECORD_LINE_MODES = {"hex": 0, "base64": 1, "text": 2}
 
 
 def record_lines(buf, rows, first: int, stop: int, payload: str) -> bytes | None:
-    """recover --json's NDJSON lines, payload included (``payload``: hex, base64 or text), of the
-    decoded rows[first:stop] (walctl.format.bulk rows of StreamRecordBatch records) in one C call;
-    None when that cannot be done (no C extension, or text that JSON would escape): the caller
-    renders those records one by one."""
+    """recover --json's NDJSON lines, payload included (``payload``: hex, base64 or text: UTF-8,
+    invalid bytes as \\xNN, JSON-escaped as json.dumps does), of the decoded rows[first:stop]
+    (walctl.format.bulk rows of StreamRecordBatch records) in one C call; None when that cannot
+    be done (no C extension, or a row that is not an intact batch): the caller renders those
+    records one by one."""
     if _native is None or not hasattr(_native, "record_lines"):
         return None
     return _native.record_lines(buf, rows, first, stop, RECORD_LINE_MODES[payload])
