@@ -8,12 +8,15 @@ import threading
 from types import SimpleNamespace
 
 from walctl.spark.job import ReadAhead
+from walctl.store.base import StoreCapabilities
 
 KiB = 1 << 10
 
 
 class CountingStore:
     """read_range returns zeros and notes each GET, in the order they were made."""
+
+    capabilities = StoreCapabilities()  # returns bytes: no read_range_into
 
     def __init__(self):
         self.gets: list[tuple[str, int, int]] = []

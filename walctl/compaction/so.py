@@ -237,9 +237,9 @@ class SoResult:
 
 def _through_bytes(store: Store, pieces) -> int:
     """Bytes a compose of ``pieces`` reads through us (S3's small parts); 0 where all is copied."""
-    from walctl.store.s3 import S3Store, plan_compose_parts
+    from walctl.store.s3 import plan_compose_parts
 
-    if not isinstance(store, S3Store):
+    if not store.capabilities.copies_small_parts_through:
         return 0
     parts = plan_compose_parts(pieces)
     if not any(isinstance(p, CopySource) for p in parts):

@@ -218,7 +218,7 @@ class StreamReader:
         self.rows = rows
         # With payload views, a store that lends its read buffers (LocalStore: no copy out of the
         # O_DIRECT buffer) reads through them: read_*_view's bytes never change while viewed.
-        self._lends = payload_views and hasattr(store, "read_range_view") and hasattr(store, "read_tail_view")
+        self._lends = payload_views and store.capabilities.lends_views
         self._read_range = store.read_range_view if self._lends else store.read_range
         self._read_tail = store.read_tail_view if self._lends else store.read_tail
         self._pool = None

@@ -170,14 +170,12 @@ def check_retention(doc: mf.Manifest, retention: dict[int, int]) -> None:
 
 def min_part_for(store: Store) -> int:
     """Smallest part of a multipart object the store takes (S3: 5 MiB but the last part)."""
-    from walctl.store.base import MIN_PART_BYTES
-
-    return MIN_PART_BYTES if hasattr(store, "bucket") else 1
+    return store.capabilities.min_part_bytes
 
 
 def task_store_url(store: Store, store_url: str) -> str:
     """What executors open: a local store by its absolute path (they do not share our cwd)."""
-    return store.root if hasattr(store, "root") and not hasattr(store, "bucket") else store_url
+    return store.capabilities.executor_url or store_url
 
 
 @contextlib.contextmanager

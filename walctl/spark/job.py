@@ -453,7 +453,7 @@ class ReadAhead:
         # A local store reads into the task's arena (read_range_into); others return bytes. The arena
         # is the memory share and 1/16 more: the reads' page alignment and some fragmentation (measured
         # on compact_bench's layout: no read needed a buffer of its own).
-        self.buffers = BufferPool(self.memory + self.memory // 16) if hasattr(store, "read_range_into") else None
+        self.buffers = BufferPool(self.memory + self.memory // 16) if store.capabilities.reads_into else None
         self.lent: dict[tuple[int, int], object] = {}  # (iteration, ticket) -> the arena extent its read holds
         self.futures = []
         self.first_ticket = []

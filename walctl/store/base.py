@@ -127,12 +127,39 @@ class RequestStats:
                     setattr(self, f.name, 0)
 
 
+@dataclass(frozen=True)
+class StoreCapabilities:
+    """What a store can do beyond the Store protocol's methods: callers ask this, never
+    ``hasattr``/``isinstance`` on a store (issue 29 item 2).
+
+    Attributes:
+        server_side_copy: ``compose`` copies CopySources inside the store (S3 UploadPartCopy for
+            parts of at least ``min_part_bytes``, local copy_file_range).
+        min_part_bytes: the smallest part of a multipart object but the last (S3: 5 MiB; local: 1).
+        copies_small_parts_through: ``compose`` reads and re-writes sources in parts under
+            ``min_part_bytes`` (S3); False where every byte is copied in place (local).
+        lends_views: ``read_range_view``/``read_tail_view`` lend memoryviews of the object's bytes
+            (a local store's mapped files) instead of copying them into new bytes.
+        reads_into: ``read_range_into(key, start, end, buf)`` reads straight into a caller's buffer.
+        executor_url: the URL a process on another host or cwd opens the same store by (a local
+            store's absolute path; None: the URL the user gave works everywhere).
+    """
+
+    server_side_copy: bool = False
+    min_part_bytes: int = 1
+    copies_small_parts_through: bool = False
+    lends_views: bool = False
+    reads_into: bool = False
+    executor_url: str | None = None
+
+
 @runtime_checkable
 class Store(Protocol):
     """What the manifest, upload, GC and compaction code need from an object store."""
 
     url: str              # "s3://bucket/prefix" or "/abs/dir"
     stats: RequestStats
+    capabilities: StoreCapabilities  # what it can do beyond these methods
 
     def size(self, key: str) -> int:
         """The object's size in bytes. Raises NotFoundError."""

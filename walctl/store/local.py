@@ -32,6 +32,7 @@ from walctl.store.base import (
     ObjectInfo,
     PreconditionFailed,
     RequestStats,
+    StoreCapabilities,
     check_key,
     check_part_size,
     check_prefix,
@@ -145,6 +146,8 @@ class LocalStore:
         self.root = os.path.abspath(os.fspath(root))
         self.url = self.root
         self.stats = RequestStats()
+        self.capabilities = StoreCapabilities(server_side_copy=True, lends_views=True, reads_into=True,
+                                              executor_url=self.root)
         if os.path.isdir(self.root):
             return
         if os.path.exists(self.root):

@@ -42,6 +42,7 @@ from walctl.store.base import (
     ObjectInfo,
     PreconditionFailed,
     RequestStats,
+    StoreCapabilities,
     check_key,
     check_part_size,
     check_prefix,
@@ -285,6 +286,8 @@ class S3Store:
         self.read_timeout_s = read_timeout_s
         self.multipart_threshold_bytes = multipart_threshold_bytes
         self.stats = RequestStats()
+        self.capabilities = StoreCapabilities(server_side_copy=True, min_part_bytes=MIN_PART_BYTES,
+                                              copies_small_parts_through=True)
         self._client = None
         self._client_lock = threading.Lock()
         self._local = threading.local()   # HTTP attempts of the current call, per thread
