@@ -215,7 +215,7 @@ def report(results: list[dict], opts) -> None:
     print(f"\nloop device (--direct-io=on), {opts.data // MiB} MiB of records per run, --ack {opts.ack}; "
           f"fio --rw=write --iodepth=4 --direct=1 --sync=dsync --ioengine=libaio at walctl's write size")
     head = (f"{'records':>8} {'walctl MiB/s':>12} {'records/s':>10} {'avg write':>9} {'fio MiB/s':>9} {'ratio':>6} "
-            f"{'pipe':>6} {'pipe 1M':>7} {'p99 ms':>7} {'file':>6} {'CPU s/GiB':>9}")
+            f"{'pipe':>6} {'pipe 1M':>7} {'p99 ms':>7} {'file':>6} {'CPU s/GiB':>9} {'own':>5}")
     print(head)
     print("-" * len(head))
     for res in results:
@@ -230,22 +230,29 @@ def report(results: list[dict], opts) -> None:
             print(f"{_size(res['record']):>8} {mibs:>12.1f} {s['records'] / s['wall_s']:>10.0f} "
                   f"{_size(row['fio_bs']):>9} {f['mib_per_s']:>9.1f} {mibs / f['mib_per_s']:>6.2f} "
                   f"{row['pipe'] / f['mib_per_s']:>6.2f} {row['pipe_1m'] / f['mib_per_s']:>7.2f} {p99:>7.2f} "
-                  f"{file_ratio:>6} {_cpu(s):>9}")
+                  f"{file_ratio:>6} {_cpu(s):>9} {_own(s, f):>5}")
             if "compare" in row:
                 c = row["compare"]
                 cm = c["payload_bytes"] / MiB / c["wall_s"]
                 cp99 = (c.get("stages_us") or {}).get("total", {}).get("p99", 0) / 1000
                 print(f"{'(other)':>8} {cm:>12.1f} {c['records'] / c['wall_s']:>10.0f} "
                       f"{_size(c['bytes_written'] // max(1, c['blocks_written'])):>9} {'':>9} "
-                      f"{cm / f['mib_per_s']:>6.2f} {'':>6} {'':>7} {cp99:>7.2f} {'':>6} {_cpu(c):>9}")
+                      f"{cm / f['mib_per_s']:>6.2f} {'':>6} {'':>7} {cp99:>7.2f} {'':>6} {_cpu(c):>9} "
+                      f"{_own(c, f):>5}")
     print("ratio, pipe, pipe 1M, file: MiB/s / fio MiB/s (pipe: a bare reader of the same pipe, default size "
           "and F_SETPIPE_SZ 1 MiB; file: --input FILE). p99: a block's first record to durable. CPU s/GiB: the "
-          "walctl process's user + system seconds per GiB of payload (the machine's load moves it least).")
+          "walctl process's user + system seconds per GiB of payload (the machine's load moves it least). own: "
+          "the ratio over append's own seconds (its summary: from opening the WAL to the close), start-up left out.")
     for res in results:
         for row in res["rows"]:
             print(f"  {_size(res['record'])}: {stage_line(row['summary'])}")
             if row["profile"]:
                 print("    py-spy self time:\n      " + "\n      ".join(row["profile"]))
+
+
+def _own(summary: dict, fio_row: dict) -> str:
+    seconds = summary.get("seconds") or 0
+    return f"{summary['payload_bytes'] / MiB / seconds / fio_row['mib_per_s']:.2f}" if seconds > 0 else ""
 
 
 def _cpu(summary: dict) -> str:
@@ -272,8 +279,13 @@ def main() -> int:
                                           "append runs right after this tree's, against the same fio run (--ack "
                                           "records), printed as '(other)' rows")
     parser.add_argument("--json", help="also write the raw results to this file")
+    parser.add_argument("--report", metavar="JSON", help="print the table of an earlier run's --json file, run nothing")
     opts = parser.parse_args()
     opts.data = parse_size(opts.data)
+    if opts.report:
+        with open(opts.report) as f:
+            report(json.load(f), opts)
+        return 0
     size = parse_size(opts.size)
     if shutil.which("fio") is None:
         raise SystemExit("fio is not installed (apt-get install -y fio)")
