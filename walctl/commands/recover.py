@@ -19,15 +19,16 @@ class Payload(str, enum.Enum):
     none = "none"
 
 
-def encode_payload(data: bytes, how: Payload) -> str | None:
+def encode_payload(data, how: Payload) -> str | None:
+    """A payload (bytes, or a view: no copy for hex and base64) as --payload shows it."""
     if how is Payload.text:
-        return data.decode("utf-8", errors="backslashreplace")
+        return (data if isinstance(data, bytes) else bytes(data)).decode("utf-8", errors="backslashreplace")
     if how is Payload.hex:
         return data.hex()
     if how is Payload.base64:
-        import base64  # (only for --payload base64)
+        import binascii  # (only for --payload base64)
 
-        return base64.b64encode(data).decode("ascii")
+        return binascii.b2a_base64(data, newline=False).decode("ascii")
     return None
 
 
