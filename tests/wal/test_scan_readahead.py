@@ -259,7 +259,7 @@ def test_memory_stays_bounded(logs, monkeypatch):
     monkeypatch.setattr(ringread._ReadAhead, "__init__", lambda self, *a: made.append(self) or real(self, *a))
     events = _scan(_Recording(logs["plain"]), True)[0]
     assert len(events) == 60 and len(made) == 1
-    assert made[0]._buffers == ringread.READ_AHEAD_DEPTH + 1  # 60 records of 9000 bytes: ~66 reads
+    assert made[0]._buffers.made == ringread.READ_AHEAD_DEPTH + 1  # 60 records of 9000 bytes: ~66 reads
 
 
 @pytest.mark.parametrize("bulk", [True, False])
