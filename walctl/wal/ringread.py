@@ -41,7 +41,7 @@ READ_AHEAD_BYTES = 2 << 20
 READ_AHEAD_DEPTH = 4
 READ_AHEAD_THREADS = 2
 READ_AHEAD_CARRY = READ_AHEAD_BYTES
-BULK_RECORDS = 1 << 30  # decode_block's bound when nothing asks the scan to look at each record
+BULK_RECORDS = 1 << 30  # intact_run's bound when nothing asks the scan to look at each record
 
 
 @dataclass(frozen=True)
