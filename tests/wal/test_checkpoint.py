@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from walctl.device import open_device
-from walctl.device.blockio import bytes_read_total
+from walctl.device.fdio import bytes_read_total
 from walctl.errors import UsageError
 from walctl.format.batch import StreamRecordBatch
 from walctl.format.checkpoint import MAX_STREAMS, POSITION
