@@ -24,7 +24,7 @@ from walctl.errors import IOFailure
 from walctl.format.header import ALIGN, HEADERS_SIZE
 from walctl.wal import reader, ringread
 from walctl.wal.headers import read_headers
-from walctl.wal.lifecycle import open_reader
+from walctl.wal.readsession import open_reader
 
 from walhelpers import append_records, mixed_wrapped_wal, new_wal
 

@@ -123,7 +123,7 @@ class StreamReader(ObjectReading, WalTail):
         Raises:
             NotFoundError: the store has no manifest, or (without WAL or follow) no such stream.
         """
-        from walctl.wal.lifecycle import RESCANS
+        from walctl.wal.readsession import RESCANS
 
         first = True
         delay = poll_s

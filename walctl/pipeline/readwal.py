@@ -19,7 +19,7 @@ class WalTail:
     """StreamReader's reading of the WAL's tail (a mixin: the reader's state is its own)."""
 
     def _open_wal(self):
-        from walctl.wal.lifecycle import open_reader
+        from walctl.wal.readsession import open_reader
 
         return open_reader(self.wal)
 
