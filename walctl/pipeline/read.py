@@ -230,7 +230,7 @@ class StreamReader(ObjectReading, WalTail):
                                     hint="'walctl ls --store URL' lists the streams")
             return
         yield from self._from_start(stream.start)
-        ranges = sorted(doc.ranges_of(sid), key=lambda t: (t[0], t[2].get("order_id", t[2]["id"])))
+        ranges = sorted(doc.ranges_of(sid), key=lambda t: (t[0], t[2].id if t[2].order_id is None else t[2].order_id))
         pass_end = None  # end of the previous range of this manifest: ranges must not overlap
         for at, (start, end, o) in enumerate(ranges):
             if self._done():
@@ -239,9 +239,9 @@ class StreamReader(ObjectReading, WalTail):
             pass_end = end if pass_end is None else max(pass_end, end)
             if end <= self.next:
                 if overlaps:
-                    yield self._finding(ReadFinding(OVERLAP, f"stream {sid}: object {o['id']} holds [{start}, "
+                    yield self._finding(ReadFinding(OVERLAP, f"stream {sid}: object {o.id} holds [{start}, "
                                                     f"{end}), offsets another live object holds too", start, end,
-                                                    o["id"], o["key"]))
+                                                    o.id, o.key))
                 continue  # read already (in an earlier poll, or from the object it overlaps)
             if self.to_offset is not None and start >= self.to_offset:
                 break
@@ -261,7 +261,7 @@ class StreamReader(ObjectReading, WalTail):
                                             self.next, start))
             self.next = start
 
-    def _before_object(self, doc: mf.Manifest, o: dict, start: int, end: int,
+    def _before_object(self, doc: mf.Manifest, o: mf.LiveObject, start: int, end: int,
                        overlaps: bool) -> Iterator[ReadFinding]:
         """Before object ``o`` (its range [start, end)): the gap from ``next`` to it, or its overlap."""
         sid = self.stream_id
@@ -271,9 +271,9 @@ class StreamReader(ObjectReading, WalTail):
         elif overlaps:
             # Ranges of one manifest overlap; an object replacing earlier ones in a later poll
             # (compaction) starts below self.next legitimately and is read from self.next on.
-            yield self._finding(ReadFinding(OVERLAP, f"stream {sid}: object {o['id']} holds [{start}, {end}), "
+            yield self._finding(ReadFinding(OVERLAP, f"stream {sid}: object {o.id} holds [{start}, {end}), "
                                             f"overlapping offsets another live object holds", start,
-                                            min(end, self.next), o["id"], o["key"]))
+                                            min(end, self.next), o.id, o.key))
 
     def _end_gap(self, end: int) -> Iterator[ReadFinding]:
         """The offsets from ``next`` to the stream's end (``end``, or to_offset) that no object held."""

@@ -19,6 +19,7 @@ from walctl.pipeline.readresult import DAMAGE, GAP, MISSING, ReadFinding, ReadRe
 
 if TYPE_CHECKING:
     from walctl.device.prefetch import ReadAhead
+    from walctl.store.manifest import LiveObject
 
 RUN_BYTES = 16 << 20  # one ranged GET reads at most this much (unless one index entry is larger)
 ENTRIES_GUESS = obj.DEFAULT_ENTRIES_GUESS  # the first tail GET catches an index of this many entries
@@ -98,22 +99,22 @@ class ObjectReading:
             self._ahead = ReadAhead(READ_AHEAD_THREADS, name="walctl-read-ahead")
         return self._ahead.submit(fn, *args)
 
-    def _whole(self, o: dict, start_offset: int) -> bool:
+    def _whole(self, o: LiveObject, start_offset: int) -> bool:
         """Read the whole object in one GET instead of its tail then its blocks: when (nearly) all of it
         is wanted (no limit; the stream's blocks are >= 90% of it and wanted from their start to their
         end) and it fits one run. Halves the GETs of a stream kept in Stream Objects."""
-        size = o.get("size")
-        if self.limit is not None or size is None or size > self.run_bytes:
+        size = o.size
+        if self.limit is not None or size > self.run_bytes:
             return False
-        r = next((r for r in o["ranges"] if r["stream_id"] == self.stream_id), None)
-        return (r is not None and 10 * r["bytes"] >= 9 * size and start_offset <= r["start"]
-                and (self.to_offset is None or self.to_offset >= r["end"]))
+        r = next((r for r in o.ranges if r.stream_id == self.stream_id), None)
+        return (r is not None and 10 * r.bytes >= 9 * size and start_offset <= r.start
+                and (self.to_offset is None or self.to_offset >= r.end))
 
-    def _later(self, ranges: list, at: int, end: int) -> list[tuple[dict, int]]:
+    def _later(self, ranges: list, at: int, end: int) -> list[tuple[LiveObject, int]]:
         """The objects probably read after ``ranges[at]`` (which ends at ``end``), and the offsets they
         start at, in reading order: the next READ_AHEAD_OBJECTS whose tails are read ahead. (No range
         before ``at`` ends after ``end``: it would have been read past ``end`` already.)"""
-        later: list[tuple[dict, int]] = []
+        later: list[tuple[LiveObject, int]] = []
         if not self._prefetching():
             return later
         o = ranges[at][2]
@@ -126,13 +127,13 @@ class ObjectReading:
                     break
         return later
 
-    def _tail_of(self, o: dict, start_offset: int):
-        length = obj.tail_length_hint(self.entries_guess, o.get("size"))
+    def _tail_of(self, o: LiveObject, start_offset: int):
+        length = obj.tail_length_hint(self.entries_guess, o.size)
         if self._whole(o, start_offset):
-            length = o["size"]
-        return self._read_tail(o["key"], length)
+            length = o.size
+        return self._read_tail(o.key, length)
 
-    def _prefetch(self, o: dict, start_offset: int) -> Prepared:
+    def _prefetch(self, o: LiveObject, start_offset: int) -> Prepared:
         """Read ahead for an object not yet reached: its tail and, when the tail holds the whole index,
         the first run of blocks from ``start_offset`` (Prepared: its crc computed here, beside the main
         thread's decoding)."""
@@ -149,7 +150,7 @@ class ObjectReading:
         if start >= tail_position:
             data, held = memoryview(tail)[start - tail_position:end - tail_position], None  # in the tail
         else:
-            data = held = self._read_range(o["key"], start, end)
+            data = held = self._read_range(o.key, start, end)
         crc = crc32c(data) if footer.checksummed and start == 0 and len(data) == end else None
         return Prepared(tail, size, (start, end), held, crc)
 
@@ -179,11 +180,11 @@ class ObjectReading:
         except Exception:  # noqa: BLE001 - read again by the caller, where the error becomes a finding
             return None
 
-    def _read_object(self, o: dict, range_end: int,
-                     later: list[tuple[dict, int]] = ()) -> Iterator[ReadRecord | ReadFinding]:
+    def _read_object(self, o: LiveObject, range_end: int,
+                     later: list[tuple[LiveObject, int]] = ()) -> Iterator[ReadRecord | ReadFinding]:
         """Serve the stream's batches of object ``o`` from ``self.next`` on; ``later``: the objects
         probably read next and the offsets they start at, read ahead (tail, first run) meanwhile."""
-        key, oid = o["key"], o["id"]
+        key, oid = o.key, o.id
         try:
             prepared = self._taken_ahead(key)
             tail, size = (prepared.tail, prepared.size) if prepared is not None else self._tail_of(o, self.next)
@@ -203,18 +204,18 @@ class ObjectReading:
             yield self._damage(o, f"footer or index: {exc.what}; offsets up to {range_end} unreadable", exc.offset,
                                range_end)
             return
-        if o.get("size") is not None and size != o["size"]:
-            yield self._damage(o, f"object is {size} bytes, the manifest says {o['size']}", None, range_end)
+        if size != o.size:
+            yield self._damage(o, f"object is {size} bytes, the manifest says {o.size}", None, range_end)
             return
         wanted = self._wanted(entries, self.next)
         for other, start in later:
-            if other["key"] not in self._tails and self._prefetching():
-                self._tails[other["key"]] = self._submit(self._prefetch, other, start)
+            if other.key not in self._tails and self._prefetching():
+                self._tails[other.key] = self._submit(self._prefetch, other, start)
         yield from self._serve_runs(o, _Tail(tail, size, footer), wanted, prepared, range_end)
 
-    def _damage(self, o: dict, message: str, position: int | None, upto: int) -> ReadFinding:
+    def _damage(self, o: LiveObject, message: str, position: int | None, upto: int) -> ReadFinding:
         """A DAMAGE finding in object ``o`` from ``self.next`` to ``upto``; the read goes on from ``upto``."""
-        f = ReadFinding(DAMAGE, message, self.next, upto, o["id"], o["key"], position)
+        f = ReadFinding(DAMAGE, message, self.next, upto, o.id, o.key, position)
         self.next = max(self.next, upto)
         return self._finding(f)
 
@@ -228,11 +229,11 @@ class ObjectReading:
             entries = obj.decode_index(index, footer, base_position=footer.index_start_position)
         return footer, entries
 
-    def _serve_runs(self, o: dict, tail: _Tail, wanted: list, prepared: Prepared | None,
+    def _serve_runs(self, o: LiveObject, tail: _Tail, wanted: list, prepared: Prepared | None,
                     range_end: int) -> Iterator[ReadRecord | ReadFinding]:
         """The ``wanted`` index entries of object ``o``, a run (one GET) at a time, the next run read
         ahead while this one is served; the data crc checked once the runs cover the data region."""
-        key, oid = o["key"], o["id"]
+        key, oid = o.key, o.id
         crc = _DataCrc(tail.footer)
         i = 0
         pending = None  # (run, Read) read ahead
@@ -285,11 +286,11 @@ class ObjectReading:
             return run, self._submit(self._read_range, key, run[0].block_position, run[-1].block_end)
         return None
 
-    def _read_composite(self, o: dict, tail: bytes, size: int, range_end: int) -> Iterator[ReadRecord | ReadFinding]:
+    def _read_composite(self, o: LiveObject, tail: bytes, size: int, range_end: int) -> Iterator[ReadRecord | ReadFinding]:
         """An AutoMQ composite object: its index points into member objects; read their blocks there."""
         from walctl.store.inspect import member_key  # (inspect-object's: a plain object's read does not load it)
 
-        key, oid = o["key"], o["id"]
+        key, oid = o.key, o.id
         try:
             whole = tail if len(tail) == size else self.store.read_range(key, 0, size)
             comp = obj.decode_composite(whole, size)

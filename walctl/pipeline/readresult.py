@@ -52,9 +52,9 @@ def gap_finding(doc, sid: int, lo: int, hi: int) -> "ReadFinding":
     """Offsets [lo, hi) of stream ``sid`` held by no live object: a recorded gap when the manifest's
     stream_gaps cover them (informational, with the recorded cause), else a GAP (damage)."""
     for gap in doc.stream_gaps or ():
-        if gap.get("stream_id") == sid and gap.get("from", hi) <= lo and hi <= gap.get("to", lo):
+        if gap.stream_id == sid and gap.from_offset <= lo and hi <= gap.to_offset:
             return ReadFinding(RECORDED_GAP, f"stream {sid}: offsets [{lo}, {hi}) were recorded lost by an upload "
-                                             f"(cause {gap.get('cause')}; the manifest's stream_gaps)", lo, hi)
+                                             f"(cause {gap.cause}; the manifest's stream_gaps)", lo, hi)
     return ReadFinding(GAP, f"stream {sid}: offsets [{lo}, {hi}) are in no live object", lo, hi)
 
 

@@ -31,7 +31,7 @@ class WalTail:
 
         header = session.state.header
         mark = doc.upload_mark(header.node_id)
-        uploaded = mark["offset"] if mark else -1
+        uploaded = mark.offset if mark is not None else -1
         result = reader.ScanResult(header, reader.Ring(header.capacity))
         scan = reader.Scan(session.dev, header, report=result, probe=session.writer_pid is None)
         hole = False  # a range of the log skipped before this record: its blocks may be in flight
