@@ -195,6 +195,24 @@ class Store(Protocol):
     def delete(self, key: str) -> None:
         """Remove the object; a missing one is fine."""
 
+    # An object whose parts several processes write (compaction's Spark tasks): the driver creates
+    # it, each task (its own store, opened from the URL) puts its part, the driver completes or
+    # aborts it (walctl.store.multipart).
+    def create_multipart(self, key: str) -> str:
+        """Start the object; returns its upload id."""
+
+    def put_part(self, key: str, upload_id: str, number: int, chunks: Iterable, position: int,
+                 size: int | None = None) -> dict:
+        """Put part ``number`` (1-based) made of ``chunks``, at object byte ``position``; its record
+        for ``complete_multipart``. ``chunks`` may be an iterator when ``size`` (their total) is
+        given: a local store writes each before it asks for the next."""
+
+    def complete_multipart(self, key: str, upload_id: str, parts: list[dict]) -> None:
+        """Make the object whole from the parts' records (any order; parts 1..n, else IOFailure)."""
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        """Drop the upload and its parts; never raises."""
+
 
 def _check_components(text: str, what: str, *, allow_trailing_slash: bool) -> None:
     if "\x00" in text:
