@@ -29,7 +29,7 @@ MARKER = "# not a manifest entry"
 NOT_ENTRIES = {
     "walctl/errors.py": "``out`` is the error's JSON object",
     "walctl/selftest/steps.py": "reads the commands' --json output (ls, inspect-object, recover), not a manifest",
-    "walctl/spark/multipart.py": "``p`` is a multipart upload's part",
+    "walctl/store/multipart.py": "``p`` is a multipart upload's part",
 }
 
 # Not converted yet: each is converted by its owner after the merge of the typed manifest (the
@@ -37,7 +37,6 @@ NOT_ENTRIES = {
 PENDING = {
     "walctl/compaction/": "converted by its owner after the merge",
     "walctl/spark/": "converted by its owner after the merge",
-    "walctl/pipeline/read.py": "converted by its owner after the merge",
     "walctl/commands/": "converted by its owner after the merge",
 }
 
