@@ -32,7 +32,6 @@ OVERSIZED_MODULES = {
 
 # (file, function): why it is still over, and what splits it.
 OVERSIZED = {
-    ("walctl/store/gc.py", "gc"): "branch h-manifest splits it (issue 29 item 6)",
 }
 
 

@@ -89,8 +89,10 @@ def test_the_transitions_make_the_documents_edits():
     assert m.stream(7) == mf.StreamSpan(4, 10) and m.holds(7, 0, 4) and 9 not in m.streams
     m.forget(prepared_ids=(), deleting_ids={1})
     assert [d["id"] for d in m.deleting] == [2]
-    m.add_gaps([{"stream_id": 7, "from": 10, "to": 12, "cause": "accepted"}])
-    assert m.to_json()["stream_gaps"] == [{"stream_id": 7, "from": 10, "to": 12, "cause": "accepted"}]
+    gap = {"stream_id": 7, "from": 10, "to": 12, "cause": "accepted", "hole_start": None, "sealed": False,
+           "sealed_at_ns": None, "before_wal_offset": 0, "after_wal_offset": 4096, "node_id": -1, "time": 3.0}
+    m.add_gaps([gap])
+    assert m.to_json()["stream_gaps"] == [gap]
 
 
 def test_entries_are_typed_and_keep_unknown_keys_byte_for_byte():

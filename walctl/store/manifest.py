@@ -29,6 +29,7 @@ NUMBER_DIGITS = 20  # zero-padded so that listing order is commit order
 DEFAULT_NAMESPACE = "default"
 PREPARE_TTL_S = 3600  # a prepared id older than this is garbage (its upload died or gave up)
 MAX_COMMIT_ATTEMPTS = 20
+MAX_OBJECT_ID = (1 << 63) - 1  # AutoMQ's object ids are Java longs
 
 
 def manifest_key(number: int) -> str:
@@ -251,26 +252,26 @@ class UploadMark(_Entry):
 class StreamGap(_Entry):
     """Stream offsets [from, to) no object holds, recorded by an upload: ``cause`` "crash" (a crash
     hole explains it: ``hole_start``, ``sealed``, ``sealed_at_ns``), "accepted" (``--accept-gap``) or
-    "corruption" (salvage read past damage at ``damage_offset``); the WAL offsets of the records
-    around it, the WAL's ``node_id`` and when it was recorded."""
+    "corruption" (salvage read past damage at ``damage_offset``, the one key written only when set);
+    the WAL offsets of the records around it, the WAL's ``node_id`` and when it was recorded."""
 
     stream_id: int
     from_offset: int
     to_offset: int
     cause: str
-    hole_start: int | None = None
-    sealed: bool | None = None
-    sealed_at_ns: int | None = None
-    before_wal_offset: int | None = None
-    after_wal_offset: int | None = None
+    hole_start: int | None
+    sealed: bool
+    sealed_at_ns: int | None
+    before_wal_offset: int | None
+    after_wal_offset: int | None
+    node_id: int
+    time: float
     damage_offset: int | None = None
-    node_id: int | None = None
-    time: float | None = None
     extra: dict = field(default_factory=dict, repr=False)
 
-    _KEYS = ("stream_id", "from", "to", "cause")
-    _OPTIONAL = ("hole_start", "sealed", "sealed_at_ns", "before_wal_offset", "after_wal_offset", "damage_offset",
-                 "node_id", "time")
+    _KEYS = ("stream_id", "from", "to", "cause", "hole_start", "sealed", "sealed_at_ns", "before_wal_offset",
+             "after_wal_offset", "node_id", "time")
+    _OPTIONAL = ("damage_offset",)
     _ATTRS = {"from": "from_offset", "to": "to_offset"}
 
 
@@ -402,6 +403,9 @@ class Manifest:
         """Reserve ``count`` object ids: returns their prepared entries."""
         now = time.time() if now is None else now
         first = self.next_object_id
+        if first + count - 1 > MAX_OBJECT_ID:
+            raise RefusedError(f"no object ids left: next_object_id {first} + {count} passes 2^63-1 (AutoMQ's ids "
+                               "are 64-bit)", hint="the store's ids are exhausted: start a new store")
         self.next_object_id = first + count
         entries = [PreparedId(i, object_key(i, namespace), now, now + PREPARE_TTL_S)
                    for i in range(first, first + count)]
@@ -473,21 +477,32 @@ class Committed:
     attempts: int
 
 
+_BAD_MANIFEST_HINT = "edited by hand, or damaged: restore the file from a copy (walctl never rewrites one)"
+
+
 def parse_manifest(raw: bytes, key: str) -> Manifest:
+    """The manifest stored at ``key``, every field checked once (manifest_schema: types, ranges, keys).
+
+    Raises:
+        CorruptionError: not JSON, another version, or a field that is wrong (its path named:
+            ``objects[3].ranges[0].end: expected an integer, got "x"``).
+    """
+    from walctl.store.manifest_schema import BadField, check_document
+
     try:
         doc = json.loads(raw)
-    except ValueError as exc:
-        raise CorruptionError(f"manifest is not valid JSON: {exc}", where=key) from exc
-    if not isinstance(doc, dict) or any(k not in doc for k in _KEYS):
-        raise CorruptionError("manifest lacks required fields", where=key,
-                              hint="not written by walctl, or damaged")
-    if doc["version"] != MANIFEST_VERSION:
-        raise CorruptionError(f"manifest version {doc['version']} is not {MANIFEST_VERSION}", where=key)
+    except (ValueError, RecursionError) as exc:
+        raise CorruptionError(f"manifest is not valid JSON: {exc}", where=key, hint=_BAD_MANIFEST_HINT) from exc
     try:
-        return Manifest.from_json(doc)
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise CorruptionError(f"manifest has a malformed field: {exc}", where=key,
-                              hint="not written by walctl, or damaged") from exc
+        check_document(doc)
+    except BadField as exc:
+        raise CorruptionError(f"manifest field {exc}", where=key, hint=_BAD_MANIFEST_HINT) from None
+    except RecursionError:
+        raise CorruptionError("manifest nests too deeply", where=key, hint=_BAD_MANIFEST_HINT) from None
+    if doc["version"] != MANIFEST_VERSION:
+        raise CorruptionError(f"manifest version {doc['version']} is not {MANIFEST_VERSION}", where=key,
+                              hint="written by another walctl version: use that version")
+    return Manifest.from_json(doc)
 
 
 def manifest_numbers(store: Store) -> list[int]:
