@@ -10,7 +10,7 @@ from walhelpers import new_wal, scan_file
 
 from walctl.errors import FullError
 from walctl.format import framepack
-from walctl.wal.writer import FrameSpec
+from walctl.wal.writer_blocks import FrameSpec
 
 KiB, MiB = 1 << 10, 1 << 20
 MAX_PAYLOAD = 0xFFFFFFFF - 33

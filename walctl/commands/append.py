@@ -227,7 +227,7 @@ class _Acks:
         return f"{first} {last} {base} {n}\n"
 
     def on_frames(self, item) -> None:
-        """append_frames' records of one block (walctl.wal.writer.Frames): their lines were rendered in C."""
+        """append_frames' records of one block (walctl.wal.writer_blocks.Frames): their lines were rendered in C."""
         started = time.perf_counter_ns()
         if self.count(item.count, item.payload_bytes, item.offset, item.last_offset):
             self.emit(self.range_line(item.offset, item.last_offset, item.base_offset, item.count,

@@ -179,7 +179,7 @@ def _feed(request: AppendRequest, hooks: AppendHooks, run: AppendRun, source) ->
     from walctl import bounds
     from walctl.format import framepack
     from walctl.wal.feed import feed_frames
-    from walctl.wal.writer import FrameSpec
+    from walctl.wal.writer_blocks import FrameSpec
 
     writer = run.writer
     run.next_base = first_base_offset(run.opened, request.stream_id, request.base_offset, device=request.device,

@@ -131,7 +131,7 @@ class FeedEnd:
 
 def feed_frames(writer, source: Source, spec, next_base: int, base_limit: int, check: Check,
                 stats: FeedStats | None = None) -> FeedEnd:
-    """Append the records of ``source`` (``spec``: walctl.wal.writer.FrameSpec) from stream offset
+    """Append the records of ``source`` (``spec``: walctl.wal.writer_blocks.FrameSpec) from stream offset
     ``next_base`` until its end, a record out of bounds (the records before it are queued, the
     caller says why: walctl.bounds) or ``check()`` says stop.
 
