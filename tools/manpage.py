@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from walctl.cli.examples import EXAMPLES as _ALL_EXAMPLES
 from walctl.errors import EXIT_CODES, SIGNAL_EXITS
 
 PROG = "walctl"
@@ -43,46 +44,10 @@ EXIT_STATUS_NOTES: tuple[str, ...] = (
     *SIGNAL_EXITS,
 )
 
-# Per-command examples: (what it does, the command line). Each one is parsed against the
-# command by the test suite, so an example cannot name an option that does not exist.
-# A command missing here gets a generic example built from its synopsis.
-EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
-    "init": (
-        ("Create a 64 MiB WAL in a new file:", "walctl init --capacity 64MiB wal.img"),
-        ("Use a whole NVMe namespace, recording node id 3:", "walctl init --node-id 3 /dev/nvme1n1"),
-        ("Reinitialise a device that already holds a WAL (its records are lost):",
-         "walctl init --force /dev/nvme1n1"),
-    ),
-    "append": (
-        ("Append two records, one per argument, to stream 0; each offset is printed once durable:",
-         "walctl append wal.img hello world"),
-        ("Append one record per input line to stream 7:",
-         "printf 'a\\nb\\n' | walctl append --stream 7 --input - wal.img"),
-        ("Append length-prefixed records from a file with 32 blocks in flight, as NDJSON:",
-         "walctl append --json --iodepth 32 --input records.bin --framing length-prefixed wal.img"),
-    ),
-    "trim": (
-        ("Delete the record at WAL offset 8192 and every record before it:", "walctl trim wal.img 8192"),
-    ),
-    "recover": (
-        ("List the live records and any damage found:", "walctl recover wal.img"),
-        ("Dump stream 7 from WAL offset 4096 on, payloads as text, at most 10 records:",
-         "walctl recover --stream 7 --from 4096 --limit 10 --payload text wal.img"),
-        ("Machine-readable dump with base64 payloads, one JSON object per line:",
-         "walctl recover --json --payload base64 /dev/nvme1n1"),
-        ("Count records and payload bytes per stream:", "walctl recover --stats wal.img"),
-    ),
-    "check": (
-        ("Check every live object's size, footer and index against the manifest (one LIST, one ranged "
-         "read per object):", "walctl check --store /var/lib/walctl/store"),
-        ("Also read and verify every block of an S3 store:",
-         "walctl check --store s3://bucket/wal --read-data"),
-        ("Read the data of the second fifth of the objects (1/5 to 5/5 on five nights read them all):",
-         "walctl check --store s3://bucket/wal --subset 2/5"),
-        ("Problems as one JSON document (exit 3 when something is damaged):",
-         "walctl check --store s3://bucket/wal --json"),
-    ),
-}
+# Per-command examples: (what it does, the command line), the same text as each command's --help
+# epilog (walctl/cli/examples.py; tests/cli/test_examples.py runs every line). The program's own
+# examples (key "walctl") are in walctl --help only.
+EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {k: v for k, v in _ALL_EXAMPLES.items() if k != "walctl"}
 
 # Related pages per command, beyond walctl(1); names that are not (yet) commands are left out.
 SEE_ALSO: dict[str, tuple[str, ...]] = {
