@@ -28,33 +28,31 @@ _idle_timeout.__name__ = "duration"
 def read_cmd(
     store: StoreOpt,
     stream: Annotated[int, typer.Option(
-        "--stream", envvar="WALCTL_STREAM", min=0, help="Stream id to read (a non-negative integer). "
+        "--stream", min=0, help="Stream id to read (a non-negative integer). "
        )],
     from_offset: Annotated[int | None, typer.Option(
-        "--from", envvar="WALCTL_FROM", min=0, metavar="OFFSET",
+        "--from", min=0, metavar="OFFSET",
         help="First stream offset wanted (a stream offset, not a WAL byte offset); the batch holding it "
              "is shown whole. Default: the stream's start.")] = None,
     to_offset: Annotated[int | None, typer.Option(
-        "--to", envvar="WALCTL_TO", min=0, metavar="OFFSET",
+        "--to", min=0, metavar="OFFSET",
         help="Show only batches starting below this stream offset. Default: the stream's end. "
             )] = None,
     limit: Annotated[int | None, typer.Option(
-        "--limit", "-n", envvar="WALCTL_LIMIT", min=1, help="Stop after this many batches.")] = None,
+        "--limit", "-n", min=1, help="Stop after this many batches.")] = None,
     payload: Annotated[Payload, typer.Option(
-        "--payload", envvar="WALCTL_PAYLOAD",
-        help="Show each batch's payload as text (UTF-8, invalid bytes escaped), hex, base64, or not at all. "
+        "--payload", help="Show each batch's payload as text (UTF-8, invalid bytes escaped), hex, base64, or not at all. "
             )] = Payload.none,
     wal: Annotated[str | None, typer.Option(
-        "--wal", envvar="WALCTL_WAL", metavar="DEVICE",
+        "--wal", metavar="DEVICE",
         help="Also serve the stream's records still in this WAL (device or file) after its last uploaded "
              "record; read-only, no lock.")] = None,
     follow: Annotated[bool, typer.Option(
-        "--follow", "-f", envvar="WALCTL_FOLLOW",
-        help="Keep polling the manifest (and --wal) and show new batches as commits land, like tail -f; "
+        "--follow", "-f", help="Keep polling the manifest (and --wal) and show new batches as commits land, like tail -f; "
              "polls every 0.2 s, backing off to 5 s while nothing lands. Ctrl-C ends it (exit 0). "
             )] = False,
     idle_timeout: Annotated[float | None, typer.Option(
-        "--idle-timeout", envvar="WALCTL_IDLE_TIMEOUT", metavar="DURATION", parser=_idle_timeout,
+        "--idle-timeout", metavar="DURATION", parser=_idle_timeout,
         help="With --follow: stop after this long without a new batch (500ms, 30s, 5m; a bare number is "
              "seconds; default: follow forever). "
             )] = None,

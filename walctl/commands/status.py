@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from walctl.commands._shared import DeviceArg, JsonOpt, command, emit_json, progress_bar, stdout_console, warn
+from walctl.commands._shared import (DeviceArg, JsonOpt, command, emit_json, metrics_path, progress_bar, stdout_console,
+                                     warn)
 
 
 def _verify_budget(value):
@@ -24,7 +25,7 @@ _verify_budget.__name__ = "size"
 def status_cmd(
     device: DeviceArg,
     metrics_file: Annotated[str | None, typer.Option(
-        "--metrics-file", metavar="PATH",
+        "--metrics-file", metavar="PATH", parser=metrics_path,
         help="Also write the WAL's state as Prometheus gauges for node_exporter's textfile collector "
              "(name it *.prom), labelled device and node_id: used_percent, free_bytes, trim_lag_bytes "
              "(bytes not yet uploaded and trimmed), last_shutdown_graceful, up, and corrupt_findings when the "
@@ -32,9 +33,8 @@ def status_cmd(
              "WALs' and jobs' samples in the file are kept; replaced atomically. Run it from cron to "
              "alert before the WAL is full (exit 7).")] = None,
     scan: Annotated[bool, typer.Option(
-        "--scan", envvar="WALCTL_SCAN",
-        help="Scan the live records (reads the used part of the ring) even when the checkpoint of a "
-             "cleanly closed WAL answers: counts records, streams and findings. Env: WALCTL_SCAN.")] = False,
+        "--scan", help="Scan the live records (reads the used part of the ring) even when the checkpoint of a "
+             "cleanly closed WAL answers: counts records, streams and findings.")] = False,
     verify_budget: Annotated[int | None, typer.Option(
         "--verify-budget", metavar="SIZE", parser=_verify_budget,
         help="Verify at most SIZE bytes of the live log this run (4KiB to 1 TiB; 64MiB ...), going on "
