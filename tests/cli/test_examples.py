@@ -4,7 +4,9 @@ with records at WAL offsets 0 and 4096; ``store``: a local store with object 1, 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -79,9 +81,38 @@ def test_every_help_ends_with_examples():
             assert what in tail and f"$ {line}" in tail, (name, line)
 
 
+# docs/CLI.md's output rules: plural agreement ("1 record", never "1 records" or "record(s)"), sizes
+# as 1.5 MiB (no unformatted "16777216 bytes"), no Python values.
+_WORDS = ("records|streams|objects|blocks|findings|batches|entries|GETs|PUTs|ranges|groups|iterations|SSOs|SOs"
+          "|bytes")
+OUTPUT_RULES = (
+    (re.compile(rf"(?<![\d.,])1 ({_WORDS})\b"), "plural after 1"),
+    (re.compile(r"\w\((s|es)\)"), "a (s) plural"),
+    (re.compile(r"\b\d{5,} bytes\b"), "an unformatted size"),
+    (re.compile(r"\b(None|True|False)\b"), "a Python value"),
+)
+
+
+def output_problems(text: str) -> list[str]:
+    return [f"{why}: ...{text[max(0, m.start() - 50):m.end() + 20]!r}"
+            for rule, why in OUTPUT_RULES for m in rule.finditer(text)]
+
+
 @pytest.mark.parametrize("name, line", [(n, line) for n in COMMANDS for _, line in EXAMPLES[n]])
 def test_example_runs(folder, name, line):
     work, env = folder
     done = _sh(line, work, env)
     assert done.returncode == 0, f"$ {line}\n{done.stdout}\n{done.stderr}"
     assert "walctl: error" not in done.stderr
+    assert output_problems(done.stdout + done.stderr) == []
+
+
+@pytest.mark.parametrize("name, line", [(n, line) for n in COMMANDS for _, line in EXAMPLES[n]
+                                        if "|" not in line and "&&" not in line and "--help" not in line])
+def test_example_json_output(folder, name, line):
+    work, env = folder
+    done = _sh(line if " --json" in line else line + " --json", work, env)
+    assert done.returncode == 0, f"$ {line} --json\n{done.stdout}\n{done.stderr}"
+    for text in done.stdout.splitlines():
+        json.loads(text)  # NDJSON or one document: every line is JSON
+    assert output_problems(done.stderr) == []

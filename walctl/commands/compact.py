@@ -347,7 +347,7 @@ def _render(out: dict) -> None:
     keys = [o["key"] for o in out["objects"]]
     for n, o in enumerate(plan["outputs"]):
         outs.add_row(keys[n] if n < len(keys) else str(n), o["kind"], format_size(o["size_bytes"]), str(o["parts"]),
-                     ", ".join(f"{s['stream_id']}:[{s['start']},{s['end']})" for s in o["streams"]))
+                     ", ".join(f"stream {s['stream_id']} [{s['start']}, {s['end']})" for s in o["streams"]))
     console.print(outs)
     if not out["dry_run"]:
         console.print(f"commit {out['commit_number']} (compactor epoch {out['compactor_epoch']}); read "

@@ -135,6 +135,8 @@ def _dump_records(st: Store, result, stream: int | None, json_out: bool, payload
 def _record(json_out: bool, payload: Payload, entry, placed) -> None:
     import sys
 
+    from walctl.human import plural
+
     b = placed.batch
     text = encode_payload(b.payload, payload)
     if json_out:
@@ -146,7 +148,7 @@ def _record(json_out: bool, payload: Payload, entry, placed) -> None:
         emit_json(row)
         return
     line = (f"block {placed.block_position:>10} batch {placed.batch_position:>10}  stream {b.stream_id} "
-            f"offsets [{b.base_offset}, {b.end_offset}) {len(b.payload)} bytes")
+            f"offsets [{b.base_offset}, {b.end_offset}) {plural(len(b.payload), 'byte')}")
     if text is not None:
         line += "  " + text
     sys.stdout.write(line + "\n")

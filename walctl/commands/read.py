@@ -120,7 +120,9 @@ def read_cmd(
     corrupt = [f for f in reader.summary.findings_list if f.corrupt]
     if corrupt:
         first = corrupt[0]
-        exc = CorruptionError(f"{len(corrupt)} finding(s); first: {first.kind}: {first.message}",
+        from walctl.human import plural
+
+        exc = CorruptionError(f"{plural(len(corrupt), 'finding')}; first: {first.kind}: {first.message}",
                               where=first.key or st.url, offset=first.position,
                               hint="'walctl inspect-object --deep' shows an object's damage",
                               summary=summary if json_out else None)
@@ -282,8 +284,10 @@ class _Printer:
             return
         sys.stdout.flush()
         nxt = summary["next_offset"]
+        from walctl.human import plural, size
+
         sys.stderr.write(
-            f"read {summary['records']} batch(es), {summary['payload_bytes']} payload bytes of stream "
-            f"{summary['stream_id']} ({summary['wal_records']} from the WAL); next offset "
-            f"{'-' if nxt is None else nxt}; {summary['objects']} object(s), {summary['gets']} GET(s), "
-            f"{summary['bytes_read']} bytes read; {summary['findings']} finding(s)\n")
+            f"read {plural(summary['records'], 'batch', 'batches')}, {size(summary['payload_bytes'])} of payload "
+            f"of stream {summary['stream_id']} ({summary['wal_records']:,} from the WAL); next offset "
+            f"{'-' if nxt is None else nxt}; {plural(summary['objects'], 'object')}, {plural(summary['gets'], 'GET')}, "
+            f"{size(summary['bytes_read'])} read; {plural(summary['findings'], 'finding')}\n")

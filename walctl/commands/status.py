@@ -131,12 +131,13 @@ def _verify_request(budget: int | None, state_file: str | None, metrics_file: st
 
 def _raise_known_corruption(out: dict, device: str) -> None:
     """Exit 3 while the verification knows a finding a crash does not explain in the live log."""
+    from walctl import human
     from walctl.errors import CorruptionError
 
     known = out["verification"]["corrupt"]
     if known:
         first = known[0]
-        raise CorruptionError(f"{len(known)} finding(s) a crash does not explain in the live log (incremental "
+        raise CorruptionError(f"{human.plural(len(known), 'finding')} a crash does not explain in the live log (incremental "
                               f"verification); first: {first['kind']} at offset {first['offset']} ({first['reason']})",
                               where=device, offset=first["offset"],
                               hint=f"see 'walctl recover {device} --from {first['offset']}'", summary=out)
@@ -183,7 +184,7 @@ def _render(out: dict) -> None:
         row("live records", "not counted: answered from the checkpoint (--scan counts them)")
     cp = out["checkpoint"]
     if cp is not None:
-        row("checkpoint", f"log end {cp['log_end_offset']}, {cp['streams']} streams"
+        row("checkpoint", f"log end {cp['log_end_offset']}, {human.plural(cp['streams'], 'stream')}"
                           + (" (all the log ever held)" if cp["complete"] else "")
                           + ("" if out["scanned"] else ", used for this answer"))
     for name, text in _scan_rows(out):
@@ -220,7 +221,7 @@ def _verify_text(v: dict) -> str:
              else f"the next run starts at WAL offset {v['next_offset']}")
     return (f"WAL offsets {v['from_offset']}..{v['verified_through_offset']} "
             f"({human.size(v['verified_bytes'])}, {human.plural(v['records'], 'record')}) verified; {state}; "
-            f"{v['corrupt_findings']} known finding(s) a crash does not explain")
+            f"{human.plural(v['corrupt_findings'], 'known finding')} a crash does not explain")
 
 
 def _scan_rows(out: dict) -> list[tuple[str, str]]:

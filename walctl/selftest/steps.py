@@ -60,7 +60,9 @@ def init(run: Run, check: Check) -> str:
     expect_eq(header["shutdown_type"], "graceful", "shutdown type of a new WAL")
     expect_eq(out["created"], not run.result.loop, "created")
     run.state["ring"] = header["ring_bytes"]
-    return f"{header['capacity_bytes']} bytes, ring {header['ring_bytes']} bytes"
+    from walctl.human import size
+
+    return f"{size(header['capacity_bytes'])}, ring {size(header['ring_bytes'])}"
 
 
 def status_empty(run: Run, check: Check) -> str:
@@ -83,7 +85,9 @@ def status_used(run: Run, check: Check) -> str:
     expect_eq(out["used_bytes"] + out["free_bytes"], state["ring"], "used + free bytes")
     expect_eq(out["records"], len(run.appended) - 1, "records")
     expect_eq(out["shutdown_type"], "graceful", "shutdown type after clean runs")
-    return f"used {out['used_bytes']} bytes ({out['used_percent']}%), free {out['free_bytes']}"
+    from walctl.human import size
+
+    return f"used {size(out['used_bytes'])} ({out['used_percent']}%), free {size(out['free_bytes'])}"
 
 
 def status_final(run: Run, check: Check) -> str:
@@ -91,7 +95,9 @@ def status_final(run: Run, check: Check) -> str:
     expect_eq(out["trim_offset"], run.state["uploaded"], "trim point after the uploads")
     expect_eq(out["records"], 0, "live records after everything was uploaded")
     expect_eq((out["findings"], out["shutdown_type"]), (0, "graceful"), "findings and shutdown type")
-    return f"every record uploaded and trimmed; {out['used_bytes']} bytes used (the trimmed last record)"
+    from walctl.human import plural
+
+    return f"every record uploaded and trimmed; {plural(out['used_bytes'], 'byte')} used (the trimmed last record)"
 
 
 # -- append, recover, trim --------------------------------------------------------------------
@@ -198,7 +204,10 @@ def upload(metrics: bool = False):
         expect(out["commit_number"] is not None, "no commit number")
         state["uploaded"] = pending[-1][0]
         state.setdefault("objects", []).extend(o["key"] for o in out["objects"])
-        detail = f"{out['records']} records in {out['objects_made']} object(s), commit {out['commit_number']}"
+        from walctl.human import plural
+
+        detail = (f"{plural(out['records'], 'record')} in {plural(out['objects_made'], 'object')}, "
+                  f"commit {out['commit_number']}")
         if metrics:
             from walctl.metrics import parse_values
 
