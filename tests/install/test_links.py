@@ -111,7 +111,7 @@ def check_manpage(root: Path, page: Path, folders: set[str]) -> list[str]:
 
 
 def _documents(root: Path) -> tuple[list[Path], list[Path]]:
-    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))], sorted((root / "man").glob("*.1"))
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))], sorted((root / "man" / "man1").glob("*.1"))
 
 
 def _check_tree(root: Path) -> list[str]:

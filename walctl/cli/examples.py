@@ -97,4 +97,8 @@ def epilog(name: str) -> str | None:
     lines = ["\b", "Examples:"]
     for what, line in given:
         lines += [f"  {what}", f"    $ {line}"]
+    if name == "walctl":
+        from walctl.cli.manpages import hint
+
+        lines += ["", "\b", hint()]
     return "\n".join(lines)
