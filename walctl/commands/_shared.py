@@ -167,7 +167,7 @@ def emit_json(obj: dict) -> None:
     sys.stdout.flush()
 
 
-def write_lines(text: str) -> None:
+def write_lines(text: str | bytes) -> None:
     """Write whole lines to stdout at the file descriptor, so that a SIGTERM or SIGINT arriving in
     the middle (while a slow pipe reader holds the write up) never leaves a line cut short: each
     write of at most a pipe's capacity completes and is counted before the interruption is raised
@@ -185,12 +185,12 @@ def write_lines(text: str) -> None:
     try:
         fd = sys.stdout.fileno()
     except (AttributeError, io.UnsupportedOperation):  # not a file (a test's capture): its own write
-        sys.stdout.write(text)
+        sys.stdout.write(text if isinstance(text, str) else text.decode())
         sys.stdout.flush()
         return
     with signals_deferred():  # (an interrupted flush loses what sys.stdout held)
         sys.stdout.flush()
-    data = text.encode()
+    data = text.encode() if isinstance(text, str) else text  # (bytes: lines rendered in C, written as they are)
     view = memoryview(data)
     done = 0
     try:

@@ -7,6 +7,7 @@ import re
 
 from walctl.errors import RefusedError
 
+DEFAULT_MASTER = "local[*]"  # when neither --master nor spark-submit (or PYSPARK_SUBMIT_ARGS) names one
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
@@ -25,8 +26,6 @@ def store_for_executors(store_url: str, master: str | None, *, shared_path: bool
     match = _SCHEME.match(store_url)
     if match and match.group(1).lower() != "file":
         return store_url  # s3://: every executor reaches it by URL
-    from walctl.spark.job import requested_master
-
     master = requested_master(master)
     if is_local_master(master):
         return store_url
@@ -37,3 +36,25 @@ def store_for_executors(store_url: str, master: str | None, *, shared_path: bool
                                 "executor and pass --shared-path")
     path = store_url[len("file://"):] if match else store_url
     return os.path.abspath(path)
+
+
+def requested_master(master: str | None) -> str:
+    """The master the job will run on, known before Spark starts: ``--master`` if given; else,
+    under spark-submit (its JVM is already up, so joining it is cheap), its ``spark.master``;
+    else a ``--master`` in PYSPARK_SUBMIT_ARGS; else DEFAULT_MASTER."""
+    if master is not None:
+        return master
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # launched by spark-submit
+        from pyspark import SparkConf, SparkContext
+
+        SparkContext._ensure_initialized()
+        found = SparkConf().get("spark.master", None)
+        if found:
+            return found
+    args = os.environ.get("PYSPARK_SUBMIT_ARGS", "").split()
+    for i, arg in enumerate(args):
+        if arg == "--master" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--master="):
+            return arg.partition("=")[2]
+    return DEFAULT_MASTER

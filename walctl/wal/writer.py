@@ -42,6 +42,7 @@ from walctl.errors import FullError, IOFailure, UsageError, WalctlError
 from walctl.format import batch as batch_format
 from walctl.format import record as rec
 from walctl.format.bulk import pack_records as _pack_records
+from walctl.format import framepack as _framepack
 from walctl.format.checkpoint import Checkpoint, bounded
 from walctl.format.header import SHUTDOWN_GRACEFUL
 from walctl.wal.headers import KEEP, HeaderState, write_header
@@ -80,6 +81,34 @@ AckCallback = Callable[[int, Any], None]
 # append_many's acknowledgements: (record offsets, the call's token, index of the first in its payloads)
 AcksCallback = Callable[[list, Any, int], None]
 _MANY_OVERHEAD = rec.SIZE + batch_format.HEADER_SIZE  # bytes of an append_many record besides its payload
+_NO_BLOCK = bytearray(0)  # append_frames with no open block: frame_pack only reports the next record's size
+
+
+class Frames:
+    """Records one append_frames call packed into one block, as its acknowledgement reports them:
+    ``count`` records of ``stream_id`` from stream offset ``base_offset``, the first at WAL
+    ``offset``, the last at ``last_offset``, ``payload_bytes`` of payload; ``acks``: their
+    acknowledgement text rendered at packing (walctl.format.bulk frame_pack's ``render``), or None."""
+
+    __slots__ = ("offset", "last_offset", "count", "payload_bytes", "stream_id", "base_offset", "acks")
+
+    def __init__(self, offset: int, last_offset: int, count: int, payload_bytes: int, stream_id: int,
+                 base_offset: int, acks: bytes | None):
+        self.offset, self.last_offset, self.count, self.payload_bytes = offset, last_offset, count, payload_bytes
+        self.stream_id, self.base_offset, self.acks = stream_id, base_offset, acks
+
+
+@dataclass(frozen=True)
+class FrameSpec:
+    """What append_frames packs: records framed as lines (else 4-byte length-prefixed), each the
+    payload of a StreamRecordBatch of ``stream_id`` and ``epoch``; payloads over ``max_payload``
+    stop it; ``render``: the acknowledgement text to render (0 none, 1 offsets, 2 NDJSON)."""
+
+    lines: bool
+    stream_id: int
+    epoch: int
+    max_payload: int
+    render: int = 0
 
 
 class _Many:
@@ -112,6 +141,7 @@ class _Block:
     stall_at_open_ns: int = 0
     submitted_ns: int = 0
     budget_ns: int = 0  # of its queued time, how long the budget stalled the writer
+    min_limit: int = 0  # append_frames: a record this large was placed in it and must fit
 
 
 @dataclass
@@ -146,6 +176,7 @@ class WalWriter:
         self.run_ahead = iodepth  # closed blocks the appender may queue while every slot is busy
         self.block_soft_limit_bytes = block_soft_limit_bytes
         self.on_ack, self.on_acks = on_ack, None  # on_acks (AcksCallback): append_many's, a block's at once
+        self.on_frames: Callable[[Frames], None] | None = None  # append_frames's, per call and block
         self.window_cap_bytes = min(window_upper_limit_bytes, self.ring.size)
         self.batch_interval_s = batch_interval_s
         lock = threading.RLock()
@@ -308,6 +339,66 @@ class WalWriter:
             if not self._ready and self._busy < self.iodepth:
                 self._submit_cur(wait=False)
             return count
+
+    def append_frames(self, src, start: int, end: int, spec: FrameSpec, base_offset: int,
+                      max_records: int) -> tuple[int, int, int, int]:
+        """Find the complete records in ``src[start:end]`` (``spec``'s framing) and pack them straight
+        into the open block, then into new ones, with no Python object per record (C: frame_pack).
+        Returns (records packed, where in ``src`` the rest starts, why it stopped, the payload length
+        of the record it stopped at or -1): it stops at the input's end or an incomplete record
+        (STOP_INPUT), a payload over ``spec.max_payload`` (STOP_TOO_LARGE) or after ``max_records``
+        (STOP_MAX). ``src`` may be reused once it returns (the bytes are in the blocks). Each call's
+        records in a block are acknowledged once it is durable by ``on_frames(Frames)``."""
+        if not self._closed:
+            self._queue.poll()  # as in append
+        with self._mutex:
+            if self._failed is not None or self._closed:
+                self._check_usable()
+            total = 0
+            while True:
+                count, start, stop, next_len = self._frame_into(src, start, end, spec, base_offset + total,
+                                                                max_records - total)
+                total += count
+                if stop != _framepack.STOP_FULL:
+                    break
+                # A block is full: run the completions waiting in the queue first, so freed slots
+                # get the closed blocks at once (the reaper thread would wait for this lock).
+                self._queue.poll()
+                self._place_frame(_MANY_OVERHEAD + next_len)
+            if not self._ready and self._busy < self.iodepth:
+                self._submit_cur(wait=False)
+            return total, start, stop, next_len
+
+    def _place_frame(self, record_bytes: int) -> None:
+        """Open a block for a record of ``record_bytes`` the open one cannot take (append's placement)."""
+        if record_bytes > self._ring_bytes or align_up(record_bytes) > self.window_cap_bytes:
+            raise UsageError(f"record of {record_bytes - rec.SIZE} bytes does not fit this WAL "
+                             f"(ring {self.ring.size} bytes, window limit {self.window_cap_bytes} bytes)")
+        if self._cur is not None and self._cur.length:
+            self._close_block()
+            self._pump(wait=True, keep=self.run_ahead)
+        self._place(record_bytes)
+        self._cur.min_limit = record_bytes  # its first record always fits (a large one: a buffer of its own)
+
+    def _frame_into(self, src, start: int, end: int, spec: FrameSpec, base: int, max_records: int):
+        """One frame_pack into the open block (None open: only learn the next record's size)."""
+        cur = self._cur
+        if cur is None:
+            out, pos, limit, offset = _NO_BLOCK, 0, 0, 0
+        else:
+            out, pos, offset = cur.buf, cur.length, cur.start + cur.length
+            limit = max(cur.min_limit, min(self.block_soft_limit_bytes, cur.lap_end - cur.start,
+                                           (self._room_end - cur.start) & ~4095))
+        with _signals_deferred():  # packed and booked together (see _book_many)
+            count, out_pos, src_pos, payload, last, acks, stop, next_len = _framepack.frame_pack(
+                out, pos, limit, offset, src, start, end, spec.lines, spec.stream_id, spec.epoch, base,
+                max_records, spec.max_payload, spec.render)
+            if count:
+                cur.length = out_pos
+                cur.min_limit = 0
+                cur.records.append(Frames(offset, last, count, payload, spec.stream_id, base, acks))
+                cur.stream_marks.append((spec.stream_id, base + count, last))
+        return count, src_pos, stop, next_len
 
     def _book_many(self, cur: _Block, payloads, index: int, count: int, end: int, stream_id: int,
                    base_offset: int, token) -> None:
@@ -662,23 +753,32 @@ class WalWriter:
             for sid, end, offset in head.stream_marks:
                 self.stream_ends[sid] = end
                 self._stream_recency[sid] = offset
-            for item in head.records:
-                try:
-                    if item.__class__ is _Many:
-                        self.records_acked += item.count
-                        self._ack_many(item)
-                        continue
-                    self.records_acked += 1
-                    if self.on_ack is not None:
-                        self.on_ack(*item)
-                except BaseException as exc:  # e.g. the reader of our stdout went away
-                    self._failed = exc
-                    break
+            self._ack_block(head)
         if self._failed is not None:
             # Nothing at or after the failed block is acknowledged; let waiters see it.
             self._inflight = deque(b for b in self._inflight if not b.done)
         elif not self._closed:
             self._submit_cur(wait=False)  # may fail (a header write for the window): see _completed
+
+    def _ack_block(self, head: _Block) -> None:
+        """Acknowledge the records of a durable block, in order; a callback's failure fails the writer."""
+        for item in head.records:
+            try:
+                if item.__class__ is Frames:
+                    self.records_acked += item.count
+                    if self.on_frames is not None:
+                        self.on_frames(item)
+                    continue
+                if item.__class__ is _Many:
+                    self.records_acked += item.count
+                    self._ack_many(item)
+                    continue
+                self.records_acked += 1
+                if self.on_ack is not None:
+                    self.on_ack(*item)
+            except BaseException as exc:  # e.g. the reader of our stdout went away
+                self._failed = exc
+                break
 
     def _ack_many(self, item: "_Many") -> None:
         """Acknowledge the records of one append_many call in one block (their offsets from their sizes)."""
