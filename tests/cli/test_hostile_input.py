@@ -29,7 +29,7 @@ NUMERIC_METAVARS = {"SIZE", "DURATION", "SIZE/S", "MIB/S", "K/N", "IOPS", "RECOR
 # Parameters that take a path (a device, a file, a directory; a store URL is a directory path here).
 PATH_PARAMS = {"device", "input_path", "store", "metrics_file", "state_file", "directory", "wal", "file", "target"}
 # String parameters that are neither: names, URLs, record data, a Spark master.
-NOT_NUMERIC_OR_PATH = {"data", "namespace", "endpoint_url", "master", "retention_start", "accept_gap"}
+NOT_NUMERIC_OR_PATH = {"data", "namespace", "endpoint_url", "master", "retention_start", "accept_gap", "ack"}
 CASE_TIMEOUT_S = 20
 # Cases another change fixes (owner named), each kept below as a strict xfail of its own.
 ELSEWHERE = {("append", "input_path", "/dev/zero")}
