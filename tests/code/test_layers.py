@@ -220,7 +220,7 @@ def test_compaction_and_spark_are_layers_apart():
     assert layer("walctl.compaction.plan") == "compaction" and layer("walctl.spark.job") == "spark"
     assert not is_upward("walctl.spark.compact", "walctl.compaction.planner")
     assert is_upward("walctl.compaction.so", "walctl.spark.job")
-    assert is_upward("walctl.compaction.cluster", "walctl.spark.plan")
+    assert is_upward("walctl.compaction.planner", "walctl.spark.cluster")
     assert is_upward("walctl.store.s3", "walctl.compaction.plan")
     # bench/ and selftest/ are layers of their own: the bench engine sits on wal/, selftest above
     # the pipelines (it runs them), both below the commands.

@@ -232,7 +232,7 @@ def _copy_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics
 def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_file, metrics_options: dict,
                sso: dict, so_options: dict | None, *, s3=None) -> dict:
     """SSO compaction with Spark, then (``so_options``: --level all) SO compaction."""
-    from walctl.compaction.cluster import store_for_executors
+    from walctl.spark.cluster import store_for_executors
     from walctl.metrics import MetricsRun
     from walctl.spark.compact import compact
     from walctl.spark.job import JobTimeout

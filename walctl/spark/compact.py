@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import time
 from dataclasses import dataclass, field
 
-from walctl.compaction.cluster import requested_master
+from walctl.spark.cluster import requested_master
 from walctl.compaction.common import check_made, commit_replacement, fence_and_prepare
 from walctl.compaction.coverage import check_coverage
 from walctl.compaction.planner import plan_compaction

@@ -8,7 +8,7 @@ import sys
 import tempfile
 import zipfile
 
-from walctl.compaction.cluster import DEFAULT_MASTER
+from walctl.spark.cluster import DEFAULT_MASTER
 from walctl.errors import NotFoundError
 
 SPARK_EXTRA = "pip install 'walctl[spark]'"

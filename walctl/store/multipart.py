@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import os
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 
 from walctl.errors import CorruptionError, IOFailure, NotFoundError, UsageError, WalctlError
 from walctl.failpoints import failpoint
@@ -122,6 +121,8 @@ def s3_put_stream(store: Store, key: str, stream: Iterator[bytes], part_size: in
     """put_large above the threshold: ``stream`` cut into parts of ``part_size``; one part goes up
     (a thread) while the next is built from the stream, so the network and the building (upload's
     WAL reads) overlap; at most two parts are held. Aborted on any failure."""
+    from concurrent.futures import ThreadPoolExecutor  # here: readers of a local store never pay for logging
+
     checksum = store._checksum_algorithm()
     upload_id = s3_create(store, key)
     parts: list[dict[str, Any]] = []
