@@ -308,7 +308,7 @@ def _render_copy(out: dict) -> None:
         table.add_column(col)
     for g in rows:
         inputs = ", ".join(map(str, g["input_ids"])) if "input_ids" in g else f"SSO {g['sso_id']}"
-        table.add_row(str(g["stream_id"]), f"[{g['start']}, {g['end']})", inputs, format_size(g["size_bytes"]))
+        table.add_row(str(g["stream_id"]), f"[{g['start']}, {g['end']})", inputs, format_size(g["size_bytes"]))  # not a manifest entry
     console.print(table)
     if not out["dry_run"]:
         console.print(f"commit {out['commit_number']}: copied {format_size(out['bytes_copied'])} in the store, "
@@ -339,17 +339,17 @@ def _render(out: dict) -> None:
     for col in ("id", "key", "size"):
         inputs.add_column(col)
     for o in plan["inputs"]:
-        inputs.add_row(str(o["id"]), o["key"], format_size(o["size"]))
+        inputs.add_row(str(o["id"]), o["key"], format_size(o["size"]))  # not a manifest entry
     console.print(inputs)
     outs = Table(title="outputs", title_justify="left")
     for col in ("key" if not out["dry_run"] else "output", "kind", "size", "parts", "streams"):
         outs.add_column(col)
-    keys = [o["key"] for o in out["objects"]]
+    keys = [o["key"] for o in out["objects"]]  # not a manifest entry
     for n, o in enumerate(plan["outputs"]):
-        outs.add_row(keys[n] if n < len(keys) else str(n), o["kind"], format_size(o["size_bytes"]), str(o["parts"]),
+        outs.add_row(keys[n] if n < len(keys) else str(n), o["kind"], format_size(o["size_bytes"]), str(o["parts"]),  # not a manifest entry
                      ", ".join(f"stream {s['stream_id']} [{s['start']}, {s['end']})" for s in o["streams"]))
     console.print(outs)
     if not out["dry_run"]:
-        console.print(f"commit {out['commit_number']} (compactor epoch {out['compactor_epoch']}); read "
+        console.print(f"commit {out['commit_number']} (compactor epoch {out['compactor_epoch']}); read "  # not a manifest entry
                       f"{format_size(out['bytes_read'])}, wrote {format_size(out['bytes_written'])} in "
                       f"{out['seconds']} s", markup=False)

@@ -56,7 +56,7 @@ def inspect_object_cmd(
     with progress_bar(None, "verifying the object", json_out=json_out or not deep, lazy=True) as progress:
         result = inspect(st, key, deep=deep, known=known is not None, progress=progress,
                          expected_size=known.get("size") if known else None)
-    rows = [r for r in index_rows(result.entries) if stream is None or r["stream_id"] == stream]
+    rows = [r for r in index_rows(result.entries) if stream is None or r["stream_id"] == stream]  # not a manifest entry
     key = result.key
     footer_json = _footer_json(result)
     summary = {"type": "summary", "key": key, "entries": len(result.entries), "entries_shown": len(rows),
@@ -176,7 +176,7 @@ def _render(footer: dict, rows: list[dict], problems) -> None:
         for col in ("stream", "start", "end", "records", "position", "size"):
             table.add_column(col, justify="right")
         for r in rows:
-            table.add_row(str(r["stream_id"]), str(r["start_offset"]), str(r["end_offset"]), str(r["record_count"]),
+            table.add_row(str(r["stream_id"]), str(r["start_offset"]), str(r["end_offset"]), str(r["record_count"]),  # not a manifest entry
                           str(r["block_position"]), str(r["block_size_bytes"]))
         console.print(table)
     for p in problems:

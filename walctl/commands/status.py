@@ -231,5 +231,5 @@ def _scan_rows(out: dict) -> list[tuple[str, str]]:
         cost = ", ".join(f"stream {c['stream_id']} offsets {c['from']}..{c['to']}" for c in hole["streams"])
         rows.append(("sealed hole", f"{hole['hole_start']}..{hole['hole_end']}: a crash lost it, sealed at "
                                     f"{hole['sealed_at']}; cost {cost or 'no stream offsets'}"))
-    rows += [("stream gap", gap["explanation"]) for gap in out.get("stream_gaps") or []]
+    rows += [("stream gap", gap["explanation"]) for gap in out.get("stream_gaps") or []]  # not a manifest entry
     return rows

@@ -171,8 +171,8 @@ def _render(result, device: str, dry_run: bool) -> None:
     for col in ("id", "key", "kind", "size", "stream offsets [start, end)"):
         table.add_column(col)
     for obj in result.objects:
-        streams = ", ".join(f"stream {r['stream_id']} [{r['start']}, {r['end']})" for r in obj["streams"])
-        table.add_row(str(obj["id"]) if obj["id"] is not None else human.NONE, obj["key"] or human.NONE, obj["kind"],
+        streams = ", ".join(f"stream {r['stream_id']} [{r['start']}, {r['end']})" for r in obj["streams"])  # not a manifest entry
+        table.add_row(str(obj["id"]) if obj["id"] is not None else human.NONE, obj["key"] or human.NONE, obj["kind"],  # not a manifest entry
                       format_size(obj["size_bytes"]) if obj["size_bytes"] else format_size(obj["data_bytes"]),
                       Text(streams))
     console = stdout_console()

@@ -139,10 +139,10 @@ def commit_replacement(store: Store, *, epoch: int, inputs: list[mf.LiveObject],
                                where=store.url, hint="rerun compact with a longer gc --grace")
         outputs = []
         for out in made:
-            oid = by_key[out["key"]]
-            order_id = sso_order_id if out["kind"] == "SSO" and sso_order_id is not None else oid
-            outputs.append(mf.LiveObject(oid, out["key"], out["kind"], out["size"],
-                                         [mf.ObjectRange.from_json(r) for r in out["ranges"]],
+            oid = by_key[out["key"]]  # not a manifest entry
+            order_id = sso_order_id if out["kind"] == "SSO" and sso_order_id is not None else oid  # not a manifest entry
+            outputs.append(mf.LiveObject(oid, out["key"], out["kind"], out["size"],  # not a manifest entry
+                                         [mf.ObjectRange.from_json(r) for r in out["ranges"]],  # not a manifest entry
                                          order_id=order_id, data_time=data_time))
         m.replace(input_ids, outputs, reserved=ours, now=time.time())
         if also is not None:
@@ -154,7 +154,7 @@ def commit_replacement(store: Store, *, epoch: int, inputs: list[mf.LiveObject],
 def check_made(plan, made: list[dict]) -> None:
     """The written objects must hold exactly what the plan said (no double, no hole)."""
     want = sorted((sid, s, e) for out in plan.outputs for (sid, s, e, _) in out.streams)
-    got = sorted((r["stream_id"], r["start"], r["end"]) for m in made for r in m["ranges"])
+    got = sorted((r["stream_id"], r["start"], r["end"]) for m in made for r in m["ranges"])  # not a manifest entry
     if want != got:
         raise CorruptionError("compaction outputs do not match the plan; nothing committed",
                               hint=f"planned {len(want)} stream ranges, made {len(got)}")

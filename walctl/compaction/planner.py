@@ -54,7 +54,7 @@ def source_ranges(obj: LiveObject, entries: Sequence[IndexEntry]) -> list[Source
         data_end = size - FOOTER_SIZE - INDEX_ENTRY_SIZE * len(entries)
         for r in ranges:
             if r.position < 0 or r.size < 1 or r.end_position > data_end:
-                raise CorruptionError(f"object {obj['id']}: index entry of stream {r.stream_id} at offset "
+                raise CorruptionError(f"object {obj.id}: index entry of stream {r.stream_id} at offset "
                                       f"{r.start_offset} points at bytes [{r.position}, {r.end_position}), "
                                       f"outside the data region [0, {data_end})", where=obj.key)
     check_against_manifest(obj, ranges)

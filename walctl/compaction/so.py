@@ -90,7 +90,7 @@ class SoPlan:
 def _so_range(obj: mf.LiveObject) -> tuple[int, int, int]:
     ranges = obj.ranges
     if len(ranges) != 1:
-        raise CorruptionError(f"stream object {obj['id']} has {len(ranges)} stream ranges in the manifest, not one",
+        raise CorruptionError(f"stream object {obj.id} has {len(ranges)} stream ranges in the manifest, not one",
                               where=obj.key)
     r = ranges[0]
     return r.stream_id, r.start, r.end
@@ -138,18 +138,18 @@ def _tiles(obj: mf.LiveObject, index: ObjectIndex) -> None:
     offset = None
     for e in index.entries:
         if e.stream_id != sid or (offset is not None and e.start_offset != offset):
-            raise CorruptionError(f"stream object {obj['id']}: index entry of stream {e.stream_id} at offset "
+            raise CorruptionError(f"stream object {obj.id}: index entry of stream {e.stream_id} at offset "
                                   f"{e.start_offset} does not continue stream {sid} at offset {offset}",
                                   where=obj.key)
         offset = e.end_offset
     pos = 0
     for e in sorted(index.entries, key=lambda e: e.block_position):
         if e.block_position != pos:
-            raise CorruptionError(f"stream object {obj['id']}: bytes [{pos}, {e.block_position}) of its data "
+            raise CorruptionError(f"stream object {obj.id}: bytes [{pos}, {e.block_position}) of its data "
                                   "region belong to no index entry", where=obj.key)
         pos = e.block_end
     if pos != index.data_size or not index.entries:
-        raise CorruptionError(f"stream object {obj['id']}: its blocks end at {pos}, its index starts at "
+        raise CorruptionError(f"stream object {obj.id}: its blocks end at {pos}, its index starts at "
                               f"{index.data_size}", where=obj.key)
 
 
@@ -234,7 +234,7 @@ class SoResult:
             "copy_parts": st.get("copy_parts", 0), "upload_parts": st.get("multipart_parts", 0),
             "gets": st.get("get", 0), "puts": st.get("put", 0),
             "seconds": round(self.seconds, 3),
-            "objects": [{"key": m["key"], "size_bytes": m["size"], "streams": m["ranges"]} for m in self.made],
+            "objects": [{"key": m["key"], "size_bytes": m["size"], "streams": m["ranges"]} for m in self.made],  # not a manifest entry
         }
 
 

@@ -87,7 +87,7 @@ def _runs(sso: mf.LiveObject, index: ObjectIndex,
         entries = sorted(per_stream[sid], key=lambda e: e.start_offset)
         for a, b in zip(entries, entries[1:]):
             if b.block_position != a.block_end:
-                raise RefusedError(f"SSO {sso['id']}: the blocks of stream {sid} are not contiguous in the object "
+                raise RefusedError(f"SSO {sso.id}: the blocks of stream {sid} are not contiguous in the object "
                                    f"({a.block_end} then {b.block_position}); force split copies one byte range "
                                    "per stream", where=sso.key, hint="compact it with --level sso instead")
         runs.append(Run(sso, tuple(entries)))
@@ -158,7 +158,7 @@ class SplitResult:
             "bytes_copied": self.bytes_copied, "crc_read_bytes": self.crc_read_bytes,
             "through_read_bytes": self.through_read_bytes, "through_written_bytes": self.through_written_bytes,
             "seconds": round(self.seconds, 3),
-            "objects": [{"key": m["key"], "size_bytes": m["size"], "streams": m["ranges"]} for m in self.made],
+            "objects": [{"key": m["key"], "size_bytes": m["size"], "streams": m["ranges"]} for m in self.made],  # not a manifest entry
         }
 
 

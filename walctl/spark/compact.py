@@ -102,7 +102,7 @@ class CompactResult:
             "task_timeout_seconds": self.task_timeout_s,
             "seconds": round(self.seconds, 3),
             "objects": [{"key": m["key"], "kind": m["kind"], "size_bytes": m["size"], "iteration": m["iteration"],
-                         "parts": m["parts"], "streams": m["ranges"]} for m in self.made],
+                         "parts": m["parts"], "streams": m["ranges"]} for m in self.made],  # not a manifest entry
             "plan": plan,
         }
 
