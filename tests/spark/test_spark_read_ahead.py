@@ -1,4 +1,4 @@
-"""A compaction task's reads run ahead of its writes (walctl.spark.readahead.ReadAhead): the next
+"""A compaction task's reads run ahead of its writes (walctl.spark.readahead.TaskReads): the next
 iteration's GETs start while the current one's buffers are still held, yet the bytes held
 never exceed the task's memory share, and the GETs are exactly the plan's, in its order."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from walctl.spark.readahead import ReadAhead
+from walctl.spark.readahead import TaskReads
 from walctl.store.base import StoreCapabilities
 
 KiB = 1 << 10
@@ -42,7 +42,7 @@ def test_reads_run_ahead_within_the_memory_share_and_in_plan_order():
     store = CountingStore()
     memory = 40 * KiB
     task, its = specs(memory)
-    ahead = ReadAhead(store, task)
+    ahead = TaskReads(store, task)
     peak = 0
     try:
         for k, futures in enumerate(ahead.futures):
@@ -52,7 +52,7 @@ def test_reads_run_ahead_within_the_memory_share_and_in_plan_order():
             if k + 1 < len(task):
                 # the next iteration's first GET starts once this one's reads are in: 30 + 10 KiB fit 40
                 for _ in range(200):
-                    with ahead.cond:
+                    with store.lock:
                         if len(store.gets) > 3 * (k + 1):
                             break
                     threading.Event().wait(0.01)
@@ -72,7 +72,7 @@ def test_a_read_larger_than_the_share_goes_alone():
     store = CountingStore()
     task = [SimpleNamespace(reads=(read("big", 0, 64 * KiB), read("small", 0, KiB)), memory_bytes=16 * KiB,
                             read_rate_bps=None, read_threads=4)]
-    ahead = ReadAhead(store, task)
+    ahead = TaskReads(store, task)
     try:
         big = ahead.futures[0][0].result()
         threading.Event().wait(0.1)
@@ -96,14 +96,14 @@ def test_a_local_store_reads_into_the_tasks_pool_same_bytes_buffers_reused(tmp_p
     reads = [read("o", 5, 100 * KiB), read("o", 100 * KiB + 5, 100 * KiB), read("o", 199 * KiB, 100 * KiB)]
     task = [SimpleNamespace(reads=(r,), memory_bytes=120 * KiB, read_rate_bps=None, read_threads=2) for r in reads]
     before = store.stats.snapshot().get("get", 0)
-    ahead = ReadAhead(store, task)
+    ahead = TaskReads(store, task)
     try:
         assert ahead.buffers is not None
         for k, r in enumerate(reads):
             got = ahead.futures[k][0].result()
             assert bytes(got) == data[r.start:r.end] == store.read_range("o", r.start, r.end)
             ahead.release(r.size, (k, 0))
-        assert ahead.buffers.free == [(0, ahead.buffers.cap)]  # every extent given back, merged
+        assert ahead.buffers.free_extents == [(0, ahead.buffers.arena_bytes)]  # every extent given back, merged
     finally:
         ahead.close()
     assert store.stats.snapshot()["get"] - before == 2 * len(reads)  # one per read, and read_range's here
@@ -124,25 +124,25 @@ def test_read_range_into_a_short_object_and_a_small_buffer(tmp_path):
 
 
 def test_buffer_pool_extents_are_reused_merged_and_never_overlap():
-    from walctl.spark.readahead import BufferPool
+    from walctl.device.prefetch import BufferPool
 
-    pool = BufferPool(64 * KiB)
-    a, ta = pool.take(10 * KiB)  # 12 KiB: whole pages
-    b, tb = pool.take(4 * KiB)
-    c, tc = pool.take(16 * KiB)
+    pool = BufferPool(arena_bytes=64 * KiB)
+    a, ta = pool.extent(10 * KiB)  # 12 KiB: whole pages
+    b, tb = pool.extent(4 * KiB)
+    c, tc = pool.extent(16 * KiB)
     assert (ta, tb, tc) == ((0, 12 * KiB), (12 * KiB, 4 * KiB), (16 * KiB, 16 * KiB))
     assert len(a) == 12 * KiB and len(b) == 4 * KiB and len(c) == 16 * KiB
     a[:] = b"a" * len(a)
     b[:] = b"b" * len(b)
     assert bytes(a) == b"a" * len(a)  # extents do not overlap
-    big, none = pool.take(40 * KiB)  # 32 KiB left: a buffer of its own
+    big, none = pool.extent(40 * KiB)  # 32 KiB left: a buffer of its own
     assert none is None and len(big) == 40 * KiB
-    pool.give(tb)
-    again, t2 = pool.take(3 * KiB)
+    pool.give_extent(tb)
+    again, t2 = pool.extent(3 * KiB)
     assert t2 == (12 * KiB, 4 * KiB)  # first fit: the extent given back
     for token in (t2, ta, tc):
-        pool.give(token)
-    assert pool.free == [(0, 64 * KiB)]
+        pool.give_extent(token)
+    assert pool.free_extents == [(0, 64 * KiB)]
 
 
 def test_a_reads_memory_goes_back_once_its_last_chunk_is_written_not_with_the_piece(tmp_path, monkeypatch):

@@ -262,6 +262,6 @@ def test_lent_views_never_change_while_they_live(local_store, monkeypatch):
     vd = local_store.read_range_view("b", 1, len(b))
     assert vd == b[1:] and vb == b and vc == b
     used = {id(v.obj) for v in (vb, vc, vd)}
-    assert len(used) == 3 and len(local_mod._VIEW_BUFFERS._bufs) == 3  # the freed buffer was reused
+    assert len(used) == 3 and len(local_mod._VIEW_BUFFERS._lent) == 3  # the freed buffer was reused
     assert type(local_store.read_range_view("a", 0, 4096)) is bytes  # under VIEW_MIN: copied out
     assert local_store.stats.snapshot()["get"] == 5

@@ -7,9 +7,10 @@ is one contiguous byte range of its SSO plus a new index and footer: written wit
 are not contiguous in the SSO are refused (use SSO compaction for such an object).
 
 What is read, and why: the SSO's footer holds one crc32c over its whole data region, while
-each new SO's footer needs the crc of its own range. So every range is read once to checksum
-it (ranged GETs of <= 16 MiB, never held whole), except the SSO's last range when all before
-it was read in order: its crc follows from the footer's (``crc32c_combine``). A range smaller
+each new SO's footer needs the crc of its own range, and blocks carry no crc of their own. So
+every range is read once to checksum it (ranged GETs of <= 16 MiB, never held whole), except
+the SSO's largest range: its crc follows from the footer's and the others' (``crc32c_combine``
+and its inverse shift), and it is written last of its SSO's. A range smaller
 than S3's 5 MiB part minimum is read once and its bytes re-put (S3 could not copy it anyway).
 An AutoMQ SSO (footer version 0, no crc) has every range read. The data is not re-uploaded.
 """
@@ -38,7 +39,7 @@ from walctl.compaction.plan import (
 from walctl.device.pacing import Pacer
 from walctl.errors import CorruptionError, RefusedError
 from walctl.failpoints import failpoint
-from walctl.format.crc import crc32c, crc32c_combine
+from walctl.format.crc import _CRC32C_POLY, _multmodp, crc32c, crc32c_combine
 from walctl.format.index_entry import IndexEntry
 from walctl.store import manifest as mf
 from walctl.store.base import MIN_PART_BYTES, CopySource
@@ -206,11 +207,8 @@ def force_split(store: Store, *, older_than_s: float | None = None, max_objects:
     result.epoch = epoch
     failpoint("split-after-prepare")
     reads, writes = Pacer.bytes_per_s(read_rate_bps), Pacer.bytes_per_s(write_rate_bps)
-    prefix: dict[int, tuple[int, int]] = {}  # sso id -> (crc, end) of the bytes read in order from 0
-    for r, reserved in zip(runs, prepared):
-        crc, piece = _run_source(store, r, indexes[r.sso.id], prefix, id(r) in derived, reads, result)
-        result.made.append(_write(store, r, reserved.key, piece, crc, reads, writes, result))
-        failpoint("split-after-object")
+    made = _split_all(store, runs, prepared, indexes, derived, reads, writes, result)
+    result.made = made
     failpoint("split-before-commit")
     check_made(plan, result.made)
     result.commit_number = commit_replacement(store, epoch=epoch, inputs=ssos, prepared=prepared,
@@ -220,8 +218,9 @@ def force_split(store: Store, *, older_than_s: float | None = None, max_objects:
 
 
 def _derived_crcs(ssos: list[mf.LiveObject], runs: list[Run], indexes: dict) -> set[int]:
-    """The runs (by id()) whose crc comes from their SSO's footer: the last run of an SSO whose
-    runs tile its data region (the crcs of all before it are read); every other run's is read."""
+    """The runs (by id()) whose crc comes from their SSO's footer: the largest run (the last of
+    the largest) of an SSO whose runs tile its data region (the crcs of all the others are read);
+    every other run's is read."""
     derived = set()
     for o in ssos:
         idx = indexes[o.id]
@@ -229,34 +228,94 @@ def _derived_crcs(ssos: list[mf.LiveObject], runs: list[Run], indexes: dict) -> 
         tiled = (bool(mine) and mine[0].start == 0 and mine[-1].end == idx.data_size
                  and all(a.end == b.start for a, b in zip(mine, mine[1:])))
         if idx.footer.checksummed and tiled:
-            derived.add(id(mine[-1]))
+            # (crc32c_combine is exact below 512 MiB: past it, only the last run, as before)
+            pick = max(reversed(mine), key=lambda r: r.size) if idx.data_size < _EXACT_SHIFT else mine[-1]
+            derived.add(id(pick))
     return derived
 
 
-def _run_source(store: Store, r: Run, idx, prefix: dict[int, tuple[int, int]], derived: bool, reads: Pacer,
-                result: SplitResult) -> tuple[int, bytes | CopySource]:
-    """A run's data crc and what its object copies: a range of its SSO, or (below S3's part
-    minimum) its bytes, read. ``prefix`` keeps the crc of each SSO's bytes read in order from 0."""
-    known_crc, known_end = prefix.get(r.sso.id, (0, 0))
+_EXACT_SHIFT = 1 << 29
+
+
+def _div_x(v: int) -> int:
+    """v / x modulo the CRC polynomial (reflected bit order: x^0 is the top bit)."""
+    return (((v ^ _CRC32C_POLY) << 1) | 1) & 0xFFFFFFFF if v & (1 << 31) else (v << 1) & 0xFFFFFFFF
+
+
+def _unshift(crc: int, length: int) -> int:
+    """The inverse of ``crc32c_combine(crc, 0, length)``: crc times x^(-8 * length)."""
+    base = 1 << 31  # x^0
+    for _ in range(8):
+        base = _div_x(base)  # x^-8
+    result = 1 << 31
+    while length:
+        if length & 1:
+            result = _multmodp(base, result)
+        base = _multmodp(base, base)
+        length >>= 1
+    return _multmodp(result, crc)
+
+
+def derived_crc(whole: int, before_crc: int, size: int, after: int, after_crc: int) -> int:
+    """crc32c of a run of ``size`` bytes from its object's data crc ``whole``, the crc of the bytes
+    in front of it and the crc of the ``after`` bytes behind it:
+    whole = shift(before_crc, size + after) ^ shift(run, after) ^ after_crc."""
+    return _unshift(whole ^ crc32c_combine(before_crc, 0, size + after) ^ after_crc, after)
+
+
+def _split_all(store: Store, runs: list[Run], prepared, indexes: dict, derived: set[int], reads: Pacer,
+               writes: Pacer, result: SplitResult) -> list[dict]:
+    """Every run's SO written, in run order except each SSO's derived run: written after the
+    SSO's other runs, once their crcs are known. The manifest entries, in run order."""
+    made: list = [None] * len(runs)
+    crcs: dict[int, int] = {}
+    waiting: dict[int, int] = {}  # sso id -> the derived run's number
+    for n, (r, reserved) in enumerate(zip(runs, prepared)):
+        if id(r) in derived:
+            waiting[r.sso.id] = n
+        else:
+            crcs[n], piece = _run_source(store, r, reads, result)
+            made[n] = _write(store, r, reserved.key, piece, crcs[n], reads, writes, result)
+            failpoint("split-after-object")
+        if r.sso.id in waiting and (n + 1 == len(runs) or runs[n + 1].sso is not r.sso):
+            m = waiting.pop(r.sso.id)
+            d = runs[m]
+            crc = _crc_between(runs, crcs, m, indexes[d.sso.id].footer.data_crc)
+            made[m] = _write(store, d, prepared[m].key, CopySource(d.sso.key, d.start, d.end), crc, reads, writes,
+                             result)
+            failpoint("split-after-object")
+    return made
+
+
+def _crc_between(runs: list[Run], crcs: dict[int, int], m: int, whole: int) -> int:
+    """Run ``m``'s crc from its SSO's data crc ``whole`` and the crcs of the SSO's other runs."""
+    before_crc = after_crc = after = 0
+    for k, r in enumerate(runs):
+        if r.sso is not runs[m].sso or k == m:
+            continue
+        if k < m:
+            before_crc = crc32c_combine(before_crc, crcs[k], r.size)
+        else:
+            after_crc = crc32c_combine(after_crc, crcs[k], r.size)
+            after += r.size
+    return derived_crc(whole, before_crc, runs[m].size, after, after_crc)
+
+
+def _run_source(store: Store, r: Run, reads: Pacer, result: SplitResult) -> tuple[int, bytes | CopySource]:
+    """A run's data crc, read, and what its object copies: a range of its SSO, or (below S3's
+    part minimum) its bytes, read once for both."""
     piece: bytes | CopySource
-    if derived:
-        # crc(whole) = combine(crc(prefix), crc(run), len(run)), so crc(run) = crc(whole) ^ shift(crc(prefix))
-        crc = idx.footer.data_crc ^ crc32c_combine(known_crc, 0, r.size)
-        piece = CopySource(r.sso.key, r.start, r.end)
-    elif r.size < MIN_PART_BYTES:
+    if r.size < MIN_PART_BYTES:
         data = store.read_range(r.sso.key, r.start, r.end)
         if len(data) != r.size:
             raise CorruptionError(f"object shorter than its index says ({r.start + len(data)} < {r.end})",
                                   where=r.sso.key)
         reads.paid(len(data))
         crc, piece = crc32c(data), data
-        result.crc_read_bytes += r.size
     else:
         crc = range_crc(store, r.sso.key, r.start, r.end, reads)
         piece = CopySource(r.sso.key, r.start, r.end)
-        result.crc_read_bytes += r.size
-    if known_end == r.start:
-        prefix[r.sso.id] = (crc32c_combine(known_crc, crc, r.size), r.end)
+    result.crc_read_bytes += r.size
     return crc, piece
 
 

@@ -1,6 +1,6 @@
 """What an executor runs: one task's iterations (their specs are plain, picklable data).
 
-A task reads its iteration's source ranges with the plan's GETs (walctl.spark.readahead),
+A task reads its iteration's source ranges with the plan's GETs (walctl.spark.readahead, over walctl.device.prefetch),
 assembles the iteration's pieces (blocks copied verbatim, each checked against its index entry)
 and uploads each: a whole object with one PUT, or the next part of a multipart object (the store's
 put_part). Each piece's data CRC comes back alone; the driver (walctl.spark.job) combines them.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from walctl.device.pacing import Pacer  # one pacer for every budget
 from walctl.errors import NotFoundError, WalctlError
 from walctl.failpoints import failpoint
-from walctl.spark.readahead import READ_THREADS, ReadAhead
+from walctl.spark.readahead import READ_THREADS, TaskReads
 
 if TYPE_CHECKING:
     from walctl.store.base import Store
@@ -86,7 +86,7 @@ def run_iterations_in_task(specs) -> list[dict]:
     ahead = None
     try:
         store = open_task_store(specs[0].store_url, specs[0].endpoint_url)
-        ahead = ReadAhead(store, specs)
+        ahead = TaskReads(store, specs)
         for k, spec in enumerate(specs):
             try:
                 out.append(_run_iteration(spec, store, ahead, k))
@@ -132,7 +132,7 @@ def _hold_gil(crc32c) -> dict:
     return _HOLD_GIL
 
 
-def _run_iteration(spec: IterationSpec, store: Store, ahead: ReadAhead, k: int) -> dict:
+def _run_iteration(spec: IterationSpec, store: Store, ahead: TaskReads, k: int) -> dict:
     started = time.monotonic()
     before = store.stats.snapshot()  # the reads ahead touch only the get counters, never the put ones
     run = _IterationWrites(spec, store, ahead, k)
@@ -156,7 +156,7 @@ class _IterationWrites:
     index entry, summed), written one by one while the next is assembled, paced, and each read's
     buffer given back as soon as no piece still to write needs it."""
 
-    def __init__(self, spec: IterationSpec, store: Store, ahead: ReadAhead, k: int):
+    def __init__(self, spec: IterationSpec, store: Store, ahead: TaskReads, k: int):
         from walctl.format.crc import crc32c
 
         self.spec, self.store, self.ahead, self.k = spec, store, ahead, k

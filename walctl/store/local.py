@@ -24,6 +24,7 @@ from typing import Iterable, Sequence
 
 from walctl.device.base import io_failure
 from walctl.device.buffers import ALIGN, aligned_buffer, align_down, align_up
+from walctl.device.prefetch import BufferPool
 from walctl.errors import CorruptionError, IOFailure, NotFoundError, UsageError
 from walctl.store import multipart
 from walctl.store.base import (
@@ -54,36 +55,11 @@ DIRECT_READ_WHOLE = 32 << 20
 _DIRECT_BUFFERS = threading.local()
 
 
-class _ViewBuffers:
-    """Aligned buffers lent out as views (read_range_view, read_tail_view): a buffer is read into again
-    only once no view of it is left (mmap.resize refuses while one is: BufferError), so a view's bytes
-    never change. Keeps at most KEEP buffers; beyond, a fresh one per read, freed with its last view."""
-
-    KEEP = 8
-
-    def __init__(self):
-        self._bufs: list = []
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def _unviewed(buf) -> bool:
-        try:
-            buf.resize(len(buf))  # same size: a no-op, refused while a view of buf exists
-        except BufferError:
-            return False
-        return True
-
-    def view(self, size: int) -> memoryview:
-        """A writable view of ``size`` bytes of an aligned buffer no other view holds (taken under the
-        lock: two threads never get the same buffer)."""
-        with self._lock:
-            for buf in sorted(self._bufs, key=len):  # the smallest that fits
-                if len(buf) >= size and self._unviewed(buf):
-                    return memoryview(buf)[:size]
-            buf = aligned_buffer(size)
-            if len(self._bufs) < self.KEEP:
-                self._bufs.append(buf)
-            return memoryview(buf)
+def _ViewBuffers() -> BufferPool:  # noqa: N802 - (tests make a fresh one)
+    """Aligned buffers lent out as views (read_range_view, read_tail_view): walctl.device.prefetch's
+    BufferPool.lend, a buffer read into again only once no view of it is left, so a view's bytes
+    never change. Keeps at most 8 buffers; beyond, a fresh one per read, freed with its last view."""
+    return BufferPool(keep=8)
 
 
 _VIEW_BUFFERS = _ViewBuffers()
@@ -276,7 +252,7 @@ class LocalStore:
         pos = align_down(start)
         span = align_up(end) - pos
         if view:
-            whole = _VIEW_BUFFERS.view(span)
+            whole = _VIEW_BUFFERS.lend(span)
             try:
                 got = os.preadv(fd, [whole[:span]], pos)
             except OSError as exc:
