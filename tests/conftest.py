@@ -110,6 +110,21 @@ def hold_writer():
         child.stderr.close()
 
 
+def pytest_collection_modifyitems(config, items):
+    """WALCTL_HYPOTHESIS_MAX_EXAMPLES=N caps every property test at N examples (scripts/mutation.sh
+    sets it: a mutant runs the same tests hundreds of times). Unset (the suite): each test's own."""
+    cap = os.environ.get("WALCTL_HYPOTHESIS_MAX_EXAMPLES")
+    if not cap:
+        return
+    from hypothesis import settings
+
+    for item in items:
+        test = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+        current = getattr(test, "_hypothesis_internal_use_settings", None)
+        if current is not None and current.max_examples > int(cap):
+            test._hypothesis_internal_use_settings = settings(current, max_examples=int(cap))
+
+
 # tests/testbounds.py: the per-process memory cap beside pytest-timeout's time cap.
 pytest_plugins = ["testbounds"]
 
