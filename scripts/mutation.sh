@@ -33,7 +33,7 @@ selection() {
     walctl/format/checkpoint.py) echo "tests/format/test_format_checkpoint.py" ;;
     walctl/format/seal.py)     echo "tests/format/test_format_seal.py" ;;
     walctl/format/*.py)        echo "tests/format" ;;
-    walctl/store/manifest.py)  echo "tests/store/test_manifest.py tests/store/test_manifest_race.py" ;;
+    walctl/store/manifest.py)  echo "tests/store/test_manifest.py tests/store/test_manifest_race.py tests/store/test_manifest_edges.py" ;;
     walctl/pipeline/upload/spool.py) echo "tests/store/test_upload_spool.py" ;;
     walctl/pipeline/upload/plan.py)  echo "tests/store/test_upload_spool.py tests/store/test_upload_stream.py" ;;
     walctl/wal/crash_repair.py) echo "tests/wal/test_wal_engine.py -k repair" ;;

@@ -111,8 +111,14 @@ def hold_writer():
 
 
 def pytest_collection_modifyitems(config, items):
-    """WALCTL_HYPOTHESIS_MAX_EXAMPLES=N caps every property test at N examples (scripts/mutation.sh
-    sets it: a mutant runs the same tests hundreds of times). Unset (the suite): each test's own."""
+    """The slow tests first (a stable sort; issue 32, the suite's time): xdist deals the first tests
+    out one by one, so the long ones start at once on both workers instead of finishing alone at
+    the end while the other worker idles.
+
+    WALCTL_HYPOTHESIS_MAX_EXAMPLES=N caps every property test at N examples (scripts/mutation.sh
+    sets it: a mutant runs the same tests hundreds of times). Unset (the suite): each test's own.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     cap = os.environ.get("WALCTL_HYPOTHESIS_MAX_EXAMPLES")
     if not cap:
         return
