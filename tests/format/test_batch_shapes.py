@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -102,3 +103,32 @@ def test_one_block_of_count_3_batches_is_indexed_by_batches():
     block = data[:entry.block_size]
     assert struct.unpack_from(">BBII", block, 0) == (0x5A, 0x02, 3, entry.block_size - DATA_BLOCK_HEADER_SIZE)
     assert [b.epoch for b in obj.iter_blocks(data, entry)] == [2, 2, 2]
+
+
+@SHAPES
+@given(streams=stream_batches(), block_size=st.sampled_from([1, 60, 1 << 20]))
+def test_assemble_object_of_an_object_s_own_blocks_is_that_object(streams, block_size):
+    """Compaction copies DataBlock runs verbatim (assemble_object): the runs of an object, in order,
+    make the same object again, counts and epochs included."""
+    built = build_object(streams, block_size=block_size)
+    parts = [(e, built.data[e.block_position:e.block_position + e.block_size]) for e in built.entries]
+    again = obj.assemble_object(parts)
+    assert again.data == built.data and again.entries == built.entries and again.ranges == built.ranges
+
+
+def test_assemble_object_refuses_runs_that_do_not_fit():
+    batches = [B(3, 1, 10 + 2 * i, 2, bytes([i]) * 9) for i in range(4)]
+    built = build_object([(3, batches)], block_size=40)
+    runs = [(e, built.data[e.block_position:e.block_position + e.block_size]) for e in built.entries]
+    assert len(runs) >= 2
+    with pytest.raises(ValueError, match=r"^block run of stream 3 at 10: \d+ bytes, its entry says \d+$"):
+        obj.assemble_object([(runs[0][0], runs[0][1][:-1])])
+    with pytest.raises(ValueError, match=r"^parts must be sorted by \(stream, offset\) without overlap$"):
+        obj.assemble_object([runs[1], runs[0]])
+    with pytest.raises(ValueError, match=r"^stream 3: parts not contiguous \(\d+ then \d+\); an object holds"):
+        obj.assemble_object([runs[0], runs[2]])
+    with pytest.raises(ValueError, match=r"^an object needs at least one block$"):
+        obj.assemble_object([])
+    other = build_object([(2, [B(2, 0, 0, 1, b"x")])])
+    mixed = obj.assemble_object([(other.entries[0], other.data[:other.entries[0].block_size]), runs[0]])
+    assert [e.stream_id for e in mixed.entries] == [2, 3] and mixed.entries[1].block_position == other.entries[0].block_size
