@@ -34,9 +34,9 @@ def stream_batches(draw):
     return streams
 
 
-def streamed(streams, block_size, *, laid_out=False):
+def streamed(streams, block_size, *, laid_out=False, version=obj.VERSION_WALCTL):
     """The same object through ObjectBuilder, a block at a time as upload builds it."""
-    builder = ObjectBuilder()
+    builder = ObjectBuilder(version=version)
     parts = []
     for sid, batches in streams:
         for group in obj.iter_block_groups(batches, block_size):
@@ -56,10 +56,11 @@ SHAPES = settings(max_examples=150, deadline=None, suppress_health_check=[Health
 
 
 @SHAPES
-@given(streams=stream_batches(), block_size=st.sampled_from([1, 60, 120, 1 << 20]), laid_out=st.booleans())
-def test_streaming_builder_matches_build_object(streams, block_size, laid_out):
-    built = build_object(streams, block_size=block_size)
-    data, builder = streamed(streams, block_size, laid_out=laid_out)
+@given(streams=stream_batches(), block_size=st.sampled_from([1, 60, 120, 1 << 20]), laid_out=st.booleans(),
+       version=st.sampled_from(obj.VERSIONS))
+def test_streaming_builder_matches_build_object(streams, block_size, laid_out, version):
+    built = build_object(streams, block_size=block_size, version=version)
+    data, builder = streamed(streams, block_size, laid_out=laid_out, version=version)
     assert data == built.data
     assert builder.entries == built.entries and builder.ranges == built.ranges and builder.footer == built.footer
 
@@ -132,3 +133,41 @@ def test_assemble_object_refuses_runs_that_do_not_fit():
     other = build_object([(2, [B(2, 0, 0, 1, b"x")])])
     mixed = obj.assemble_object([(other.entries[0], other.data[:other.entries[0].block_size]), runs[0]])
     assert [e.stream_id for e in mixed.entries] == [2, 3] and mixed.entries[1].block_position == other.entries[0].block_size
+
+
+INT32_MAX = (1 << 31) - 1
+
+
+def test_object_builder_refuses_what_an_index_cannot_say():
+    one = [B(4, 0, 0, 1, b"x").encode()]
+    b = ObjectBuilder()
+    with pytest.raises(ValueError, match=r"^footer version 9 unknown, expected one of "):
+        ObjectBuilder(version=9)
+    with pytest.raises(ValueError, match=r"^an object needs at least one stream$"):
+        b.finish()
+    with pytest.raises(ValueError, match=r"^stream 4: an empty DataBlock$"):
+        b.add_block(4, 0, 1, [])
+    for sid in (-1, 1 << 63, "4"):
+        with pytest.raises(ValueError, match=r"^stream id .* out of range \[0, 2\^63\)$"):
+            b.add_block(sid, 0, 1, one)
+    b.add_block((1 << 63) - 1, 0, 1, [B((1 << 63) - 1, 0, 0, 1, b"x").encode()])  # the largest stream id
+    b = ObjectBuilder()
+    b.add_block(4, 0, 1, one)
+    with pytest.raises(ValueError, match=r"^streams must be strictly ascending: 3 after 4$"):
+        b.add_block(3, 0, 1, one)
+    with pytest.raises(ValueError, match=r"^stream 4: block at offset 2, expected 1 \(a gap or overlap\)$"):
+        b.add_block(4, 2, 3, one)
+    for start, end in ((1, 1), (1, 0), (1, 2 + INT32_MAX)):
+        with pytest.raises(ValueError, match=r"^stream 5: block offsets \[1, -?\d+\) do not fit an index entry$"):
+            ObjectBuilder().add_block(5, start, end, one)
+    ObjectBuilder().add_laid_out(5, 1, 1 + INT32_MAX, 1, 40, 0)  # the widest span an entry holds
+    with pytest.raises(ValueError, match=r"do not fit an index entry$"):
+        ObjectBuilder().add_laid_out(5, (1 << 63) - 2, 1 << 63, 1, 40, 0)
+    with pytest.raises(ValueError, match=r"^stream 5: a DataBlock of 2147483648 bytes does not fit a Java int$"):
+        ObjectBuilder().add_laid_out(5, 0, 1, 1, INT32_MAX + 1, 0)
+    ObjectBuilder().add_laid_out(5, 0, 1, 1, INT32_MAX, 0)
+    b.finish()
+    for late in (lambda: b.finish(), lambda: b.add_block(9, 0, 1, one)):
+        with pytest.raises(ValueError, match=r"^the object is already finished$"):
+            late()
+
