@@ -79,6 +79,7 @@ def test_each_commit_has_its_own_id_parent_time_and_writer(local_store, monkeypa
 @pytest.mark.parametrize("argv, safe", [
     (["--secret-key", "abc", "x"], ["--secret-key", "<redacted>", "x"]),
     (["--secret-key=abc", "x"], ["--secret-key=<redacted>", "x"]),
+    (["--token=a=b"], ["--token=<redacted>"]),  # a value holding "=": none of it is kept
     (["--access-key", "AK", "--token=t"], ["--access-key", "<redacted>", "--token=<redacted>"]),
     (["PASSWORD"], ["<redacted>"]),
     (["s3://user:pw@host/bucket", "--stream", "1"], ["s3://<redacted>@host/bucket", "--stream", "1"]),

@@ -54,7 +54,8 @@ def test_a_commit_that_always_loses_gives_up_with_a_refusal(store, monkeypatch):
         tries.append(m.number)
         mf.commit(store, lambda other: None, command="test winner")
 
-    with pytest.raises(RefusedError, match="could not commit after 3 attempts"):
+    with pytest.raises(RefusedError, match="could not commit after 3 attempts") as info:
         mf.commit(store, always_beaten, command="test loser")
+    assert info.value.where == store.url and info.value.hint == "retry later"
     assert tries == [1, 2, 3]
     assert all(mf.load(store, n).writer["command"] == "test winner" for n in (2, 3, 4))
