@@ -245,7 +245,7 @@ def main() -> None:
     p.add_argument("--read-rate", type=float, default=None, help="MiB/s read across all tasks (default: unlimited)")
     args = p.parse_args()
     from walctl.spark.compact import compact
-    from walctl.spark.job import spark_session, stop_session
+    from walctl.spark.session import spark_session, stop_session
 
     top = args.store or tempfile.mkdtemp(prefix="walctl-compact-bench-")
     directory = os.path.join(top, "a")

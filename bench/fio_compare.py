@@ -4,7 +4,7 @@
     python bench/fio_compare.py --loop [--size 1GiB]          # a loop device (--direct-io=on), detached after
     python bench/fio_compare.py --file /var/tmp/walctl.img    # a regular file (created, removed after)
     python bench/fio_compare.py --device /dev/nvme1n1         # an existing device (destroys its data)
-        [--duration 5] [--rounds 3] [--iodepth 4] [--fio-ioengine libaio] [--json]
+        [--duration 5] [--rounds 3] [--iodepth 4] [--fio-ioengine libaio] [--json] [--only iops]
 
 Each round runs, with the order of the pair flipped every other round so drift and
 warm-up hit both sides alike:
@@ -116,6 +116,8 @@ def one_round(target: str, opts, size: int, flip: bool) -> dict[str, tuple[float
     w, f4k = pair(lambda: fio(target, rw="randwrite", block_size=4 * KiB, **fio_args),
                   lambda: walctl(target, "--mode", "iops", *common))
     out["iops 4KiB randwrite"] = (w["iops"], f4k["iops"])
+    if opts.only == "iops":
+        return out
     w, f256 = pair(lambda: fio(target, rw="write", block_size=256 * KiB, **fio_args),
                    lambda: walctl(target, "--mode", "bandwidth", "--block-size", "256KiB", *common))
     out["bandwidth 256KiB seq"] = (w["mib_per_s"], f256["mib_per_s"])
@@ -149,6 +151,8 @@ def report(rounds: list[dict], opts, where: str) -> dict:
     print("-" * len(header))
     summary = {}
     for name, unit, goal in TARGETS:
+        if name not in rounds[0]:
+            continue
         pairs = [r[name] for r in rounds]
         ratios = [p[0] / p[1] for p in pairs if p[1]]
         med = statistics.median(ratios)
@@ -158,14 +162,16 @@ def report(rounds: list[dict], opts, where: str) -> dict:
         print(line)
         summary[name] = {"walctl": [p[0] for p in pairs], "fio": [p[1] for p in pairs], "ratios": ratios,
                          "ratio_median": med, "target": goal}
-    for name, unit in INFO:
+    for name, unit in INFO if opts.only is None else ():
         pairs = [r[name] for r in rounds]
         ratios = [p[0] / p[1] for p in pairs if p[1]]
         print(f"{name:<22} {unit:<34} {statistics.median(p[0] for p in pairs):>10.1f} "
               f"{statistics.median(p[1] for p in pairs):>10.1f} {statistics.median(ratios):>6.2f} "
               f"{min(ratios):>6.2f}..{max(ratios):<5.2f} {'(info)':>6}")
         summary[name] = {"a": [p[0] for p in pairs], "b": [p[1] for p in pairs], "ratios": ratios}
-    for name in ("wal 64KiB records", "wal 1KiB records"):
+    if opts.only == "iops":
+        print(f"  iops pairs (walctl, fio): {[tuple(round(v) for v in r['iops 4KiB randwrite']) for r in rounds]}")
+    for name in ("wal 64KiB records", "wal 1KiB records") if opts.only is None else ():
         details = [r[name][2] for r in rounds]
         print(f"  {name}: records/s {[round(d['records_per_s']) for d in details]}, payload MiB/s "
               f"{[round(d['mib_per_s'], 1) for d in details]}, blocks/s {[round(d['iops']) for d in details]}, "
@@ -197,6 +203,8 @@ def main() -> int:
     parser.add_argument("--iodepth", type=int, default=4)
     parser.add_argument("--fio-ioengine", default="libaio", help="fio's --ioengine (libaio, io_uring, ...)")
     parser.add_argument("--json", help="also write the raw numbers to this file")
+    parser.add_argument("--only", choices=("iops",), help="run only this pair (iops: 4 KiB random writes), "
+                        "for many cheap rounds on a busy machine")
     opts = parser.parse_args()
     if shutil.which("fio") is None:
         raise SystemExit("fio is not installed (apt-get install -y fio)")

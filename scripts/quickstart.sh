@@ -10,7 +10,12 @@ if [ "${WALCTL_SKIP_INSTALL:-0}" != 1 ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
   export PATH="$PWD/.venv/bin:$PATH"
 fi
-work=${WALCTL_QUICKSTART_DIR:-$(mktemp -d)}
+if [ -n "${WALCTL_QUICKSTART_DIR:-}" ]; then
+  work=$WALCTL_QUICKSTART_DIR
+else  # a temporary directory (the 64 MiB WAL and the store), removed on the way out
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"; echo "quickstart: removed its files in $work (WALCTL_QUICKSTART_DIR=DIR keeps them)" >&2' EXIT
+fi
 wal="$work/wal.img"
 store="$work/store"
 set -x

@@ -24,6 +24,7 @@ temporary name does not.
 from __future__ import annotations
 
 import math
+import stat
 import os
 import re
 import tempfile
@@ -316,23 +317,56 @@ def write_wal_status(path: str, out: dict | None, *, device: str, node_id: objec
     write_atomic(path, merge(read_previous(path), families, drop=(stale, labels_text(labels))))
 
 
+# The most of an existing metrics file walctl reads (to keep the other jobs' samples): a textfile
+# of walctl's and node_exporter's samples is a few KiB; a larger one is not a metrics file.
+MAX_METRICS_FILE_BYTES = 16 << 20
+
+
 def check_path(path: str) -> None:
-    """Refuse (exit 2) a metrics path whose directory is missing, before the job runs."""
+    """Refuse (exit 2), before the job runs, a metrics path that is empty, a directory, not a
+    regular file (a device such as /dev/zero, a FIFO: never read, never replaced), larger than
+    MAX_METRICS_FILE_BYTES, or in a directory that does not exist."""
+    hint = "give a file path, e.g. /var/lib/node_exporter/textfile/walctl.prom"
+    if not path:
+        raise UsageError("--metrics-file is empty", hint=hint)
     directory = os.path.dirname(os.path.abspath(path)) or "."
     if os.path.isdir(path):
-        raise UsageError("--metrics-file names a directory", where=path, hint="give a file path, e.g. walctl.prom")
+        raise UsageError("--metrics-file names a directory", where=path, hint=hint)
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise UsageError("--metrics-file is not a regular file (a device, a FIFO or a socket)", where=path,
+                         hint=hint)
+    if st is not None and st.st_size > MAX_METRICS_FILE_BYTES:
+        raise UsageError(f"--metrics-file is larger than {MAX_METRICS_FILE_BYTES >> 20} MiB: not a metrics file",
+                         where=path, hint=hint)
     if not os.path.isdir(directory):
         raise UsageError("the directory of --metrics-file does not exist", where=path,
                          hint="create it, or point at node_exporter's --collector.textfile.directory")
 
 
 def read_previous(path: str) -> str:
-    """The previous file's text ('' when there is none or it cannot be read)."""
+    """The previous file's text ('' when there is none, it cannot be read or is not a regular
+    file); at most MAX_METRICS_FILE_BYTES of it (a file grown past that since check_path: its
+    start, whose whole lines are kept)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_METRICS_FILE_BYTES + 1)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    if len(data) > MAX_METRICS_FILE_BYTES:
+        data = data[:data.rfind(b"\n", 0, MAX_METRICS_FILE_BYTES) + 1]
+    return data.decode("utf-8", errors="replace")
 
 
 def write_atomic(path: str, text: str) -> None:

@@ -43,12 +43,20 @@ def _duration_text(seconds: float) -> str:
     return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
 
 
+# The largest value any size, count or offset option takes without a smaller maximum of its own:
+# the formats' offsets, ids and lengths are signed 64-bit (FORMATS.md).
+INT_MAX = (1 << 63) - 1
+# A duration without a maximum of its own stops at a year: a longer timeout or grace period is a
+# typo (2^63 seconds overflow every clock walctl waits on).
+DURATION_MAX = 365 * 86400.0
+
+
 class Size:
     """A size in bytes (``4096``, ``4KiB``, ``1MiB``, ``2GiB``, ``1GB``) between ``min`` and ``max``."""
 
     __name__ = "size"
 
-    def __init__(self, min: int = 0, max: int | None = None, multiple_of: int | None = None):
+    def __init__(self, min: int = 0, max: int | None = INT_MAX, multiple_of: int | None = None):
         self.min, self.max, self.multiple_of = min, max, multiple_of
 
     def hint(self) -> str:
@@ -75,7 +83,7 @@ class Duration:
 
     __name__ = "duration"
 
-    def __init__(self, min: float = 0.0, max: float | None = None):
+    def __init__(self, min: float = 0.0, max: float | None = DURATION_MAX):
         self.min, self.max = min, max
 
     def hint(self) -> str:
@@ -95,6 +103,73 @@ class Duration:
         if self.max is not None and seconds > self.max:
             raise OptionError(f"{value!r} is above the maximum {_duration_text(self.max)}", self.hint())
         return seconds
+
+
+class Rate:
+    """A rate in bytes per second: a size, optionally with ``/s`` (``50MiB/s``, ``50MiB``, ``1GB/s``).
+
+    Args:
+        bare: what a bare number means, in bytes per second (``1 << 20``: MiB/s, an option's older
+            unit); None: a bare number other than 0 is refused (50 would be 50 B/s: a typo).
+        zero_unlimited: ``0`` means no limit (the value None); otherwise 0 is below the minimum.
+    """
+
+    __name__ = "rate"
+
+    def __init__(self, bare: int | None = None, zero_unlimited: bool = False):
+        self.bare, self.zero_unlimited = bare, zero_unlimited
+
+    def hint(self) -> str:
+        bare = " (a bare number is MiB/s)" if self.bare == 1 << 20 else ""
+        zero = "; 0: unlimited" if self.zero_unlimited else ""
+        return f"a size per second{bare}: 50MiB/s, 200MB/s, 1GiB/s{zero}"
+
+    def __call__(self, value: str | float | None) -> float | None:
+        if value is None or isinstance(value, (int, float)):
+            return value
+        text = value.strip().removesuffix("/s")
+        if _BARE_NUMBER.fullmatch(text):
+            number = float(text)
+            if number == 0 and self.zero_unlimited:
+                return None
+            if self.bare is None:
+                raise OptionError(f"{value!r} has no unit", self.hint())
+            rate = number * self.bare
+        else:
+            try:
+                rate = float(parse_size(text))
+            except UsageError:
+                raise OptionError(f"{value!r} is not a rate", self.hint()) from None
+            if rate == 0 and self.zero_unlimited:
+                return None
+        if not 0 < rate <= INT_MAX:
+            raise OptionError(f"{value!r} is outside 1 B/s to 8 EiB/s", self.hint())
+        return rate
+
+
+_BARE_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def stream_offset(value: str) -> str:
+    """A ``STREAM:OFFSET`` pair (``7:1000``; ``7=1000`` is the older spelling, said on stderr),
+    both within 0 to 2^63-1; returned as ``STREAM:OFFSET``."""
+    import sys
+
+    hint = "STREAM:OFFSET, stream offsets as --accept-gap's STREAM:FROM-TO: 7:1000"
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if ":" not in text and "=" in text:
+        print(f"walctl: warning: {value!r}: STREAM=OFFSET is deprecated, write STREAM:OFFSET "
+              f"(as --accept-gap does)", file=sys.stderr)
+        text = text.replace("=", ":", 1)
+    stream, _, offset = text.partition(":")
+    if not (_DIGITS.fullmatch(stream) and _DIGITS.fullmatch(offset)):
+        raise OptionError(f"{value!r} is not STREAM:OFFSET", hint)
+    if int(stream) > INT_MAX or int(offset) > INT_MAX:
+        raise OptionError(f"{value!r} is above the maximum {INT_MAX}", hint)
+    return f"{int(stream)}:{int(offset)}"
 
 
 _SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|(spark|k8s|mesos)://\S+|yarn)$")

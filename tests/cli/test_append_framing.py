@@ -108,9 +108,9 @@ def test_a_blocks_acknowledgements_are_one_write(monkeypatch, json_out):
 
     out = Out()
     monkeypatch.setattr(sys, "stdout", out)
-    stats, on_acks, _ = _acknowledger(3, json_out)
+    stats, hooks = _acknowledger(3, json_out)
     payloads = [b"a", b"bb", b"", b"dddd"]
-    on_acks([4096, 4096 + 58, 4096 + 117], (payloads, 10), 1)  # the records of payloads[1:4] in one block
+    hooks.on_acks([4096, 4096 + 58, 4096 + 117], (payloads, 10), 1)  # the records of payloads[1:4] in one block
     assert len(out.writes) == 1 and out.flushes == 1
     lines = out.writes[0].splitlines()
     if json_out:

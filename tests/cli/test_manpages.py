@@ -20,7 +20,7 @@ import manpage  # tools/manpage.py (pyproject's pytest pythonpath)
 from walctl import errors
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-MAN_DIR = REPO_ROOT / "man"
+MAN_DIR = REPO_ROOT / "man" / "man1"
 ROOT = manpage.describe()
 COMMANDS = [cmd for cmd in ROOT.walk() if cmd is not ROOT]
 # The man(7) macros and requests the generator may emit.

@@ -92,6 +92,12 @@ def _outcome(call):
     return "ok", type(result), result
 
 
+def _walctls_own_number(param, value) -> bool:
+    descriptor = param.type_descriptor
+    return (type(value) is str and descriptor.annotation in (int, float)
+            and getattr(descriptor.parameter_info, "parser", None) is None)
+
+
 def test_plain_coercion_gives_typers_answers_on_every_parameter():
     import typer.main
     from typer import _click as click
@@ -111,6 +117,13 @@ def test_plain_coercion_gives_typers_answers_on_every_parameter():
                                                                                                ctx=ctx))
                 plain = PlainFirst()
                 plain_says = _outcome(lambda: plain.coerce(value, param, ctx))
+                if _walctls_own_number(param, value):
+                    # an int or float option's text: walctl words the refusal (tests/cli/test_hostile_input.py)
+                    # and refuses what typer takes past 64 bits or not finite; what both take is the same
+                    assert plain_says[0] == "error" or plain_says == typer_says, (command.name, param.name, value)
+                    assert typer_says[0] == "ok" or plain_says[0] == "error", (command.name, param.name, value)
+                    compared += 1
+                    continue
                 assert plain_says == typer_says, (command.name, param.name, value)
                 compared += 1
                 answered_plainly += plain._typer is None

@@ -5,7 +5,11 @@ The order, bottom to top:
     base       walctl, errors, defaults, sizes, failpoints, percentile: leaves everything may use
     format     pure bytes <-> dataclasses          device   I/O             (neither imports the other)
     wal        the engine over a device            store    object stores   (neither imports the other)
-    pipeline   joins wal and store: upload, spark/ compaction, bench, status, metrics, bounds
+    compaction the compaction plan and the levels without Spark (over store)
+    spark      the executor of an SSO compaction plan (over compaction)
+    bench      the `walctl bench` engine (over wal and device)
+    pipeline   joins wal and store: upload, read, check, status, metrics, bounds
+    selftest   runs the layers below on scratch files
     commands   parse, call one engine function, render
     cli        the app and the one error -> exit boundary
 
@@ -35,9 +39,15 @@ MAY_IMPORT = {
     "device": {"base"},
     "wal": {"base", "format", "device"},
     "store": {"base", "format", "device"},
-    "pipeline": {"base", "format", "device", "wal", "store"},
-    "commands": {"base", "format", "device", "wal", "store", "pipeline"},
-    "cli": {"base", "format", "device", "wal", "store", "pipeline", "commands"},
+    "compaction": {"base", "format", "device", "store"},
+    "spark": {"base", "format", "device", "store", "compaction"},
+    "bench": {"base", "format", "device", "wal"},
+    "pipeline": {"base", "format", "device", "wal", "store", "compaction", "spark"},
+    "selftest": {"base", "format", "device", "wal", "store", "compaction", "spark", "pipeline"},
+    "commands": {"base", "format", "device", "wal", "store", "compaction", "spark", "bench", "pipeline",
+                 "selftest"},
+    "cli": {"base", "format", "device", "wal", "store", "compaction", "spark", "bench", "pipeline", "selftest",
+            "commands"},
 }
 # By walctl's sub-package, or by module for the top-level files.
 LAYER_OF = {
@@ -47,17 +57,18 @@ LAYER_OF = {
     "walctl.device": "device",
     "walctl.wal": "wal",
     "walctl.store": "store",
-    "walctl.pipeline": "pipeline", "walctl.spark": "pipeline", "walctl.bench": "pipeline",
-    "walctl.status": "pipeline", "walctl.metrics": "pipeline", "walctl.bounds": "pipeline",
-    "walctl.commands": "commands", "walctl.selftest": "commands",
-    # Being added in other branches now: compaction without Spark, option checks and human
-    # rendering (both use click/rich, so they sit with the commands).
-    "walctl.compaction": "pipeline", "walctl.options": "commands", "walctl.human": "commands",
+    "walctl.compaction": "compaction", "walctl.spark": "spark", "walctl.bench": "bench",
+    "walctl.pipeline": "pipeline", "walctl.status": "pipeline", "walctl.metrics": "pipeline",
+    "walctl.bounds": "pipeline",
+    "walctl.selftest": "selftest",
+    "walctl.commands": "commands",
+    # Option checks and human rendering use click/rich, so they sit with the commands.
+    "walctl.options": "commands", "walctl.human": "commands",
     "walctl.cli": "cli", "walctl.__main__": "cli",
 }
 # Third-party modules that only the top layers may import: rendering belongs to commands/cli.
 UI_LIBRARIES = {"typer", "click", "rich"}
-UI_LAYERS = {"commands", "cli"}
+UI_LAYERS = {"selftest", "commands", "cli"}  # selftest drives the app with typer's CliRunner
 
 # (importer, imported): why it is allowed for now.
 ALLOWED: dict[tuple[str, str], str] = {
@@ -201,3 +212,32 @@ def test_the_rule_catches_what_it_should():
         layer("walctl.somethingnew")
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _find_cycle({"a": {"b"}, "b": {"c"}}) is None
+
+
+def test_compaction_and_spark_are_layers_apart():
+    """Issue 29 item 4: compaction/ owns the plan, spark/ only executes it: spark may import
+    compaction, never the other way (a function-level import counts), so no cycle between them."""
+    assert layer("walctl.compaction.plan") == "compaction" and layer("walctl.spark.job") == "spark"
+    assert not is_upward("walctl.spark.compact", "walctl.compaction.planner")
+    assert is_upward("walctl.compaction.so", "walctl.spark.job")
+    assert is_upward("walctl.compaction.planner", "walctl.spark.cluster")
+    assert is_upward("walctl.store.s3", "walctl.compaction.plan")
+    # bench/ and selftest/ are layers of their own: the bench engine sits on wal/, selftest above
+    # the pipelines (it runs them), both below the commands.
+    assert is_upward("walctl.bench.run", "walctl.store.local")
+    assert is_upward("walctl.selftest.steps", "walctl.commands.compact")
+    assert not is_upward("walctl.selftest.steps", "walctl.spark.job")
+    assert not is_upward("walctl.commands.bench", "walctl.bench.run")
+    graph = import_graph()
+    back = sorted((a, b) for a, targets in graph.items() if layer(a) == "compaction"
+                  for b in targets if b.startswith("walctl.") and layer(b) == "spark")
+    assert back == [], f"compaction/ imports spark/: {back}"
+
+
+def test_a_cycle_between_compaction_and_spark_fails():
+    # The checker on a graph with the cycle issue 29 removed (compaction.so -> spark.plan -> ...
+    # -> compaction.common): the upward edge is caught, and so is the cycle it closes.
+    edges = {"walctl.compaction.so": {"walctl.spark.plan"}, "walctl.spark.plan": {"walctl.compaction.common"},
+             "walctl.compaction.common": {"walctl.compaction.so"}}
+    assert is_upward("walctl.compaction.so", "walctl.spark.plan")
+    assert _find_cycle(edges) is not None

@@ -26,7 +26,7 @@ def test_human_output_of_so_and_split_levels(tmp_path):
     result = runner.invoke(app, ["compact", "--store", str(store_dir), "--force-split"])
     assert result.exit_code == 0 and "nothing to split" in result.stdout
     result = runner.invoke(app, ["compact", "--store", str(store_dir), "--level", "so", "--so-write-rate", "fast"])
-    assert result.exit_code == 2 and "bad size" in result.stderr
+    assert result.exit_code == 2 and "is not a rate" in result.stderr
 
 
 def test_sso_dry_run_shows_its_read_budget_and_expected_duration(tmp_path):

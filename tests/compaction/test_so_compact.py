@@ -19,7 +19,7 @@ from walctl.format.crc import crc32c, crc32c_combine
 from walctl.store import manifest as mf
 from walctl.store.base import CopySource
 from walctl.store.gc import gc
-from walctl.store.s3 import plan_compose_parts
+from walctl.store.multipart import plan_compose_parts
 
 from storehelpers import live_keys_only, put_objects, read_back, so_count
 

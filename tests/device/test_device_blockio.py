@@ -19,7 +19,6 @@ from walctl.device import (
     create_file,
     open_device,
 )
-from walctl.device import blockio
 from walctl.errors import IOFailure, NotFoundError, RefusedError, UsageError
 
 DEVICE_BYTES = 16 * ALIGN
@@ -66,7 +65,7 @@ def no_syscalls(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("syscall reached despite a bad argument")
     for name in ("pwrite", "preadv", "pread", "fdatasync"):
-        monkeypatch.setattr(blockio.os, name, forbidden)
+        monkeypatch.setattr(os, name, forbidden)
 
 
 # --- round trips ---------------------------------------------------------------
@@ -127,8 +126,8 @@ def test_short_transfers_are_looped(monkeypatch, wal_path):
     def one_page_preadv(fd, buffers, offset):
         return real_preadv(fd, [memoryview(buffers[0])[:ALIGN]], offset)
 
-    monkeypatch.setattr(blockio.os, "pwrite", one_page_pwrite)
-    monkeypatch.setattr(blockio.os, "preadv", one_page_preadv)
+    monkeypatch.setattr(os, "pwrite", one_page_pwrite)
+    monkeypatch.setattr(os, "preadv", one_page_preadv)
     data = pattern(4 * ALIGN, seed=11)
     with open_device(wal_path, writable=True) as dev:
         dev.pwrite(0, data)
@@ -229,8 +228,8 @@ def test_os_error_becomes_io_failure_with_errno(monkeypatch, wal_path):
         raise OSError(errno.EIO, "Input/output error")
 
     with open_device(wal_path, writable=True) as dev:
-        monkeypatch.setattr(blockio.os, "pwrite", eio)
-        monkeypatch.setattr(blockio.os, "preadv", eio)
+        monkeypatch.setattr(os, "pwrite", eio)
+        monkeypatch.setattr(os, "preadv", eio)
         with pytest.raises(IOFailure) as info:
             dev.pwrite(ALIGN, aligned_buffer(ALIGN))
         assert info.value.errno == errno.EIO
@@ -244,7 +243,7 @@ def test_os_error_becomes_io_failure_with_errno(monkeypatch, wal_path):
 def test_buffered_device_syncs_after_every_write(monkeypatch, wal_path):
     synced = []
     real = os.fdatasync
-    monkeypatch.setattr(blockio.os, "fdatasync", lambda fd: (synced.append(fd), real(fd)))
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), real(fd)))
     with BufferedDevice(wal_path, os.open(wal_path, os.O_RDWR), writable=True) as dev:
         dev.pwrite(0, aligned_buffer(ALIGN))
         dev.pwrite(ALIGN, aligned_buffer(2 * ALIGN))
@@ -256,7 +255,7 @@ def test_fdatasync_failure_is_io_failure(monkeypatch, wal_path):
         raise OSError(errno.EIO, "Input/output error")
 
     with open_device(wal_path, writable=True) as dev:
-        monkeypatch.setattr(blockio.os, "fdatasync", eio)
+        monkeypatch.setattr(os, "fdatasync", eio)
         with pytest.raises(IOFailure, match="fdatasync") as info:
             dev.flush()
         assert info.value.errno == errno.EIO
@@ -288,7 +287,7 @@ def test_open_permission_denied_is_io_failure(monkeypatch, wal_path, code):
     def refuse(path, flags, *args):
         raise OSError(code, os.strerror(code), path)
 
-    monkeypatch.setattr(blockio.os, "open", refuse)
+    monkeypatch.setattr(os, "open", refuse)
     with pytest.raises(IOFailure) as info:
         open_device(wal_path, writable=True)
     assert info.value.hint == "permission denied"
@@ -306,7 +305,7 @@ def _refuse_odirect(monkeypatch):
             raise OSError(errno.EINVAL, "Invalid argument", path)
         return real_open(path, flags, *args)
 
-    monkeypatch.setattr(blockio.os, "open", open_without_odirect)
+    monkeypatch.setattr(os, "open", open_without_odirect)
 
 
 def test_odirect_refused_falls_back_to_buffered(monkeypatch, wal_path):
@@ -394,7 +393,7 @@ def test_create_file_syncs_file_and_directory(monkeypatch, tmp_path):
         synced.append(os.readlink(f"/proc/self/fd/{fd}"))
         real(fd)
 
-    monkeypatch.setattr(blockio.os, "fsync", spy)
+    monkeypatch.setattr(os, "fsync", spy)
     path = str(tmp_path / "durable.img")
     create_file(path, ALIGN)
     assert synced == [path, str(tmp_path)]

@@ -17,7 +17,7 @@ from walctl.device import (
     open_device,
     zero_fill,
 )
-from walctl.device import blockio
+from walctl.device.create import BLKZEROOUT
 from walctl.errors import RefusedError
 
 pytestmark = pytest.mark.loop
@@ -103,14 +103,14 @@ def test_zero_fill_uses_blkzeroout(monkeypatch, loop_device):
     zeroouts = []
 
     def spy(fd, request, arg=0, *rest):
-        if request == blockio.BLKZEROOUT:
+        if request == BLKZEROOUT:
             zeroouts.append(struct.unpack("=QQ", arg))
         return real_ioctl(fd, request, arg, *rest)
 
     with open_device(path, writable=True) as dev:
         dev.pwrite(0, pattern(LOOP_BYTES // 4, seed=9))
-        monkeypatch.setattr(blockio.fcntl, "ioctl", spy)
-        monkeypatch.setattr(blockio.os, "pwrite", lambda *a: pytest.fail("fell back to writing"))
+        monkeypatch.setattr(fcntl, "ioctl", spy)
+        monkeypatch.setattr(os, "pwrite", lambda *a: pytest.fail("fell back to writing"))
         seen = []
         zero_fill(dev, ALIGN, 2 * ALIGN, progress=seen.append)
         assert zeroouts == [(ALIGN, 2 * ALIGN)]
@@ -129,13 +129,13 @@ def test_zero_fill_falls_back_when_blkzeroout_is_unsupported(monkeypatch, loop_d
     real_ioctl = fcntl.ioctl
 
     def no_zeroout(fd, request, arg=0, *rest):
-        if request == blockio.BLKZEROOUT:
+        if request == BLKZEROOUT:
             raise OSError(95, "Operation not supported")
         return real_ioctl(fd, request, arg, *rest)
 
     with open_device(path, writable=True) as dev:
         dev.pwrite(0, pattern(8 * ALIGN, seed=4))
-        monkeypatch.setattr(blockio.fcntl, "ioctl", no_zeroout)
+        monkeypatch.setattr(fcntl, "ioctl", no_zeroout)
         zero_fill(dev, 0, 8 * ALIGN)
         back = aligned_buffer(8 * ALIGN)
         dev.pread_into(0, back)

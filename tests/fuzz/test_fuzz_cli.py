@@ -34,7 +34,7 @@ from walctl.format.header import WalHeader
 from test_automq_forensics import AutoMQImage, automq_object, amq_header
 from test_fuzz_decoders import mutated
 from walhelpers import append_records, new_wal, payload_for
-from walctl.wal.lifecycle import trim_wal
+from walctl.wal.trim import trim_wal
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SOAK = os.environ.get("WALCTL_SOAK", "") not in ("", "0")

@@ -111,14 +111,14 @@ def check_manpage(root: Path, page: Path, folders: set[str]) -> list[str]:
 
 
 def _documents(root: Path) -> tuple[list[Path], list[Path]]:
-    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))], sorted((root / "man").glob("*.1"))
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))], sorted((root / "man" / "man1").glob("*.1"))
 
 
 def _check_tree(root: Path) -> list[str]:
     folders = _top_folders(root)
     assert {"docs", "man", "walctl", "scripts"} <= folders
     markdown, pages = _documents(root)
-    assert len(markdown) >= 4 and len(pages) >= 14, f"README.md, docs/*.md and man/*.1 are in {root}"
+    assert len(markdown) >= 4 and len(pages) >= 14, f"README.md, docs/*.md and man/man1/*.1 are in {root}"
     problems = []
     for doc in markdown:
         problems += check_markdown(root, doc, folders)
@@ -174,7 +174,7 @@ def test_the_checker_accepts_good_links(clone):
     doc = clone / "docs" / "zz-checker-probe.md"
     try:
         doc.write_text("# Probe\n\n## A `code` heading: too\n\n[a](#a-code-heading-too) [b](CLI.md#exit-codes-the-same-for-every-command-tested)"
-                       " [c](../README.md#loop-devices) [d](https://example.org/x) `man/*.1` `./store` `../README.md` `man/walctl-<command>.1`\n",
+                       " [c](../README.md#loop-devices) [d](https://example.org/x) `man/man1/*.1` `./store` `../README.md` `man/man1/walctl-<command>.1`\n",
                        encoding="utf-8")
         assert check_markdown(clone, doc, _top_folders(clone)) == []
     finally:

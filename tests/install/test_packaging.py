@@ -44,11 +44,11 @@ def test_the_wheel_installs_every_man_page_under_share_man_man1(wheel, clone):
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         pages = sorted(n.rsplit("/", 1)[1] for n in names if "/data/share/man/man1/" in n)
-        assert pages == sorted(p.name for p in (clone / "man").glob("*.1"))
+        assert pages == sorted(p.name for p in (clone / "man" / "man1").glob("*.1"))
         assert "walctl-recover.1" in pages and "walctl.1" in pages
         for page in pages:
             (member,) = [n for n in names if n.endswith(f".data/data/share/man/man1/{page}")]
-            assert z.read(member) == (clone / "man" / page).read_bytes()
+            assert z.read(member) == (clone / "man" / "man1" / page).read_bytes()
         entry_points = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     assert "walctl = walctl.cli:main" in entry_points
     assert any(n == "walctl/spark/job.py" for n in names)  # the extra's code ships; only pyspark is optional
@@ -73,6 +73,15 @@ def test_installed_wheel_puts_the_man_page_where_man_finds_it(wheel, tmp_path):
     found = subprocess.run(["man", "-M", str(prefix / "share" / "man"), "-w", "walctl-recover"],
                            capture_output=True, text=True, timeout=60, check=False)
     assert found.returncode == 0 and Path(found.stdout.strip()) == page, found
+    # Nothing linked the pages into a folder man searches (Debian's pipx 1.1.0): the installed
+    # walctl's --help names the folder to put on MANPATH (walctl.cli.manpages, as installed; the
+    # editable walctl of this environment would shadow the package on PYTHONPATH).
+    site = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('m', sys.argv[1]); "
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); print(m.man_dir())")
+    shown = subprocess.run([sys.executable, "-c", code, str(site / "walctl" / "cli" / "manpages.py")],
+                           capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    assert Path(shown) == prefix / "share" / "man"
 
 
 def _requirements(meta: email.message.Message) -> tuple[set[str], dict[str, set[str]]]:

@@ -50,10 +50,10 @@ def test_gen_man_uses_the_repos_venv_without_PYTHON(tmp_path):
     proc = _gen_man(repo, env, "--check")
     assert proc.returncode == 0, proc.stderr
     assert "up to date" in proc.stdout + proc.stderr
-    (repo / "man" / "walctl-recover.1").unlink()
+    (repo / "man" / "man1" / "walctl-recover.1").unlink()
     proc = _gen_man(repo, env)
     assert proc.returncode == 0, proc.stderr
-    assert (repo / "man" / "walctl-recover.1").read_bytes() == (REPO_ROOT / "man" / "walctl-recover.1").read_bytes()
+    assert (repo / "man" / "man1" / "walctl-recover.1").read_bytes() == (REPO_ROOT / "man" / "man1" / "walctl-recover.1").read_bytes()
 
 
 def test_gen_man_prefers_PYTHON_when_set(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -92,14 +93,14 @@ def test_sso_stream_in_the_middle_is_one_run(tmp_path, local_store):
     appended = append(wal, {1: (10, 1000), 2: (10, 1000), 3: (10, 1000)})  # ~30 KiB: stream 2 is not in the tail
     upload(wal, local_store, block_size=1 * KiB, split_size=1 * MiB)
     doc = mf.load_latest(local_store)
-    assert [o["kind"] for o in doc.objects] == ["SSO"]
+    assert [o.kind for o in doc.objects] == ["SSO"]
     events, s = read_stream(local_store, 2)
     assert [r.batch.payload for r in records(events)] == appended[2]
     assert s.block_gets == 1
-    size = doc.objects[0]["size"]
-    stream2 = next(r for r in doc.objects[0]["ranges"] if r["stream_id"] == 2)
+    size = doc.objects[0].size
+    stream2 = next(r for r in doc.objects[0].ranges if r.stream_id == 2)
     # only stream 2's blocks and the object's tail were read, not streams 1 and 3
-    assert s.bytes_read - len(local_store.read_all(mf.manifest_key(doc.number))) <= stream2["bytes"] + \
+    assert s.bytes_read - len(local_store.read_all(mf.manifest_key(doc.number))) <= stream2.bytes + \
         obj.tail_length_hint(object_size=size)
 
 
@@ -128,12 +129,12 @@ def test_a_whole_stream_object_is_one_get(tmp_path, local_store):
     """Wanted whole, a Stream Object is read in one GET (blocks, index and footer together)."""
     _, appended = many_uploads(tmp_path, local_store, rounds=3, plan={6: (30, 2000)}, block_size=8 * KiB)
     doc = mf.load_latest(local_store)
-    assert all(o["size"] > obj.tail_length_hint() for o in doc.objects)  # the tail alone would not do
+    assert all(o.size > obj.tail_length_hint() for o in doc.objects)  # the tail alone would not do
     events, s = read_stream(local_store, 6)
     assert [r.batch.payload for r in records(events)] == appended[6]
     assert s.gets == 1 + 3 and s.block_gets == 0
     assert s.bytes_read == len(local_store.read_all(mf.manifest_key(doc.number))) + sum(
-        o["size"] for o in doc.objects)
+        o.size for o in doc.objects)
     # from the middle of the first object: that one is read as tail + blocks, the others whole
     events, s = read_stream(local_store, 6, from_offset=15)
     assert [r.batch.base_offset for r in records(events)] == list(range(15, 90))
@@ -170,13 +171,13 @@ def test_damaged_block_is_a_finding_and_the_rest_is_served(tmp_path, local_store
     appended += append(wal, {1: (6, 100)}, store=local_store)[1]
     upload(wal, local_store, block_size=1)
     doc = mf.load_latest(local_store)
-    first = min(doc.objects, key=lambda o: o["id"])
-    entry = obj.parse_tail(local_store.read_all(first["key"]), first["size"])[1][2]
-    _flip(local_store, first["key"], entry.block_position)  # the third block's magic
+    first = min(doc.objects, key=lambda o: o.id)
+    entry = obj.parse_tail(local_store.read_all(first.key), first.size)[1][2]
+    _flip(local_store, first.key, entry.block_position)  # the third block's magic
     events, s = read_stream(local_store, 1)
     crc, bad = findings(events)  # the data crc says "somewhere", the blocks say where
-    assert crc.kind == DAMAGE and "data crc" in crc.message and crc.key == first["key"]
-    assert bad.kind == DAMAGE and bad.key == first["key"] and bad.position == entry.block_position
+    assert crc.kind == DAMAGE and "data crc" in crc.message and crc.key == first.key
+    assert bad.kind == DAMAGE and bad.key == first.key and bad.position == entry.block_position
     assert (bad.start_offset, bad.end_offset) == (2, 3)
     got = records(events)
     assert [r.batch.base_offset for r in got] == [0, 1] + list(range(3, 12))
@@ -188,7 +189,7 @@ def test_payload_flip_is_caught_by_the_data_crc_before_serving(tmp_path, local_s
     append(wal, {1: (4, 100)})
     upload(wal, local_store)
     o = mf.load_latest(local_store).objects[0]
-    _flip(local_store, o["key"], 10 + 33 + 50)  # inside the first batch's payload: structure intact
+    _flip(local_store, o.key, 10 + 33 + 50)  # inside the first batch's payload: structure intact
     events, _ = read_stream(local_store, 1)
     assert isinstance(events[0], ReadFinding) and events[0].kind == DAMAGE and "data crc" in events[0].message
     assert len(records(events)) == 4
@@ -197,15 +198,15 @@ def test_payload_flip_is_caught_by_the_data_crc_before_serving(tmp_path, local_s
 def test_missing_object_and_gap_are_findings(tmp_path, local_store):
     many_uploads(tmp_path, local_store, rounds=3, plan={1: (4, 100)})
     doc = mf.load_latest(local_store)
-    middle = sorted(doc.objects, key=lambda o: o["id"])[1]
-    os.unlink(os.path.join(local_store.root, middle["key"]))
+    middle = sorted(doc.objects, key=lambda o: o.id)[1]
+    os.unlink(os.path.join(local_store.root, middle.key))
     events, s = read_stream(local_store, 1)
     bad = findings(events)
     assert [f.kind for f in bad] == [MISSING] and (bad[0].start_offset, bad[0].end_offset) == (4, 8)
     assert [r.batch.base_offset for r in records(events)] == [0, 1, 2, 3, 8, 9, 10, 11]
 
     def drop(m):
-        m.objects = [o for o in m.objects if o["id"] != middle["id"]]
+        m.objects = [o for o in m.objects if o.id != middle.id]
 
     mf.commit(local_store, drop, command="test: lose an object")
     events, _ = read_stream(local_store, 1)
@@ -279,12 +280,12 @@ def test_cli_json_contract_and_exit_codes(tmp_path, local_store):
 
 def test_cli_damage_exits_3_with_findings_and_summary(tmp_path, local_store):
     many_uploads(tmp_path, local_store, rounds=2, plan={4: (3, 20)})
-    o = sorted(mf.load_latest(local_store).objects, key=lambda o: o["id"])[0]
-    _flip(local_store, o["key"], 0)
+    o = sorted(mf.load_latest(local_store).objects, key=lambda o: o.id)[0]
+    _flip(local_store, o.key, 0)
     r = run_read("--store", local_store.root, "--stream", 4, "--json")
     assert r.exit_code == 3
     lines = [json.loads(x) for x in r.stdout.splitlines()]
-    assert lines[0]["type"] == "finding" and lines[0]["kind"] == "damage" and lines[0]["key"] == o["key"]
+    assert lines[0]["type"] == "finding" and lines[0]["kind"] == "damage" and lines[0]["key"] == o.key
     assert [x["base_offset"] for x in lines if x["type"] == "record"] == [3, 4, 5]
     assert lines[-1]["type"] == "summary" and lines[-1]["error"]["code"] == 3
     assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith("walctl: error: ")
@@ -348,12 +349,12 @@ def test_a_read_without_follow_stopped_by_sigterm_exits_143(tmp_path, local_stor
 def test_overlapping_objects_are_a_finding_and_served_once(tmp_path, local_store):
     _, appended = many_uploads(tmp_path, local_store, rounds=2, plan={1: (4, 100)})
     doc = mf.load_latest(local_store)
-    first = min(doc.objects, key=lambda o: o["id"])
+    first = min(doc.objects, key=lambda o: o.id)
     copy_key = mf.object_key(99)
-    local_store.put(copy_key, local_store.read_all(first["key"]))
+    local_store.put(copy_key, local_store.read_all(first.key))
 
     def add_copy(m):
-        m.objects.append(dict(first, id=99, key=copy_key, order_id=99))
+        m.objects.append(dataclasses.replace(first, id=99, key=copy_key, order_id=99))
 
     mf.commit(local_store, add_copy, command="test: two objects with the same range")
     events, s = read_stream(local_store, 1)
@@ -396,15 +397,15 @@ def test_payload_flip_in_an_object_read_ahead_is_caught_by_its_data_crc(tmp_path
     """Objects after the first are read ahead (their data crc computed in the read-ahead thread):
     a flipped payload byte in any of them is still a data crc finding, before its batches."""
     _, appended = many_uploads(tmp_path, local_store, rounds=4, plan={1: (12, 300)})
-    objects = sorted(mf.load_latest(local_store).objects, key=lambda o: o["id"])
+    objects = sorted(mf.load_latest(local_store).objects, key=lambda o: o.id)
     assert len(objects) == 4
     bad = objects[which]
-    _flip(local_store, bad["key"], 10 + 33 + 50)  # inside its first batch's payload: structure intact
+    _flip(local_store, bad.key, 10 + 33 + 50)  # inside its first batch's payload: structure intact
     reader = StreamReader(local_store, 1, payload_views=True)
     events = list(reader.events())
     (f,) = findings(events)
-    assert f.kind == DAMAGE and "data crc" in f.message and f.key == bad["key"]
-    first_of_bad = next(i for i, e in enumerate(events) if isinstance(e, ReadRecord) and e.key == bad["key"])
+    assert f.kind == DAMAGE and "data crc" in f.message and f.key == bad.key
+    first_of_bad = next(i for i, e in enumerate(events) if isinstance(e, ReadRecord) and e.key == bad.key)
     assert events.index(f) == first_of_bad - 1  # said before any batch of that object
     assert len(records(events)) == len(appended[1]) and reader.summary.gets == 1 + 4
 
@@ -414,7 +415,7 @@ def test_payload_views_of_lent_buffers_stay_intact_while_held(tmp_path, local_st
     record's payload view (more buffers than it keeps) never lets a buffer be read into again."""
     _, appended = many_uploads(tmp_path, local_store, rounds=10, plan={1: (40, 40 * KiB)})
     objects = mf.load_latest(local_store).objects
-    assert len(objects) == 10 and min(o["size"] for o in objects) > MiB
+    assert len(objects) == 10 and min(o.size for o in objects) > MiB
     reader = StreamReader(local_store, 1, payload_views=True)
     got = records(list(reader.events()))
     assert reader._lends and reader.summary.findings == 0
@@ -468,20 +469,20 @@ def test_rows_with_damage_missing_objects_gaps_and_overlaps(tmp_path, local_stor
     upload(wal, local_store, block_size=1)
     append(wal, {1: (6, 100)}, store=local_store)
     upload(wal, local_store, block_size=250)
-    objects = sorted(mf.load_latest(local_store).objects, key=lambda o: o["id"])
-    entry = obj.parse_tail(local_store.read_all(objects[0]["key"]), objects[0]["size"])[1][2]
-    _flip(local_store, objects[0]["key"], entry.block_position)  # a block's magic: served one by one
-    _flip(local_store, objects[1]["key"], 10 + 33 + 50)  # a payload byte: the data crc finding
+    objects = sorted(mf.load_latest(local_store).objects, key=lambda o: o.id)
+    entry = obj.parse_tail(local_store.read_all(objects[0].key), objects[0].size)[1][2]
+    _flip(local_store, objects[0].key, entry.block_position)  # a block's magic: served one by one
+    _flip(local_store, objects[1].key, 10 + 33 + 50)  # a payload byte: the data crc finding
     events, _ = _same_with_rows(local_store, 1)
     assert [f.kind for f in findings(events)] == [DAMAGE, DAMAGE, DAMAGE]
     copy_key = mf.object_key(99)
-    local_store.put(copy_key, local_store.read_all(objects[2]["key"]))
+    local_store.put(copy_key, local_store.read_all(objects[2].key))
 
     def add_copy(m):
-        m.objects.append(dict(objects[2], id=99, key=copy_key, order_id=99))
+        m.objects.append(dataclasses.replace(objects[2], id=99, key=copy_key, order_id=99))
 
     mf.commit(local_store, add_copy, command="test: two objects with the same range")
-    os.unlink(os.path.join(local_store.root, objects[1]["key"]))
+    os.unlink(os.path.join(local_store.root, objects[1].key))
     events, _ = _same_with_rows(local_store, 1)
     assert {f.kind for f in findings(events)} == {DAMAGE, MISSING, "overlap"}
     _same_with_rows(local_store, 1, from_offset=3, limit=4)

@@ -179,7 +179,7 @@ def test_read_without_follow_on_a_wal_that_keeps_moving(tmp_path, monkeypatch, m
     header slots changed under every retry, the read ends at the range it could not settle with
     an informational wal_moved finding (log_moved, complete false), serving nothing past it."""
     from walctl.pipeline.read import GAP, WAL_MOVED, ReadFinding, ReadRecord, StreamReader, open_for_read
-    from walctl.wal.lifecycle import RESCANS, RecoverSession
+    from walctl.wal.readsession import RESCANS, RecoverSession
 
     from tests.cli.conftest import flip_byte, physical
 
@@ -210,12 +210,12 @@ def test_a_writer_starting_right_after_the_pass_read_the_wal_header(tmp_path, mo
     appends past the clean nextOffset. Before: "WAL end_mismatch" (exit 3) on a healthy log. Now
     the pass sees the slots changed and reads again: every record once, no finding."""
     from walctl.pipeline.read import ReadFinding, ReadRecord, StreamReader, open_for_read
-    from walctl.wal import lifecycle
+    from walctl.wal import readsession
 
     wal, store = _seeded(tmp_path)
     code, _, err = walctl("append", wal, "--stream", "1", "a", "b")
     assert code == 0, err
-    real_open, opened = lifecycle.open_reader, []
+    real_open, opened = readsession.open_reader, []
 
     def open_then_a_writer_starts(path, **kwargs):
         session = real_open(path, **kwargs)
@@ -225,7 +225,7 @@ def test_a_writer_starting_right_after_the_pass_read_the_wal_header(tmp_path, mo
         opened.append(path)
         return session
 
-    monkeypatch.setattr(lifecycle, "open_reader", open_then_a_writer_starts)
+    monkeypatch.setattr(readsession, "open_reader", open_then_a_writer_starts)
     reader = StreamReader(open_for_read(store), 1, wal=wal)
     events = list(reader.events(follow=True, poll_s=0.01, idle_timeout_s=0.3))
     assert [e for e in events if isinstance(e, ReadFinding)] == []

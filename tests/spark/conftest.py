@@ -10,7 +10,7 @@ def spark(s3_server):
     # Executors take S3 credentials from the environment they start with (as on a cluster,
     # where an instance role or spark.executorEnv.* provides them): so the moto server's
     # fake credentials must be in os.environ before Spark starts.
-    from walctl.spark.job import spark_session
+    from walctl.spark.session import spark_session
 
     session = spark_session("local[2]", worker_daemon=True)  # many jobs on one session: forked workers
     yield session

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from walctl.compaction import common
+from walctl.device.pacing import Pacer
 from walctl.spark.compact import compact
 
 from storehelpers import put_objects, read_back
@@ -57,13 +57,17 @@ class FakeSession:
 
 class FakeClock:
     def __init__(self):
-        self.now = 0.0
+        self.now_ns = 0
 
-    def clock(self) -> float:
-        return self.now
+    @property
+    def now(self) -> float:
+        return self.now_ns / 1e9
+
+    def clock(self) -> int:
+        return self.now_ns
 
     def sleep(self, seconds: float) -> None:
-        self.now += seconds
+        self.now_ns += round(seconds * 1e9)
 
 
 @pytest.fixture
@@ -71,7 +75,7 @@ def pacers(monkeypatch):
     """Every Pacer the tasks make, each on a clock of its own that only its pauses move; each
     records (its time after the pause, bytes paid so far) at every payment."""
     made = []
-    real = common.Pacer
+    real = Pacer.bytes_per_s
 
     def fake(rate):
         clock = FakeClock()
@@ -88,7 +92,7 @@ def pacers(monkeypatch):
         made.append(pacer)
         return pacer
 
-    monkeypatch.setattr(common, "Pacer", fake)
+    monkeypatch.setattr(Pacer, "bytes_per_s", staticmethod(fake))
     return made
 
 

@@ -13,8 +13,8 @@ import pytest
 from walctl.errors import NotFoundError, UsageError
 from walctl.format.object import verify_object
 from walctl.spark.compact import compact
-from walctl.spark.job import (CREDENTIALS_HINT, PYTHON_HINT, SHARED_PATH_HINT, IterationSpec, classify,
-                              run_iteration, task_error)
+from walctl.spark.classify import CREDENTIALS_HINT, PYTHON_HINT, SHARED_PATH_HINT, classify, task_error
+from walctl.spark.task import IterationSpec, run_iteration
 from walctl.store import manifest as mf
 
 from storehelpers import append, expect, make_wal, merge, read_back

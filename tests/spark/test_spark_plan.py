@@ -10,10 +10,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from walctl.errors import CorruptionError, UsageError
+from walctl.store import manifest as mf
 from walctl.format.object import FOOTER_SIZE, INDEX_ENTRY_SIZE, IndexEntry
-from walctl.spark import plan as planmod
-from walctl.spark.plan import (DROP_DELETED, DROP_RETENTION, DROP_STREAM_START, CompactionPlan, Iteration,
-                               check_coverage, plan_compaction, put_count)
+from walctl.compaction import plan as planmod
+from walctl.compaction import planner
+from walctl.compaction.coverage import check_coverage
+from walctl.compaction.plan import (DROP_DELETED, DROP_RETENTION, DROP_STREAM_START, CompactionPlan, Iteration,
+                                   put_count)
+from walctl.compaction.planner import plan_compaction
 
 MIB = 1 << 20
 
@@ -52,8 +56,8 @@ def store(*objects: tuple[dict, list[IndexEntry]], streams: dict[int, tuple[int,
                 lo, hi = spans.get(r["stream_id"], (r["start"], r["end"]))
                 spans[r["stream_id"]] = (min(lo, r["start"]), max(hi, r["end"]))
         streams = spans
-    manifest = {"objects": [o for o, _ in objects], "compactor_epoch": 1, "next_object_id": 1000,
-                "streams": {str(s): {"start": a, "end": b} for s, (a, b) in streams.items()}}
+    manifest = mf.Manifest(objects=[mf.LiveObject.from_json(o) for o, _ in objects], compactor_epoch=1,
+                           next_object_id=1000, streams={s: mf.StreamSpan(a, b) for s, (a, b) in streams.items()})
     return manifest, {o["id"]: e for o, e in objects}
 
 
@@ -74,7 +78,7 @@ def test_inputs_are_live_ssos_oldest_first_up_to_max_objects():
             fake_sso(4, {2: blocks(0, 1, 100)}, kind="SO")]
     manifest, indexes = store(*objs)
     plan = plan_compaction(manifest, indexes)
-    assert [o["id"] for o in plan.inputs] == [2, 3, 1]
+    assert [o.id for o in plan.inputs] == [2, 3, 1]
     assert not plan.idle
     plan2 = plan_compaction(manifest, indexes, max_objects=2)
     assert [o["id"] for o in plan2.inputs] == [2, 3]
@@ -113,7 +117,7 @@ def test_idle_with_one_input_and_nothing_to_drop():
 
 def test_one_input_with_something_to_drop_is_rewritten():
     manifest, indexes = store(fake_sso(1, {1: blocks(0, 3, 100), 2: blocks(0, 1, 10)}))
-    del manifest["streams"]["2"]
+    del manifest.streams[2]
     plan = plan_compaction(manifest, indexes)
     assert not plan.idle
     assert [(d.range.stream_id, d.reason) for d in plan.dropped] == [(2, DROP_DELETED)]
@@ -164,14 +168,14 @@ def test_overlap_below_retention_is_still_corruption():
 
 def test_index_disagreeing_with_manifest_is_corruption():
     manifest, indexes = store(fake_sso(1, {1: blocks(0, 3, 10)}), fake_sso(2, {1: blocks(30, 1, 10)}))
-    manifest["objects"][0]["ranges"][0]["end"] = 40
+    manifest.objects[0].ranges[0].end = 40
     with pytest.raises(CorruptionError, match="object 1.*manifest"):
         plan_compaction(manifest, indexes)
 
 
 def test_index_entry_past_the_data_region_is_corruption():
     manifest, indexes = store(fake_sso(1, {1: blocks(0, 3, 10)}), fake_sso(2, {1: blocks(30, 1, 10)}))
-    manifest["objects"][1]["size"] -= 1
+    manifest.objects[1].size -= 1
     with pytest.raises(CorruptionError, match="outside the data region"):
         plan_compaction(manifest, indexes)
 
@@ -320,7 +324,7 @@ def test_reads_do_not_join_blocks_that_are_not_adjacent():
     a = fake_sso(1, {1: blocks(0, 2, 100), 2: blocks(0, 1, 100), 3: blocks(0, 2, 100)})
     b = fake_sso(2, {1: blocks(20, 1, 100), 3: blocks(20, 1, 100)})
     manifest, indexes = store(a, b)
-    del manifest["streams"]["2"]
+    del manifest.streams[2]
     plan = plan_compaction(manifest, indexes)
     (it,) = plan.iterations
     assert [(r.object_id, r.start, r.end) for r in it.reads] == [(1, 0, 200), (1, 300, 500), (2, 0, 200)]
@@ -373,7 +377,7 @@ def _with_ranges(plan, ranges):
     out = dataclasses.replace(out, ranges=tuple(ranges), data_bytes=data,
                               size_bytes=planmod.object_size(data, len(ranges)),
                               streams=planmod._stream_spans(ranges), pieces=(piece,))
-    it = Iteration(0, (piece,), planmod._reads(ranges, {}, 16 * MIB), data)
+    it = Iteration(0, (piece,), planner._reads(ranges, {}, 16 * MIB), data)
     return dataclasses.replace(plan, outputs=(out,), iterations=(it,))
 
 

@@ -1,4 +1,4 @@
-"""A compaction task's reads run ahead of its writes (walctl.spark.job.ReadAhead): the next
+"""A compaction task's reads run ahead of its writes (walctl.spark.readahead.ReadAhead): the next
 iteration's GETs start while the current one's buffers are still held, yet the bytes held
 never exceed the task's memory share, and the GETs are exactly the plan's, in its order."""
 
@@ -7,13 +7,16 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from walctl.spark.job import ReadAhead
+from walctl.spark.readahead import ReadAhead
+from walctl.store.base import StoreCapabilities
 
 KiB = 1 << 10
 
 
 class CountingStore:
     """read_range returns zeros and notes each GET, in the order they were made."""
+
+    capabilities = StoreCapabilities()  # returns bytes: no read_range_into
 
     def __init__(self):
         self.gets: list[tuple[str, int, int]] = []
@@ -121,7 +124,7 @@ def test_read_range_into_a_short_object_and_a_small_buffer(tmp_path):
 
 
 def test_buffer_pool_extents_are_reused_merged_and_never_overlap():
-    from walctl.spark.job import BufferPool
+    from walctl.spark.readahead import BufferPool
 
     pool = BufferPool(64 * KiB)
     a, ta = pool.take(10 * KiB)  # 12 KiB: whole pages
@@ -150,10 +153,10 @@ def test_a_reads_memory_goes_back_once_its_last_chunk_is_written_not_with_the_pi
 
     from walctl.format.batch import StreamRecordBatch
     from walctl.format.object import build_object
-    from walctl.spark import multipart
     from walctl.spark.compact import read_indexes
-    from walctl.spark.job import IterationSpec, PieceSpec, index_block, run_iterations_in_task
-    from walctl.spark.plan import plan_compaction
+    from walctl.spark.job import index_block
+    from walctl.spark.task import IterationSpec, PieceSpec, run_iterations_in_task
+    from walctl.compaction.planner import plan_compaction
     from walctl.store import manifest as mf
     from walctl.store import open_store
     from walctl.store.local import LocalStore
@@ -180,20 +183,20 @@ def test_a_reads_memory_goes_back_once_its_last_chunk_is_written_not_with_the_pi
 
     mf.commit(store, install, command="test")
     doc = mf.load_latest(store)
-    indexes, _ = read_indexes(store, objects)
+    indexes, _ = read_indexes(store, doc.live())
     one = sum(e.block_size for e in indexes[1])
-    plan = plan_compaction(doc.to_json(), indexes, memory_limit=one, split_size=1 << 40)
+    plan = plan_compaction(doc, indexes, memory_limit=one, split_size=1 << 40)
     assert [len(it.reads) for it in plan.iterations] == [1, 1]  # one GET per source object, one per iteration
     (out,) = plan.outputs
     key = mf.object_key(9)
-    upload = multipart.create(store, key)
+    upload = store.create_multipart(key)
     specs = [IterationSpec(root, None, it.index, it.reads,
                            tuple(PieceSpec(key, p, upload, out.data_bytes, None) for p in it.pieces),
                            memory_bytes=plan.task_memory) for it in plan.iterations]
     assert index_block(out)  # (the driver's tail part: not this test's)
 
     second_read = threading.Event()
-    real_read, real_part = LocalStore.read_range_into, multipart.put_part
+    real_read, real_part = LocalStore.read_range_into, LocalStore.put_part
 
     def read_into(self, key, start, end, buf):
         if key == mf.object_key(2):
@@ -202,15 +205,15 @@ def test_a_reads_memory_goes_back_once_its_last_chunk_is_written_not_with_the_pi
 
     waited = []
 
-    def put_part(store, key, upload_id, number, chunks, position, size=None):
+    def put_part(self, key, upload_id, number, chunks, position, size=None):
         def spy():
             yield from chunks
             if number == 1:  # every chunk of part 1 written, the part not yet synced nor returned
                 waited.append(second_read.wait(10))
-        return real_part(store, key, upload_id, number, spy(), position, size=size)
+        return real_part(self, key, upload_id, number, spy(), position, size=size)
 
     monkeypatch.setattr(LocalStore, "read_range_into", read_into)
-    monkeypatch.setattr(multipart, "put_part", put_part)
+    monkeypatch.setattr(LocalStore, "put_part", put_part)
     results = run_iterations_in_task(specs)
     assert [r.get("error") for r in results] == [None, None]
     assert waited == [True]  # the next iteration's read had started while part 1 was being written

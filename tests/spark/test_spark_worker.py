@@ -31,7 +31,7 @@ def test_archives_go_only_when_pyspark_is_importable_without_them(monkeypatch, t
 
 
 def test_a_local_jobs_worker_runs_the_installed_pyspark(spark):
-    from walctl.spark.job import ship_walctl
+    from walctl.spark.session import ship_walctl
 
     sc = spark.sparkContext
     ship_walctl(sc)
@@ -143,7 +143,7 @@ def test_a_quiet_run_starts_its_jvm_with_the_quiet_log_config_a_debug_run_does_n
     default level stay off stderr; with --debug (WARN) Spark's own defaults apply."""
     import os
 
-    from walctl.spark import job
+    from walctl.spark import session as job
 
     quiet = job.jvm_settings("OFF")["spark.driver.extraJavaOptions"]
     assert f"-Dlog4j2.configurationFile=file:{job.QUIET_LOG_CONFIG}" in quiet

@@ -341,7 +341,7 @@ def test_bad_s3_urls(s3_server):
 @pytest.mark.parametrize("sizes, part_size", [
     ([], 4), ([3], 4), ([4], 4), ([9], 4), ([1, 1, 1, 1, 1], 4), ([2, 7, 0, 3, 8], 4), ([16], 4)])
 def test_split_parts_cuts_exact_parts(sizes, part_size):
-    from walctl.store.s3 import _split_parts
+    from walctl.store.multipart import _split_parts
 
     data = bytes(range(sum(sizes)))
     chunks, pos = [], 0

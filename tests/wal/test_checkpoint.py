@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from walctl.device import open_device
-from walctl.device.blockio import bytes_read_total
+from walctl.device.fdio import bytes_read_total
 from walctl.errors import UsageError
 from walctl.format.batch import StreamRecordBatch
 from walctl.format.checkpoint import MAX_STREAMS, POSITION
@@ -19,7 +19,9 @@ from walctl.format.header import SLOT_SIZE
 from walctl.status import wal_status
 from walctl.wal import reader
 from walctl.wal.headers import read_headers
-from walctl.wal.lifecycle import init_wal, open_writer, trim_wal
+from walctl.wal.init import init_wal
+from walctl.wal.lifecycle import open_writer
+from walctl.wal.trim import trim_wal
 
 from walhelpers import header_of, payload_for, poke, run_walctl
 

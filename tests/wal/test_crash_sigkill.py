@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import pytest
 
 from walctl.format.header import HEADERS_SIZE
-from walctl.wal.lifecycle import trim_wal
+from walctl.wal.trim import trim_wal
 
 from walhelpers import check_payload, make_payload, new_wal, scan_file
 

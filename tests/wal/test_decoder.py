@@ -1,5 +1,5 @@
 """The step decoder (walctl.wal.decoder): a Record or a Skip with its kind, cause and CRCs, from the
-error's fields, never its message; decode_block decodes exactly the run of intact records."""
+error's fields, never its message; the bulk decoder decodes exactly the run of intact records."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from walctl.device import MemoryDevice
 from walctl.format import record as rec
 from walctl.format.crc import crc32c
 from walctl.format.header import HEADERS_SIZE
-from walctl.wal.decoder import Decoder, Record, Skip, SkipKind, decode_block
+from walctl.wal.decoder import Decoder, Record, Skip, SkipKind
 from walctl.wal.findings import Cause
 from walctl.wal.layout import Ring
 from walctl.wal.ringread import LogReader
@@ -74,19 +74,33 @@ def test_a_record_crossing_the_lap_end_is_a_skip():
     assert isinstance(found, Skip) and found.cause is Cause.GARBAGE and "crosses the end of the lap" in found.reason
 
 
-def test_decode_block_stops_at_the_first_record_that_is_not_intact():
+def test_the_bulk_decoder_stops_at_the_first_record_that_is_not_intact():
+    """The step decoder's bulk twin (walctl.format.bulk.decode_records, the scan's fast path):
+    exactly the run of records the step decoder calls intact."""
+    from walctl.format import bulk
+
     buf = bytearray()
     offsets = []
     for i in range(5):
         offsets.append(len(buf))
         buf += rec.encode_record(len(buf), bytes([i]) * (100 + i))
     buf += bytes(4096 - len(buf) % 4096)
-    run = decode_block(buf, 0, len(buf), 0, RING, 1 << 30)
-    assert [(o, len(b)) for o, b in run] == [(o, 100 + i) for i, o in enumerate(offsets)]
-    assert decode_block(buf, 0, len(buf), 0, RING, 2) == run[:2]
+
+    def run(data, base=0, limit=-1):
+        found = bulk.decode_records(data, base, lap_end=RING, max_records=limit)
+        return [(row[0], bytes(data[row[1]:row[1] + row[2]])) for row in found.tuples()]
+
+    def steps(data):
+        decoder = Decoder(LogReader(_device((0, bytes(data))), Ring(CAPACITY)))
+        return [decoder.step(o) for o in offsets]
+
+    whole = run(buf)
+    assert [(o, len(b)) for o, b in whole] == [(o, 100 + i) for i, o in enumerate(offsets)]
+    assert whole == [(r.offset, r.body) for r in steps(buf)]
+    assert run(buf, limit=2) == whole[:2]
     damaged = bytearray(buf)
     damaged[offsets[3] + rec.SIZE] ^= 0xFF  # the fourth body
-    assert decode_block(damaged, 0, len(damaged), 0, RING, 1 << 30) == run[:3]
+    assert run(damaged) == whole[:3] and isinstance(steps(damaged)[3], Skip)
     # a base offset that is not the records' own: nothing is theirs
-    assert decode_block(buf, 0, len(buf), 4096, RING, 1 << 30) == []
-    assert crc32c(run[0][1]) == rec.RecordHeader.decode(buf).body_crc
+    assert run(buf, base=4096) == []
+    assert crc32c(whole[0][1]) == rec.RecordHeader.decode(buf).body_crc

@@ -23,7 +23,7 @@ from walctl.format import record as rec
 from walctl.format.header import HEADERS_SIZE
 from walctl.wal import reader
 from walctl.wal.headers import read_headers
-from walctl.wal.lifecycle import trim_wal
+from walctl.wal.trim import trim_wal
 
 from walhelpers import append_records, header_of, new_wal, payload_for, peek, physical, poke
 

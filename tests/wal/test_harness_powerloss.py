@@ -32,7 +32,8 @@ from walctl.store import manifest as mf
 from walctl.store import open_store
 from walctl.pipeline.upload import upload
 from walctl.wal import writer as writer_module
-from walctl.wal.lifecycle import init_wal, open_writer
+from walctl.wal.init import init_wal
+from walctl.wal.lifecycle import open_writer
 
 from storehelpers import read_back
 from walhelpers import scan_file

@@ -16,7 +16,7 @@ import time
 import pytest
 from walhelpers import new_wal, run_walctl
 
-from walctl.device.blockio import BufferedDevice
+from walctl.device.fdio import BufferedDevice
 from walctl.errors import UsageError
 from walctl.format.batch import StreamRecordBatch
 from walctl.wal.headers import read_headers

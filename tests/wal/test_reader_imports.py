@@ -1,6 +1,6 @@
 """A read-only command loads no writer (issue 19: recover's start-up is mostly imports).
 
-``walctl recover`` opens the WAL through walctl.wal.lifecycle.open_reader: the writer, the
+``walctl recover`` opens the WAL through open_reader (walctl.wal.readsession): the writer, the
 crash repair, the write queues (AIO, threads) and what they bring (logging,
 concurrent.futures) are imported by the functions that write, not by the module. Checked in
 a fresh interpreter through sys.modules: no timing.
@@ -46,7 +46,8 @@ def test_recover_imports_nothing_of_the_write_side(tmp_path):
 
 def test_the_write_side_still_loads_where_it_writes(tmp_path):
     """open_writer and trim import them when called (the lazy imports resolve)."""
-    from walctl.wal.lifecycle import open_writer, trim_wal
+    from walctl.wal.lifecycle import open_writer
+    from walctl.wal.trim import trim_wal
 
     path = new_wal(tmp_path / "w", 4 << 20)
     acks = append_records(path, 5, size=100, clean=False)

@@ -68,7 +68,7 @@ def test_damage_on_the_device_is_corruption_even_when_the_log_moved(tmp_path, wh
 def test_a_log_that_keeps_moving_is_not_judged(tmp_path, monkeypatch):
     """When the slots change under every rescan, the findings are printed as the move's
     (explained_by_log_move), the summary says log_moved and complete false, and no error (exit 0)."""
-    from walctl.wal.lifecycle import RESCANS, RecoverSession, open_reader
+    from walctl.wal.readsession import RESCANS, RecoverSession, open_reader
     from walctl.wal.verdict import recover
 
     wal = clean_log(tmp_path, records=50)

@@ -1,4 +1,4 @@
-"""The recovery scan's fast path (LogReader.intact_run over decoder.decode_block, issue 19) changes nothing but speed.
+"""The recovery scan's fast path (LogReader.intact_run over bulk.decode_records, issue 19) changes nothing but speed.
 
 Every scan below runs twice on the same bytes: as shipped, and with the fast path switched
 off (every record through RecordHeader.decode / check_body / StreamRecordBatch.decode). The

@@ -19,7 +19,8 @@ from walctl.format import bulk
 from walctl.format.batch import StreamRecordBatch
 from walctl.format.header import HEADERS_SIZE
 from walctl.wal.headers import read_headers
-from walctl.wal.lifecycle import open_writer, trim_wal
+from walctl.wal.lifecycle import open_writer
+from walctl.wal.trim import trim_wal
 from walctl.wal.verdict import RecoverFilter, recover
 
 from walhelpers import append_records, damaged, new_wal

@@ -24,7 +24,7 @@ from walctl.errors import IOFailure
 from walctl.format.header import ALIGN, HEADERS_SIZE
 from walctl.wal import reader, ringread
 from walctl.wal.headers import read_headers
-from walctl.wal.lifecycle import open_reader
+from walctl.wal.readsession import open_reader
 
 from walhelpers import append_records, mixed_wrapped_wal, new_wal
 
@@ -259,7 +259,7 @@ def test_memory_stays_bounded(logs, monkeypatch):
     monkeypatch.setattr(ringread._ReadAhead, "__init__", lambda self, *a: made.append(self) or real(self, *a))
     events = _scan(_Recording(logs["plain"]), True)[0]
     assert len(events) == 60 and len(made) == 1
-    assert made[0]._buffers == ringread.READ_AHEAD_DEPTH + 1  # 60 records of 9000 bytes: ~66 reads
+    assert made[0]._buffers.made == ringread.READ_AHEAD_DEPTH + 1  # 60 records of 9000 bytes: ~66 reads
 
 
 @pytest.mark.parametrize("bulk", [True, False])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from walctl.format.header import ALIGN
 from walctl.wal import reader
-from walctl.wal.lifecycle import open_reader
+from walctl.wal.readsession import open_reader
 
 from walhelpers import append_records, new_wal
 

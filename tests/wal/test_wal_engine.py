@@ -9,7 +9,9 @@ from walctl.format import record as rec
 from walctl.format.batch import StreamRecordBatch
 from walctl.format.header import HEADERS_SIZE, SHUTDOWN_UNGRACEFUL
 from walctl.wal import reader
-from walctl.wal.lifecycle import init_wal, open_writer, trim_wal
+from walctl.wal.init import init_wal
+from walctl.wal.lifecycle import open_writer
+from walctl.wal.trim import trim_wal
 
 from walhelpers import append_records, header_of, new_wal, payload_for, peek, physical, poke, scan_file
 

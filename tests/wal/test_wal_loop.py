@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from walctl.wal.lifecycle import trim_wal
+from walctl.wal.trim import trim_wal
 
 from walhelpers import append_records, header_of, payload_for, scan_file
 from walhelpers import run_walctl as walctl

@@ -13,7 +13,8 @@ from walctl.errors import RefusedError
 from walctl.format.batch import StreamRecordBatch
 from walctl.format.header import HEADERS_SIZE, SHUTDOWN_UNGRACEFUL
 from walctl.wal.headers import read_headers, write_header
-from walctl.wal.lifecycle import init_wal, trim_wal
+from walctl.wal.init import init_wal
+from walctl.wal.trim import trim_wal
 from walctl.wal.writer import WalWriter
 
 from walhelpers import append_records, new_wal, physical, poke, scan_file

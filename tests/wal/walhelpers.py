@@ -12,7 +12,9 @@ from walctl.format.batch import StreamRecordBatch
 from walctl.format.header import HEADERS_SIZE, SHUTDOWN_UNGRACEFUL
 from walctl.wal import reader
 from walctl.wal.headers import read_headers, write_header
-from walctl.wal.lifecycle import init_wal, open_writer, trim_wal
+from walctl.wal.init import init_wal
+from walctl.wal.lifecycle import open_writer
+from walctl.wal.trim import trim_wal
 
 
 def run_walctl(*args, stdin: bytes | None = None, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -37,28 +37,14 @@ def open_target(path: str, size_bytes: int | None, *, force: bool, created_paths
         RefusedError: mounted or held (always), a filesystem/partition signature or a
             WAL with live records (unless ``force``), another writer.
     """
-    created = False
-    warnings: list[str] = []
     if size_bytes is not None:
         size_bytes = align_down(size_bytes)
         if size_bytes <= 0:
             raise UsageError("--size must be at least 4096 bytes", where=path)
-    if not os.path.lexists(path):
-        safety.refuse_under_dev(path)  # a /dev typo: no such device, never a RAM file benchmarked as the disk
-        if size_bytes is None:
-            raise UsageError("--size is required to create a new file", where=path,
-                             hint="bench DEVICE --size 1GiB creates a file of that size; a device is used as it is")
-        # The caller learns of the file before it exists, so that an interrupt landing anywhere
-        # from here on still removes it (remove_file tolerates a file that never came to be).
-        if created_paths is not None:
-            created_paths.append(path)
-        try:
-            create_file(path, size_bytes)
-        except RefusedError:
-            if created_paths is not None:
-                created_paths.remove(path)  # someone else's file appeared meanwhile: never ours to remove
-            raise
-        created = True
+    warnings: list[str] = []
+    created = not os.path.lexists(path)
+    if created:
+        _create(path, size_bytes, created_paths)
     else:
         warnings += safety.check_safe_to_overwrite(path, force=force)
     try:
@@ -68,23 +54,47 @@ def open_target(path: str, size_bytes: int | None, *, force: bool, created_paths
             remove_file(path)
         raise
     try:
-        warnings += dev.warnings
-        size = size_bytes if size_bytes is not None else align_down(dev.size_bytes)
-        if size > dev.size_bytes:
-            raise UsageError(f"--size {size} bytes is larger than the device ({dev.size_bytes} bytes)", where=path)
-        if created:
-            zero_fill(dev, 0, size)
-        elif not force:
-            held = live_wal(dev)
-            if held:
-                raise RefusedError(f"the device holds {held}", where=path,
-                                   hint="bench would destroy it; pass --force to overwrite")
+        size = _prepare(dev, path, size_bytes, created, force)
     except BaseException:
         dev.close()
         if created:
             remove_file(path)
         raise
-    return Target(path, dev, size, created, warnings)
+    return Target(path, dev, size, created, warnings + dev.warnings)
+
+
+def _create(path: str, size_bytes: int | None, created_paths: list[str] | None) -> None:
+    """Create the missing ``path`` as a file of ``size_bytes`` (noted in ``created_paths`` first)."""
+    safety.refuse_under_dev(path)  # a /dev typo: no such device, never a RAM file benchmarked as the disk
+    if size_bytes is None:
+        raise UsageError("--size is required to create a new file", where=path,
+                         hint="bench DEVICE --size 1GiB creates a file of that size; a device is used as it is")
+    # The caller learns of the file before it exists, so that an interrupt landing anywhere
+    # from here on still removes it (remove_file tolerates a file that never came to be).
+    if created_paths is not None:
+        created_paths.append(path)
+    try:
+        create_file(path, size_bytes)
+    except RefusedError:
+        if created_paths is not None:
+            created_paths.remove(path)  # someone else's file appeared meanwhile: never ours to remove
+        raise
+
+
+def _prepare(dev, path: str, size_bytes: int | None, created: bool, force: bool) -> int:
+    """The region's size on the opened device: a created file zero-filled; a device holding a
+    WAL with live records refused unless ``force``."""
+    size = size_bytes if size_bytes is not None else align_down(dev.size_bytes)
+    if size > dev.size_bytes:
+        raise UsageError(f"--size {size} bytes is larger than the device ({dev.size_bytes} bytes)", where=path)
+    if created:
+        zero_fill(dev, 0, size)
+    elif not force:
+        held = live_wal(dev)
+        if held:
+            raise RefusedError(f"the device holds {held}", where=path,
+                               hint="bench would destroy it; pass --force to overwrite")
+    return size
 
 
 def live_wal(dev: Device) -> str | None:

@@ -49,88 +49,120 @@ def run_wal(path: str, *, capacity: int, record_size: int, iodepth: int, duratio
     Raises:
         UsageError: capacity too small for the record size.
     """
-    from walctl.wal.lifecycle import init_wal, open_writer
-    from walctl.wal.pacing import Budget
-
     if capacity < MIN_CAPACITY:
         raise UsageError(f"the WAL mode needs at least {MIN_CAPACITY} bytes, got {capacity}", where=path)
-    warnings: list[str] = []
-    payload = os.urandom(record_size)
-    recorder = LatencyRecorder()
-    samples = recorder.samples
-    clock = time.perf_counter_ns
-    acked = {"records": 0, "last_offset": -1}
-
-    def on_ack(offset: int, token: int) -> None:
-        samples.append(clock() - token)
-        acked["records"] += 1
-        acked["last_offset"] = offset
-
-    with _engine(engine):
-        # The target was checked (and --force honoured) by the caller: init may overwrite.
-        result = init_wal(path, capacity, force=True, discard_unuploaded=True)
-        warnings += result.warnings
-        budget = Budget.from_options(rate, bandwidth_mib)
-        opened = open_writer(path, iodepth=iodepth, on_ack=on_ack, budget=budget)
-    writer = opened.writer
-    warnings += opened.warnings
-    ring = capacity - HEADERS_SIZE
-    trim_at = max(int(ring * TRIM_FRACTION), 1)
-    records = 0
-    started = clock()
-    deadline = started + int(duration_s * 1e9)
-    next_progress = started + PROGRESS_INTERVAL_NS
-    records_interval_ns = 1e9 / offered_rate if offered_rate else 0.0
+    acks = _Acks()
+    writer, warnings = _open_wal(path, capacity, iodepth, rate, bandwidth_mib, engine, acks.on_ack)
+    loop = _Loop(writer, acks, record_size, capacity, offered_rate, progress)
     try:
-        while True:
-            now = clock()
-            if now >= deadline:
-                break
-            if records_interval_ns:
-                # Pace by an absolute schedule, so sleeping late never lowers the average rate.
-                due = started + records * records_interval_ns
-                if due > now:
-                    time.sleep(min(due - now, deadline - now, MAX_SLEEP_S * 1e9) / 1e9)
-                    continue
-            body = StreamRecordBatch(0, 0, records, 1, payload).encode()
-            try:
-                writer.append(body, clock())
-            except FullError:
-                # The writer got ahead of the trims (every block unacknowledged at the last check,
-                # e.g. a slow device): wait for the writes in flight, trim what they acknowledged
-                # (an uploader would have) and go on; full again after that is a real error.
-                writer.drain()
-                _trim_all(writer, acked["last_offset"])
-                writer.append(body, clock())
-            records += 1
-            if records % TRIM_CHECK_EVERY == 0:
-                last = acked["last_offset"]
-                if last >= 0 and writer.next_block - writer.trim_start > trim_at and last > writer.header.trim_offset:
-                    writer.update_header(trim_offset=last)
-            if progress is not None and now >= next_progress:
-                next_progress = now + PROGRESS_INTERVAL_NS
-                progress(acked["records"], acked["records"] * record_size, (now - started) / 1e9)
-        writer.drain()
-        seconds = (clock() - started) / 1e9
-        _trim_all(writer, acked["last_offset"])
+        seconds = loop.run(duration_s)
     except BaseException:  # Ctrl-C or an I/O error: still leave an empty WAL if the device lets us
         try:
             writer.drain()
-            _trim_all(writer, acked["last_offset"])
+            _trim_all(writer, acks.last_offset)
             writer.close()
         except Exception:
             writer.abort()
         raise
     writer.close()
-    extra = {"record_size_bytes": record_size, "records": acked["records"],
-             "records_per_s": round(acked["records"] / seconds, 1) if seconds > 0 else 0.0,
-             "payload_bytes": acked["records"] * record_size, "blocks_written": writer.blocks_written,
+    extra = {"record_size_bytes": record_size, "records": acks.records,
+             "records_per_s": round(acks.records / seconds, 1) if seconds > 0 else 0.0,
+             "payload_bytes": acks.records * record_size, "blocks_written": writer.blocks_written,
              "avg_block_bytes": writer.bytes_written // writer.blocks_written if writer.blocks_written else 0,
              "header_writes": writer.header_writes, "capacity_bytes": capacity,
              "budget_iops": rate, "budget_mib_per_s": bandwidth_mib,
              "offered_records_per_s": offered_rate, "stages_us": writer.stages.summary()}
     return (ModeResult("wal", writer.io_engine, None, iodepth, seconds, writer.blocks_written, writer.bytes_written,
-                       LatencySummary.from_ns(samples), extra), warnings)
+                       LatencySummary.from_ns(acks.samples), extra), warnings)
+
+
+class _Acks:
+    """The acknowledged records: their latencies (append to acknowledgement), count, last offset."""
+
+    def __init__(self):
+        self.samples = LatencyRecorder().samples
+        self.records = 0
+        self.last_offset = -1
+        self.clock = time.perf_counter_ns
+
+    def on_ack(self, offset: int, token: int) -> None:
+        self.samples.append(self.clock() - token)
+        self.records += 1
+        self.last_offset = offset
+
+
+def _open_wal(path: str, capacity: int, iodepth: int, rate, bandwidth_mib, engine, on_ack):
+    """(writer, warnings): a new WAL over [0, capacity) opened for appending with the budget."""
+    from walctl.wal.lifecycle import init_wal, open_writer
+    from walctl.wal.pacing import Budget
+
+    with _engine(engine):
+        # The target was checked (and --force honoured) by the caller: init may overwrite.
+        result = init_wal(path, capacity, force=True, discard_unuploaded=True)
+        budget = Budget.from_options(rate, bandwidth_mib)
+        opened = open_writer(path, iodepth=iodepth, on_ack=on_ack, budget=budget)
+    return opened.writer, result.warnings + opened.warnings
+
+
+class _Loop:
+    """The appending loop: records as fast as the WAL takes them (or at ``offered_rate``), the log
+    trimmed as it fills (an uploader would), progress about twice a second."""
+
+    def __init__(self, writer, acks: _Acks, record_size: int, capacity: int, offered_rate, progress):
+        self.writer, self.acks, self.progress = writer, acks, progress
+        self.payload = os.urandom(record_size)
+        self.record_size = record_size
+        self.trim_at = max(int((capacity - HEADERS_SIZE) * TRIM_FRACTION), 1)
+        self.interval_ns = 1e9 / offered_rate if offered_rate else 0.0
+        self.records = 0
+
+    def run(self, duration_s: float) -> float:
+        """Append for ``duration_s``; returns the seconds until every record was durable."""
+        clock = time.perf_counter_ns
+        started = clock()
+        deadline = started + int(duration_s * 1e9)
+        next_progress = started + PROGRESS_INTERVAL_NS
+        while True:
+            now = clock()
+            if now >= deadline:
+                break
+            if self.interval_ns and self._pace(started, now, deadline):
+                continue
+            self._append_one()
+            if self.progress is not None and now >= next_progress:
+                next_progress = now + PROGRESS_INTERVAL_NS
+                self.progress(self.acks.records, self.acks.records * self.record_size, (now - started) / 1e9)
+        self.writer.drain()
+        seconds = (clock() - started) / 1e9
+        _trim_all(self.writer, self.acks.last_offset)
+        return seconds
+
+    def _pace(self, started: int, now: int, deadline: int) -> bool:
+        """True after sleeping towards the next record's due time (an absolute schedule, so
+        sleeping late never lowers the average rate); False when it is due."""
+        due = started + self.records * self.interval_ns
+        if due <= now:
+            return False
+        time.sleep(min(due - now, deadline - now, MAX_SLEEP_S * 1e9) / 1e9)
+        return True
+
+    def _append_one(self) -> None:
+        writer, clock = self.writer, time.perf_counter_ns
+        body = StreamRecordBatch(0, 0, self.records, 1, self.payload).encode()
+        try:
+            writer.append(body, clock())
+        except FullError:
+            # The writer got ahead of the trims (every block unacknowledged at the last check,
+            # e.g. a slow device): wait for the writes in flight, trim what they acknowledged
+            # (an uploader would have) and go on; full again after that is a real error.
+            writer.drain()
+            _trim_all(writer, self.acks.last_offset)
+            writer.append(body, clock())
+        self.records += 1
+        if self.records % TRIM_CHECK_EVERY == 0:
+            last = self.acks.last_offset
+            if last >= 0 and writer.next_block - writer.trim_start > self.trim_at and last > writer.header.trim_offset:
+                writer.update_header(trim_offset=last)
 
 
 def _trim_all(writer, last_offset: int) -> None:

@@ -92,7 +92,7 @@ def _new_app(module_names: tuple[str, ...] | None) -> typer.Typer:
     @new.callback()
     def _root(
         ctx: typer.Context,
-        debug: Annotated[bool, typer.Option("--debug", envvar="WALCTL_DEBUG",
+        debug: Annotated[bool, typer.Option("--debug",
                                             help="On an internal error (exit 1), print the traceback. Also after the command name.")] = False,
         version: Annotated[bool, typer.Option("--version", "-V", callback=_version, is_eager=True,
                                               help="Print the version and exit.")] = False,

@@ -48,6 +48,9 @@ class PlainFirst:
             return () if multiple else None
         descriptor = param.type_descriptor
         if not multiple and descriptor.file_annotation is None:
+            if descriptor.annotation in (int, float) and type(value) is str \
+                    and getattr(descriptor.parameter_info, "parser", None) is None:
+                return number(value, descriptor.annotation, descriptor.parameter_info)
             plain = _plain(value, descriptor.annotation, descriptor.parameter_info, ctx)
             if plain is not _TYPER:
                 return plain
@@ -60,6 +63,45 @@ class PlainFirst:
 
             self._typer = build_runtime_param(param.type_descriptor)
         return self._typer
+
+
+# The largest integer an option takes when it declares no maximum: offsets, ids and counts are
+# 64-bit signed in the formats (FORMATS.md) and in AutoMQ; a larger value is a usage error.
+INT_MAX = (1 << 63) - 1
+
+
+def number(value: str, kind: type, info) -> int | float:
+    """An int or float option's value, checked against its bounds (an int's default maximum is
+    INT_MAX, a float must be finite); a bad value is one usage line in walctl's words, never
+    the parser's ("Input should be a valid integer")."""
+    import math
+
+    low, high = getattr(info, "min", None), getattr(info, "max", None)
+    if kind is int and high is None:
+        high = INT_MAX
+    word = "an integer" if kind is int else "a number"
+    text = str if kind is int else "{:g}".format
+    if low is not None:
+        hint = f"{word} from {text(low)}" + (f" to {text(high)}" if high is not None else " or more")
+    else:
+        hint = f"{word} up to {text(high)}" if high is not None else f"{word}, finite"
+    try:
+        n = kind(value.strip())
+    except ValueError:
+        raise OptionError(f"{value!r} is not {word}", hint) from None
+    if kind is float and not math.isfinite(n):
+        raise OptionError(f"{value!r} is not a finite number", hint)
+    if low is not None and n < low:
+        raise OptionError(f"{value!r} is below the minimum {text(low)}", hint)
+    if high is not None and n > high:
+        raise OptionError(f"{value!r} is above the maximum {text(high)}", hint)
+    return n
+
+
+def OptionError(message: str, hint: str):  # noqa: N802 - walctl.options', loaded only for a bad value
+    from walctl.options import OptionError as error
+
+    return error(message, hint)
 
 
 def _plain(value: Any, annotation: Any, info, ctx=None) -> Any:

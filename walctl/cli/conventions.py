@@ -14,6 +14,9 @@ COMMAND_ANYWHERE = ("--json", "-j")
 NO_ENV = {"help", "install_completion", "show_completion", "version"}
 # Variables an option kept from before the WALCTL_<OPTION> rule (still honoured, after the new name).
 LEGACY_ENV = {"engine": ("WALCTL_IO_ENGINE",), "endpoint_url": ("AWS_ENDPOINT_URL",)}
+# Arguments a command requires though click may leave them empty: trim's OFFSET takes DEVICE's place
+# when WALCTL_DEVICE names the device (``walctl trim 4096``); the usage shows them required.
+REQUIRED_IN_USAGE = {("trim", "offset")}
 # Options that let a command destroy data: set from the environment (a WALCTL_FORCE=1 forgotten in
 # a shell or a unit file applies to every run), they say so on stderr each time they take effect.
 LOUD_FROM_ENV = ("force", "discard_unuploaded")
@@ -30,6 +33,14 @@ def apply_conventions(command) -> None:
     """Give every option of ``command`` its WALCTL_<OPTION> variable (shown in --help) and the
     expected short options; idempotent. Runs on every command the app is built with, so an
     option added later follows the rules without any code of its own."""
+    from walctl.cli.examples import epilog
+
+    if getattr(command, "epilog", None) is None and epilog(command.name or ""):
+        command.epilog = epilog(command.name)
+    for param in command.params:
+        if (command.name, param.name) in REQUIRED_IN_USAGE:
+            shown = "{" + param.name.upper() + "}"
+            param._usage_display_name = lambda shown=shown: shown
     taken = {o for p in command.params for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))}
     for param in command.params:
         if getattr(param, "param_type_name", "") != "option" or param.name in NO_ENV or param.hidden:

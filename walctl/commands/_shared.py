@@ -74,20 +74,19 @@ DeviceArg = Annotated[str, typer.Argument(
     metavar="DEVICE", envvar="WALCTL_DEVICE",
     help="WAL device: a block device (/dev/...) or a regular file.")]
 JsonOpt = Annotated[bool, typer.Option(
-    "--json", envvar="WALCTL_JSON",
-    help="Machine output on stdout (NDJSON for record streams, ending with one summary line); "
+    "--json", help="Machine output on stdout (NDJSON for record streams, ending with one summary line); "
          "also before the command name.")]
 StreamOpt = Annotated[int | None, typer.Option(
-    "--stream", envvar="WALCTL_STREAM", min=0, help="Stream id (a non-negative integer).")]
+    "--stream", min=0, help="Stream id (a non-negative integer).")]
 StoreOpt = Annotated[str, typer.Option(
-    "--store", envvar="WALCTL_STORE", metavar="URL",
+    "--store", metavar="URL",
     help="Object store: a local directory (the embedded default: a path or file:///path) or "
          "s3://bucket[/prefix].")]
 EndpointOpt = Annotated[str | None, typer.Option(
     "--endpoint-url", envvar="AWS_ENDPOINT_URL", metavar="URL",
     help="S3 endpoint (MinIO, Ceph, R2, moto); credentials come from boto3's usual chain.")]
 NamespaceOpt = Annotated[str, typer.Option(
-    "--namespace", envvar="WALCTL_NAMESPACE", help="Namespace part of object keys (<rev-hex>/<namespace>/<id>).")]
+    "--namespace", help="Namespace part of object keys (<rev-hex>/<namespace>/<id>).")]
 
 
 def _duration(min_s: float, max_s: float) -> Callable[[Any], float]:
@@ -137,8 +136,24 @@ def s3_settings(retry_for: float, connect_timeout: float, read_timeout: float):
 
 
 # upload, compact and gc (walctl.metrics writes the file).
+def metrics_path(value: Any) -> Any:
+    """--metrics-file's parser: walctl.metrics.check_path while parsing (exit 2 before anything runs)."""
+    from walctl.errors import UsageError
+    from walctl.metrics import check_path
+    from walctl.options import OptionError
+
+    if isinstance(value, str):
+        try:
+            check_path(value)
+        except UsageError as exc:
+            raise OptionError(exc.what.removeprefix("--metrics-file ") + (f", {exc.where}" if exc.where else ""),
+                              exc.hint) from None
+    return value
+
+
+metrics_path.__name__ = "path"
 MetricsFileOpt = Annotated[str | None, typer.Option(
-    "--metrics-file", metavar="PATH",
+    "--metrics-file", metavar="PATH", parser=metrics_path,
     help="After the run, write Prometheus text-format metrics here for node_exporter's textfile "
          "collector (name it *.prom): success, last success and failure timestamps (seconds), bytes, "
          "objects, requests and seconds of the run and summed over runs. Replaced atomically; a failed "
@@ -152,7 +167,7 @@ def emit_json(obj: dict) -> None:
     sys.stdout.flush()
 
 
-def write_lines(text: str) -> None:
+def write_lines(text: str | bytes) -> None:
     """Write whole lines to stdout at the file descriptor, so that a SIGTERM or SIGINT arriving in
     the middle (while a slow pipe reader holds the write up) never leaves a line cut short: each
     write of at most a pipe's capacity completes and is counted before the interruption is raised
@@ -170,12 +185,12 @@ def write_lines(text: str) -> None:
     try:
         fd = sys.stdout.fileno()
     except (AttributeError, io.UnsupportedOperation):  # not a file (a test's capture): its own write
-        sys.stdout.write(text)
+        sys.stdout.write(text if isinstance(text, str) else text.decode())
         sys.stdout.flush()
         return
     with signals_deferred():  # (an interrupted flush loses what sys.stdout held)
         sys.stdout.flush()
-    data = text.encode()
+    data = text.encode() if isinstance(text, str) else text  # (bytes: lines rendered in C, written as they are)
     view = memoryview(data)
     done = 0
     try:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import enum
 import sys
+import time
 from typing import Annotated
 
 import typer
@@ -12,11 +14,16 @@ from walctl.commands._shared import (DeviceArg, EndpointOpt, JsonOpt, StreamOpt,
 from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT, RetryForOpt, S3ConnectTimeoutOpt,
                                      S3ReadTimeoutOpt, s3_settings)
 from walctl.errors import EXIT_BROKEN_PIPE
-# Input framing lives in the engine (walctl.wal.framing: large reads, records found in bulk).
+# Input framing lives in the engine (walctl.wal.feed: large reads, records framed and packed in C).
 from walctl.wal.framing import Framing
-from walctl.wal.framing import open_input as _open_input
-from walctl.wal.framing import batches as _batches
 from walctl.options import Duration
+
+
+class AckMode(str, enum.Enum):
+    """append --ack: a line per durable record, or per durable range of records."""
+
+    records = "records"
+    ranges = "ranges"
 
 
 @command("append", stream=True)
@@ -78,6 +85,13 @@ def append_cmd(
         "--bandwidth", envvar="WALCTL_BANDWIDTH", metavar="MIB/S", min=0.001,
         help="Bandwidth budget: write at most this many MiB (2^20 bytes) per second to the device, "
              "counting whole 4 KiB-padded blocks. Default: unlimited.")] = None,
+    ack: Annotated[AckMode, typer.Option(
+        "--ack", help="How durable records are acknowledged on stdout: 'records' (a line per record: its WAL "
+                      "offset, or with --json its record object), 'ranges' (a line per durable run of records "
+                      "of a block: 'FIRST LAST BASE COUNT', the WAL offsets of its first and last record, the "
+                      "stream offset of the first and how many; with --json a {\"type\":\"range\"} object "
+                      "with first_offset, last_offset, base_offset, count, payload_bytes). Either way a line "
+                      "is printed only once its records and every record before are durable.")] = "records",
     json_out: JsonOpt = False,
 ) -> None:
     """Append records to the WAL; each offset is printed (and flushed) once it and all before it are durable."""
@@ -96,123 +110,28 @@ def append_cmd(
     # SIGTERM and SIGINT (walctl.cli boundary) drain and close: queued records still become durable.
     _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
             iops, bandwidth, upload_at, batch_interval, full_wait,
-            s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
+            s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout), ack_mode=ack)
 
 
 def _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
-            iops=None, bandwidth=None, upload_at=None, batch_interval_s=None, full_wait_s=None, s3=None):
-    import time
-
-    from walctl import bounds
-    from walctl.device.blockio import bytes_read_total
-    from walctl.errors import WalctlError
-    from walctl.pipeline.append import first_base_offset
+            iops=None, bandwidth=None, upload_at=None, batch_interval_s=None, full_wait_s=None, s3=None,
+            ack_mode=None):
+    from walctl.pipeline.append import AppendRequest, append
 
     data, input_path, upload_at_bytes = _check_arguments(device, data, input_path, store, upload_at)
-    source = _open_input(input_path) if input_path is not None else None
-    stats, on_acks, flush_acks = _acknowledger(stream_id, json_out)
-    started, read_before = time.monotonic(), bytes_read_total()
-    opened, budget = _open_writer(device, stream_id, base_offset, iodepth, None, iops, bandwidth, batch_interval_s)
-    writer = opened.writer
-    writer.on_acks = on_acks
-    listener, uploader = _start_background(device, writer, store, endpoint_url, upload_at_bytes, full_wait_s, s3)
-
-    def summary() -> dict:
-        return _summary(device, stream_id, stats, next_base, writer, opened, budget, time.monotonic() - started,
-                        bytes_read_total() - read_before, listener, uploader)
-
-    next_base = 0
+    request = AppendRequest(device, stream_id, [d.encode() for d in data] if data else None, input_path,
+                            Framing(framing).value, base_offset, store, endpoint_url, iodepth, iops, bandwidth,
+                            upload_at_bytes, batch_interval_s, full_wait_s, s3)
+    stats, hooks = _acknowledger(stream_id, json_out, AckMode(ack_mode or AckMode.records))
+    hooks.summarize = lambda run: _summary(device, stream_id, stats, run)
+    run = append(request, hooks)
+    hooks.flush()
     try:
-        next_base = first_base_offset(opened, stream_id, base_offset, device=device, store_url=store,
-                                      endpoint_url=endpoint_url, on_warning=warn, s3=s3)
-        epoch = max(writer.header.epoch, 0)
-        if data:
-            bounds.base_offset(next_base, count=len(data), option="stream offset")
-        base_limit, payload_limit = _limits()
-        for payloads, lengths in _payload_batches(data, source, framing):
-            taken = _within_bounds(payloads, lengths, next_base, base_limit, payload_limit)
-            token, i = (taken, next_base), 0
-            while i < len(taken) and not stats["stdout_closed"]:
-                queued = writer.append_many(taken, stream_id, epoch, next_base, token, index=i)
-                i, next_base = i + queued, next_base + queued
-                _raise_interrupt(stats)  # (below: what was taken is made durable first)
-            if stats["stdout_closed"]:
-                break
-            if i < len(payloads):
-                # --input: the records counted so far are durable; the one that would overflow is not written.
-                if not 0 <= next_base <= base_limit:
-                    bounds.base_offset(next_base, option="stream offset")
-                bounds.record_payload(lengths[i])
-        writer.close()
-        flush_acks()
-        _raise_interrupt(stats)
-    except WalctlError as exc:
-        _close_after(writer)
-        exc.summary = summary()
-        raise exc.at(device) if exc.where is None else exc
-    except BaseException as exc:  # SIGTERM/SIGINT: every record taken is made durable first
-        _close_after(writer)
-        exc.summary = summary()
+        _raise_interrupt(stats)  # a SIGTERM/SIGINT that came while the last acknowledgements were printed
+    except BaseException as exc:
+        exc.summary = _summary(device, stream_id, stats, run)
         raise
-    finally:
-        if source is not None and source is not sys.stdin.buffer:
-            source.close()
-    _report(stats, summary(), stream_id, json_out)
-
-
-def _open_writer(device: str, stream_id: int, base_offset, iodepth: int, on_ack, iops, bandwidth,
-                 batch_interval_s: float | None = None):
-    """(opened, budget): the WAL opened for appending (sealing a crashed writer's window), its warnings said."""
-    from walctl.wal.lifecycle import open_writer
-    from walctl.wal.pacing import Budget
-
-    budget = Budget.from_options(iops, bandwidth)
-    opened = open_writer(device, need_stream=stream_id if base_offset is None else None, iodepth=iodepth,
-                         on_ack=on_ack, budget=budget, batch_interval_s=batch_interval_s)
-    for message in opened.warnings:
-        warn(message)
-    if opened.sealed_ranges:
-        warn(f"{device}: the last writer did not close cleanly; sealed {opened.sealed_ranges} damaged "
-             f"range(s) of its last window before appending")
-    return opened, budget
-
-
-def _limits() -> tuple[int, int]:
-    """(largest base offset, largest payload) the append loop takes (bounds.base_offset, bounds.record_payload)."""
-    from walctl import bounds
-    from walctl.format import batch as batch_format
-    from walctl.format import record as rec
-
-    return bounds.OFFSET_END_LIMIT - 2, min(bounds.UINT32_MAX, rec.MAX_BODY_LENGTH) - batch_format.HEADER_SIZE
-
-
-def _within_bounds(payloads: list, lengths: list, next_base: int, base_limit: int, payload_limit: int) -> list:
-    """The leading payloads of a batch that bounds.base_offset and bounds.record_payload let through:
-    the records before the first out of range are written, then its error is raised."""
-    n = len(payloads)
-    stop = n if 0 <= next_base and next_base + n - 1 <= base_limit else max(0, base_limit + 1 - next_base)
-    if max(lengths) > payload_limit:
-        stop = min(stop, next(i for i, length in enumerate(lengths) if length > payload_limit))
-    return payloads if stop == n else payloads[:stop]
-
-
-def _payload_batches(data, source, framing):
-    """(payloads, their lengths) in batches: the DATA arguments, or per read of the input (one for raw)."""
-    if data:
-        payloads = [d.encode() for d in data]
-        yield payloads, [len(p) for p in payloads]
-        return
-    if framing is Framing.raw:
-        payload = source.read()
-        yield [payload], [len(payload)]
-        return
-    for view, spans in _batches(source, framing):
-        flat = spans.spans[:2 * spans.count].tolist()
-        starts, lengths = flat[0::2], flat[1::2]
-        # Slices of the read's bytes (copies: a bytes slice costs a third of a memoryview slice,
-        # and the record's bytes are copied once more into the block anyway).
-        data = view.obj if type(view.obj) is bytes else view
-        yield list(map(data.__getitem__, map(slice, starts, map(int.__add__, starts, lengths)))), lengths
+    _report(stats, _summary(device, stream_id, stats, run), stream_id, json_out)
 
 
 def _check_arguments(device: str, data, input_path, store, upload_at) -> tuple:
@@ -251,42 +170,32 @@ def _raise_interrupt(stats: dict) -> None:
         raise stats["interrupt"]
 
 
-def _acknowledger(stream_id: int, json_out: bool):
-    """(stats, on_acks, flush_acks): the writer's acknowledgement callback printing the offsets of
-    the durable records of a block (one write per block), the counts it keeps, and a last flush."""
-    stats = {"records": 0, "payload_bytes": 0, "first_offset": None, "last_offset": None, "stdout_closed": False,
-             "interrupt": None}
-    # json.dumps({"type": "record", "offset": ..., "stream_id": ..., "base_offset": ..., "count": 1,
-    # "payload_bytes": ..., "wal_offset": ..., "stream_offset": ...}, separators=(",", ":")), the two
-    # offsets named apart; every field an int.
-    sid = int(stream_id)
+def _acknowledger(stream_id: int, json_out: bool, mode: AckMode = AckMode.records):
+    """(stats, hooks): the writer's acknowledgement callbacks printing the durable records of a block
+    (one write per block: a line per record, or with ``--ack ranges`` one line per durable range),
+    the counts they keep, ``hooks.check`` for the append loop and ``hooks.flush`` for the end."""
+    from walctl.format import framepack
+    from walctl.pipeline.append import AppendHooks
 
-    def flush_acks() -> None:
-        if stats["stdout_closed"]:
-            return
-        try:
-            sys.stdout.flush()
-        except BrokenPipeError:
-            stats["stdout_closed"] = True
-            silence_stdout()
+    acks = _Acks(int(stream_id), json_out, mode is AckMode.ranges)
+    render = (framepack.RENDER_NONE if acks.ranges else framepack.RENDER_JSON if json_out
+              else framepack.RENDER_OFFSETS)
+    hooks = AppendHooks(on_acks=acks.on_acks, on_frames=acks.on_frames, render=render, check=acks.check,
+                        on_warning=warn, on_note=lambda message: typer.echo(message, err=True))
+    hooks.flush = acks.flush
+    return acks.stats, hooks
 
-    def on_acks(offsets: list[int], token, first: int) -> None:
-        payloads, base = token
-        base += first
-        lengths = list(map(len, payloads[first:first + len(offsets)]))
-        stats["records"] += len(offsets)
-        stats["payload_bytes"] += sum(lengths)
-        if stats["first_offset"] is None:
-            stats["first_offset"] = offsets[0]
-        stats["last_offset"] = offsets[-1]
-        if stats["stdout_closed"] or stats["interrupt"] is not None:
-            return
-        if json_out:
-            text = "".join([f'{{"type":"record","offset":{o},"stream_id":{sid},"base_offset":{b},"count":1,'
-                            f'"payload_bytes":{n},"wal_offset":{o},"stream_offset":{b}}}\n'
-                            for o, b, n in zip(offsets, range(base, base + len(offsets)), lengths)])
-        else:
-            text = "\n".join(map(str, offsets)) + "\n"
+
+class _Acks:
+    """Prints acknowledgements as the writer reports durable records (from the appender or the
+    reaper thread) and keeps the counts of the summary in ``stats``."""
+
+    def __init__(self, sid: int, json_out: bool, ranges: bool):
+        self.sid, self.json_out, self.ranges = sid, json_out, ranges
+        self.stats = {"records": 0, "payload_bytes": 0, "first_offset": None, "last_offset": None,
+                      "stdout_closed": False, "interrupt": None, "ack_ns": 0}
+
+    def emit(self, text: str) -> None:
         try:
             # One write for the block's records, once it is durable (from the appender or the reaper
             # thread), whole: a signal never cuts an acknowledgement line short (write_lines).
@@ -294,95 +203,96 @@ def _acknowledger(stream_id: int, json_out: bool):
         except KeyboardInterrupt as exc:
             # SIGTERM/SIGINT while the main thread printed these: kept for the append loop to raise, not
             # raised into the writer (it would take it for a failed write: exit 6, 'write failed: SIGTERM').
-            stats["interrupt"] = exc
+            self.stats["interrupt"] = exc
         except BrokenPipeError:
             # The reader of our acknowledgements went away (e.g. `| head`): stop taking input,
             # close cleanly (queued records still become durable), exit as SIGPIPE would.
-            stats["stdout_closed"] = True
+            self.stats["stdout_closed"] = True
             silence_stdout()
 
-    return stats, on_acks, flush_acks
+    def count(self, n: int, payload_bytes: int, first: int, last: int) -> bool:
+        """Count durable records; True while their acknowledgements are to be printed."""
+        stats = self.stats
+        stats["records"] += n
+        stats["payload_bytes"] += payload_bytes
+        if stats["first_offset"] is None:
+            stats["first_offset"] = first
+        stats["last_offset"] = last
+        return not (stats["stdout_closed"] or stats["interrupt"] is not None)
 
+    def range_line(self, first: int, last: int, base: int, n: int, payload_bytes: int) -> str:
+        if self.json_out:
+            return (f'{{"type":"range","stream_id":{self.sid},"first_offset":{first},"last_offset":{last},'
+                    f'"base_offset":{base},"count":{n},"payload_bytes":{payload_bytes}}}\n')
+        return f"{first} {last} {base} {n}\n"
 
-def _start_background(device: str, writer, store, endpoint_url, upload_at_bytes, full_wait_s=None, s3=None):
-    """(listener, uploader): the trim hand-off socket, and with --upload-at the writer-side uploader;
-    each stopped by the writer's close (the uploader first: a running upload commits and trims).
-    A full ring then holds appends back for them (``full_wait_s``, --full-wait)."""
-    from walctl.wal.handoff import start_listener
+    def on_frames(self, item) -> None:
+        """append_frames' records of one block (walctl.wal.writer_blocks.Frames): their lines were rendered in C."""
+        started = time.perf_counter_ns()
+        if self.count(item.count, item.payload_bytes, item.offset, item.last_offset):
+            self.emit(self.range_line(item.offset, item.last_offset, item.base_offset, item.count,
+                                      item.payload_bytes) if self.ranges else item.acks.decode("ascii"))
+        self.stats["ack_ns"] += time.perf_counter_ns() - started
 
-    # Trims from another process (walctl upload, walctl trim) reach this writer through its
-    # hand-off socket while it holds the lock (FORMATS.md 1.7).
-    listener = start_listener(device, writer)
-    uploader = None
-    if upload_at_bytes is not None:
-        from walctl.store import open_store
-        from walctl.pipeline.upload import BackgroundUploader
+    def on_acks(self, offsets: list[int], token, first: int) -> None:
+        """append_many's records of one block (DATA arguments, raw input, no C extension)."""
+        started = time.perf_counter_ns()
+        payloads, base = token
+        base += first
+        lengths = list(map(len, payloads[first:first + len(offsets)]))
+        if self.count(len(offsets), sum(lengths), offsets[0], offsets[-1]):
+            self.emit(_record_lines(offsets, base, lengths, self.sid, self.json_out,
+                                    self.range_line if self.ranges else None))
+        self.stats["ack_ns"] += time.perf_counter_ns() - started
 
+    def check(self) -> bool:
+        """Between packings: raise a SIGTERM/SIGINT that came while acknowledgements were printed
+        (what was taken is made durable first); True once stdout's reader left (stop taking input)."""
+        _raise_interrupt(self.stats)
+        return self.stats["stdout_closed"]
+
+    def flush(self) -> None:
+        if self.stats["stdout_closed"]:
+            return
         try:
-            # Capped at half the ring: an upload must be able to run while the other half fills.
-            threshold = min(upload_at_bytes, writer.ring.size // 2)
-            uploader = BackgroundUploader(device, open_store(store, endpoint_url=endpoint_url, s3=s3), writer,
-                                          threshold, on_warning=warn)
-        except BaseException:
-            if listener is not None:
-                listener.close()
-            writer.close()
-            raise
-        writer.before_close.append(uploader.stop)  # finish a running upload (commit + trim) first
-    if listener is not None:
-        writer.before_close.append(listener.close)
-    _hold_back_when_full(device, writer, uploader, full_wait_s)
-    return listener, uploader
+            sys.stdout.flush()
+        except BrokenPipeError:
+            self.stats["stdout_closed"] = True
+            silence_stdout()
 
 
-DEFAULT_FULL_WAIT_UPLOADING_S = 120.0  # --full-wait with --upload-at: longer than a store's --retry-for
-FULL_NOTE_EVERY_S = 10.0  # at most one "held back" line on stderr per this many seconds
+def _record_lines(offsets: list[int], base: int, lengths: list[int], sid: int, json_out: bool, range_line) -> str:
+    """The acknowledgement text of records given one by one (DATA arguments, raw input, no C extension)."""
+    if range_line is not None:
+        return range_line(offsets[0], offsets[-1], base, len(offsets), sum(lengths))
+    if json_out:
+        # json.dumps({"type": "record", "offset": ..., "stream_id": ..., "base_offset": ..., "count": 1,
+        # "payload_bytes": ..., "wal_offset": ..., "stream_offset": ...}, separators=(",", ":")), the two
+        # offsets named apart; every field an int.
+        return "".join([f'{{"type":"record","offset":{o},"stream_id":{sid},"base_offset":{b},"count":1,'
+                        f'"payload_bytes":{n},"wal_offset":{o},"stream_offset":{b}}}\n'
+                        for o, b, n in zip(offsets, range(base, base + len(offsets)), lengths)])
+    return "\n".join(map(str, offsets)) + "\n"
 
 
-def _hold_back_when_full(device: str, writer, uploader, full_wait_s: float | None) -> None:
-    """Backpressure: a full ring holds appends back (``--full-wait``) until a trim frees room,
-    saying on stderr what it waits for, instead of failing with exit 7 at once."""
-    import time
-
-    if full_wait_s is None:
-        full_wait_s = DEFAULT_FULL_WAIT_UPLOADING_S if uploader is not None else 0.0
-    noted = [-FULL_NOTE_EVERY_S]
-    who = ("this writer's background upload (--upload-at) trims it" if uploader is not None
-           else "'walctl upload' or 'walctl trim' (the trim hand-off) trims it")
-
-    def on_full(waiting: bool) -> None:
-        now = time.monotonic()
-        if waiting and now - noted[0] >= FULL_NOTE_EVERY_S:
-            noted[0] = now
-            typer.echo(f"walctl: {device}: WAL full: appends held back until {who} (exit 7 if nothing frees "
-                       f"room for {full_wait_s:g} s)", err=True)
-
-    def why() -> str:
-        if uploader is None:
-            return "no uploader is running"
-        stats = uploader.stats
-        if stats.failures and stats.last_error:
-            return f"the background upload is failing: {stats.last_error}"
-        return "the background upload freed no room in that time"
-
-    writer.full.wait_s, writer.full.on_full, writer.full.why = full_wait_s, on_full, why
-
-
-def _summary(device: str, stream_id: int, stats: dict, next_base: int, writer, opened, budget, seconds: float,
-             device_bytes_read: int, listener, uploader) -> dict:
+def _summary(device: str, stream_id: int, stats: dict, run) -> dict:
     """The closing summary line (also carried by an error's JSON)."""
-    shown = {k: v for k, v in stats.items() if k not in ("stdout_closed", "interrupt")}
+    shown = {k: v for k, v in stats.items() if k not in ("stdout_closed", "interrupt", "ack_ns")}
+    writer, seconds = run.writer, run.seconds
+    feed = run.feed
     return {"type": "summary", "device": device, "stream_id": stream_id, **shown,
-            "next_base_offset": next_base, "blocks_written": writer.blocks_written,
-            "bytes_written": writer.bytes_written, "sealed_ranges": opened.sealed_ranges,
+            "next_base_offset": run.next_base, "blocks_written": writer.blocks_written,
+            "bytes_written": writer.bytes_written, "sealed_ranges": run.opened.sealed_ranges,
             "seconds": round(seconds, 6),
             "mib_per_s": round(stats["payload_bytes"] / (1 << 20) / seconds, 3) if seconds > 0 else 0.0,
-            "budget": budget.to_json(), "io_engine": writer.io_engine,
-            "scanned": opened.scan is not None, "device_bytes_read": device_bytes_read,
-            "trims_taken": listener.trims if listener is not None else 0,
-            "background_upload": uploader.stats.to_json() if uploader is not None else None,
+            "budget": run.budget.to_json(), "io_engine": writer.io_engine,
+            "scanned": run.opened.scan is not None, "device_bytes_read": run.device_bytes_read,
+            "trims_taken": run.listener.trims if run.listener is not None else 0,
+            "background_upload": run.uploader.stats.to_json() if run.uploader is not None else None,
             "full_waits": writer.full.waits, "full_wait_s": round(writer.full.total_s, 6),
-            "stages_us": writer.stages.summary()}
+            "stages_us": writer.stages.summary(),
+            "feed_us": {"read": feed.read_ns // 1000, "pack": feed.pack_ns // 1000, "ack": stats["ack_ns"] // 1000,
+                        "reads": feed.reads, "pipe_bytes": feed.pipe_bytes}}
 
 
 def _report(stats: dict, summary: dict, stream_id: int, json_out: bool) -> None:
@@ -410,13 +320,3 @@ def _device_comes_first(device: str, data) -> None:
         if os.path.exists(item) and not os.path.isdir(item):
             raise UsageError(f"DEVICE {device!r} does not exist but DATA {item!r} does",
                              hint=f"DEVICE comes first: walctl append {item} {device}")
-
-
-def _close_after(writer) -> None:
-    """On an error, still make every queued record durable and acknowledged if the device allows."""
-    try:
-        writer.close()
-    except Exception:
-        writer.abort()
-
-

@@ -38,7 +38,7 @@ def bench_cmd(
         help="Bytes per write of the iops and bandwidth modes, a multiple of 4096 (default: 4KiB for iops; "
              "256KiB, the WAL's block limit, then 1MiB for bandwidth).")] = None,
     iodepth: Annotated[int, typer.Option(
-        "--iodepth", envvar="WALCTL_IODEPTH", min=1, max=256,
+        "--iodepth", min=1, max=256,
         help="Writes in flight at once (queue depth), in every mode; the WAL mode's blocks in flight.")] = 4,
     record_size: Annotated[int, typer.Option(
         "--record-size", metavar="SIZE", parser=Size(min=1, max=64 << 20),
@@ -61,9 +61,10 @@ def bench_cmd(
         help="How long each mode runs (500ms, 10s, 2m; a bare number is seconds; one block size of "
              "bandwidth counts as one mode).")] = "10s",
     size: Annotated[int | None, typer.Option(
-        "--size", metavar="SIZE", parser=Size(min=4096),
-        help="Bytes of DEVICE to use, from its start (default: all of it). A DEVICE that does not exist is "
-             "created as a file of this size (then removed, unless --keep).")] = None,
+        "--size", metavar="SIZE", parser=Size(min=4096, max=1 << 50),
+        help="Bytes of DEVICE to use, from its start (4KiB to 1024TiB; default: all of it). A DEVICE that does "
+             "not exist is created as a file of this size, zero-filled (refused, exit 6, when its filesystem "
+             "has less free space; then removed, unless --keep).")] = None,
     engine: Annotated[Engine, typer.Option(
         "--engine", envvar="WALCTL_IO_ENGINE",
         help="I/O engine of every mode: 'aio' (Linux native AIO on the O_DIRECT+O_DSYNC device), 'threads' "
@@ -80,6 +81,8 @@ def bench_cmd(
     from walctl.bench import BenchOptions, run_bench
     from walctl.sizes import parse_size
 
+    if size is not None:
+        _check_free_space(device, parse_size(size))
     options = BenchOptions(
         path=device, mode=mode.value, block_size=parse_size(block_size) if block_size is not None else None,
         iodepth=iodepth, record_size=parse_size(record_size), rate=rate, bandwidth_mib=bandwidth,
@@ -100,6 +103,26 @@ def bench_cmd(
                    "duration_s": duration, "modes": report.by_mode()})
         return
     _render(report)
+
+
+def _check_free_space(path: str, size: int) -> None:
+    """A DEVICE bench creates is zero-filled: refuse (exit 6, as init does) a size its filesystem lacks."""
+    import os
+
+    from walctl.errors import IOFailure
+    from walctl.sizes import format_size
+
+    if os.path.exists(path):
+        return
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return  # creating the file names the problem
+    free = st.f_bavail * st.f_frsize
+    if free < size:
+        raise IOFailure(f"not enough free space for the bench file: {format_size(free)} free, --size needs "
+                        f"{format_size(size)}",
+                        where=path, hint="choose a smaller --size, or free space")
 
 
 def _render(report) -> None:

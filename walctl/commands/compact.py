@@ -11,7 +11,7 @@ import typer
 from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT, EndpointOpt, JsonOpt, MetricsFileOpt,
                                      NamespaceOpt, RetryForOpt, S3ConnectTimeoutOpt, S3ReadTimeoutOpt, StoreOpt, command,
                                      emit_json, s3_settings, stdout_console, warn)
-from walctl.options import Duration, spark_master
+from walctl.options import Duration, Rate, Size, spark_master, stream_offset
 
 if TYPE_CHECKING:
     from walctl.store.base import Store
@@ -42,7 +42,8 @@ class Level(str, enum.Enum):
     so = "so"
 
 
-RATE_HELP = ("bytes per second (a size: 50MiB = 50 MiB/s); default unlimited. The dry-run plan shows it "
+RATE_HELP = ("bytes per second, with a unit (50MiB/s; a bare number other than 0 is refused); default and 0: "
+             "unlimited. The dry-run plan shows it "
              "and the expected duration.")
 
 
@@ -53,35 +54,36 @@ def compact_cmd(
         "--master", envvar="WALCTL_SPARK_MASTER", parser=spark_master,
         help="Spark master: local[N], spark://host:7077, yarn, k8s://https://host:443. Default: the one "
              "spark-submit (or PYSPARK_SUBMIT_ARGS) sets, else local[*] (this machine).")] = None,
-    memory_limit: Annotated[str, typer.Option(
-        "--memory-limit", metavar="SIZE",
+    memory_limit: Annotated[int, typer.Option(
+        "--memory-limit", metavar="SIZE", parser=Size(min=1 << 20, max=1 << 40),
         help="Most object data one iteration holds in memory (bytes or 200MiB ...); larger plans run "
-             "in several iterations.")] = "200MiB",
-    split_size: Annotated[str, typer.Option(
-        "--split-size", metavar="SIZE",
+             "in several iterations (1MiB to 1TiB).")] = "200MiB",
+    split_size: Annotated[int, typer.Option(
+        "--split-size", metavar="SIZE", parser=Size(min=1, max=5 << 40),
         help="A stream with at least this much data (or with an offset gap) becomes Stream Objects; "
              "smaller streams are packed into a new Stream Set Object (bytes or 16MiB ...).")] = "16MiB",
     max_objects: Annotated[int, typer.Option(
         "--max-objects", min=1, help="Compact at most this many Stream Set Objects (oldest first).")] = 1000,
     retention_start: Annotated[list[str] | None, typer.Option(
-        "--retention-start", metavar="STREAM=OFFSET",
-        help="Drop the blocks of STREAM that end at or below OFFSET (stream offsets); repeatable. An OFFSET "
-             "past the stream's end is refused (exit 2), an unknown STREAM too (exit 4).")] = None,
+        "--retention-start", metavar="STREAM:OFFSET", parser=stream_offset,
+        help="Drop the blocks of STREAM that end at or below OFFSET (stream offsets; STREAM=OFFSET is the "
+             "deprecated spelling); repeatable; SSO compaction only (not --level so or --force-split). An "
+             "OFFSET past the stream's end is refused (exit 2), an unknown STREAM too (exit 4).")] = None,
     read_rate: Annotated[float | None, typer.Option(
-        "--read-rate", metavar="MIB/S", min=0.001, envvar="WALCTL_COMPACT_READ_RATE",
-        help="Most MiB read per second across all Spark tasks, so compaction beside live traffic does not "
-             "starve it (default: derived from --interval).")] = None,
+        "--read-rate", metavar="SIZE/S", envvar="WALCTL_COMPACT_READ_RATE", parser=Rate(bare=1 << 20),
+        help="Most bytes read per second across all Spark tasks (50MiB/s; a bare number is MiB/s), so "
+             "compaction beside live traffic does not starve it (default: derived from --interval).")] = None,
     write_rate: Annotated[float | None, typer.Option(
-        "--write-rate", metavar="MIB/S", min=0.001, envvar="WALCTL_COMPACT_WRITE_RATE",
-        help="Most MiB written into the store per second across all Spark tasks (SSO compaction's write "
+        "--write-rate", metavar="SIZE/S", envvar="WALCTL_COMPACT_WRITE_RATE", parser=Rate(bare=1 << 20),
+        help="Most bytes (50MiB/s; a bare number is MiB/s) written into the store per second across all Spark tasks (SSO compaction's write "
              "budget; default unlimited). The dry-run plan shows both budgets and the expected duration.")] = None,
     tasks: Annotated[int | None, typer.Option(
         "--tasks", min=1, envvar="WALCTL_COMPACT_TASKS",
         help="Spark tasks (iterations) that run at once, each holding --memory-limit / N of data and 1/N "
              "of the budgets; smaller iterations cost more GETs (--dry-run shows them). Default: 1 on a "
              "local master, 2 on a cluster.")] = None,
-    interval: Annotated[str, typer.Option(
-        "--interval", metavar="DURATION",
+    interval: Annotated[float, typer.Option(
+        "--interval", metavar="DURATION", parser=Duration(min=0),
         help="How often compaction runs (cron period: 90s, 20m, 1h). Without --read-rate, reads are paced "
              "to finish the planned bytes in 80% of it (at least 32 MiB/s), as AutoMQ does; 0 = unlimited.")] = "20m",
     task_timeout: Annotated[float | None, typer.Option(
@@ -96,30 +98,30 @@ def compact_cmd(
         "--level", envvar="WALCTL_COMPACT_LEVEL",
         help="What to compact: sso (Stream Set Objects, with Spark), so (merge consecutive Stream Objects of "
              "a stream by server-side copy, no Spark), all (sso then so).")] = Level.all,
-    so_target_size: Annotated[str, typer.Option(
-        "--so-target-size", metavar="SIZE", envvar="WALCTL_COMPACT_SO_TARGET_SIZE",
+    so_target_size: Annotated[int, typer.Option(
+        "--so-target-size", metavar="SIZE", envvar="WALCTL_COMPACT_SO_TARGET_SIZE", parser=Size(min=1, max=5 << 40),
         help="Largest Stream Object that SO compaction makes (bytes or 1GiB ...; AutoMQ's default is "
              "10GiB).")] = "1GiB",
     force_split: Annotated[bool, typer.Option(
         "--force-split", envvar="WALCTL_COMPACT_FORCE_SPLIT",
         help="Split Stream Set Objects entirely into Stream Objects (one per stream), writing no SSO; "
              "the data is copied server-side. Replaces --level.")] = False,
-    older_than: Annotated[str | None, typer.Option(
-        "--older-than", metavar="DURATION", envvar="WALCTL_COMPACT_OLDER_THAN",
+    older_than: Annotated[float | None, typer.Option(
+        "--older-than", metavar="DURATION", envvar="WALCTL_COMPACT_OLDER_THAN", parser=Duration(min=0),
         help="With --force-split: only SSOs whose data was uploaded at least this long ago "
              "(90s, 30m, 6h, 2d).")] = None,
-    so_read_rate: Annotated[str | None, typer.Option(
-        "--so-read-rate", metavar="SIZE/S", envvar="WALCTL_COMPACT_SO_READ_RATE",
+    so_read_rate: Annotated[float | None, typer.Option(
+        "--so-read-rate", metavar="SIZE/S", envvar="WALCTL_COMPACT_SO_READ_RATE", parser=Rate(zero_unlimited=True),
         help="SO compaction's read budget (object bytes read through walctl), " + RATE_HELP)] = None,
-    so_write_rate: Annotated[str | None, typer.Option(
-        "--so-write-rate", metavar="SIZE/S", envvar="WALCTL_COMPACT_SO_WRITE_RATE",
+    so_write_rate: Annotated[float | None, typer.Option(
+        "--so-write-rate", metavar="SIZE/S", envvar="WALCTL_COMPACT_SO_WRITE_RATE", parser=Rate(zero_unlimited=True),
         help="SO compaction's write budget (bytes written into the store, server-side copies included), "
              + RATE_HELP)] = None,
-    split_read_rate: Annotated[str | None, typer.Option(
-        "--split-read-rate", metavar="SIZE/S", envvar="WALCTL_COMPACT_SPLIT_READ_RATE",
+    split_read_rate: Annotated[float | None, typer.Option(
+        "--split-read-rate", metavar="SIZE/S", envvar="WALCTL_COMPACT_SPLIT_READ_RATE", parser=Rate(zero_unlimited=True),
         help="Force split's read budget, " + RATE_HELP)] = None,
-    split_write_rate: Annotated[str | None, typer.Option(
-        "--split-write-rate", metavar="SIZE/S", envvar="WALCTL_COMPACT_SPLIT_WRITE_RATE",
+    split_write_rate: Annotated[float | None, typer.Option(
+        "--split-write-rate", metavar="SIZE/S", envvar="WALCTL_COMPACT_SPLIT_WRITE_RATE", parser=Rate(zero_unlimited=True),
         help="Force split's write budget (server-side copies included), " + RATE_HELP)] = None,
     shared_path: Annotated[bool, typer.Option(
         "--shared-path", envvar="WALCTL_COMPACT_SHARED_PATH",
@@ -141,8 +143,8 @@ def compact_cmd(
     compact that starts while one runs fences the first (its commit is refused).
     Needs pyspark (pip install 'walctl[spark]') and Java: without them it exits 4 and
     writes nothing (--dry-run works without either). SIGTERM or SIGINT cancels the Spark
-    job, aborts its uploads, stops the JVM and exits 130 (with --json, the result carries
-    "error"); a commit in flight is finished first. A Spark job still running after
+    job, aborts its uploads, stops the JVM and exits 143 (SIGTERM) or 130 (SIGINT) (with
+    --json, the result carries "error"); a commit in flight is finished first. A Spark job still running after
     --task-timeout (lost workers, none with free cores and memory, a hung task) is
     cancelled and rolled back the same way, and compact exits 6 with one line saying why.
     """
@@ -150,6 +152,9 @@ def compact_cmd(
 
     if older_than is not None and not force_split:
         raise UsageError("--older-than needs --force-split", hint="add --force-split")
+    if retention_start and (force_split or level is Level.so):
+        raise UsageError("--retention-start applies to SSO compaction only, not to --level so or --force-split",
+                         hint="run it with --level sso (or all), or drop --retention-start")
     metrics_options = dict(enabled=not dry_run, on_warning=warn, labels={"store": store} if metrics_file else None)
     so_options = dict(target_size=so_target_size, read_rate=so_read_rate, write_rate=so_write_rate)
     if force_split or level is Level.so:
@@ -162,9 +167,8 @@ def compact_cmd(
         else:
             _render_copy(out)
         return
-    sso_options = dict(master=master, memory_limit=memory_limit, read_rate_bps=read_rate * (1 << 20) if read_rate
-                       else None, write_rate_bps=write_rate * (1 << 20) if write_rate else None, tasks=tasks,
-                       interval=interval, split_size=split_size, max_objects=max_objects,
+    sso_options = dict(master=master, memory_limit=memory_limit, read_rate_bps=read_rate, write_rate_bps=write_rate,
+                       tasks=tasks, interval=interval, split_size=split_size, max_objects=max_objects,
                        retention_start=retention_start, shared_path=shared_path, task_timeout=task_timeout)
     out = _sso_level(store, endpoint_url, namespace, dry_run, metrics_file, metrics_options, sso_options,
                      so_options if level is Level.all else None,
@@ -177,33 +181,17 @@ def compact_cmd(
         _render_copy(out["so"])
 
 
-def _rate(text: str | None) -> float | None:
-    """A --*-rate value (``50MiB`` or ``50MiB/s``) in bytes per second; None (unlimited) for none or 0."""
-    from walctl.sizes import parse_size
-
-    return float(parse_size(text.removesuffix("/s"))) or None if text else None
-
-
 def _retention(items: list[str] | None) -> dict[int, int]:
-    """--retention-start STREAM=OFFSET, repeated, as {stream: offset}."""
-    from walctl.errors import UsageError
-
-    retention: dict[int, int] = {}
-    for item in items or []:
-        stream, _, offset = item.partition("=")
-        if not (stream.isdigit() and offset.isdigit()):
-            raise UsageError(f"bad --retention-start {item!r}", hint="use STREAM=OFFSET, e.g. 7=1000")
-        retention[int(stream)] = int(offset)
-    return retention
+    """--retention-start STREAM:OFFSET (checked by walctl.options.stream_offset), as {stream: offset}."""
+    return {int(stream): int(offset) for stream, _, offset in (item.partition(":") for item in items or [])}
 
 
 def _so_compaction(st: Store, namespace: str, dry_run: bool, so_options: dict):
     from walctl.compaction.so import compact_stream_objects
-    from walctl.sizes import parse_size
 
-    return compact_stream_objects(st, target_size=parse_size(so_options["target_size"]), dry_run=dry_run,
-                                  namespace=namespace, read_rate_bps=_rate(so_options["read_rate"]),
-                                  write_rate_bps=_rate(so_options["write_rate"]))
+    return compact_stream_objects(st, target_size=so_options["target_size"], dry_run=dry_run,
+                                  namespace=namespace, read_rate_bps=so_options["read_rate"],
+                                  write_rate_bps=so_options["write_rate"])
 
 
 def _open_walctl_store(store: str, endpoint_url, s3=None):
@@ -227,13 +215,11 @@ def _copy_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics
         st = _open_walctl_store(store, endpoint_url, s3)
         if split_options is not None:
             from walctl.compaction.split import force_split as run_split
-            from walctl.sizes import parse_duration
 
-            older_than = split_options["older_than"]
-            result = run_split(st, older_than_s=parse_duration(older_than) if older_than else None,
+            result = run_split(st, older_than_s=split_options["older_than"],
                                max_objects=split_options["max_objects"], dry_run=dry_run, namespace=namespace,
-                               read_rate_bps=_rate(split_options["read_rate"]),
-                               write_rate_bps=_rate(split_options["write_rate"]))
+                               read_rate_bps=split_options["read_rate"],
+                               write_rate_bps=split_options["write_rate"])
         else:
             result = _so_compaction(st, namespace, dry_run, so_options)
         metrics.summary = out = {"store": store, **result.to_json()}
@@ -246,9 +232,8 @@ def _copy_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics
 def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_file, metrics_options: dict,
                sso: dict, so_options: dict | None, *, s3=None) -> dict:
     """SSO compaction with Spark, then (``so_options``: --level all) SO compaction."""
-    from walctl.compaction.cluster import store_for_executors
+    from walctl.spark.cluster import store_for_executors
     from walctl.metrics import MetricsRun
-    from walctl.sizes import parse_duration, parse_size
     from walctl.spark.compact import compact
     from walctl.spark.job import JobTimeout
 
@@ -259,12 +244,11 @@ def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_
     with MetricsRun(metrics_file, "compact", **metrics_options) as metrics:
         retention = _retention(sso["retention_start"])
         st = _open_walctl_store(store, endpoint_url, s3)
-        interval_s = parse_duration(sso["interval"])
         try:
             result = compact(st, executor_store, endpoint_url=endpoint_url, master=sso["master"],
-                             memory_limit=parse_size(sso["memory_limit"]), read_rate_bps=sso["read_rate_bps"],
+                             memory_limit=sso["memory_limit"], read_rate_bps=sso["read_rate_bps"],
                              write_rate_bps=sso["write_rate_bps"], tasks=sso["tasks"],
-                             interval_s=interval_s or None, split_size=parse_size(sso["split_size"]),
+                             interval_s=sso["interval"] or None, split_size=sso["split_size"],
                              max_objects=sso["max_objects"], retention=retention,
                              dry_run=dry_run, namespace=namespace, on_result=started.append,
                              spark_log_level="WARN" if _debug() else "OFF", task_timeout_s=sso["task_timeout"],
@@ -324,7 +308,7 @@ def _render_copy(out: dict) -> None:
         table.add_column(col)
     for g in rows:
         inputs = ", ".join(map(str, g["input_ids"])) if "input_ids" in g else f"SSO {g['sso_id']}"
-        table.add_row(str(g["stream_id"]), f"[{g['start']}, {g['end']})", inputs, format_size(g["size_bytes"]))
+        table.add_row(str(g["stream_id"]), f"[{g['start']}, {g['end']})", inputs, format_size(g["size_bytes"]))  # not a manifest entry
     console.print(table)
     if not out["dry_run"]:
         console.print(f"commit {out['commit_number']}: copied {format_size(out['bytes_copied'])} in the store, "
@@ -355,17 +339,17 @@ def _render(out: dict) -> None:
     for col in ("id", "key", "size"):
         inputs.add_column(col)
     for o in plan["inputs"]:
-        inputs.add_row(str(o["id"]), o["key"], format_size(o["size"]))
+        inputs.add_row(str(o["id"]), o["key"], format_size(o["size"]))  # not a manifest entry
     console.print(inputs)
     outs = Table(title="outputs", title_justify="left")
     for col in ("key" if not out["dry_run"] else "output", "kind", "size", "parts", "streams"):
         outs.add_column(col)
-    keys = [o["key"] for o in out["objects"]]
+    keys = [o["key"] for o in out["objects"]]  # not a manifest entry
     for n, o in enumerate(plan["outputs"]):
-        outs.add_row(keys[n] if n < len(keys) else str(n), o["kind"], format_size(o["size_bytes"]), str(o["parts"]),
-                     ", ".join(f"{s['stream_id']}:[{s['start']},{s['end']})" for s in o["streams"]))
+        outs.add_row(keys[n] if n < len(keys) else str(n), o["kind"], format_size(o["size_bytes"]), str(o["parts"]),  # not a manifest entry
+                     ", ".join(f"stream {s['stream_id']} [{s['start']}, {s['end']})" for s in o["streams"]))
     console.print(outs)
     if not out["dry_run"]:
-        console.print(f"commit {out['commit_number']} (compactor epoch {out['compactor_epoch']}); read "
+        console.print(f"commit {out['commit_number']} (compactor epoch {out['compactor_epoch']}); read "  # not a manifest entry
                       f"{format_size(out['bytes_read'])}, wrote {format_size(out['bytes_written'])} in "
                       f"{out['seconds']} s", markup=False)

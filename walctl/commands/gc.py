@@ -50,7 +50,7 @@ def gc_cmd(
     from walctl.human import plural
 
     console.print(f"{verb} {plural(len(result.deleted_objects), 'object')}, "
-                  f"{plural(len(result.deleted_manifests), 'old manifest')}; forgot "
+                  f"{plural(len(result.deleted_manifests), 'old manifest')}; {'would forget' if dry_run else 'forgot'} "
                   f"{plural(len(result.forgotten_prepared), 'prepared object id')} and "
                   f"{plural(len(result.forgotten_deleting), 'replaced object id')}", markup=False)
     for key in result.deleted_objects:

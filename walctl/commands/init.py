@@ -9,16 +9,20 @@ import typer
 from walctl.commands._shared import DeviceArg, JsonOpt, command, emit_json, progress_bar, stdout_console, warn
 from walctl.options import Size
 
+# walctl.format.header.MIN_CAPACITY (two 4 KiB header slots and two blocks; tests/cli/test_hostile_input.py
+# checks they agree), and the largest capacity: 1 PiB keeps every WAL offset of years of appends in 63 bits.
+MIN_CAPACITY, MAX_CAPACITY = 16 << 10, 1 << 50
+
 
 @command("init")
 def init_cmd(
     device: DeviceArg,
     capacity: Annotated[int | None, typer.Option(
-        "--capacity", envvar="WALCTL_CAPACITY", metavar="SIZE", parser=Size(min=1),
+        "--capacity", metavar="SIZE", parser=Size(min=MIN_CAPACITY, max=MAX_CAPACITY),
         help="Bytes of the device the WAL uses, headers included (4096, 64MiB, 2GiB, 1GB; aligned down "
-             "to 4 KiB). Required when DEVICE does not exist (it is created as a file of this size); "
+             "to 4 KiB; 16KiB to 1024TiB). Required when DEVICE does not exist (it is created as a file of this size); "
              "default: the whole device.")] = None,
-    node_id: Annotated[int, typer.Option("--node-id", envvar="WALCTL_NODE_ID", min=-1,
+    node_id: Annotated[int, typer.Option("--node-id", min=-1, max=(1 << 31) - 1,
                                          help="Node id recorded in the header (-1: none).")] = -1,
     no_prewrite: Annotated[bool, typer.Option(
         "--no-prewrite", help="For a regular file: do not write the whole capacity once at init (the "

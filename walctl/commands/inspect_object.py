@@ -20,23 +20,20 @@ def inspect_object_cmd(
     target: Annotated[str, typer.Argument(
         metavar="TARGET", help="An object id, its key (full, or relative to the store prefix), or a local file path.")],
     store: Annotated[str | None, typer.Option(
-        "--store", envvar="WALCTL_STORE", metavar="URL",
+        "--store", metavar="URL",
         help="Object store holding TARGET (a local directory or s3://bucket[/prefix]); not needed for a "
-             "local file. Env: WALCTL_STORE.")] = None,
+             "local file.")] = None,
     deep: Annotated[bool, typer.Option(
         "--deep", help="Also read every block: block magic, counts, lengths, batch headers, contiguous "
                        "offsets and the footer checksums; each problem with its byte position.")] = False,
     records: Annotated[bool, typer.Option(
-        "--records", envvar="WALCTL_RECORDS",
-        help="Also dump every batch of the object (of --stream only, if given), block by block, with the "
+        "--records", help="Also dump every batch of the object (of --stream only, if given), block by block, with the "
              "byte positions of its block and of the batch; one ranged read per run of adjacent blocks.")] = False,
     payload: Annotated[Payload, typer.Option(
-        "--payload", envvar="WALCTL_PAYLOAD",
-        help="With --records: show each batch's payload as text (UTF-8, invalid bytes escaped), hex, base64, "
+        "--payload", help="With --records: show each batch's payload as text (UTF-8, invalid bytes escaped), hex, base64, "
              "or not at all.")] = Payload.none,
     namespace: Annotated[str | None, typer.Option(
-        "--namespace", envvar="WALCTL_NAMESPACE",
-        help="Namespace part of object keys (<rev-hex>/<namespace>/<id>) when TARGET is an object id the "
+        "--namespace", help="Namespace part of object keys (<rev-hex>/<namespace>/<id>) when TARGET is an object id the "
              "manifest does not name (an AutoMQ bucket). Default: walctl's 'default', then AutoMQ's "
              "'DEFAULT'.")] = None,
     stream: StreamOpt = None,
@@ -59,7 +56,7 @@ def inspect_object_cmd(
     with progress_bar(None, "verifying the object", json_out=json_out or not deep, lazy=True) as progress:
         result = inspect(st, key, deep=deep, known=known is not None, progress=progress,
                          expected_size=known.get("size") if known else None)
-    rows = [r for r in index_rows(result.entries) if stream is None or r["stream_id"] == stream]
+    rows = [r for r in index_rows(result.entries) if stream is None or r["stream_id"] == stream]  # not a manifest entry
     key = result.key
     footer_json = _footer_json(result)
     summary = {"type": "summary", "key": key, "entries": len(result.entries), "entries_shown": len(rows),
@@ -138,6 +135,8 @@ def _dump_records(st: Store, result, stream: int | None, json_out: bool, payload
 def _record(json_out: bool, payload: Payload, entry, placed) -> None:
     import sys
 
+    from walctl.human import plural
+
     b = placed.batch
     text = encode_payload(b.payload, payload)
     if json_out:
@@ -149,7 +148,7 @@ def _record(json_out: bool, payload: Payload, entry, placed) -> None:
         emit_json(row)
         return
     line = (f"block {placed.block_position:>10} batch {placed.batch_position:>10}  stream {b.stream_id} "
-            f"offsets [{b.base_offset}, {b.end_offset}) {len(b.payload)} bytes")
+            f"offsets [{b.base_offset}, {b.end_offset}) {plural(len(b.payload), 'byte')}")
     if text is not None:
         line += "  " + text
     sys.stdout.write(line + "\n")
@@ -177,7 +176,7 @@ def _render(footer: dict, rows: list[dict], problems) -> None:
         for col in ("stream", "start", "end", "records", "position", "size"):
             table.add_column(col, justify="right")
         for r in rows:
-            table.add_row(str(r["stream_id"]), str(r["start_offset"]), str(r["end_offset"]), str(r["record_count"]),
+            table.add_row(str(r["stream_id"]), str(r["start_offset"]), str(r["end_offset"]), str(r["record_count"]),  # not a manifest entry
                           str(r["block_position"]), str(r["block_size_bytes"]))
         console.print(table)
     for p in problems:

@@ -45,12 +45,12 @@ def ls_cmd(store: StoreOpt, endpoint_url: EndpointOpt = None, retry_for: RetryFo
     for col in ("id", "kind", "size", "key", "stream offsets [start, end)"):
         objects.add_column(col)
     for o in out["objects"]:
-        size = format_size(o["size_bytes"]) + (f" ({wrong[o['key']]})" if o["key"] in wrong else "")
-        objects.add_row(str(o["id"]), o["kind"], Text(size), Text(o["key"]),
-                        Text(", ".join(f"stream {r['stream_id']} [{r['start']}, {r['end']})" for r in o["streams"])))
+        size = format_size(o["size_bytes"]) + (f" ({wrong[o['key']]})" if o["key"] in wrong else "")  # not a manifest entry
+        objects.add_row(str(o["id"]), o["kind"], Text(size), Text(o["key"]),  # not a manifest entry
+                        Text(", ".join(f"stream {r['stream_id']} [{r['start']}, {r['end']})" for r in o["streams"])))  # not a manifest entry
     console.print(objects)
-    ids = ", ".join(str(p["id"]) for p in doc.prepared) or human.NONE
-    gone = ", ".join(str(d["id"]) for d in doc.deleting) or human.NONE
+    ids = ", ".join(str(p.id) for p in doc.prepared) or human.NONE
+    gone = ", ".join(str(d.id) for d in doc.deleting) or human.NONE
     console.print(f"prepared object ids: {ids}; replaced, awaiting gc: {gone}", markup=False)
     history = Table(title="last commits", title_justify="left")
     history.add_column("manifest", justify="right")

@@ -28,33 +28,31 @@ _idle_timeout.__name__ = "duration"
 def read_cmd(
     store: StoreOpt,
     stream: Annotated[int, typer.Option(
-        "--stream", envvar="WALCTL_STREAM", min=0, help="Stream id to read (a non-negative integer). "
+        "--stream", min=0, help="Stream id to read (a non-negative integer). "
        )],
     from_offset: Annotated[int | None, typer.Option(
-        "--from", envvar="WALCTL_FROM", min=0, metavar="OFFSET",
+        "--from", min=0, metavar="OFFSET",
         help="First stream offset wanted (a stream offset, not a WAL byte offset); the batch holding it "
              "is shown whole. Default: the stream's start.")] = None,
     to_offset: Annotated[int | None, typer.Option(
-        "--to", envvar="WALCTL_TO", min=0, metavar="OFFSET",
+        "--to", min=0, metavar="OFFSET",
         help="Show only batches starting below this stream offset. Default: the stream's end. "
             )] = None,
     limit: Annotated[int | None, typer.Option(
-        "--limit", "-n", envvar="WALCTL_LIMIT", min=1, help="Stop after this many batches.")] = None,
+        "--limit", "-n", min=1, help="Stop after this many batches.")] = None,
     payload: Annotated[Payload, typer.Option(
-        "--payload", envvar="WALCTL_PAYLOAD",
-        help="Show each batch's payload as text (UTF-8, invalid bytes escaped), hex, base64, or not at all. "
+        "--payload", help="Show each batch's payload as text (UTF-8, invalid bytes escaped), hex, base64, or not at all. "
             )] = Payload.none,
     wal: Annotated[str | None, typer.Option(
-        "--wal", envvar="WALCTL_WAL", metavar="DEVICE",
+        "--wal", metavar="DEVICE",
         help="Also serve the stream's records still in this WAL (device or file) after its last uploaded "
              "record; read-only, no lock.")] = None,
     follow: Annotated[bool, typer.Option(
-        "--follow", "-f", envvar="WALCTL_FOLLOW",
-        help="Keep polling the manifest (and --wal) and show new batches as commits land, like tail -f; "
+        "--follow", "-f", help="Keep polling the manifest (and --wal) and show new batches as commits land, like tail -f; "
              "polls every 0.2 s, backing off to 5 s while nothing lands. Ctrl-C ends it (exit 0). "
             )] = False,
     idle_timeout: Annotated[float | None, typer.Option(
-        "--idle-timeout", envvar="WALCTL_IDLE_TIMEOUT", metavar="DURATION", parser=_idle_timeout,
+        "--idle-timeout", metavar="DURATION", parser=_idle_timeout,
         help="With --follow: stop after this long without a new batch (500ms, 30s, 5m; a bare number is "
              "seconds; default: follow forever). "
             )] = None,
@@ -122,7 +120,9 @@ def read_cmd(
     corrupt = [f for f in reader.summary.findings_list if f.corrupt]
     if corrupt:
         first = corrupt[0]
-        exc = CorruptionError(f"{len(corrupt)} finding(s); first: {first.kind}: {first.message}",
+        from walctl.human import plural
+
+        exc = CorruptionError(f"{plural(len(corrupt), 'finding')}; first: {first.kind}: {first.message}",
                               where=first.key or st.url, offset=first.position,
                               hint="'walctl inspect-object --deep' shows an object's damage",
                               summary=summary if json_out else None)
@@ -284,8 +284,10 @@ class _Printer:
             return
         sys.stdout.flush()
         nxt = summary["next_offset"]
+        from walctl.human import plural, size
+
         sys.stderr.write(
-            f"read {summary['records']} batch(es), {summary['payload_bytes']} payload bytes of stream "
-            f"{summary['stream_id']} ({summary['wal_records']} from the WAL); next offset "
-            f"{'-' if nxt is None else nxt}; {summary['objects']} object(s), {summary['gets']} GET(s), "
-            f"{summary['bytes_read']} bytes read; {summary['findings']} finding(s)\n")
+            f"read {plural(summary['records'], 'batch', 'batches')}, {size(summary['payload_bytes'])} of payload "
+            f"of stream {summary['stream_id']} ({summary['wal_records']:,} from the WAL); next offset "
+            f"{'-' if nxt is None else nxt}; {plural(summary['objects'], 'object')}, {plural(summary['gets'], 'GET')}, "
+            f"{size(summary['bytes_read'])} read; {plural(summary['findings'], 'finding')}\n")

@@ -19,15 +19,16 @@ class Payload(str, enum.Enum):
     none = "none"
 
 
-def encode_payload(data: bytes, how: Payload) -> str | None:
+def encode_payload(data, how: Payload) -> str | None:
+    """A payload (bytes, or a view: no copy for hex and base64) as --payload shows it."""
     if how is Payload.text:
-        return data.decode("utf-8", errors="backslashreplace")
+        return (data if isinstance(data, bytes) else bytes(data)).decode("utf-8", errors="backslashreplace")
     if how is Payload.hex:
         return data.hex()
     if how is Payload.base64:
-        import base64  # (only for --payload base64)
+        import binascii  # (only for --payload base64)
 
-        return base64.b64encode(data).decode("ascii")
+        return binascii.b2a_base64(data, newline=False).decode("ascii")
     return None
 
 
@@ -271,8 +272,31 @@ class _Printer:
                 return
             self.run_lines(run, 0)
             return
+        if self.json_out and self.payload is not Payload.none and self._payload_lines(run):
+            return
         for entry in run.entries():
             self.record(entry)
+
+    def _payload_lines(self, run) -> bool:
+        """--json with --payload hex|base64|text: the run's lines in one C call (walctl.format.framepack
+        record_lines), the first checked once to be byte for byte the dict's rendering. False: render
+        record by record (no C extension, text JSON would escape, or the check failed)."""
+        if self._fast.get("payload") is False:
+            return False
+        from walctl.format.framepack import record_lines
+
+        data = record_lines(run.chunk, run.rows, run.first, run.stop, self.payload.value)
+        if data is None:
+            return False
+        if "payload" not in self._fast:
+            entry = run.entries(1)[0]
+            first = data[:data.index(b"\n") + 1].decode("ascii")
+            self._fast["payload"] = first == self._render(entry, entry.batch.payload)
+            if not self._fast["payload"]:
+                return False
+        self.flush()
+        write_lines(data)  # bytes: written as they are
+        return True
 
     def run_lines(self, run, skip: int) -> None:
         from walctl.format.batch import HEADER_SIZE

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from walctl.commands._shared import DeviceArg, JsonOpt, command, emit_json, progress_bar, stdout_console, warn
+from walctl.commands._shared import (DeviceArg, JsonOpt, command, emit_json, metrics_path, progress_bar, stdout_console,
+                                     warn)
 
 
 def _verify_budget(value):
@@ -24,7 +25,7 @@ _verify_budget.__name__ = "size"
 def status_cmd(
     device: DeviceArg,
     metrics_file: Annotated[str | None, typer.Option(
-        "--metrics-file", metavar="PATH",
+        "--metrics-file", metavar="PATH", parser=metrics_path,
         help="Also write the WAL's state as Prometheus gauges for node_exporter's textfile collector "
              "(name it *.prom), labelled device and node_id: used_percent, free_bytes, trim_lag_bytes "
              "(bytes not yet uploaded and trimmed), last_shutdown_graceful, up, and corrupt_findings when the "
@@ -32,9 +33,8 @@ def status_cmd(
              "WALs' and jobs' samples in the file are kept; replaced atomically. Run it from cron to "
              "alert before the WAL is full (exit 7).")] = None,
     scan: Annotated[bool, typer.Option(
-        "--scan", envvar="WALCTL_SCAN",
-        help="Scan the live records (reads the used part of the ring) even when the checkpoint of a "
-             "cleanly closed WAL answers: counts records, streams and findings. Env: WALCTL_SCAN.")] = False,
+        "--scan", help="Scan the live records (reads the used part of the ring) even when the checkpoint of a "
+             "cleanly closed WAL answers: counts records, streams and findings.")] = False,
     verify_budget: Annotated[int | None, typer.Option(
         "--verify-budget", metavar="SIZE", parser=_verify_budget,
         help="Verify at most SIZE bytes of the live log this run (4KiB to 1 TiB; 64MiB ...), going on "
@@ -131,12 +131,13 @@ def _verify_request(budget: int | None, state_file: str | None, metrics_file: st
 
 def _raise_known_corruption(out: dict, device: str) -> None:
     """Exit 3 while the verification knows a finding a crash does not explain in the live log."""
+    from walctl import human
     from walctl.errors import CorruptionError
 
     known = out["verification"]["corrupt"]
     if known:
         first = known[0]
-        raise CorruptionError(f"{len(known)} finding(s) a crash does not explain in the live log (incremental "
+        raise CorruptionError(f"{human.plural(len(known), 'finding')} a crash does not explain in the live log (incremental "
                               f"verification); first: {first['kind']} at offset {first['offset']} ({first['reason']})",
                               where=device, offset=first["offset"],
                               hint=f"see 'walctl recover {device} --from {first['offset']}'", summary=out)
@@ -183,7 +184,7 @@ def _render(out: dict) -> None:
         row("live records", "not counted: answered from the checkpoint (--scan counts them)")
     cp = out["checkpoint"]
     if cp is not None:
-        row("checkpoint", f"log end {cp['log_end_offset']}, {cp['streams']} streams"
+        row("checkpoint", f"log end {cp['log_end_offset']}, {human.plural(cp['streams'], 'stream')}"
                           + (" (all the log ever held)" if cp["complete"] else "")
                           + ("" if out["scanned"] else ", used for this answer"))
     for name, text in _scan_rows(out):
@@ -220,7 +221,7 @@ def _verify_text(v: dict) -> str:
              else f"the next run starts at WAL offset {v['next_offset']}")
     return (f"WAL offsets {v['from_offset']}..{v['verified_through_offset']} "
             f"({human.size(v['verified_bytes'])}, {human.plural(v['records'], 'record')}) verified; {state}; "
-            f"{v['corrupt_findings']} known finding(s) a crash does not explain")
+            f"{human.plural(v['corrupt_findings'], 'known finding')} a crash does not explain")
 
 
 def _scan_rows(out: dict) -> list[tuple[str, str]]:
@@ -230,5 +231,5 @@ def _scan_rows(out: dict) -> list[tuple[str, str]]:
         cost = ", ".join(f"stream {c['stream_id']} offsets {c['from']}..{c['to']}" for c in hole["streams"])
         rows.append(("sealed hole", f"{hole['hole_start']}..{hole['hole_end']}: a crash lost it, sealed at "
                                     f"{hole['sealed_at']}; cost {cost or 'no stream offsets'}"))
-    rows += [("stream gap", gap["explanation"]) for gap in out.get("stream_gaps") or []]
+    rows += [("stream gap", gap["explanation"]) for gap in out.get("stream_gaps") or []]  # not a manifest entry
     return rows

@@ -17,9 +17,8 @@ def trim_cmd(
         help="WAL offset of a live record (as append or recover printed it): it and every "
              "record before it are deleted. The trim point only moves forward.")] = None,
     scan: Annotated[bool, typer.Option(
-        "--scan", envvar="WALCTL_SCAN",
-        help="Scan the live records (reads the used part of the ring) to check OFFSET against them and "
-             "count the records deleted and left. Env: WALCTL_SCAN.")] = False,
+        "--scan", help="Scan the live records (reads the used part of the ring) to check OFFSET against them and "
+             "count the records deleted and left.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Move the trim point: records at or before OFFSET are deleted; durable before it returns.

@@ -28,11 +28,10 @@ def upload_cmd(
         "--no-trim", help="Do not trim the WAL after the commit (the records stay until a later upload "
                           "or trim); upload then succeeds without waiting for a running writer.")] = False,
     trim_timeout: Annotated[float, typer.Option(
-        "--trim-timeout", envvar="WALCTL_TRIM_TIMEOUT", metavar="DURATION", parser=Duration(min=0),
+        "--trim-timeout", metavar="DURATION", parser=Duration(min=0),
         help="When a writer holds the WAL (walctl append running), wait up to this long (30s, 2m ...) for it to "
              "take the trim through its hand-off socket. If it does not, upload fails with exit 8 (the "
-             "commit stands; a rerun skips it) and writes success 0 to --metrics-file. "
-             "Env: WALCTL_TRIM_TIMEOUT.")] = "30s",
+             "commit stands; a rerun skips it) and writes success 0 to --metrics-file.")] = "30s",
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the objects that would be made; write nothing anywhere.")] = False,
     endpoint_url: EndpointOpt = None,
@@ -41,12 +40,12 @@ def upload_cmd(
     s3_read_timeout: S3ReadTimeoutOpt = S3_READ_TIMEOUT,
     metrics_file: MetricsFileOpt = None,
     accept_gap: Annotated[list[str] | None, typer.Option(
-        "--accept-gap", envvar="WALCTL_ACCEPT_GAP", metavar="STREAM:FROM-TO",
+        "--accept-gap", metavar="STREAM:FROM-TO",
         help="Accept that stream STREAM's offsets FROM up to TO (exclusive) are gone, where no crash "
              "explains the gap (the error names it this way): the records after it are uploaded as after a "
              "crash gap and the acceptance is recorded in the manifest. Repeatable. Only that exact gap "
-             "is accepted; one that matches no gap is an error. Env: WALCTL_ACCEPT_GAP "
-             "(space-separated).")] = None,
+             "is accepted; one that matches no gap is an error. Its variable takes several, "
+             "space-separated.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Upload the WAL's records after the trim point as objects; commit; trim the WAL to the last one.
@@ -172,8 +171,8 @@ def _render(result, device: str, dry_run: bool) -> None:
     for col in ("id", "key", "kind", "size", "stream offsets [start, end)"):
         table.add_column(col)
     for obj in result.objects:
-        streams = ", ".join(f"stream {r['stream_id']} [{r['start']}, {r['end']})" for r in obj["streams"])
-        table.add_row(str(obj["id"]) if obj["id"] is not None else human.NONE, obj["key"] or human.NONE, obj["kind"],
+        streams = ", ".join(f"stream {r['stream_id']} [{r['start']}, {r['end']})" for r in obj["streams"])  # not a manifest entry
+        table.add_row(str(obj["id"]) if obj["id"] is not None else human.NONE, obj["key"] or human.NONE, obj["kind"],  # not a manifest entry
                       format_size(obj["size_bytes"]) if obj["size_bytes"] else format_size(obj["data_bytes"]),
                       Text(streams))
     console = stdout_console()

@@ -1,4 +1,4 @@
-"""What SO compaction and Force Split share: index reads, pacing, the fence and the commit.
+"""What SO compaction and Force Split share: index reads, the fence and the commit (pacing: walctl.device.pacing).
 
 The commit protocol is SSO compaction's (docs/FORMATS.md 4-5): one commit bumps
 ``compactor_epoch`` and prepares the output ids, the objects are written, one commit
@@ -11,41 +11,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import threading
 import time
 from dataclasses import dataclass
 
+from walctl.device.pacing import Pacer
 from walctl.errors import CorruptionError, RefusedError
 from walctl.format.crc import crc32c
-from walctl.format.object import FOOTER_SIZE, INDEX_ENTRY_SIZE, Footer, IndexEntry
+from walctl.format.object import FOOTER_SIZE, Footer, IndexEntry
 from walctl.store import manifest as mf
 
 if TYPE_CHECKING:
     from walctl.store.base import Store
 
 CRC_READ_BYTES = 16 << 20  # ranged GETs that only feed a checksum read this much at a time
-
-
-class Pacer:
-    """Keeps a byte count to ``rate_bps`` bytes/s on average: after each ``paid(n)``, wait until
-    the bytes so far could have moved at that rate. ``None`` or 0: no limit."""
-
-    def __init__(self, rate_bps: float | None, *, clock=time.monotonic, sleep=time.sleep):
-        self.rate = rate_bps or None
-        self.clock, self.sleep = clock, sleep
-        self.start = clock()
-        self.done = 0
-        self.lock = threading.Lock()
-
-    def paid(self, nbytes: int) -> None:
-        if not self.rate:
-            return
-        with self.lock:
-            self.done += nbytes
-            due = self.start + self.done / self.rate
-        delay = due - self.clock()
-        if delay > 0:
-            self.sleep(delay)
 
 
 def expected_seconds(read_bytes: int, write_bytes: int, read_rate_bps: float | None,
@@ -65,7 +43,7 @@ class ObjectIndex:
         return self.footer.index_start_position
 
 
-def read_index(store: Store, obj: dict) -> ObjectIndex:
+def read_index(store: Store, obj: mf.LiveObject) -> ObjectIndex:
     """Footer and index of a live object, in one ranged read of exactly its tail.
 
     The manifest gives the object's size and its streams' bytes (the data region), so the
@@ -76,14 +54,14 @@ def read_index(store: Store, obj: dict) -> ObjectIndex:
     from walctl.errors import FormatError
     from walctl.format.object import decode_index, parse_tail, tail_length_hint
 
-    key = obj["key"]
-    data_bytes = sum(int(r["bytes"]) for r in obj.get("ranges", ()))
-    length = obj["size"] - data_bytes
+    key = obj.key
+    data_bytes = sum(r.bytes for r in obj.ranges)
+    length = obj.size - data_bytes
     if length < FOOTER_SIZE:
-        length = tail_length_hint(object_size=obj["size"])
+        length = tail_length_hint(object_size=obj.size)
     tail, size = store.read_tail(key, length)
-    if size != obj["size"]:
-        raise CorruptionError(f"object is {size} bytes, the manifest says {obj['size']}", where=key)
+    if size != obj.size:
+        raise CorruptionError(f"object is {size} bytes, the manifest says {obj.size}", where=key)
     try:
         footer, entries = parse_tail(tail, size)
         if entries is None:
@@ -119,11 +97,7 @@ def tail_bytes(entries: list[IndexEntry], data_size: int, data_crc: int) -> byte
     return index + footer.encode()
 
 
-def object_size(data_size: int, entry_count: int) -> int:
-    return data_size + INDEX_ENTRY_SIZE * entry_count + FOOTER_SIZE
-
-
-def fence_and_prepare(store: Store, count: int, namespace: str, command: str) -> tuple[int, list[dict]]:
+def fence_and_prepare(store: Store, count: int, namespace: str, command: str) -> tuple[int, list[mf.PreparedId]]:
     """Bump ``compactor_epoch`` (fencing older compactors) and prepare ``count`` output ids."""
     state: dict = {}
 
@@ -135,7 +109,8 @@ def fence_and_prepare(store: Store, count: int, namespace: str, command: str) ->
     return state["epoch"], state["prepared"]
 
 
-def commit_replacement(store: Store, *, epoch: int, inputs: list[dict], prepared: list[dict], made: list[dict],
+def commit_replacement(store: Store, *, epoch: int, inputs: list[mf.LiveObject], prepared: list[mf.PreparedId],
+                       made: list[dict],
                        command: str, sso_order_id: int | None = None, also=None) -> int:
     """Replace ``inputs`` by ``made`` (each {key, kind, size, ranges}) in one commit; returns its number.
 
@@ -146,9 +121,9 @@ def commit_replacement(store: Store, *, epoch: int, inputs: list[dict], prepared
     Refused (RefusedError, nothing committed) when another compactor started since
     ``fence_and_prepare``, an input is no longer live, or gc collected a prepared id.
     """
-    input_ids = {o["id"] for o in inputs}
-    by_key = {p["key"]: p["id"] for p in prepared}
-    data_time = max((o.get("data_time", 0) for o in inputs), default=0)
+    input_ids = {o.id for o in inputs}
+    by_key = {p.key: p.id for p in prepared}
+    data_time = max((o.data_time or 0 for o in inputs), default=0)
 
     def finish(m: mf.Manifest) -> None:
         if m.compactor_epoch != epoch:
@@ -164,10 +139,11 @@ def commit_replacement(store: Store, *, epoch: int, inputs: list[dict], prepared
                                where=store.url, hint="rerun compact with a longer gc --grace")
         outputs = []
         for out in made:
-            oid = by_key[out["key"]]
-            order_id = sso_order_id if out["kind"] == "SSO" and sso_order_id is not None else oid
-            outputs.append({"id": oid, "key": out["key"], "kind": out["kind"], "size": out["size"],
-                            "order_id": order_id, "data_time": data_time, "ranges": out["ranges"]})
+            oid = by_key[out["key"]]  # not a manifest entry
+            order_id = sso_order_id if out["kind"] == "SSO" and sso_order_id is not None else oid  # not a manifest entry
+            outputs.append(mf.LiveObject(oid, out["key"], out["kind"], out["size"],  # not a manifest entry
+                                         [mf.ObjectRange.from_json(r) for r in out["ranges"]],  # not a manifest entry
+                                         order_id=order_id, data_time=data_time))
         m.replace(input_ids, outputs, reserved=ours, now=time.time())
         if also is not None:
             also(m)
@@ -178,7 +154,7 @@ def commit_replacement(store: Store, *, epoch: int, inputs: list[dict], prepared
 def check_made(plan, made: list[dict]) -> None:
     """The written objects must hold exactly what the plan said (no double, no hole)."""
     want = sorted((sid, s, e) for out in plan.outputs for (sid, s, e, _) in out.streams)
-    got = sorted((r["stream_id"], r["start"], r["end"]) for m in made for r in m["ranges"])
+    got = sorted((r["stream_id"], r["start"], r["end"]) for m in made for r in m["ranges"])  # not a manifest entry
     if want != got:
         raise CorruptionError("compaction outputs do not match the plan; nothing committed",
                               hint=f"planned {len(want)} stream ranges, made {len(got)}")

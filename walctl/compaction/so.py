@@ -35,22 +35,26 @@ from dataclasses import dataclass, field
 
 from walctl.compaction.common import (
     ObjectIndex,
-    Pacer,
     check_made,
     commit_replacement,
     expected_seconds,
     fence_and_prepare,
-    object_size,
     range_crc,
     read_index,
     tail_bytes,
 )
+from walctl.compaction.coverage import check_coverage
+from walctl.compaction.plan import (
+    SO, CompactionPlan, Dropped, Iteration, OutputObject, Piece, Read, SourceRange, object_size,
+)
+from walctl.device.pacing import Pacer
 from walctl.errors import CorruptionError, UsageError
 from walctl.failpoints import failpoint
 from walctl.format.crc import crc32c_combine
 from walctl.format.index_entry import IndexEntry
 from walctl.store import manifest as mf
 from walctl.store.base import MIN_PART_BYTES, CopySource
+from walctl.store.multipart import plan_compose_parts
 
 if TYPE_CHECKING:
     from walctl.store.base import Store
@@ -70,8 +74,8 @@ DROP_DELETED = "stream deleted"
 
 @dataclass(frozen=True)
 class SoPlan:
-    groups: tuple[tuple[dict, ...], ...]  # each: >= 2 consecutive SOs of one stream -> one SO
-    expired: tuple[tuple[dict, str], ...]  # SOs removed without output, and why
+    groups: tuple[tuple[mf.LiveObject, ...], ...]  # each: >= 2 consecutive SOs of one stream -> one SO
+    expired: tuple[tuple[mf.LiveObject, str], ...]  # SOs removed without output, and why
     target_size: int
 
     @property
@@ -79,17 +83,17 @@ class SoPlan:
         return not self.groups and not self.expired
 
     @property
-    def inputs(self) -> list[dict]:
+    def inputs(self) -> list[mf.LiveObject]:
         return [o for g in self.groups for o in g] + [o for o, _ in self.expired]
 
 
-def _so_range(obj: dict) -> tuple[int, int, int]:
-    ranges = obj.get("ranges") or []
+def _so_range(obj: mf.LiveObject) -> tuple[int, int, int]:
+    ranges = obj.ranges
     if len(ranges) != 1:
-        raise CorruptionError(f"stream object {obj['id']} has {len(ranges)} stream ranges in the manifest, not one",
-                              where=obj.get("key"))
+        raise CorruptionError(f"stream object {obj.id} has {len(ranges)} stream ranges in the manifest, not one",
+                              where=obj.key)
     r = ranges[0]
-    return int(r["stream_id"]), int(r["start"]), int(r["end"])
+    return r.stream_id, r.start, r.end
 
 
 def plan_groups(doc: mf.Manifest, target_size: int, *, max_group_objects: int = MAX_GROUP_OBJECTS) -> SoPlan:
@@ -97,7 +101,7 @@ def plan_groups(doc: mf.Manifest, target_size: int, *, max_group_objects: int = 
     if not isinstance(target_size, int) or target_size < 1:
         raise UsageError(f"SO target size must be a positive number of bytes, got {target_size!r}")
     per_stream: dict[int, list[tuple[int, int, dict]]] = {}
-    expired: list[tuple[dict, str]] = []
+    expired: list[tuple[mf.LiveObject, str]] = []
     for o in doc.live("SO"):
         sid, start, end = _so_range(o)
         known = doc.stream(sid)
@@ -107,46 +111,46 @@ def plan_groups(doc: mf.Manifest, target_size: int, *, max_group_objects: int = 
             expired.append((o, DROP_EXPIRED))
         else:
             per_stream.setdefault(sid, []).append((start, end, o))
-    groups: list[tuple[dict, ...]] = []
+    groups: list[tuple[mf.LiveObject, ...]] = []
     for sid in sorted(per_stream):
-        group: list[dict] = []
+        group: list[mf.LiveObject] = []
         size = 0
         next_offset = None
-        for start, end, o in sorted(per_stream[sid], key=lambda t: (t[0], t[2]["id"])):
-            if group and (start != next_offset or size + o["size"] > target_size
+        for start, end, o in sorted(per_stream[sid], key=lambda t: (t[0], t[2].id)):
+            if group and (start != next_offset or size + o.size > target_size
                           or len(group) >= max_group_objects):
                 if len(group) > 1:
                     groups.append(tuple(group))
                 group, size = [], 0
             group.append(o)
-            size += o["size"]
+            size += o.size
             next_offset = end
         if len(group) > 1:
             groups.append(tuple(group))
-    expired.sort(key=lambda t: t[0]["id"])
+    expired.sort(key=lambda t: t[0].id)
     return SoPlan(tuple(groups), tuple(expired), target_size)
 
 
-def _tiles(obj: dict, index: ObjectIndex) -> None:
+def _tiles(obj: mf.LiveObject, index: ObjectIndex) -> None:
     """An SO's entries must be one stream with contiguous offsets, and its blocks must fill its
     data region exactly (in any physical order: an SO this level made keeps small sources last)."""
     sid = _so_range(obj)[0]
     offset = None
     for e in index.entries:
         if e.stream_id != sid or (offset is not None and e.start_offset != offset):
-            raise CorruptionError(f"stream object {obj['id']}: index entry of stream {e.stream_id} at offset "
+            raise CorruptionError(f"stream object {obj.id}: index entry of stream {e.stream_id} at offset "
                                   f"{e.start_offset} does not continue stream {sid} at offset {offset}",
-                                  where=obj["key"])
+                                  where=obj.key)
         offset = e.end_offset
     pos = 0
     for e in sorted(index.entries, key=lambda e: e.block_position):
         if e.block_position != pos:
-            raise CorruptionError(f"stream object {obj['id']}: bytes [{pos}, {e.block_position}) of its data "
-                                  "region belong to no index entry", where=obj["key"])
+            raise CorruptionError(f"stream object {obj.id}: bytes [{pos}, {e.block_position}) of its data "
+                                  "region belong to no index entry", where=obj.key)
         pos = e.block_end
     if pos != index.data_size or not index.entries:
-        raise CorruptionError(f"stream object {obj['id']}: its blocks end at {pos}, its index starts at "
-                              f"{index.data_size}", where=obj["key"])
+        raise CorruptionError(f"stream object {obj.id}: its blocks end at {pos}, its index starts at "
+                              f"{index.data_size}", where=obj.key)
 
 
 def layout(group: tuple[dict, ...], indexes: dict[int, ObjectIndex]) -> list[dict]:
@@ -154,24 +158,23 @@ def layout(group: tuple[dict, ...], indexes: dict[int, ObjectIndex]) -> list[dic
     copy as parts (>= 5 MiB) first, in offset order, then the smaller ones, which go through
     the compactor anyway, in offset order; so they join the index and footer in the last
     part and no copyable range is cut to top a small one up. The index stays in offset order."""
-    return sorted(group, key=lambda o: indexes[o["id"]].data_size < MIN_PART_BYTES)
+    return sorted(group, key=lambda o: indexes[o.id].data_size < MIN_PART_BYTES)
 
 
 def coverage_plan(so_plan: SoPlan, indexes: dict[int, ObjectIndex]):
     """The SO plan in SSO compaction's plan shapes, for ``check_coverage``: each output's "reads"
     are the source data regions it copies."""
-    from walctl.spark.plan import SO, CompactionPlan, Dropped, Iteration, OutputObject, Piece, Read, SourceRange
 
-    def ranges_of(o: dict) -> tuple:
-        return tuple(SourceRange(o["id"], o["key"], e.stream_id, e.start_offset, e.end_offset, e.record_count,
-                                 e.block_position, e.block_size) for e in indexes[o["id"]].entries)
+    def ranges_of(o: mf.LiveObject) -> tuple:
+        return tuple(SourceRange(o.id, o.key, e.stream_id, e.start_offset, e.end_offset, e.record_count,
+                                 e.block_position, e.block_size) for e in indexes[o.id].entries)
 
     iterations, outputs = [], []
     for n, group in enumerate(so_plan.groups):
         per_source = [ranges_of(o) for o in group]
         ranges = tuple(r for rs in per_source for r in rs)
         by_position = [tuple(sorted(rs, key=lambda r: r.position)) for rs in per_source]
-        reads = tuple(Read(o["id"], o["key"], rs[0].position, rs[-1].end_position, rs)
+        reads = tuple(Read(o.id, o.key, rs[0].position, rs[-1].end_position, rs)
                       for o, rs in zip(group, by_position))
         data = sum(r.size for r in ranges)
         piece = Piece(n, 1, ranges, 0, data, True)  # one copy: a single piece, final
@@ -216,7 +219,7 @@ class SoResult:
                       f"merge {len(self.plan.groups)} group(s) of stream objects, drop {len(self.plan.expired)}",
             "target_size_bytes": self.plan.target_size,
             "objects_in": len(self.plan.inputs), "objects_out": len(self.plan.groups),
-            "expired": [{"id": o["id"], "key": o["key"], "reason": why} for o, why in self.plan.expired],
+            "expired": [{"id": o.id, "key": o.key, "reason": why} for o, why in self.plan.expired],
             "groups": self.groups,
             "data_bytes": data_bytes, "output_bytes": out_bytes,
             "planned_get_bytes": self.planned_get_bytes,
@@ -231,15 +234,13 @@ class SoResult:
             "copy_parts": st.get("copy_parts", 0), "upload_parts": st.get("multipart_parts", 0),
             "gets": st.get("get", 0), "puts": st.get("put", 0),
             "seconds": round(self.seconds, 3),
-            "objects": [{"key": m["key"], "size_bytes": m["size"], "streams": m["ranges"]} for m in self.made],
+            "objects": [{"key": m["key"], "size_bytes": m["size"], "streams": m["ranges"]} for m in self.made],  # not a manifest entry
         }
 
 
 def _through_bytes(store: Store, pieces) -> int:
     """Bytes a compose of ``pieces`` reads through us (S3's small parts); 0 where all is copied."""
-    from walctl.store.s3 import S3Store, plan_compose_parts
-
-    if not isinstance(store, S3Store):
+    if not store.capabilities.copies_small_parts_through:
         return 0
     parts = plan_compose_parts(pieces)
     if not any(isinstance(p, CopySource) for p in parts):
@@ -256,8 +257,6 @@ def compact_stream_objects(store: Store, *, target_size: int = DEFAULT_SO_TARGET
     are tiny); ``write_rate_bps`` paces the bytes written into the store, copied ones included
     (after each output object). None: unlimited.
     """
-    from walctl.spark.plan import check_coverage
-
     started = time.monotonic()
     before = store.stats.snapshot()
     doc = mf.load_latest(store)
@@ -266,37 +265,13 @@ def compact_stream_objects(store: Store, *, target_size: int = DEFAULT_SO_TARGET
     if plan.idle:
         result.seconds = time.monotonic() - started
         return result
-    indexes = {o["id"]: read_index(store, o) for o in plan.inputs}
+    indexes = {o.id: read_index(store, o) for o in plan.inputs}
     for group in plan.groups:
         for o in group:
-            _tiles(o, indexes[o["id"]])
+            _tiles(o, indexes[o.id])
     check_coverage(coverage_plan(plan, indexes))
 
-    # Per group: the new index (positions shifted) and how the data crc is had.
-    builds = []
-    for group in plan.groups:
-        order = layout(group, indexes)
-        base: dict[int, int] = {}
-        position = 0
-        for o in order:
-            base[o["id"]] = position
-            position += indexes[o["id"]].data_size
-        entries = [IndexEntry(e.stream_id, e.start_offset, e.end_offset_delta, e.record_count,
-                              e.block_position + base[o["id"]], e.block_size)
-                   for o in group for e in indexes[o["id"]].entries]
-        unchecked = [o for o in group if not indexes[o["id"]].footer.checksummed]  # AutoMQ: no footer crc
-        pieces = [CopySource(o["key"], 0, indexes[o["id"]].data_size) for o in order]
-        through = _through_bytes(store, pieces + [b"\0" * object_size(0, len(entries))])
-        crc_bytes = sum(indexes[o["id"]].data_size for o in unchecked)
-        result.planned_get_bytes += through
-        result.crc_read_bytes += crc_bytes if dry_run else 0
-        sid, start, end = _so_range(group[0])[0], _so_range(group[0])[1], _so_range(group[-1])[2]
-        result.groups.append({"stream_id": sid, "start": start, "end": end,
-                              "input_ids": [o["id"] for o in group], "input_count": len(group),
-                              "data_bytes": position, "size_bytes": object_size(position, len(entries)),
-                              "planned_get_bytes": through, "crc_read_bytes": crc_bytes,
-                              "input_bytes": sum(o["size"] for o in group)})
-        builds.append((order, entries, position))
+    builds = [_build(store, group, indexes, result, dry_run) for group in plan.groups]
     if dry_run:
         after = store.stats.snapshot()
         result.stats = {k: after[k] - before.get(k, 0) for k in after}  # the index reads
@@ -306,34 +281,9 @@ def compact_stream_objects(store: Store, *, target_size: int = DEFAULT_SO_TARGET
     epoch, prepared = fence_and_prepare(store, len(plan.groups), namespace, "compact --level so")
     result.epoch = epoch
     failpoint("so-compact-after-prepare")
-    reads, writes = Pacer(read_rate_bps), Pacer(write_rate_bps)
-    for n, ((order, entries, data_size), reserved) in enumerate(zip(builds, prepared)):
-        data_crc = 0
-        for o in order:  # in layout order: the crc runs over the bytes as they lie
-            idx = indexes[o["id"]]
-            if idx.footer.checksummed:
-                crc = idx.footer.data_crc
-            else:
-                crc = range_crc(store, o["key"], 0, idx.data_size, reads)
-                result.crc_read_bytes += idx.data_size
-            data_crc = crc32c_combine(data_crc, crc, idx.data_size)
-        pieces = [CopySource(o["key"], 0, indexes[o["id"]].data_size) for o in order]
-        pieces.append(tail_bytes(entries, data_size, data_crc))
-        read_before, written_before = store.stats.bytes_read, store.stats.bytes_written
-        store.compose(reserved["key"], pieces)
-        result.through_read_bytes += store.stats.bytes_read - read_before
-        result.through_written_bytes += store.stats.bytes_written - written_before
-        reads.paid(store.stats.bytes_read - read_before)
-        size = object_size(data_size, len(entries))
-        got = store.size(reserved["key"])
-        if got != size:
-            raise CorruptionError(f"composed object is {got} bytes, expected {size}; nothing committed",
-                                  where=reserved["key"])
-        writes.paid(size)
-        group = plan.groups[n]
-        sid, start, end = _so_range(group[0])[0], _so_range(group[0])[1], _so_range(group[-1])[2]
-        result.made.append({"key": reserved["key"], "kind": "SO", "size": size,
-                            "ranges": [{"stream_id": sid, "start": start, "end": end, "bytes": data_size}]})
+    reads, writes = Pacer.bytes_per_s(read_rate_bps), Pacer.bytes_per_s(write_rate_bps)
+    for n, (build, reserved) in enumerate(zip(builds, prepared)):
+        result.made.append(_write(store, plan.groups[n], build, reserved.key, indexes, result, reads, writes))
         failpoint("so-compact-after-object")
         if progress is not None:
             progress(n + 1, len(builds))
@@ -345,3 +295,62 @@ def compact_stream_objects(store: Store, *, target_size: int = DEFAULT_SO_TARGET
     result.stats = {k: after[k] - before.get(k, 0) for k in after}
     result.seconds = time.monotonic() - started
     return result
+
+
+def _build(store: Store, group: tuple[dict, ...], indexes: dict[int, ObjectIndex], result: SoResult,
+           dry_run: bool) -> tuple[list[mf.LiveObject], list[IndexEntry], int]:
+    """A group's sources in layout order, its new index (positions shifted) and data size; what it
+    will read is added to ``result`` (and its group's figures)."""
+    order = layout(group, indexes)
+    base: dict[int, int] = {}
+    position = 0
+    for o in order:
+        base[o.id] = position
+        position += indexes[o.id].data_size
+    entries = [IndexEntry(e.stream_id, e.start_offset, e.end_offset_delta, e.record_count,
+                          e.block_position + base[o.id], e.block_size)
+               for o in group for e in indexes[o.id].entries]
+    unchecked = [o for o in group if not indexes[o.id].footer.checksummed]  # AutoMQ: no footer crc
+    pieces = [CopySource(o.key, 0, indexes[o.id].data_size) for o in order]
+    through = _through_bytes(store, pieces + [b"\0" * object_size(0, len(entries))])
+    crc_bytes = sum(indexes[o.id].data_size for o in unchecked)
+    result.planned_get_bytes += through
+    result.crc_read_bytes += crc_bytes if dry_run else 0
+    sid, start, end = _so_range(group[0])[0], _so_range(group[0])[1], _so_range(group[-1])[2]
+    result.groups.append({"stream_id": sid, "start": start, "end": end,
+                          "input_ids": [o.id for o in group], "input_count": len(group),
+                          "data_bytes": position, "size_bytes": object_size(position, len(entries)),
+                          "planned_get_bytes": through, "crc_read_bytes": crc_bytes,
+                          "input_bytes": sum(o.size for o in group)})
+    return order, entries, position
+
+
+def _write(store: Store, group: tuple[dict, ...], build, key: str, indexes: dict[int, ObjectIndex],
+           result: SoResult, reads: Pacer, writes: Pacer) -> dict:
+    """One group's object composed under ``key`` (its data crc from the footers, or read); its
+    manifest entry."""
+    order, entries, data_size = build
+    data_crc = 0
+    for o in order:  # in layout order: the crc runs over the bytes as they lie
+        idx = indexes[o.id]
+        if idx.footer.checksummed:
+            crc = idx.footer.data_crc
+        else:
+            crc = range_crc(store, o.key, 0, idx.data_size, reads)
+            result.crc_read_bytes += idx.data_size
+        data_crc = crc32c_combine(data_crc, crc, idx.data_size)
+    pieces = [CopySource(o.key, 0, indexes[o.id].data_size) for o in order]
+    pieces.append(tail_bytes(entries, data_size, data_crc))
+    read_before, written_before = store.stats.bytes_read, store.stats.bytes_written
+    store.compose(key, pieces)
+    result.through_read_bytes += store.stats.bytes_read - read_before
+    result.through_written_bytes += store.stats.bytes_written - written_before
+    reads.paid(store.stats.bytes_read - read_before)
+    size = object_size(data_size, len(entries))
+    got = store.size(key)
+    if got != size:
+        raise CorruptionError(f"composed object is {got} bytes, expected {size}; nothing committed", where=key)
+    writes.paid(size)
+    sid, start, end = _so_range(group[0])[0], _so_range(group[0])[1], _so_range(group[-1])[2]
+    return {"key": key, "kind": "SO", "size": size,
+            "ranges": [{"stream_id": sid, "start": start, "end": end, "bytes": data_size}]}

@@ -23,16 +23,19 @@ from dataclasses import dataclass, field
 
 from walctl.compaction.common import (
     ObjectIndex,
-    Pacer,
     check_made,
     commit_replacement,
     expected_seconds,
     fence_and_prepare,
-    object_size,
     range_crc,
     read_index,
     tail_bytes,
 )
+from walctl.compaction.coverage import check_coverage
+from walctl.compaction.plan import (
+    SO, CompactionPlan, Dropped, Iteration, OutputObject, Piece, Read, SourceRange, object_size,
+)
+from walctl.device.pacing import Pacer
 from walctl.errors import CorruptionError, RefusedError
 from walctl.failpoints import failpoint
 from walctl.format.crc import crc32c, crc32c_combine
@@ -51,7 +54,7 @@ DROP_STREAM_START = "below stream start"
 class Run:
     """One stream's kept entries of one SSO: bytes [start, end) become one SO."""
 
-    sso: dict
+    sso: mf.LiveObject
     entries: tuple[IndexEntry, ...]
 
     @property
@@ -67,7 +70,8 @@ class Run:
         return self.end - self.start
 
 
-def _runs(sso: dict, index: ObjectIndex, doc: mf.Manifest) -> tuple[list[Run], list[tuple[IndexEntry, str]]]:
+def _runs(sso: mf.LiveObject, index: ObjectIndex,
+          doc: mf.Manifest) -> tuple[list[Run], list[tuple[IndexEntry, str]]]:
     per_stream: dict[int, list[IndexEntry]] = {}
     dropped: list[tuple[IndexEntry, str]] = []
     for e in index.entries:
@@ -83,19 +87,19 @@ def _runs(sso: dict, index: ObjectIndex, doc: mf.Manifest) -> tuple[list[Run], l
         entries = sorted(per_stream[sid], key=lambda e: e.start_offset)
         for a, b in zip(entries, entries[1:]):
             if b.block_position != a.block_end:
-                raise RefusedError(f"SSO {sso['id']}: the blocks of stream {sid} are not contiguous in the object "
+                raise RefusedError(f"SSO {sso.id}: the blocks of stream {sid} are not contiguous in the object "
                                    f"({a.block_end} then {b.block_position}); force split copies one byte range "
-                                   "per stream", where=sso["key"], hint="compact it with --level sso instead")
+                                   "per stream", where=sso.key, hint="compact it with --level sso instead")
         runs.append(Run(sso, tuple(entries)))
     return runs, dropped
 
 
-def coverage_plan(inputs: list[dict], runs: list[Run], dropped: list[tuple[dict, IndexEntry, str]]):
+def coverage_plan(inputs: list[mf.LiveObject], runs: list[Run],
+                  dropped: list[tuple[mf.LiveObject, IndexEntry, str]]):
     """The split in SSO compaction's plan shapes, for ``check_coverage``."""
-    from walctl.spark.plan import SO, CompactionPlan, Dropped, Iteration, OutputObject, Piece, Read, SourceRange
 
-    def rng(o: dict, e: IndexEntry) -> SourceRange:
-        return SourceRange(o["id"], o["key"], e.stream_id, e.start_offset, e.end_offset, e.record_count,
+    def rng(o: mf.LiveObject, e: IndexEntry) -> SourceRange:
+        return SourceRange(o.id, o.key, e.stream_id, e.start_offset, e.end_offset, e.record_count,
                            e.block_position, e.block_size)
 
     iterations, outputs = [], []
@@ -105,7 +109,7 @@ def coverage_plan(inputs: list[dict], runs: list[Run], dropped: list[tuple[dict,
         outputs.append(OutputObject(SO, ranges, run.size, object_size(run.size, len(ranges)),
                                     ((ranges[0].stream_id, ranges[0].start_offset, ranges[-1].end_offset, run.size),),
                                     (piece,)))
-        reads = (Read(run.sso["id"], run.sso["key"], run.start, run.end, ranges),)
+        reads = (Read(run.sso.id, run.sso.key, run.start, run.end, ranges),)
         iterations.append(Iteration(n, (piece,), reads, run.size))
     gone = tuple(Dropped(rng(o, e), why) for o, e, why in dropped)
     return CompactionPlan(tuple(inputs), gone, tuple(iterations), False, f"force split {len(inputs)} SSO(s)", 0, 0,
@@ -114,7 +118,7 @@ def coverage_plan(inputs: list[dict], runs: list[Run], dropped: list[tuple[dict,
 
 @dataclass
 class SplitResult:
-    inputs: list[dict]
+    inputs: list[mf.LiveObject]
     dry_run: bool
     outputs: list[dict] = field(default_factory=list)
     dropped: list[dict] = field(default_factory=list)
@@ -144,7 +148,7 @@ class SplitResult:
                       f"force split {len(self.inputs)} SSO(s) into {len(self.outputs)} SO(s)",
             "older_than_s": self.older_than_s,
             "objects_in": len(self.inputs), "objects_out": len(self.outputs),
-            "input_ids": [o["id"] for o in self.inputs], "outputs": self.outputs, "dropped": self.dropped,
+            "input_ids": [o.id for o in self.inputs], "outputs": self.outputs, "dropped": self.dropped,
             "data_bytes": sum(o["data_bytes"] for o in self.outputs), "output_bytes": out_bytes,
             "planned_read_bytes": self.planned_read_bytes,
             "read_rate_bytes_per_s": self.read_rate_bps, "write_rate_bytes_per_s": self.write_rate_bps,
@@ -154,7 +158,7 @@ class SplitResult:
             "bytes_copied": self.bytes_copied, "crc_read_bytes": self.crc_read_bytes,
             "through_read_bytes": self.through_read_bytes, "through_written_bytes": self.through_written_bytes,
             "seconds": round(self.seconds, 3),
-            "objects": [{"key": m["key"], "size_bytes": m["size"], "streams": m["ranges"]} for m in self.made],
+            "objects": [{"key": m["key"], "size_bytes": m["size"], "streams": m["ranges"]} for m in self.made],  # not a manifest entry
         }
 
 
@@ -163,47 +167,36 @@ def force_split(store: Store, *, older_than_s: float | None = None, max_objects:
                 write_rate_bps: float | None = None, now: float | None = None) -> SplitResult:
     """Split every SSO (only those whose data is older than ``older_than_s``, oldest first, at most
     ``max_objects``) into one SO per stream, and commit the replacement atomically."""
-    from walctl.spark.plan import check_coverage
-
     started = time.monotonic()
     now = time.time() if now is None else now
     doc = mf.load_latest(store)
     ssos = sorted((o for o in doc.live("SSO")
-                   if (older_than_s is None or o.get("data_time", 0) <= now - older_than_s)),
-                  key=lambda o: (o["order_id"], o["id"]))[:max_objects]
+                   if (older_than_s is None or (o.data_time or 0) <= now - older_than_s)),
+                  key=lambda o: (o.order_id, o.id))[:max_objects]
     result = SplitResult(ssos, dry_run, read_rate_bps=read_rate_bps, write_rate_bps=write_rate_bps,
                          older_than_s=older_than_s)
     if not ssos:
         result.seconds = time.monotonic() - started
         return result
-    indexes = {o["id"]: read_index(store, o) for o in ssos}
+    indexes = {o.id: read_index(store, o) for o in ssos}
     runs: list[Run] = []
-    dropped: list[tuple[dict, IndexEntry, str]] = []
+    dropped: list[tuple[mf.LiveObject, IndexEntry, str]] = []
     for o in ssos:
-        rs, ds = _runs(o, indexes[o["id"]], doc)
+        rs, ds = _runs(o, indexes[o.id], doc)
         runs.extend(rs)
         dropped.extend((o, e, why) for e, why in ds)
     plan = coverage_plan(ssos, runs, dropped)
     check_coverage(plan)
 
-    # How each run's crc is had: from the footer (last run, all before it read), else read.
-    derived = set()
-    for o in ssos:
-        idx = indexes[o["id"]]
-        mine = [r for r in runs if r.sso is o]
-        tiled = (bool(mine) and mine[0].start == 0 and mine[-1].end == idx.data_size
-                 and all(a.end == b.start for a, b in zip(mine, mine[1:])))
-        if idx.footer.checksummed and tiled:
-            derived.add(id(mine[-1]))
+    derived = _derived_crcs(ssos, runs, indexes)
     for r in runs:
         if id(r) not in derived:
             result.planned_read_bytes += r.size
-    for n, r in enumerate(runs):
-        result.outputs.append({"sso_id": r.sso["id"], "stream_id": r.entries[0].stream_id,
+        result.outputs.append({"sso_id": r.sso.id, "stream_id": r.entries[0].stream_id,
                                "start": r.entries[0].start_offset, "end": r.entries[-1].end_offset,
                                "data_bytes": r.size, "size_bytes": object_size(r.size, len(r.entries)),
                                "crc": "from footer" if id(r) in derived else "read"})
-    result.dropped = [{"sso_id": o["id"], "stream_id": e.stream_id, "start": e.start_offset, "end": e.end_offset,
+    result.dropped = [{"sso_id": o.id, "stream_id": e.stream_id, "start": e.start_offset, "end": e.end_offset,
                        "reason": why} for o, e, why in dropped]
     if dry_run:
         result.seconds = time.monotonic() - started
@@ -212,49 +205,11 @@ def force_split(store: Store, *, older_than_s: float | None = None, max_objects:
     epoch, prepared = fence_and_prepare(store, len(runs), namespace, "compact --force-split")
     result.epoch = epoch
     failpoint("split-after-prepare")
-    reads, writes = Pacer(read_rate_bps), Pacer(write_rate_bps)
+    reads, writes = Pacer.bytes_per_s(read_rate_bps), Pacer.bytes_per_s(write_rate_bps)
     prefix: dict[int, tuple[int, int]] = {}  # sso id -> (crc, end) of the bytes read in order from 0
     for r, reserved in zip(runs, prepared):
-        idx = indexes[r.sso["id"]]
-        known_crc, known_end = prefix.get(r.sso["id"], (0, 0))
-        piece: bytes | CopySource
-        if id(r) in derived:
-            # crc(whole) = combine(crc(prefix), crc(run), len(run)), so crc(run) = crc(whole) ^ shift(crc(prefix))
-            crc = idx.footer.data_crc ^ crc32c_combine(known_crc, 0, r.size)
-            piece = CopySource(r.sso["key"], r.start, r.end)
-        elif r.size < MIN_PART_BYTES:
-            data = store.read_range(r.sso["key"], r.start, r.end)
-            if len(data) != r.size:
-                raise CorruptionError(f"object shorter than its index says ({r.start + len(data)} < {r.end})",
-                                      where=r.sso["key"])
-            reads.paid(len(data))
-            crc, piece = crc32c(data), data
-            result.crc_read_bytes += r.size
-        else:
-            crc = range_crc(store, r.sso["key"], r.start, r.end, reads)
-            piece = CopySource(r.sso["key"], r.start, r.end)
-            result.crc_read_bytes += r.size
-        if known_end == r.start:
-            prefix[r.sso["id"]] = (crc32c_combine(known_crc, crc, r.size), r.end)
-        entries = [IndexEntry(e.stream_id, e.start_offset, e.end_offset_delta, e.record_count,
-                              e.block_position - r.start, e.block_size) for e in r.entries]
-        read_before, written_before = store.stats.bytes_read, store.stats.bytes_written
-        copied_before = store.stats.bytes_copied
-        store.compose(reserved["key"], [piece, tail_bytes(entries, r.size, crc)])
-        result.through_read_bytes += store.stats.bytes_read - read_before
-        result.through_written_bytes += store.stats.bytes_written - written_before
-        result.bytes_copied += store.stats.bytes_copied - copied_before
-        reads.paid(store.stats.bytes_read - read_before)
-        size = object_size(r.size, len(entries))
-        got = store.size(reserved["key"])
-        if got != size:
-            raise CorruptionError(f"composed object is {got} bytes, expected {size}; nothing committed",
-                                  where=reserved["key"])
-        writes.paid(size)
-        sid = r.entries[0].stream_id
-        result.made.append({"key": reserved["key"], "kind": "SO", "size": size,
-                            "ranges": [{"stream_id": sid, "start": r.entries[0].start_offset,
-                                        "end": r.entries[-1].end_offset, "bytes": r.size}]})
+        crc, piece = _run_source(store, r, indexes[r.sso.id], prefix, id(r) in derived, reads, result)
+        result.made.append(_write(store, r, reserved.key, piece, crc, reads, writes, result))
         failpoint("split-after-object")
     failpoint("split-before-commit")
     check_made(plan, result.made)
@@ -262,3 +217,66 @@ def force_split(store: Store, *, older_than_s: float | None = None, max_objects:
                                               made=result.made, command="compact --force-split")
     result.seconds = time.monotonic() - started
     return result
+
+
+def _derived_crcs(ssos: list[mf.LiveObject], runs: list[Run], indexes: dict) -> set[int]:
+    """The runs (by id()) whose crc comes from their SSO's footer: the last run of an SSO whose
+    runs tile its data region (the crcs of all before it are read); every other run's is read."""
+    derived = set()
+    for o in ssos:
+        idx = indexes[o.id]
+        mine = [r for r in runs if r.sso is o]
+        tiled = (bool(mine) and mine[0].start == 0 and mine[-1].end == idx.data_size
+                 and all(a.end == b.start for a, b in zip(mine, mine[1:])))
+        if idx.footer.checksummed and tiled:
+            derived.add(id(mine[-1]))
+    return derived
+
+
+def _run_source(store: Store, r: Run, idx, prefix: dict[int, tuple[int, int]], derived: bool, reads: Pacer,
+                result: SplitResult) -> tuple[int, bytes | CopySource]:
+    """A run's data crc and what its object copies: a range of its SSO, or (below S3's part
+    minimum) its bytes, read. ``prefix`` keeps the crc of each SSO's bytes read in order from 0."""
+    known_crc, known_end = prefix.get(r.sso.id, (0, 0))
+    piece: bytes | CopySource
+    if derived:
+        # crc(whole) = combine(crc(prefix), crc(run), len(run)), so crc(run) = crc(whole) ^ shift(crc(prefix))
+        crc = idx.footer.data_crc ^ crc32c_combine(known_crc, 0, r.size)
+        piece = CopySource(r.sso.key, r.start, r.end)
+    elif r.size < MIN_PART_BYTES:
+        data = store.read_range(r.sso.key, r.start, r.end)
+        if len(data) != r.size:
+            raise CorruptionError(f"object shorter than its index says ({r.start + len(data)} < {r.end})",
+                                  where=r.sso.key)
+        reads.paid(len(data))
+        crc, piece = crc32c(data), data
+        result.crc_read_bytes += r.size
+    else:
+        crc = range_crc(store, r.sso.key, r.start, r.end, reads)
+        piece = CopySource(r.sso.key, r.start, r.end)
+        result.crc_read_bytes += r.size
+    if known_end == r.start:
+        prefix[r.sso.id] = (crc32c_combine(known_crc, crc, r.size), r.end)
+    return crc, piece
+
+
+def _write(store: Store, r: Run, key: str, piece: bytes | CopySource, crc: int, reads: Pacer, writes: Pacer,
+           result: SplitResult) -> dict:
+    """The run's Stream Object composed under ``key``, its size checked; its manifest entry."""
+    entries = [IndexEntry(e.stream_id, e.start_offset, e.end_offset_delta, e.record_count,
+                          e.block_position - r.start, e.block_size) for e in r.entries]
+    read_before, written_before = store.stats.bytes_read, store.stats.bytes_written
+    copied_before = store.stats.bytes_copied
+    store.compose(key, [piece, tail_bytes(entries, r.size, crc)])
+    result.through_read_bytes += store.stats.bytes_read - read_before
+    result.through_written_bytes += store.stats.bytes_written - written_before
+    result.bytes_copied += store.stats.bytes_copied - copied_before
+    reads.paid(store.stats.bytes_read - read_before)
+    size = object_size(r.size, len(entries))
+    got = store.size(key)
+    if got != size:
+        raise CorruptionError(f"composed object is {got} bytes, expected {size}; nothing committed", where=key)
+    writes.paid(size)
+    return {"key": key, "kind": "SO", "size": size,
+            "ranges": [{"stream_id": r.entries[0].stream_id, "start": r.entries[0].start_offset,
+                        "end": r.entries[-1].end_offset, "bytes": r.size}]}

@@ -60,59 +60,18 @@ def open_device(path: str, *, writable: bool, allow_buffered: bool = True, ask_h
             opened O_EXCL elsewhere) or another writer holds the flock.
         IOFailure: permission denied (hint), read-only medium, other errors.
     """
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise open_error(exc, path) from exc
-    is_block = stat.S_ISBLK(st.st_mode)
-    if stat.S_ISDIR(st.st_mode):
-        raise UsageError("is a directory, not a device or file", where=path,
-                         hint="name a block device or a WAL file")
-    if not is_block and not stat.S_ISREG(st.st_mode):
-        raise UsageError("not a block device or regular file", where=path,
-                         hint="name a block device or a WAL file; a FIFO, socket or character device holds no WAL")
-
+    is_block = _kind(path)
     if writable:
         # O_DSYNC: see DirectDevice._make_durable. O_EXCL on a block device asks the
         # kernel for an exclusive claim: EBUSY when mounted, used by dm/md, or held.
         base = os.O_RDWR | os.O_DSYNC | (os.O_EXCL if is_block else 0)
     else:
         base = os.O_RDONLY
-    base |= os.O_CLOEXEC
-
     warnings: list[str] = []
-    cls: type[FdDevice] = DirectDevice
-    try:
-        fd = os.open(path, base | os.O_DIRECT)
-    except OSError as exc:
-        if exc.errno == errno.EBUSY:
-            raise RefusedError("device is busy (mounted, or opened exclusively by another process)",
-                               where=path, hint=_holder_hint(path)) from exc
-        if exc.errno != errno.EINVAL:
-            raise open_error(exc, path) from exc
-        # EINVAL at open with O_DIRECT: the filesystem has no direct I/O.
-        if not allow_buffered:
-            raise UsageError("the filesystem does not support O_DIRECT", where=path,
-                             hint="put the WAL on a block device or a filesystem such as ext4 or xfs") from exc
-        try:
-            # No O_DSYNC here: BufferedDevice calls fdatasync after each write instead.
-            fd = os.open(path, (base & ~os.O_DSYNC))
-        except OSError as exc2:
-            raise open_error(exc2, path) from exc2
-        cls = BufferedDevice
-        warnings.append(BUFFERED_WARNING.format(path=path))
-
+    fd, cls = _open_fd(path, base | os.O_CLOEXEC, allow_buffered, warnings)
     try:
         if writable:
-            try:
-                # flock belongs to this open file description and lives until close():
-                # one writer per device, even within one process.
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError as exc:
-                raise RefusedError("another writer holds the device", where=path,
-                                   hint=_holder_hint(path)) from exc
-            except OSError as exc:
-                raise io_failure(f"cannot lock: {exc.strerror}", where=path, exc=exc) from exc
+            _lock(fd, path)
         elif ask_holder:  # a reader asks who holds it (a writer that got the lock does not load walctl.device.locks)
             from walctl.device.locks import lock_holder
 
@@ -132,3 +91,53 @@ def open_device(path: str, *, writable: bool, allow_buffered: bool = True, ask_h
         raise UsageError(f"logical block size {device.logical_block_size} is larger than {ALIGN}",
                          where=path, hint=f"walctl aligns all I/O to {ALIGN} bytes")
     return device
+
+
+def _kind(path: str) -> bool:
+    """True for a block device, False for a regular file; anything else (or nothing) raises."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise open_error(exc, path) from exc
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageError("is a directory, not a device or file", where=path,
+                         hint="name a block device or a WAL file")
+    if not stat.S_ISBLK(st.st_mode) and not stat.S_ISREG(st.st_mode):
+        raise UsageError("not a block device or regular file", where=path,
+                         hint="name a block device or a WAL file; a FIFO, socket or character device holds no WAL")
+    return stat.S_ISBLK(st.st_mode)
+
+
+def _open_fd(path: str, flags: int, allow_buffered: bool, warnings: list[str]) -> tuple[int, type[FdDevice]]:
+    """The fd opened O_DIRECT (DirectDevice), or, where the filesystem has no direct I/O and
+    ``allow_buffered``, without it (BufferedDevice, a warning added)."""
+    try:
+        return os.open(path, flags | os.O_DIRECT), DirectDevice
+    except OSError as exc:
+        if exc.errno == errno.EBUSY:
+            raise RefusedError("device is busy (mounted, or opened exclusively by another process)",
+                               where=path, hint=_holder_hint(path)) from exc
+        if exc.errno != errno.EINVAL:
+            raise open_error(exc, path) from exc
+        # EINVAL at open with O_DIRECT: the filesystem has no direct I/O.
+        if not allow_buffered:
+            raise UsageError("the filesystem does not support O_DIRECT", where=path,
+                             hint="put the WAL on a block device or a filesystem such as ext4 or xfs") from exc
+    try:
+        # No O_DSYNC here: BufferedDevice calls fdatasync after each write instead.
+        fd = os.open(path, flags & ~os.O_DSYNC)
+    except OSError as exc2:
+        raise open_error(exc2, path) from exc2
+    warnings.append(BUFFERED_WARNING.format(path=path))
+    return fd, BufferedDevice
+
+
+def _lock(fd: int, path: str) -> None:
+    """The writer's exclusive flock on ``fd``: it belongs to this open file description and lives
+    until close(): one writer per device, even within one process."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        raise RefusedError("another writer holds the device", where=path, hint=_holder_hint(path)) from exc
+    except OSError as exc:
+        raise io_failure(f"cannot lock: {exc.strerror}", where=path, exc=exc) from exc

@@ -84,39 +84,34 @@ def detect_signature(buf: bytes) -> str | None:
     """
     if not isinstance(buf, (bytes, bytearray)):
         buf = bytes(buf)  # mmap or memoryview: at most 68 KiB, copying is cheap
-    if _at(buf, 0, b"LUKS\xba\xbe"):
-        return "LUKS encrypted volume"
-    if _at(buf, 0, b"XFSB"):
-        return "XFS filesystem"
-    if _at(buf, 0, b"hsqs"):
-        return "squashfs filesystem"
-    # GPT's header sits in LBA 1: byte 512 on 512-byte-sector disks, 4096 on 4Kn.
-    if _at(buf, 512, b"EFI PART") or _at(buf, 4096, b"EFI PART"):
-        return "GPT partition table"
-    # LVM2 writes its label into one of the first four sectors.
-    if any(_at(buf, sector * 512, b"LABELONE") for sector in range(4)):
-        return "LVM2 physical volume"
-    ext = _ext_generation(buf)
-    if ext:
-        return ext
-    if _at(buf, 65600, b"_BHRfS_M"):
-        return "btrfs filesystem"
-    # The swap signature ends the first page: 4096 - 10, or 65536 - 10 on 64 KiB pages.
-    for page in (4096, 65536):
-        if _at(buf, page - 10, b"SWAPSPACE2") or _at(buf, page - 10, b"SWAP-SPACE"):
-            return "swap space"
-    if _at(buf, 32769, b"CD001"):
-        return "iso9660 filesystem"
-    if _at(buf, 3, b"NTFS    ") and _boot_signature(buf):
-        return "NTFS filesystem"
-    if _at(buf, 3, b"EXFAT   ") and _boot_signature(buf):
-        return "exFAT filesystem"
-    if _boot_signature(buf) and (_at(buf, 82, b"FAT32   ") or _at(buf, 54, b"FAT12   ")
-                                 or _at(buf, 54, b"FAT16   ")):
-        return "vfat filesystem"
-    if _dos_partition_table(buf):
-        return "DOS partition table"
+    for name, found in _SIGNATURES:
+        if found(buf):
+            return name if isinstance(name, str) else name(buf)
     return None
+
+
+# The signatures detect_signature knows, in the order it checks them: (name, test); a name that
+# is a function names what the test found (ext2/3/4).
+_SIGNATURES = (
+    ("LUKS encrypted volume", lambda buf: _at(buf, 0, b"LUKS\xba\xbe")),
+    ("XFS filesystem", lambda buf: _at(buf, 0, b"XFSB")),
+    ("squashfs filesystem", lambda buf: _at(buf, 0, b"hsqs")),
+    # GPT's header sits in LBA 1: byte 512 on 512-byte-sector disks, 4096 on 4Kn.
+    ("GPT partition table", lambda buf: _at(buf, 512, b"EFI PART") or _at(buf, 4096, b"EFI PART")),
+    # LVM2 writes its label into one of the first four sectors.
+    ("LVM2 physical volume", lambda buf: any(_at(buf, sector * 512, b"LABELONE") for sector in range(4))),
+    (lambda buf: _ext_generation(buf), lambda buf: bool(_ext_generation(buf))),
+    ("btrfs filesystem", lambda buf: _at(buf, 65600, b"_BHRfS_M")),
+    # The swap signature ends the first page: 4096 - 10, or 65536 - 10 on 64 KiB pages.
+    ("swap space", lambda buf: any(_at(buf, page - 10, b"SWAPSPACE2") or _at(buf, page - 10, b"SWAP-SPACE")
+                                   for page in (4096, 65536))),
+    ("iso9660 filesystem", lambda buf: _at(buf, 32769, b"CD001")),
+    ("NTFS filesystem", lambda buf: _at(buf, 3, b"NTFS    ") and _boot_signature(buf)),
+    ("exFAT filesystem", lambda buf: _at(buf, 3, b"EXFAT   ") and _boot_signature(buf)),
+    ("vfat filesystem", lambda buf: _boot_signature(buf) and (_at(buf, 82, b"FAT32   ") or _at(buf, 54, b"FAT12   ")
+                                                              or _at(buf, 54, b"FAT16   "))),
+    ("DOS partition table", lambda buf: _dos_partition_table(buf)),
+)
 
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")

@@ -9,6 +9,12 @@ meanwhile is raised as the (outermost) block ends: held in the kernel when it co
 main thread (its mask), and held by the CLI's handler when another thread of the process takes
 it (a mask is per thread; the handler runs in the main thread all the same): the handler asks
 ``hold_interrupt`` first.
+
+``signals_deferred(mask=False)`` holds them with handlers instead of the mask, for a block that
+starts a child process (compact starts Spark's JVM inside one: a child inherits a blocked mask,
+and a JVM that cannot be interrupted outlives us). Its handlers hand the signal to the handler they
+replaced while the block is open, so the CLI's handler holds its interrupt as above; a default
+handler's KeyboardInterrupt is kept for the end of the block the same way.
 """
 
 from __future__ import annotations
@@ -41,26 +47,56 @@ def hold_interrupt(interrupt: BaseException) -> bool:
     return False
 
 
+def _deferring(previous):
+    """A handler for a ``mask=False`` block: ``previous`` decides (the CLI's holds its interrupt),
+    an exception it raises is kept for the block's end; SIG_DFL ends in a KeyboardInterrupt there."""
+
+    def handler(signum, frame):
+        if callable(previous):
+            try:
+                previous(signum, frame)
+            except BaseException as exc:  # noqa: BLE001 - raised as the block ends
+                _Held.interrupt = _Held.interrupt or exc
+        elif previous != signal.SIG_IGN:
+            _Held.interrupt = _Held.interrupt or KeyboardInterrupt()
+
+    return handler
+
+
 class signals_deferred:
     """Hold SIGINT/SIGTERM (main thread only) for a few statements that must not be split.
 
+    ``mask=False``: by handlers rather than the signal mask (a block that starts a child process).
     A class rather than a generator context manager: it runs twice per block.
     """
 
-    __slots__ = ("previous",)
+    __slots__ = ("previous", "mask", "handlers")
+
+    def __init__(self, *, mask: bool = True):
+        self.mask = mask
 
     def __enter__(self):
-        self.previous = None
+        self.previous = self.handlers = None
         if threading.get_ident() == threading.main_thread().ident:
-            self.previous = _sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+            if self.mask:
+                self.previous = _sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+            else:
+                self.handlers = {sig: signal.getsignal(sig) for sig in _HELD_SIGNALS}
+                for sig, handler in self.handlers.items():
+                    signal.signal(sig, _deferring(handler))
             _Held.depth += 1
         return self
 
     def __exit__(self, *exc):
+        if self.previous is None and self.handlers is None:
+            return False
         if self.previous is not None:
             _sigmask(signal.SIG_SETMASK, self.previous)  # (a signal the mask held: handled from here,
-            _Held.depth -= 1                              # still held until the depth is down)
-            if not _Held.depth and _Held.interrupt is not None:
-                interrupt, _Held.interrupt = _Held.interrupt, None
-                raise interrupt
+        else:                                            # still held until the depth is down)
+            for sig, handler in self.handlers.items():
+                signal.signal(sig, handler)
+        _Held.depth -= 1
+        if not _Held.depth and _Held.interrupt is not None:
+            interrupt, _Held.interrupt = _Held.interrupt, None
+            raise interrupt
         return False

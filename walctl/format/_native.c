@@ -13,6 +13,10 @@
  *   split_length_prefixed(buf, start, max_records)          -> (spans: bytes, count, next_pos)
  *   split_lines(buf, start, max_records)                    -> (spans: bytes, count, next_pos)
  *   rows_summary(rows, first, stop)                         -> (all_batch, one_stream, stream_id, follows, body_bytes)
+ *   frame_pack(out, pos, limit, offset, src, start, end, lines, stream_id, epoch, base, max_records, max_payload,
+ *              render)   -> (count, out_pos, src_pos, payload_bytes, last_offset, acks, stop, next_len)
+ *   hex_lines(buf, spans, first, stop) / base64_lines(...)   -> bytes (one encoded payload a line)
+ *   record_lines(buf, rows, first, stop, mode)              -> bytes | None (recover's NDJSON lines with payloads)
  *
  * rows and spans are native-endian int64 arrays (memoryview.cast("q") reads them).
  */
@@ -635,6 +639,466 @@ static PyObject *py_split_lines(PyObject *self, PyObject *args)
     return split_with(args, line_step);
 }
 
+
+/* ---- frame_pack: append's input framing and record packing in one pass (issue 31) ----
+ * frame_pack(out, pos, limit, offset, src, start, end, lines, stream_id, epoch, base, max_records,
+ *            max_payload, render)
+ *   -> (count, out_pos, src_pos, payload_bytes, last_offset, acks, stop, next_len)
+ * Finds records in src[start:end] (lines: each '\n'-ended line without its newline; else a 4-byte
+ * big-endian length + payload) and packs each straight into out[pos:limit] as a WAL data record
+ * carrying a StreamRecordBatch (stream_id, epoch, baseOffset base + i, count 1): the bytes
+ * pack_records(..., batch=(stream_id, epoch, base)) writes for the same payloads, with no Python
+ * object per record and the CRCs computed as the bytes are copied. It stops (stop) when the input
+ * holds no complete record more (FP_INPUT), the next record does not fit before limit (FP_FULL),
+ * its payload is over max_payload (FP_TOO_LARGE), or after max_records (FP_MAX). next_len: the
+ * payload length of the record it stopped at when known (-1: not known, or none).
+ * render: 0 no acknowledgement text; 1 each record's WAL offset on a line; 2 append's NDJSON
+ * record line per record. last_offset: the WAL offset of the last record packed (-1: none). */
+
+enum { FP_INPUT = 0, FP_FULL = 1, FP_TOO_LARGE = 2, FP_MAX = 3 };
+
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap;
+} Text;
+
+static int text_room(Text *t, Py_ssize_t more)
+{
+    if (t->len + more <= t->cap)
+        return 0;
+    Py_ssize_t cap = t->cap ? t->cap * 2 : 65536;
+    while (cap < t->len + more)
+        cap *= 2;
+    char *p = realloc(t->p, (size_t)cap);
+    if (p == NULL)
+        return -1;
+    t->p = p;
+    t->cap = cap;
+    return 0;
+}
+
+/* decimal digits of v (>= 0) at t's end; the caller made room for 20 */
+static inline void text_u64(Text *t, uint64_t v)
+{
+    char tmp[20];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n)
+        t->p[t->len++] = tmp[--n];
+}
+
+static inline void text_lit(Text *t, const char *s, Py_ssize_t n)
+{
+    memcpy(t->p + t->len, s, (size_t)n);
+    t->len += n;
+}
+
+#define LIT(t, s) text_lit((t), (s), (Py_ssize_t)(sizeof(s) - 1))
+
+/* one acknowledgement line; room for it was made (<= 256 bytes) */
+static void render_ack(Text *t, int render, int64_t o, int64_t sid, int64_t b, Py_ssize_t n)
+{
+    if (render == 1) {
+        text_u64(t, (uint64_t)o);
+        t->p[t->len++] = '\n';
+        return;
+    }
+    LIT(t, "{\"type\":\"record\",\"offset\":");
+    text_u64(t, (uint64_t)o);
+    LIT(t, ",\"stream_id\":");
+    text_u64(t, (uint64_t)sid);
+    LIT(t, ",\"base_offset\":");
+    text_u64(t, (uint64_t)b);
+    LIT(t, ",\"count\":1,\"payload_bytes\":");
+    text_u64(t, (uint64_t)n);
+    LIT(t, ",\"wal_offset\":");
+    text_u64(t, (uint64_t)o);
+    LIT(t, ",\"stream_offset\":");
+    text_u64(t, (uint64_t)b);
+    LIT(t, "}\n");
+}
+
+static PyObject *py_frame_pack(PyObject *self, PyObject *args)
+{
+    Py_buffer out, src;
+    Py_ssize_t pos, limit, start, end, max_records, max_payload;
+    long long offset, sid, epoch, base;
+    int lines, render;
+    if (!PyArg_ParseTuple(args, "w*nnLy*nnpLLLnni", &out, &pos, &limit, &offset, &src, &start, &end, &lines, &sid,
+                          &epoch, &base, &max_records, &max_payload, &render))
+        return NULL;
+    if (limit > out.len)
+        limit = out.len;
+    if (end > src.len)
+        end = src.len;
+    if (start < 0)
+        start = 0;
+    const uint8_t *in = src.buf;
+    uint8_t *dst = out.buf;
+    Py_ssize_t count = 0, next_len = -1;
+    int64_t o = offset, last = -1;
+    long long payload_bytes = 0;
+    int stop = FP_INPUT, nomem = 0;
+    Text acks = {NULL, 0, 0};
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        Py_ssize_t pstart, plen, next;
+        if (lines) {
+            if (start >= end)
+                break;
+            const uint8_t *nl = memchr(in + start, '\n', (size_t)(end - start));
+            if (nl == NULL)
+                break;
+            pstart = start;
+            plen = (nl - in) - start;
+            next = (nl - in) + 1;
+        } else {
+            if (end - start < 4)
+                break;
+            plen = (Py_ssize_t)be32(in + start);
+            if (plen > end - start - 4) {
+                next_len = plen;
+                break;
+            }
+            pstart = start + 4;
+            next = pstart + plen;
+        }
+        if (max_records >= 0 && count >= max_records) {
+            stop = FP_MAX; /* only once a record is there: input that ends here is no error */
+            break;
+        }
+        if (plen > max_payload) {
+            stop = FP_TOO_LARGE;
+            next_len = plen;
+            break;
+        }
+        Py_ssize_t body_len = BATCH_SIZE + plen;
+        if (pos < 0 || REC_SIZE + body_len > limit - pos) {
+            stop = FP_FULL;
+            next_len = plen;
+            break;
+        }
+        if (render && text_room(&acks, 256) < 0) {
+            nomem = 1;
+            break;
+        }
+        uint8_t *h = dst + pos, *q = h + REC_SIZE;
+        int64_t b = base + count;
+        q[0] = BATCH_MAGIC;
+        put64(q + 1, sid);
+        put64(q + 9, epoch);
+        put64(q + 17, b);
+        put32(q + 25, 1);
+        put32(q + 29, (uint32_t)plen);
+        memcpy(q + BATCH_SIZE, in + pstart, (size_t)plen);
+        uint32_t crc = crc32c_fn(crc32c_fn(0, q, BATCH_SIZE), q + BATCH_SIZE, (size_t)plen);
+        put32(h, DATA_MAGIC);
+        put32(h + 4, (uint32_t)body_len);
+        put64(h + 8, o + REC_SIZE);
+        put32(h + 16, crc);
+        put32(h + 20, crc32c_fn(0, h, REC_CRC_SPAN));
+        if (render)
+            render_ack(&acks, render, o, sid, b, plen);
+        last = o;
+        pos += REC_SIZE + body_len;
+        o += REC_SIZE + body_len;
+        payload_bytes += plen;
+        start = next;
+        count++;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&src);
+    if (nomem) {
+        free(acks.p);
+        return PyErr_NoMemory();
+    }
+    PyObject *text;
+    if (render) {
+        text = PyBytes_FromStringAndSize(acks.p ? acks.p : "", acks.len);
+        free(acks.p);
+        if (text == NULL)
+            return NULL;
+    } else {
+        text = Py_NewRef(Py_None);
+    }
+    return Py_BuildValue("nnnLLNin", count, pos, start, payload_bytes, (long long)last, text, stop, next_len);
+}
+
+/* ---- payload text for recover/read --payload hex|base64 (issue 31) ----
+ * hex_lines(buf, spans, first, stop) / base64_lines(...): the payloads buf[pos:pos + len] of the
+ * (pos, len) int64 pairs spans[first:stop] encoded, each followed by '\n', in one bytes object:
+ * what bytes.hex() and base64.b64encode() give for each, without a Python call per payload. */
+
+static const char HEX[] = "0123456789abcdef";
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* two output characters per table entry: hex per byte, base64 per 12 bits (filled at import) */
+static char hex_pairs[256][2];
+static char b64_pairs[4096][2];
+
+static void text_tables_init(void)
+{
+    for (int i = 0; i < 256; i++) {
+        hex_pairs[i][0] = HEX[i >> 4];
+        hex_pairs[i][1] = HEX[i & 15];
+    }
+    for (int i = 0; i < 4096; i++) {
+        b64_pairs[i][0] = B64[i >> 6];
+        b64_pairs[i][1] = B64[i & 63];
+    }
+}
+
+static void hex_into(char *o, const uint8_t *p, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        memcpy(o + 2 * i, hex_pairs[p[i]], 2);
+}
+
+static Py_ssize_t b64_into(char *o, const uint8_t *p, Py_ssize_t n)
+{
+    char *s = o;
+    Py_ssize_t i = 0;
+    for (; i + 3 <= n; i += 3) {
+        uint32_t v = ((uint32_t)p[i] << 16) | ((uint32_t)p[i + 1] << 8) | p[i + 2];
+        memcpy(o, b64_pairs[v >> 12], 2);
+        memcpy(o + 2, b64_pairs[v & 4095], 2);
+        o += 4;
+    }
+    if (n - i == 1) {
+        uint32_t v = (uint32_t)p[i] << 16;
+        *o++ = B64[v >> 18];
+        *o++ = B64[(v >> 12) & 63];
+        *o++ = '=';
+        *o++ = '=';
+    } else if (n - i == 2) {
+        uint32_t v = ((uint32_t)p[i] << 16) | ((uint32_t)p[i + 1] << 8);
+        *o++ = B64[v >> 18];
+        *o++ = B64[(v >> 12) & 63];
+        *o++ = B64[(v >> 6) & 63];
+        *o++ = '=';
+    }
+    return o - s;
+}
+
+static PyObject *encode_lines(PyObject *args, int base64)
+{
+    Py_buffer b, sp;
+    Py_ssize_t first, stop;
+    if (!PyArg_ParseTuple(args, "y*y*nn", &b, &sp, &first, &stop))
+        return NULL;
+    const int64_t *v = sp.buf;
+    Py_ssize_t pairs = sp.len / (Py_ssize_t)(2 * sizeof(int64_t)), total = 0;
+    if (first < 0)
+        first = 0;
+    if (stop > pairs)
+        stop = pairs;
+    for (Py_ssize_t i = first; i < stop; i++) {
+        int64_t pos = v[2 * i], len = v[2 * i + 1];
+        if (pos < 0 || len < 0 || pos + len > b.len) {
+            PyBuffer_Release(&b);
+            PyBuffer_Release(&sp);
+            PyErr_Format(PyExc_ValueError, "span %zd (%lld, %lld) outside the buffer", i, (long long)pos,
+                         (long long)len);
+            return NULL;
+        }
+        total += (base64 ? (len + 2) / 3 * 4 : 2 * len) + 1;
+    }
+    PyObject *res = PyBytes_FromStringAndSize(NULL, total);
+    if (res != NULL) {
+        char *o = PyBytes_AS_STRING(res);
+        const uint8_t *p = b.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = first; i < stop; i++) {
+            int64_t pos = v[2 * i], len = v[2 * i + 1];
+            if (base64) {
+                o += b64_into(o, p + pos, (Py_ssize_t)len);
+            } else {
+                hex_into(o, p + pos, (Py_ssize_t)len);
+                o += 2 * len;
+            }
+            *o++ = '\n';
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&sp);
+    return res;
+}
+
+static PyObject *py_hex_lines(PyObject *self, PyObject *args)
+{
+    return encode_lines(args, 0);
+}
+
+static PyObject *py_base64_lines(PyObject *self, PyObject *args)
+{
+    return encode_lines(args, 1);
+}
+
+
+/* ---- record_lines: recover --json's record lines with their payload, for a run of rows ----
+ * record_lines(buf, rows, first, stop, mode) -> bytes | None
+ * rows[first:stop] (ROW int64 each, decode_records' rows of intact StreamRecordBatch records): each
+ * record's NDJSON line as recover renders it from its dict (json.dumps, separators (",", ":")),
+ * "payload" last: mode 0 hex, 1 base64, 2 text (UTF-8, invalid bytes as \\xNN, JSON-escaped with
+ * ensure_ascii: json_text_into). None when a row is not an intact batch (the caller then renders
+ * record by record). */
+
+/* The length of the valid UTF-8 sequence at p[0:n] (Python's strict decoder: no overlong form,
+ * no surrogate, at most U+10FFFF), its code point in *cp; 0 when p[0] starts none. */
+static int utf8_seq(const uint8_t *p, Py_ssize_t n, uint32_t *cp)
+{
+    uint8_t c = p[0];
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    int len;
+    uint32_t v, min;
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2, v = c & 0x1F, min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3, v = c & 0x0F, min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4, v = c & 0x07, min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    for (int i = 1; i < len; i++) {
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+        v = (v << 6) | (p[i] & 0x3F);
+    }
+    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+        return 0;
+    *cp = v;
+    return len;
+}
+
+static inline void text_u16(Text *t, uint32_t u)
+{
+    t->p[t->len++] = '\\';
+    t->p[t->len++] = 'u';
+    for (int s = 12; s >= 0; s -= 4)
+        t->p[t->len++] = HEX[(u >> s) & 15];
+}
+
+/* json.dumps(p.decode("utf-8", "backslashreplace")) without its quotes (ensure_ascii): at most
+ * 12 characters a byte (a 4-byte sequence becomes a 12-character surrogate pair). */
+static void json_text_into(Text *t, const uint8_t *p, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint8_t c = p[i];
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+            t->p[t->len++] = (char)c;
+            i++;
+            continue;
+        }
+        uint32_t cp;
+        int len = utf8_seq(p + i, n - i, &cp);
+        if (len == 0) { /* an invalid byte: backslashreplace's \xNN, its backslash escaped by JSON */
+            LIT(t, "\\\\x");
+            t->p[t->len++] = HEX[c >> 4];
+            t->p[t->len++] = HEX[c & 15];
+            i++;
+            continue;
+        }
+        i += len;
+        switch (cp) {
+        case '"': LIT(t, "\\\""); break;
+        case '\\': LIT(t, "\\\\"); break;
+        case '\n': LIT(t, "\\n"); break;
+        case '\r': LIT(t, "\\r"); break;
+        case '\t': LIT(t, "\\t"); break;
+        case '\b': LIT(t, "\\b"); break;
+        case '\f': LIT(t, "\\f"); break;
+        default:
+            if (cp < 0x10000) { /* json.dumps escapes all but ' '..'~' (0x7f too) */
+                text_u16(t, cp);
+            } else {
+                cp -= 0x10000;
+                text_u16(t, 0xD800 | (cp >> 10));
+                text_u16(t, 0xDC00 | (cp & 0x3FF));
+            }
+        }
+    }
+}
+
+static PyObject *py_record_lines(PyObject *self, PyObject *args)
+{
+    Py_buffer b, r;
+    Py_ssize_t first, stop;
+    int mode;
+    if (!PyArg_ParseTuple(args, "y*y*nni", &b, &r, &first, &stop, &mode))
+        return NULL;
+    const int64_t *rows = r.buf;
+    const uint8_t *p = b.buf;
+    Py_ssize_t n = r.len / (Py_ssize_t)(ROW * sizeof(int64_t));
+    if (first < 0)
+        first = 0;
+    if (stop > n)
+        stop = n;
+    Text t = {NULL, 0, 0};
+    int bad = 0, nomem = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = first; i < stop && !bad && !nomem; i++) {
+        const int64_t *row = rows + i * ROW;
+        int64_t pos = row[1] + BATCH_SIZE, len = row[2] - BATCH_SIZE;
+        if (row[3] != KIND_BATCH || len < 0 || row[1] < 0 || pos + len > b.len) {
+            bad = 1;
+            break;
+        }
+        Py_ssize_t need = 256 + (mode == 0 ? 2 * len : mode == 1 ? (len + 2) / 3 * 4 : 12 * len);
+        if (text_room(&t, need) < 0) {
+            nomem = 1;
+            break;
+        }
+        LIT(&t, "{\"type\":\"record\",\"offset\":");
+        text_u64(&t, (uint64_t)row[0]);
+        LIT(&t, ",\"stream_id\":");
+        text_u64(&t, (uint64_t)row[4]);
+        LIT(&t, ",\"base_offset\":");
+        text_u64(&t, (uint64_t)row[6]);
+        LIT(&t, ",\"count\":");
+        text_u64(&t, (uint64_t)row[7]);
+        LIT(&t, ",\"payload_bytes\":");
+        text_u64(&t, (uint64_t)len);
+        LIT(&t, ",\"wal_offset\":");
+        text_u64(&t, (uint64_t)row[0]);
+        LIT(&t, ",\"stream_offset\":");
+        text_u64(&t, (uint64_t)row[6]);
+        LIT(&t, ",\"payload\":\"");
+        if (mode == 0) {
+            hex_into(t.p + t.len, p + pos, (Py_ssize_t)len);
+            t.len += 2 * len;
+        } else if (mode == 1) {
+            t.len += b64_into(t.p + t.len, p + pos, (Py_ssize_t)len);
+        } else {
+            json_text_into(&t, p + pos, (Py_ssize_t)len);
+        }
+        LIT(&t, "\"}\n");
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&r);
+    if (nomem || bad) {
+        free(t.p);
+        if (nomem)
+            return PyErr_NoMemory();
+        Py_RETURN_NONE;
+    }
+    PyObject *res = PyBytes_FromStringAndSize(t.p ? t.p : "", t.len);
+    free(t.p);
+    return res;
+}
+
 static PyObject *py_rows_summary(PyObject *self, PyObject *args); /* (at the end of the file) */
 /* defined in the sections after the module table */
 static PyObject *py_body_crcs(PyObject *self, PyObject *args);
@@ -661,6 +1125,16 @@ static PyMethodDef methods[] = {
      "gather_crc_into(dst, pos, buf, rows, first, stop, crc) -> (end, crc): the bodies of decoded rows [first, stop)"
      " written back to back into dst from pos (where they end), and crc (of the bytes"
      " before) extended over the bodies copied, from their record headers' bodyCRCs"},
+    {"frame_pack", py_frame_pack, METH_VARARGS,
+     "frame_pack(out, pos, limit, offset, src, start, end, lines, stream_id, epoch, base, max_records, max_payload,"
+     " render) -> (count, out_pos, src_pos, payload_bytes, last_offset, acks, stop, next_len)"},
+    {"hex_lines", py_hex_lines, METH_VARARGS,
+     "hex_lines(buf, spans, first, stop) -> bytes: each span's bytes in hex, one per line"},
+    {"base64_lines", py_base64_lines, METH_VARARGS,
+     "base64_lines(buf, spans, first, stop) -> bytes: each span's bytes in base64, one per line"},
+    {"record_lines", py_record_lines, METH_VARARGS,
+     "record_lines(buf, rows, first, stop, mode) -> bytes | None: recover's NDJSON record lines with payloads"
+     " (mode 0 hex, 1 base64, 2 text; None: a row that is not an intact batch)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -673,6 +1147,7 @@ PyMODINIT_FUNC PyInit__native(void)
 {
     crc_init_table();
     shift_init();
+    text_tables_init();
     const char *impl = "slicing-by-8";
 #ifdef WALCTL_HAVE_SSE42
     /* WALCTL_NATIVE_CRC=soft: the table-driven CRC even on a CPU with SSE4.2 (its tests) */

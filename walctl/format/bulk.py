@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from walctl.errors import BoundsError, FormatError
+from walctl.errors import BadMagicError, BoundsError, ChecksumError, FormatError, TruncatedError, ZeroedError
 from walctl.format import batch as batch_format
 from walctl.format import record as rec
 from walctl.format.crc import crc32c as _py_crc32c
@@ -160,32 +160,32 @@ def decode_records(buf, base_offset: int, *, start: int = 0, end: int | None = N
     return Decoded(rows, count, Stop(reason, pos, base_offset + pos, expected, found))
 
 
-_HEAD = rec.STRUCT.unpack_from
 _BATCH = batch_format.STRUCT.unpack_from
-_ZERO_HEADER = bytes(rec.SIZE)
 
 
 def _header_failure(view, pos: int, end: int, o: int, lap_end: int):
-    """(reason, expected, found, header fields) of the header at pos: RecordHeader.decode's order."""
-    if end - pos < rec.SIZE:
+    """(reason, expected, found, header) of the header at pos: RecordHeader.decode's checks (the one
+    Python record decoder, the spec the C decoder is tested against) as decode_records' reasons,
+    then the lap check. The header is None when a check failed."""
+    try:
+        head = rec.RecordHeader.decode(view[:end], pos, expected_offset=o)
+    except TruncatedError:
         return TRUNCATED_HEADER, rec.SIZE, end - pos, None
-    if view[pos:pos + rec.SIZE] == _ZERO_HEADER:
+    except ZeroedError:
         return ZEROED, 0, 0, None
-    magic, length, body_offset, body_crc, stored = _HEAD(view, pos)
-    if magic != rec.DATA_MAGIC and magic != rec.PADDING_MAGIC:
-        return BAD_MAGIC, rec.DATA_MAGIC, magic, None
-    computed = _py_crc32c(view[pos:pos + 20])
-    if computed != stored:
-        return HEADER_CRC, computed, stored, None
-    if length == 0:
-        return BAD_LENGTH, 0, 0, None
-    if body_offset != o + rec.SIZE:
-        return BAD_BODY_OFFSET, o + rec.SIZE, body_offset, None
-    if body_offset < rec.SIZE:
-        return LOW_BODY_OFFSET, 0, body_offset, None
-    if lap_end >= 0 and body_offset + length > lap_end:
-        return CROSSES_LAP, lap_end, body_offset + length, None
-    return END, 0, 0, (magic, length, body_crc)
+    except BadMagicError as exc:
+        return BAD_MAGIC, exc.expected, exc.found, None
+    except ChecksumError as exc:
+        return HEADER_CRC, exc.expected, exc.found, None
+    except BoundsError as exc:
+        if exc.field == "record bodyLength":
+            return BAD_LENGTH, 0, 0, None
+        if exc.found != o + rec.SIZE:
+            return BAD_BODY_OFFSET, o + rec.SIZE, exc.found, None
+        return LOW_BODY_OFFSET, 0, exc.found, None
+    if lap_end >= 0 and head.end > lap_end:
+        return CROSSES_LAP, lap_end, head.end, None
+    return END, 0, 0, head
 
 
 def _batch_fields(view, body_pos: int, length: int) -> tuple[int, int, int, int] | None:
@@ -209,23 +209,24 @@ def _py_decode(buf, base: int, pos: int, end: int, lap_end: int, align: int, max
         if 0 <= max_records <= count:
             return LIMIT, pos, 0, 0
         o = base + pos
-        reason, expected, found, fields = _header_failure(view, pos, end, o, lap_end)
-        if fields is None:
+        reason, expected, found, head = _header_failure(view, pos, end, o, lap_end)
+        if head is None:
             if align > 0 and o % align:
                 boundary = pos + align - o % align
                 if boundary <= end and not any(view[pos:boundary]):
                     pos = boundary
                     continue
             return reason, pos, expected, found
-        magic, length, body_crc = fields
+        length = head.body_length
         body_pos = pos + rec.SIZE
         kind, extra = KIND_PADDING, None
-        if magic == rec.DATA_MAGIC:
-            if length > end - body_pos:
-                return TRUNCATED_BODY, pos, length, end - body_pos
-            computed = _py_crc32c(view[body_pos:body_pos + length])
-            if computed != body_crc:
-                return BODY_CRC, pos, computed, body_crc
+        if not head.is_padding:
+            try:
+                head.check_body(view[body_pos:end], body_pos)
+            except TruncatedError as exc:
+                return TRUNCATED_BODY, pos, exc.expected, exc.found
+            except ChecksumError as exc:
+                return BODY_CRC, pos, exc.expected, exc.found
             extra = _batch_fields(view, body_pos, length) if batches else None
             kind = KIND_BATCH if extra is not None else KIND_DATA
         rows += (o, body_pos, length, kind, *(extra or (-1, -1, -1, -1)))

@@ -101,21 +101,21 @@ def check_store(store: Store, *, read_data: bool = False, subset: tuple[int, int
     read_data = read_data or subset is not None
     doc = mf.load_latest(store, required=True)
     listed = {i.key: i.size for i in store.list() if not i.key.startswith(mf.MANIFEST_DIR + "/")}
-    result = CheckResult(store.url, doc.number, len(doc.objects), sum(o["size"] for o in doc.objects),
+    result = CheckResult(store.url, doc.number, len(doc.objects), sum(o.size for o in doc.objects),
                          read_data, subset)
     present = []
     for o in doc.objects:
-        found = _size_problem(o, listed.get(o["key"]))
+        found = _size_problem(o, listed.get(o.key))
         if found is not None:
             result.problems.append(found)
         else:
             present.append(o)
-    full = [o for o in present if read_data and in_subset(o["id"], subset)]
-    tails = [o for o in present if not (read_data and in_subset(o["id"], subset))]
+    full = [o for o in present if read_data and in_subset(o.id, subset)]
+    tails = [o for o in present if not (read_data and in_subset(o.id, subset))]
     with ThreadPoolExecutor(max_workers=max(1, min(TAIL_READ_THREADS, len(tails)))) as pool:
         for found in pool.map(lambda o: _check_tail(store, o), tails):
             result.problems.extend(found)
-    total = sum(sum(r["bytes"] for r in o["ranges"]) for o in full)  # their data regions
+    total = sum(sum(r.bytes for r in o.ranges) for o in full)  # their data regions
     for o in full:
         result.problems.extend(_check_data(store, o, result, total, progress))
     result.problems.extend(_coverage(doc))
@@ -125,16 +125,16 @@ def check_store(store: Store, *, read_data: bool = False, subset: tuple[int, int
     return result
 
 
-def _size_problem(o: dict, size: int | None) -> Problem | None:
+def _size_problem(o: mf.LiveObject, size: int | None) -> Problem | None:
     if size is None:
-        return Problem("missing", "live in the manifest, not in the store", o["id"], o["key"])
-    if size != o["size"]:
-        kind = "truncated" if size < o["size"] else "size"
-        return Problem(kind, truncation(size, o["size"]), o["id"], o["key"])
+        return Problem("missing", "live in the manifest, not in the store", o.id, o.key)
+    if size != o.size:
+        kind = "truncated" if size < o.size else "size"
+        return Problem(kind, truncation(size, o.size), o.id, o.key)
     return None
 
 
-def _index_problems(o: dict, entries) -> list[Problem]:
+def _index_problems(o: mf.LiveObject, entries) -> list[Problem]:
     """The index must hold exactly the offsets the manifest gives the object, inside its data region
     (the compaction plan's own check of an input)."""
     from walctl.spark.plan import _source_ranges
@@ -142,24 +142,24 @@ def _index_problems(o: dict, entries) -> list[Problem]:
     try:
         _source_ranges(o, entries)
     except CorruptionError as exc:
-        return [Problem("index", exc.what, o["id"], o["key"])]
+        return [Problem("index", exc.what, o.id, o.key)]
     return []
 
 
-def _check_tail(store: Store, o: dict) -> list[Problem]:
+def _check_tail(store: Store, o: mf.LiveObject) -> list[Problem]:
     """One ranged GET of the object's footer and index (two when the manifest's figures are off)."""
     from walctl.compaction.common import read_index
 
     try:
         index = read_index(store, o)
     except NotFoundError:  # deleted between the LIST and this read
-        return [Problem("missing", "live in the manifest, not in the store", o["id"], o["key"])]
+        return [Problem("missing", "live in the manifest, not in the store", o.id, o.key)]
     except CorruptionError as exc:
-        return [Problem("footer", exc.what, o["id"], o["key"])]
+        return [Problem("footer", exc.what, o.id, o.key)]
     return _index_problems(o, index.entries)
 
 
-def _check_data(store: Store, o: dict, result: CheckResult, total: int, progress) -> list[Problem]:
+def _check_data(store: Store, o: mf.LiveObject, result: CheckResult, total: int, progress) -> list[Problem]:
     """The tail as _check_tail reads it, then every block, in ranged GETs of about 16 MiB held one at
     a time (inspect.verify_streamed): the checks inspect-object --deep makes of the data."""
     from walctl.compaction.common import read_index
@@ -168,12 +168,12 @@ def _check_data(store: Store, o: dict, result: CheckResult, total: int, progress
     try:
         index = read_index(store, o)
     except NotFoundError:
-        return [Problem("missing", "live in the manifest, not in the store", o["id"], o["key"])]
+        return [Problem("missing", "live in the manifest, not in the store", o.id, o.key)]
     except CorruptionError as exc:
-        return [Problem("footer", exc.what, o["id"], o["key"])]
+        return [Problem("footer", exc.what, o.id, o.key)]
     found = _index_problems(o, index.entries)
     before = result.data_bytes
-    report = verify_streamed(store, o["key"], index.footer, index.entries,
+    report = verify_streamed(store, o.key, index.footer, index.entries,
                              progress=None if progress is None else lambda done, _: progress(before + done, total))
     result.data_objects += 1
     result.data_bytes += index.data_size
@@ -184,7 +184,7 @@ def _check_data(store: Store, o: dict, result: CheckResult, total: int, progress
         more = f" (and {len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
         if first.kind == "ChecksumError" and len(report.problems) == 1:  # as verify_report's explanation says
             more = "; every block checks out, so the changed bytes lie inside a record payload"
-        found.append(Problem("data", f"byte {first.position}{where}: {first.message}{more}", o["id"], o["key"]))
+        found.append(Problem("data", f"byte {first.position}{where}: {first.message}{more}", o.id, o.key))
     return found
 
 
@@ -200,10 +200,10 @@ def _coverage(doc: mf.Manifest) -> list[Problem]:
         try:
             intervals = _manifest_intervals(o)
         except CorruptionError as exc:
-            problems.append(Problem("overlap", exc.what, o["id"], o["key"]))
+            problems.append(Problem("overlap", exc.what, o.id, o.key))
             continue
         for sid, spans in intervals.items():
-            ranges.setdefault(sid, []).extend(SourceRange(o["id"], o["key"], sid, a, b, b - a, 0, 0) for a, b in spans)
+            ranges.setdefault(sid, []).extend(SourceRange(o.id, o.key, sid, a, b, b - a, 0, 0) for a, b in spans)
     for sid in sorted(set(ranges) | set(doc.streams)):
         held = sorted(ranges.get(sid, []), key=lambda r: (r.start_offset, r.end_offset))
         for prev, cur in zip(held, held[1:]):
@@ -214,7 +214,7 @@ def _coverage(doc: mf.Manifest) -> list[Problem]:
         span = doc.streams.get(sid)
         if span is None:  # a deleted stream: its ranges are garbage the next compaction drops
             continue
-        gaps = [(g["from"], g["to"]) for g in doc.stream_gaps or () if g.get("stream_id") == sid]
+        gaps = [(g.from_offset, g.to_offset) for g in doc.stream_gaps or () if g.stream_id == sid]
         covered = _union([(r.start_offset, r.end_offset) for r in held] + gaps)
         for a, b in _missing(covered, span.start, span.end):
             problems.append(Problem("coverage", f"stream {sid}: offsets [{a}, {b}) are in no live object "
@@ -259,7 +259,7 @@ def _leftovers(doc: mf.Manifest, listed: dict[str, int], now: float) -> list[Pro
 
     problems: list[Problem] = []
     referenced = doc.referenced_ids()
-    live_keys = {o["key"] for o in doc.objects}
+    live_keys = {o.key for o in doc.objects}
     for key, size in sorted(listed.items()):
         object_id = _object_id_of(key)
         if key in live_keys or (object_id is not None and object_id in referenced):
@@ -272,10 +272,10 @@ def _leftovers(doc: mf.Manifest, listed: dict[str, int], now: float) -> list[Pro
             why = "in no manifest entry; walctl gc deletes it"
         problems.append(Problem("orphan", f"{size:,} bytes, {why}", object_id, key))
     for p in doc.prepared:
-        if p["expires_at"] <= now:
-            problems.append(Problem("stale_prepared", f"prepared id {p['id']} expired "
-                                    f"{_ago(now - p['expires_at'])} ago; walctl gc forgets it",
-                                    p["id"], p["key"]))
+        if p.expires_at <= now:
+            problems.append(Problem("stale_prepared", f"prepared id {p.id} expired "
+                                    f"{_ago(now - p.expires_at)} ago; walctl gc forgets it",
+                                    p.id, p.key))
     return problems
 
 

@@ -301,8 +301,8 @@ class Run:
         doc = mf.load_latest(store)
         got: dict[int, dict[int, bytes]] = {}
         for o in doc.objects:
-            data = store.read_all(o["key"])
-            expect_eq(len(data), o["size"], f"size of object {o['key']}")
+            data = store.read_all(o.key)
+            expect_eq(len(data), o.size, f"size of object {o.key}")
             footer, entries = obj.parse_tail(data, len(data))
             if entries is None:
                 entries = obj.decode_index(data[footer.index_start_position:footer.index_start_position +

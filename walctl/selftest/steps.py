@@ -18,6 +18,11 @@ from walctl.selftest.runner import (COMPACT_MASTER, FILE_CAPACITY, IO_FAILED, LO
 from walctl.errors import EXIT_IO, EXIT_NOT_FOUND
 
 
+def _plural(count: int, word: str) -> str:
+    """``1 record``, ``2 records`` (docs/CLI.md; walctl.human is a layer above selftest)."""
+    return f"{count:,} {word if count == 1 else word + 's'}"
+
+
 @dataclass(frozen=True)
 class Step:
     """One row of the table: ``args(run)`` is the command line it runs (a list, shown with the
@@ -60,7 +65,9 @@ def init(run: Run, check: Check) -> str:
     expect_eq(header["shutdown_type"], "graceful", "shutdown type of a new WAL")
     expect_eq(out["created"], not run.result.loop, "created")
     run.state["ring"] = header["ring_bytes"]
-    return f"{header['capacity_bytes']} bytes, ring {header['ring_bytes']} bytes"
+    from walctl.sizes import format_size
+
+    return f"{format_size(header['capacity_bytes'])}, ring {format_size(header['ring_bytes'])}"
 
 
 def status_empty(run: Run, check: Check) -> str:
@@ -83,7 +90,9 @@ def status_used(run: Run, check: Check) -> str:
     expect_eq(out["used_bytes"] + out["free_bytes"], state["ring"], "used + free bytes")
     expect_eq(out["records"], len(run.appended) - 1, "records")
     expect_eq(out["shutdown_type"], "graceful", "shutdown type after clean runs")
-    return f"used {out['used_bytes']} bytes ({out['used_percent']}%), free {out['free_bytes']}"
+    from walctl.sizes import format_size
+
+    return f"used {format_size(out['used_bytes'])} ({out['used_percent']}%), free {format_size(out['free_bytes'])}"
 
 
 def status_final(run: Run, check: Check) -> str:
@@ -91,7 +100,7 @@ def status_final(run: Run, check: Check) -> str:
     expect_eq(out["trim_offset"], run.state["uploaded"], "trim point after the uploads")
     expect_eq(out["records"], 0, "live records after everything was uploaded")
     expect_eq((out["findings"], out["shutdown_type"]), (0, "graceful"), "findings and shutdown type")
-    return f"every record uploaded and trimmed; {out['used_bytes']} bytes used (the trimmed last record)"
+    return f"every record uploaded and trimmed; {_plural(out['used_bytes'], 'byte')} used (the trimmed last record)"
 
 
 # -- append, recover, trim --------------------------------------------------------------------
@@ -198,7 +207,8 @@ def upload(metrics: bool = False):
         expect(out["commit_number"] is not None, "no commit number")
         state["uploaded"] = pending[-1][0]
         state.setdefault("objects", []).extend(o["key"] for o in out["objects"])
-        detail = f"{out['records']} records in {out['objects_made']} object(s), commit {out['commit_number']}"
+        detail = (f"{_plural(out['records'], 'record')} in {_plural(out['objects_made'], 'object')}, "
+                  f"commit {out['commit_number']}")
         if metrics:
             from walctl.metrics import parse_values
 

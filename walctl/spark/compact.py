@@ -1,7 +1,7 @@
 """compact: SSO compaction (FORMATS.md 4) on the driver: plan, fence, run the Spark job, commit.
 
 1. Read the manifest and the index of every input SSO (footers and indexes only).
-2. Plan (walctl.spark.plan): drop deleted and expired ranges, SOs for big or gapped
+2. Plan (walctl.compaction.planner): drop deleted and expired ranges, SOs for big or gapped
    streams, the rest into SSOs, iterations under the memory limit.
 3. One commit bumps ``compactor_epoch`` (fencing any older compactor) and prepares the
    output ids.
@@ -28,14 +28,15 @@ from typing import TYPE_CHECKING
 import time
 from dataclasses import dataclass, field
 
-import contextlib
-import signal
-import threading
-
-from walctl.compaction.common import check_made, commit_replacement
+from walctl.spark.cluster import requested_master
+from walctl.compaction.common import check_made, commit_replacement, fence_and_prepare
+from walctl.compaction.coverage import check_coverage
+from walctl.compaction.planner import plan_compaction
 from walctl.defaults import DEFAULT_MEMORY_LIMIT, DEFAULT_SPLIT_SIZE
+from walctl.device.signals import signals_deferred
 from walctl.errors import NotFoundError, UsageError
 from walctl.failpoints import failpoint
+from walctl.spark import session as session_mod
 from walctl.store import manifest as mf
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ class CompactResult:
             "task_timeout_seconds": self.task_timeout_s,
             "seconds": round(self.seconds, 3),
             "objects": [{"key": m["key"], "kind": m["kind"], "size_bytes": m["size"], "iteration": m["iteration"],
-                         "parts": m["parts"], "streams": m["ranges"]} for m in self.made],
+                         "parts": m["parts"], "streams": m["ranges"]} for m in self.made],  # not a manifest entry
             "plan": plan,
         }
 
@@ -134,7 +135,7 @@ def task_timeout(plan, given_s: float | None, read_rate_bps: float | None,
 INDEX_READ_THREADS = 8  # footers and indexes read at once (small ranged reads: latency-bound)
 
 
-def read_indexes(store: Store, objects: list[dict]) -> tuple[dict, int]:
+def read_indexes(store: Store, objects: list[mf.LiveObject]) -> tuple[dict, int]:
     """Footer + index of each object (one or two ranged reads each, a few objects at once);
     returns (indexes, gets). The first failure is raised, as reading them one by one would."""
     from concurrent.futures import ThreadPoolExecutor
@@ -146,8 +147,8 @@ def read_indexes(store: Store, objects: list[dict]) -> tuple[dict, int]:
     with ThreadPoolExecutor(max_workers=max(1, min(INDEX_READ_THREADS, len(objects)))) as pool:
         # The manifest names them: a bad footer or another size is damage naming the object (exit 3)
         for o, result in zip(objects, pool.map(
-                lambda o: inspect(store, o["key"], known=True, expected_size=o["size"]), objects)):
-            indexes[o["id"]] = result.entries
+                lambda o: inspect(store, o.key, known=True, expected_size=o.size), objects)):
+            indexes[o.id] = result.entries
     return indexes, store.stats.snapshot().get("get", 0) - before
 
 
@@ -170,37 +171,12 @@ def check_retention(doc: mf.Manifest, retention: dict[int, int]) -> None:
 
 def min_part_for(store: Store) -> int:
     """Smallest part of a multipart object the store takes (S3: 5 MiB but the last part)."""
-    from walctl.store.base import MIN_PART_BYTES
-
-    return MIN_PART_BYTES if hasattr(store, "bucket") else 1
+    return store.capabilities.min_part_bytes
 
 
 def task_store_url(store: Store, store_url: str) -> str:
     """What executors open: a local store by its absolute path (they do not share our cwd)."""
-    return store.root if hasattr(store, "root") and not hasattr(store, "bucket") else store_url
-
-
-@contextlib.contextmanager
-def signals_deferred():
-    """Let a step that must not be cut (a commit, the JVM's start) finish: SIGINT/SIGTERM arriving
-    meanwhile are noted and raised as KeyboardInterrupt when it is done (main thread only).
-
-    Handlers rather than a signal mask, so a JVM started inside does not inherit blocked signals.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pending: list[int] = []
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    for sig in previous:
-        signal.signal(sig, lambda signum, frame: pending.append(signum))
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if pending:
-        raise KeyboardInterrupt
+    return store.capabilities.executor_url or store_url
 
 
 def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, master: str | None = None,
@@ -231,24 +207,11 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
         CorruptionError, IOFailure, NotFoundError: from the store or the executors (classified).
         JobTimeout: an IOFailure, the job did not finish within its timeout (rolled back).
     """
-    from walctl.spark.plan import check_coverage, plan_compaction
-
     started = time.monotonic()
-    doc = mf.load_latest(store)
-    retention = dict(retention or {})
-    check_retention(doc, retention)
-    candidates = sorted(doc.live("SSO"), key=lambda o: (o["order_id"], o["id"]))
-    candidates = candidates[:max_objects]
-    indexes, index_gets = read_indexes(store, candidates)
-    if tasks is None:
-        from walctl.spark.job import default_tasks, requested_master
-
-        tasks = default_tasks(spark.sparkContext.master if spark is not None else requested_master(master))
-    plan = plan_compaction(doc.to_json(), indexes, memory_limit=memory_limit, split_size=split_size,
-                           max_objects=max_objects, retention=retention, min_part=min_part_for(store),
-                           tasks=tasks)
-    result = CompactResult(plan, plan.idle, dry_run, objects_in=len(plan.inputs),
-                           objects_out=len(plan.outputs), index_gets=index_gets, write_rate_bps=write_rate_bps)
+    result = _planned(store, master=master, memory_limit=memory_limit, split_size=split_size,
+                      max_objects=max_objects, retention=dict(retention or {}), dry_run=dry_run, spark=spark,
+                      tasks=tasks, write_rate_bps=write_rate_bps)
+    plan = result.plan
     result.read_rate_bps = derived_read_rate(plan, read_rate_bps, interval_s)
     result.task_timeout_s = task_timeout(plan, task_timeout_s, result.read_rate_bps, write_rate_bps)
     if on_result is not None:
@@ -257,57 +220,74 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
         result.seconds = time.monotonic() - started
         return result
     check_coverage(plan)
-
-    from walctl.spark import job
-
     if spark is None:
-        job.check_pyspark()  # before the first write: a missing prerequisite changes nothing
-        job.check_java()
-
-    outputs = plan.outputs
-    state: dict = {}
-
-    def start(m: mf.Manifest) -> None:
-        state["epoch"] = m.fence()
-        state["prepared"] = m.prepare(len(outputs), namespace)
-
-    with signals_deferred():
-        mf.commit(store, start, command="compact (fence + prepare)")
-    result.epoch = state["epoch"]
+        session_mod.check_pyspark()  # before the first write: a missing prerequisite changes nothing
+        session_mod.check_java()
+    with signals_deferred(mask=False):
+        result.epoch, prepared = fence_and_prepare(store, len(plan.outputs), namespace, "compact")
     failpoint("compact-after-prepare")
-
-    ours = spark is None and job.owns_new_session()  # never stop a session the caller already had
-    session = None
-    try:
-        if spark is None:
-            with signals_deferred():  # a JVM interrupted while starting would be orphaned
-                session = job.spark_session(master, spark_log_level)
-        else:
-            session = spark
-        result.spark_master = session.sparkContext.master
-        keys = [p["key"] for p in state["prepared"]]
-        ran = job.run_iterations(session, plan, keys, store, task_store_url(store, store_url), endpoint_url,
-                                 progress, result.read_rate_bps, write_rate_bps, timeout_s=result.task_timeout_s, on_warning=on_warning)
-    finally:
-        if ours:
-            job.stop_session(session)
-    result.tasks = ran.iterations
-    result.tasks_at_once = ran.tasks_at_once
-    result.driver_puts = ran.driver_puts
-    made = ran.made
+    made = _run_job(store, store_url, result, [p.key for p in prepared], spark=spark, master=master,
+                    spark_log_level=spark_log_level, endpoint_url=endpoint_url, progress=progress,
+                    write_rate_bps=write_rate_bps, on_warning=on_warning)
     failpoint("compact-before-commit")
     check_made(plan, made)
 
     def set_retention(m: mf.Manifest) -> None:
-        for sid, start_offset in retention.items():
+        for sid, start_offset in (retention or {}).items():
             m.retain(sid, start_offset)
 
-    with signals_deferred():  # an interrupt waits for the commit, then finds the result complete
+    with signals_deferred(mask=False):  # an interrupt waits for the commit, then finds the result complete
         result.commit_number = commit_replacement(
-            store, epoch=state["epoch"], inputs=list(plan.inputs), prepared=state["prepared"], made=made,
-            command="compact", sso_order_id=min(o["order_id"] for o in plan.inputs), also=set_retention)
+            store, epoch=result.epoch, inputs=list(plan.inputs), prepared=prepared, made=made,
+            command="compact", sso_order_id=min(o.order_id for o in plan.inputs), also=set_retention)
         result.made = made
         result.seconds = time.monotonic() - started
     return result
 
 
+def _planned(store: Store, *, master, memory_limit: int, split_size: int, max_objects: int,
+             retention: dict[int, int], dry_run: bool, spark, tasks: int | None,
+             write_rate_bps: float | None) -> CompactResult:
+    """The manifest read, the inputs' indexes read, the plan made: the result so far."""
+    doc = mf.load_latest(store)
+    check_retention(doc, retention)
+    candidates = sorted(doc.live("SSO"), key=lambda o: (o.order_id, o.id))
+    candidates = candidates[:max_objects]
+    indexes, index_gets = read_indexes(store, candidates)
+    if tasks is None:
+        from walctl.spark.job import default_tasks
+
+        tasks = default_tasks(spark.sparkContext.master if spark is not None else requested_master(master))
+    plan = plan_compaction(doc, indexes, memory_limit=memory_limit, split_size=split_size,
+                           max_objects=max_objects, retention=retention, min_part=min_part_for(store),
+                           tasks=tasks)
+    return CompactResult(plan, plan.idle, dry_run, objects_in=len(plan.inputs),
+                         objects_out=len(plan.outputs), index_gets=index_gets, write_rate_bps=write_rate_bps)
+
+
+def _run_job(store: Store, store_url: str, result: CompactResult, keys: list[str], *, spark, master,
+             spark_log_level: str, endpoint_url: str | None, progress, write_rate_bps: float | None,
+             on_warning) -> list[dict]:
+    """The Spark job on ``spark`` or a session of our own (stopped after); the outputs it made."""
+    from walctl.spark import job
+
+    ours = spark is None and session_mod.owns_new_session()  # never stop a session the caller already had
+    session = None
+    try:
+        if spark is None:
+            with signals_deferred(mask=False):  # a JVM interrupted while starting would be orphaned (and
+                # a JVM started with SIGINT/SIGTERM masked would ignore them): handlers, not the mask
+                session = session_mod.spark_session(master, spark_log_level)
+        else:
+            session = spark
+        result.spark_master = session.sparkContext.master
+        ran = job.run_iterations(session, result.plan, keys, store, task_store_url(store, store_url), endpoint_url,
+                                 progress, result.read_rate_bps, write_rate_bps, timeout_s=result.task_timeout_s,
+                                 on_warning=on_warning)
+    finally:
+        if ours:
+            session_mod.stop_session(session)
+    result.tasks = ran.iterations
+    result.tasks_at_once = ran.tasks_at_once
+    result.driver_puts = ran.driver_puts
+    return ran.made

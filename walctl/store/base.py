@@ -127,12 +127,39 @@ class RequestStats:
                     setattr(self, f.name, 0)
 
 
+@dataclass(frozen=True)
+class StoreCapabilities:
+    """What a store can do beyond the Store protocol's methods: callers ask this, never
+    ``hasattr``/``isinstance`` on a store (issue 29 item 2).
+
+    Attributes:
+        server_side_copy: ``compose`` copies CopySources inside the store (S3 UploadPartCopy for
+            parts of at least ``min_part_bytes``, local copy_file_range).
+        min_part_bytes: the smallest part of a multipart object but the last (S3: 5 MiB; local: 1).
+        copies_small_parts_through: ``compose`` reads and re-writes sources in parts under
+            ``min_part_bytes`` (S3); False where every byte is copied in place (local).
+        lends_views: ``read_range_view``/``read_tail_view`` lend memoryviews of the object's bytes
+            (a local store's mapped files) instead of copying them into new bytes.
+        reads_into: ``read_range_into(key, start, end, buf)`` reads straight into a caller's buffer.
+        executor_url: the URL a process on another host or cwd opens the same store by (a local
+            store's absolute path; None: the URL the user gave works everywhere).
+    """
+
+    server_side_copy: bool = False
+    min_part_bytes: int = 1
+    copies_small_parts_through: bool = False
+    lends_views: bool = False
+    reads_into: bool = False
+    executor_url: str | None = None
+
+
 @runtime_checkable
 class Store(Protocol):
     """What the manifest, upload, GC and compaction code need from an object store."""
 
     url: str              # "s3://bucket/prefix" or "/abs/dir"
     stats: RequestStats
+    capabilities: StoreCapabilities  # what it can do beyond these methods
 
     def size(self, key: str) -> int:
         """The object's size in bytes. Raises NotFoundError."""
@@ -167,6 +194,24 @@ class Store(Protocol):
 
     def delete(self, key: str) -> None:
         """Remove the object; a missing one is fine."""
+
+    # An object whose parts several processes write (compaction's Spark tasks): the driver creates
+    # it, each task (its own store, opened from the URL) puts its part, the driver completes or
+    # aborts it (walctl.store.multipart).
+    def create_multipart(self, key: str) -> str:
+        """Start the object; returns its upload id."""
+
+    def put_part(self, key: str, upload_id: str, number: int, chunks: Iterable, position: int,
+                 size: int | None = None) -> dict:
+        """Put part ``number`` (1-based) made of ``chunks``, at object byte ``position``; its record
+        for ``complete_multipart``. ``chunks`` may be an iterator when ``size`` (their total) is
+        given: a local store writes each before it asks for the next."""
+
+    def complete_multipart(self, key: str, upload_id: str, parts: list[dict]) -> None:
+        """Make the object whole from the parts' records (any order; parts 1..n, else IOFailure)."""
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        """Drop the upload and its parts; never raises."""
 
 
 def _check_components(text: str, what: str, *, allow_trailing_slash: bool) -> None:

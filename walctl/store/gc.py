@@ -56,65 +56,93 @@ def gc(store: Store, *, grace_s: float = DEFAULT_GRACE_S, dry_run: bool = False,
     """
     now = time.time() if now is None else now
     result = GcResult(dry_run=dry_run)
-
-    def expired_prepared(m: mf.Manifest) -> list[dict]:
-        # Prepared ids expire by the TTL set when they were reserved (an upload or compaction may
-        # still be writing them), not by --grace, which is the readers' grace for replaced objects.
-        return [p for p in m.prepared if p["expires_at"] <= now]
-
-    def expired_deleting(m: mf.Manifest) -> list[dict]:
-        return [d for d in m.deleting if now - d["marked_at"] >= grace_s]
-
     doc = mf.load_latest(store, required=True)  # no manifest: not a walctl store, delete nothing
-    if expired_prepared(doc) or expired_deleting(doc):
-        if dry_run:
-            result.forgotten_prepared = [p["id"] for p in expired_prepared(doc)]
-            result.forgotten_deleting = [d["id"] for d in expired_deleting(doc)]
-        else:
-            def forget(m: mf.Manifest) -> None:
-                result.forgotten_prepared = [p["id"] for p in expired_prepared(m)]
-                result.forgotten_deleting = [d["id"] for d in expired_deleting(m)]
-                m.forget(result.forgotten_prepared, result.forgotten_deleting)
-
-            committed = mf.commit(store, forget, command="gc")
-            result.commit_number = committed.number
-            doc = committed.manifest
-            failpoint("gc-after-commit")  # a rerun deletes what this run would have
+    doc = _forget(store, doc, result, grace_s, now)
     failpoint("gc-before-delete")
     referenced = doc.referenced_ids()
     if dry_run:
         referenced -= set(result.forgotten_prepared) | set(result.forgotten_deleting)
+
+    def garbage(key: str) -> bool:
+        """An object key of an id the manifest allocated and no longer references."""
+        object_id = _object_id_of(key)
+        return object_id is not None and object_id not in referenced and object_id < doc.next_object_id
+
+    _delete_objects(store, garbage, result)
+    _abort_uploads(store, garbage, result)
+    _delete_temp_files(store, now, result)
+    _delete_old_manifests(store, result)
+    return result
+
+
+def _forget(store: Store, doc: mf.Manifest, result: GcResult, grace_s: float, now: float) -> mf.Manifest:
+    """Commit a manifest without the expired prepared ids and the replaced objects past their grace
+    (a dry run only lists them); returns the manifest the deletions go by."""
+
+    def expired(m: mf.Manifest) -> tuple[list[int], list[int]]:
+        # Prepared ids expire by the TTL set when they were reserved (an upload or compaction may
+        # still be writing them), not by --grace, which is the readers' grace for replaced objects.
+        return ([p.id for p in m.prepared if p.expires_at <= now],
+                [d.id for d in m.deleting if now - d.marked_at >= grace_s])
+
+    prepared, deleting = expired(doc)
+    if not (prepared or deleting):
+        return doc
+    if result.dry_run:
+        result.forgotten_prepared, result.forgotten_deleting = prepared, deleting
+        return doc
+
+    def forget(m: mf.Manifest) -> None:
+        result.forgotten_prepared, result.forgotten_deleting = expired(m)
+        m.forget(result.forgotten_prepared, result.forgotten_deleting)
+
+    committed = mf.commit(store, forget, command="gc")
+    result.commit_number = committed.number
+    failpoint("gc-after-commit")  # a rerun deletes what this run would have
+    return committed.manifest
+
+
+def _delete_objects(store: Store, garbage, result: GcResult) -> None:
     for info in store.list():
-        object_id = _object_id_of(info.key)
-        if object_id is None or object_id in referenced or object_id >= doc.next_object_id:
-            continue
-        result.deleted_objects.append(info.key)
-        if not dry_run:
-            store.delete(info.key)
-            failpoint("gc-after-delete")
-    # A writer killed during a multipart upload (S3) leaves parts that no listing shows; abort
-    # those of garbage ids by the same rule (an allocated id nothing references).
+        if garbage(info.key):
+            result.deleted_objects.append(info.key)
+            if not result.dry_run:
+                store.delete(info.key)
+                failpoint("gc-after-delete")
+
+
+def _abort_uploads(store: Store, garbage, result: GcResult) -> None:
+    """A writer killed during a multipart upload (S3) leaves parts that no listing shows; abort
+    those of garbage ids by the same rule (an allocated id nothing references)."""
     open_uploads = getattr(store, "open_multipart_uploads", None)
-    if open_uploads is not None:
-        for key in open_uploads():
-            object_id = _object_id_of(key)
-            if object_id is None or object_id in referenced or object_id >= doc.next_object_id:
-                continue
+    if open_uploads is None:
+        return
+    for key in open_uploads():
+        if garbage(key):
             result.aborted_uploads.append(key)
-            if not dry_run:
+            if not result.dry_run:
                 store.abort_multipart_uploads(key)
-    # The same for a local store: a writer killed mid-put or mid-spool leaves a temp file that no
-    # listing shows. One untouched for as long as a prepared id lives belongs to no live writer.
+
+
+def _delete_temp_files(store: Store, now: float, result: GcResult) -> None:
+    """The same for a local store: a writer killed mid-put or mid-spool leaves a temp file that no
+    listing shows. One untouched for as long as a prepared id lives belongs to no live writer."""
     stale_temp_files = getattr(store, "stale_temp_files", None)
-    if stale_temp_files is not None:
-        for rel in stale_temp_files(mf.PREPARE_TTL_S, now):
-            result.deleted_temp_files.append(rel)
-            if not dry_run:
-                store.remove_temp_file(rel)
+    if stale_temp_files is None:
+        return
+    for rel in stale_temp_files(mf.PREPARE_TTL_S, now):
+        result.deleted_temp_files.append(rel)
+        if not result.dry_run:
+            store.remove_temp_file(rel)
+
+
+def _delete_old_manifests(store: Store, result: GcResult) -> None:
+    """The manifests beyond the last KEEP_MANIFESTS (a dry run counts the commit it would have made)."""
     numbers = mf.manifest_numbers(store)
-    for number in numbers[:-KEEP_MANIFESTS]:
+    would_commit = result.dry_run and bool(result.forgotten_prepared or result.forgotten_deleting)
+    keep = KEEP_MANIFESTS - 1 if would_commit else KEEP_MANIFESTS
+    for number in numbers[:-keep]:
         key = mf.manifest_key(number)
         result.deleted_manifests.append(key)
-        if not dry_run:
+        if not result.dry_run:
             store.delete(key)
-    return result

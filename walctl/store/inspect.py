@@ -64,7 +64,7 @@ def resolve(target: str, store_url: str | None, endpoint_url: str | None, namesp
             if store_url is not None:
                 raise
             doc = mf.empty_manifest()  # a file given by its path is still inspected when the manifest is not
-        known = next((e for e in (*doc.objects, *doc.deleting) if e["key"] == key), None)
+        known = doc.known_object(key)
     return store, key, known
 
 
@@ -91,7 +91,7 @@ def _resolve(target: str, store_url: str | None, endpoint_url: str | None, names
         object_id = int(target)
         entry = doc.entry(object_id)
         if entry is not None:
-            return store, entry["key"], True
+            return store, entry.key, True
         # Not in a walctl manifest (an AutoMQ bucket has none): look under the namespace given, else
         # walctl's "default" and AutoMQ's "DEFAULT" (ObjectUtils' namespace).
         spaces = [namespace] if namespace else [mf.DEFAULT_NAMESPACE, AUTOMQ_NAMESPACE]

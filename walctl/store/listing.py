@@ -38,11 +38,11 @@ class Listing:
 
         out = {}
         for o in self.manifest.objects:
-            size = self.sizes.get(o["key"])
+            size = self.sizes.get(o.key)
             if size is None:
-                out[o["key"]] = "missing from the store"
-            elif size != o["size"]:
-                out[o["key"]] = truncation(size, o["size"])
+                out[o.key] = "missing from the store"
+            elif size != o.size:
+                out[o.key] = truncation(size, o.size)
         return out
 
     def to_json(self) -> dict:
@@ -52,10 +52,11 @@ class Listing:
             "compactor_epoch": m.compactor_epoch,
             "streams": [{"stream_id": sid, "start_offset": span.start, "end_offset": span.end}
                         for sid, span in sorted(m.streams.items())],
-            "objects": [{"id": o["id"], "key": o["key"], "kind": o["kind"], "size_bytes": o["size"],
-                         "store_size_bytes": self.sizes.get(o["key"]) if self.sizes is not None else None,
-                         "streams": o["ranges"]} for o in m.objects],
-            "prepared": m.prepared, "deleting": m.deleting, "wal_uploads": m.wal_uploads,
+            "objects": [{"id": o.id, "key": o.key, "kind": o.kind, "size_bytes": o.size,
+                         "store_size_bytes": self.sizes.get(o.key) if self.sizes is not None else None,
+                         "streams": [r.to_json() for r in o.ranges]} for o in m.objects],
+            "prepared": [p.to_json() for p in m.prepared], "deleting": [d.to_json() for d in m.deleting],
+            "wal_uploads": {node: mark.to_json() for node, mark in m.wal_uploads.items()},
             "last_commits": [c.to_json() for c in self.commits],
         }
 
@@ -78,6 +79,6 @@ def list_store(url: str, *, endpoint_url: str | None = None, history: int = HIST
         m = mf.load(store, number)
         writer = m.writer or {}
         commits.append(CommitInfo(number, m.commit_id, m.time, writer.get("command"), writer.get("host")))
-    live = {o["key"] for o in doc.objects}
+    live = {o.key for o in doc.objects}
     sizes = {i.key: i.size for i in store.list() if i.key in live}
     return Listing(url, doc, commits, sizes)

@@ -25,6 +25,7 @@ from typing import Iterable, Sequence
 from walctl.device.base import io_failure
 from walctl.device.buffers import ALIGN, aligned_buffer, align_down, align_up
 from walctl.errors import CorruptionError, IOFailure, NotFoundError, UsageError
+from walctl.store import multipart
 from walctl.store.base import (
     DEFAULT_PART_BYTES,
     CopySource,
@@ -32,18 +33,17 @@ from walctl.store.base import (
     ObjectInfo,
     PreconditionFailed,
     RequestStats,
+    StoreCapabilities,
     check_key,
     check_part_size,
     check_prefix,
     check_range,
 )
+from walctl.store.localio import WRITEBACK_BYTES, fsync_dir, write_all
+from walctl.store.localspool import LocalSpool
 
 # errnos that mean "no object under this key" when reading.
 _MISSING = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
-# A large put starts the writeback of what it wrote every this many bytes (posix_fadvise DONTNEED:
-# asynchronous writeback of the range, then its clean pages dropped), so the disk writes while the
-# object is still being built and the fsync before the rename waits only for the last stretch.
-WRITEBACK_BYTES = 16 << 20
 DIRECT_READ_CHUNK = 8 << 20  # O_DIRECT reads go through an aligned buffer of at most this size
 # A read up to this size goes through one aligned buffer of its own size: one copy out instead of two.
 DIRECT_READ_WHOLE = 32 << 20
@@ -102,14 +102,6 @@ def _direct_buffer(size: int):
     return buf
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _written_as_given(data: bytes | Iterable[bytes]) -> Iterable[bytes]:
     """put_large's chunks as they come (checked, not copied): _commit writes each one before it
     asks for the next, so a chunk that is a view, or a buffer the caller fills again, is safe."""
@@ -117,15 +109,6 @@ def _written_as_given(data: bytes | Iterable[bytes]) -> Iterable[bytes]:
         if not isinstance(chunk, (bytes, bytearray, memoryview)):
             raise UsageError(f"put_large: chunks must be bytes, got {type(chunk).__name__}")
         yield chunk if isinstance(chunk, bytes) else memoryview(chunk).cast("B")
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        done = os.write(fd, view)
-        if done == 0:
-            raise OSError(errno.EIO, "write returned 0")
-        view = view[done:]
 
 
 class LocalStore:
@@ -145,6 +128,8 @@ class LocalStore:
         self.root = os.path.abspath(os.fspath(root))
         self.url = self.root
         self.stats = RequestStats()
+        self.capabilities = StoreCapabilities(server_side_copy=True, lends_views=True, reads_into=True,
+                                              executor_url=self.root)
         if os.path.isdir(self.root):
             return
         if os.path.exists(self.root):
@@ -200,7 +185,7 @@ class LocalStore:
             except FileExistsError:
                 if not os.path.isdir(d):
                     raise
-            _fsync_dir(os.path.dirname(d))
+            fsync_dir(os.path.dirname(d))
 
     def _read_error(self, exc: OSError, key: str) -> Exception:
         if exc.errno in _MISSING:
@@ -493,7 +478,7 @@ class LocalStore:
                     # No in-kernel copy here (another filesystem, old kernel): read and write.
                     data = os.pread(src_fd, min(left, DIRECT_READ_CHUNK), pos)
                     self.stats.add("bytes_read", len(data))
-                    _write_all(fd, data)
+                    write_all(fd, data)
                     done = len(data)
                 if done == 0:
                     raise CorruptionError(f"source object ends before its range [{src.start}, {src.end}) "
@@ -522,7 +507,7 @@ class LocalStore:
                     self.stats.add("copy_parts")
                     self.stats.add("bytes_copied", copied)
                     continue
-                _write_all(fd, chunk)
+                write_all(fd, chunk)
                 written += len(chunk)
                 if written - kicked >= WRITEBACK_BYTES:
                     os.posix_fadvise(fd, kicked, written - kicked, os.POSIX_FADV_DONTNEED)
@@ -578,9 +563,9 @@ class LocalStore:
             self._remove_quietly(tmp)
         try:
             # Makes the new name (and the temp name's removal) durable.
-            _fsync_dir(directory)
+            fsync_dir(directory)
             if os.path.dirname(tmp) != directory:
-                _fsync_dir(os.path.dirname(tmp))
+                fsync_dir(os.path.dirname(tmp))
         except OSError as exc:
             raise IOFailure(f"fsync of directory failed: {exc.strerror}",
                             where=self._where(key)) from exc
@@ -632,6 +617,24 @@ class LocalStore:
         self.stats.add("put")
         self._commit(key, pieces, if_absent=False)
 
+    # -- an object written in parts by several processes (walctl.store.multipart) --
+
+    def create_multipart(self, key: str) -> str:
+        return multipart.local_create(self, key)
+
+    def put_part(self, key: str, upload_id: str, number: int, chunks: Iterable, position: int,
+                 size: int | None = None) -> dict:
+        return multipart.local_put_part(self, key, number, chunks, position, size)
+
+    def complete_multipart(self, key: str, upload_id: str, parts: list[dict]) -> None:
+        multipart.local_complete(self, key, multipart.ordered_parts(key, parts))
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        try:
+            multipart.local_abort(self, key)
+        except Exception:  # noqa: BLE001 - best effort on the way out (gc removes it with its prepared id)
+            pass
+
     def delete(self, key: str) -> None:
         path = self._path(key)
         self.stats.add("delete")
@@ -646,121 +649,7 @@ class LocalStore:
         except OSError as exc:
             raise IOFailure(f"delete failed: {exc.strerror}", where=self._where(key)) from exc
         try:
-            _fsync_dir(os.path.dirname(path))
+            fsync_dir(os.path.dirname(path))
         except OSError as exc:
             raise IOFailure(f"fsync of directory failed: {exc.strerror}",
                             where=self._where(key)) from exc
-
-
-class LocalSpool:
-    """An object of a local store written before its key is known: a temp file (``.tmp-*``, which
-    ``list`` never shows) in the store's root. ``write`` appends; ``publish`` appends the last bytes
-    and makes the object appear under a key exactly as a put does (fsync, rename, fsync of the
-    directories); ``discard`` removes it. A crash leaves at most the temp file, as a crash during a
-    put does.
-
-    ``direct`` (where the filesystem takes O_DIRECT): appends of whole ALIGN units from aligned
-    memory (a list of them: one system call) go to the disk without the page cache: no copy into
-    it, no dirty pages competing with the reads of the WAL for the disk, nothing to drop after. Any
-    other append turns direct off for the rest of the spool (buffered from there, as a put: the
-    writeback started every WRITEBACK_BYTES). ``publish``'s last bytes are written buffered.
-
-    ``write`` may run on another thread than the one that opened it; ``publish`` and ``discard``
-    only once no ``write`` runs.
-    """
-
-    def __init__(self, store: LocalStore, *, direct: bool = True):
-        self._store = store
-        self.path = os.path.join(store.root, f"{TEMP_PREFIX}{uuid.uuid4().hex}")
-        try:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except OSError as exc:
-            raise io_failure(f"cannot create a temp object: {exc.strerror or exc}", where=self.path, exc=exc) from exc
-        self.size = 0  # bytes written so far
-        self.key: str | None = None  # where it was published
-        self._kicked = 0
-        self.direct = direct and self._set_direct(True)
-
-    def _set_direct(self, on: bool) -> bool:
-        """Turn O_DIRECT on or off for the spool's fd; False when the filesystem refuses it.
-        (Set after the exclusive create: an O_DIRECT refused at open would leave the file made.)"""
-        import fcntl
-
-        try:
-            flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
-            fcntl.fcntl(self._fd, fcntl.F_SETFL, flags | os.O_DIRECT if on else flags & ~os.O_DIRECT)
-        except OSError:
-            return False
-        return on
-
-    def write(self, data) -> None:
-        """Append ``data`` (bytes-like, or a list of them written with one system call)."""
-        views = [memoryview(d).cast("B") for d in (data if isinstance(data, list) else [data])]
-        try:
-            if self.direct:
-                if self.size % ALIGN or any(v.nbytes % ALIGN for v in views):
-                    self.direct = self._set_direct(False)
-                else:
-                    try:
-                        self.size += pwrite_all(self._fd, views, self.size)
-                        return
-                    except OSError as exc:
-                        if exc.errno != errno.EINVAL:  # EINVAL: memory O_DIRECT does not take (nothing written)
-                            raise
-                        self.direct = self._set_direct(False)
-            self.size += pwrite_all(self._fd, views, self.size)
-            if self.size - self._kicked >= WRITEBACK_BYTES:
-                os.posix_fadvise(self._fd, self._kicked, self.size - self._kicked, os.POSIX_FADV_DONTNEED)
-                self._kicked = self.size
-        except OSError as exc:
-            raise io_failure(f"write failed: {exc.strerror or exc}", where=self.path, exc=exc) from exc
-
-    def publish(self, key: str, tail: bytes = b"") -> None:
-        """Append ``tail`` and store the whole under ``key`` (replacing what is there, as put)."""
-        store = self._store
-        check_key(key)
-        store.stats.add("put")
-        if self._fd < 0:
-            raise UsageError("the spool is already published or discarded", where=self.path)
-        try:
-            path = store._make_key_dirs(key)
-            if self.direct:
-                self.direct = self._set_direct(False)
-            pwrite_all(self._fd, [memoryview(tail).cast("B")], self.size)
-        except BaseException as exc:
-            fd, self._fd = self._fd, -1
-            os.close(fd)
-            store._remove_quietly(self.path)
-            if isinstance(exc, OSError):
-                raise io_failure(f"write failed: {exc.strerror or exc}", where=store._where(key), exc=exc) from exc
-            raise
-        fd, self._fd = self._fd, -1
-        store._publish(fd, self.path, key, path, if_absent=False)
-        self.key = key
-        store.stats.add("bytes_written", self.size + len(tail))
-
-    def discard(self) -> None:
-        """Remove the temp file (nothing was published); a no-op once published or discarded."""
-        if self._fd < 0:
-            return
-        fd, self._fd = self._fd, -1
-        os.close(fd)
-        self._store._remove_quietly(self.path)
-
-
-def pwrite_all(fd: int, views: list, pos: int) -> int:
-    """Write ``views`` back to back at ``pos`` (pwritev, again after a short write); returns the bytes written."""
-    total = 0
-    views = [v for v in views if v.nbytes]
-    while views:
-        done = os.pwritev(fd, views, pos)
-        if done == 0:
-            raise OSError(errno.EIO, "write returned 0")
-        pos += done
-        total += done
-        while views and done >= views[0].nbytes:
-            done -= views[0].nbytes
-            views = views[1:]
-        if done:
-            views = [views[0][done:]] + views[1:]
-    return total

@@ -18,7 +18,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, ClassVar
 
 from walctl.errors import CorruptionError, NotFoundError, RefusedError
 from walctl.store.base import Store
@@ -29,6 +29,7 @@ NUMBER_DIGITS = 20  # zero-padded so that listing order is commit order
 DEFAULT_NAMESPACE = "default"
 PREPARE_TTL_S = 3600  # a prepared id older than this is garbage (its upload died or gave up)
 MAX_COMMIT_ATTEMPTS = 20
+MAX_OBJECT_ID = (1 << 63) - 1  # AutoMQ's object ids are Java longs
 
 
 def manifest_key(number: int) -> str:
@@ -56,10 +57,225 @@ class StreamSpan:
         return {"start": self.start, "end": self.end}
 
 
-# The document's keys (FORMATS.md 5), in the order of the dataclass below. Entries of ``objects``
-# ({id, key, kind, size, order_id, data_time, ranges: [{stream_id, start, end, bytes}]}),
-# ``prepared`` ({id, key, prepared_at, expires_at}), ``deleting`` ({id, key, marked_at}),
-# ``wal_uploads`` values (upload marks) and ``stream_gaps`` stay the JSON objects they are on disk.
+# -- the entries (FORMATS.md 5) ------------------------------------------------------------------
+# Each is a dataclass read from and written back to its JSON object: ``from_json``/``to_json``, the
+# keys this version does not know kept in ``extra`` and written back unchanged. An optional key is
+# written only when its attribute is not None (an explicit null on disk stays in ``extra``).
+
+
+class _Entry:
+    """What the entries share: the JSON keys (``_KEYS`` required, ``_OPTIONAL``), their attributes
+    (``_ATTRS``: where a key is not a Python name), and ``extra``."""
+
+    _KEYS: ClassVar[tuple[str, ...]] = ()
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ()
+    _ATTRS: ClassVar[dict[str, str]] = {}
+    _KEY_SET: ClassVar[frozenset[str]] = frozenset()
+    _OPTIONAL_SET: ClassVar[frozenset[str]] = frozenset()
+    extra: dict
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._KEY_SET, cls._OPTIONAL_SET = frozenset(cls._KEYS), frozenset(cls._OPTIONAL)
+
+    @classmethod
+    def _fields_of(cls, doc: dict) -> dict:
+        """The constructor's keyword arguments for the JSON object ``doc`` (a required key missing:
+        the constructor's TypeError)."""
+        known: dict = {}
+        extra: dict = {}
+        attrs, keys, optional = cls._ATTRS, cls._KEY_SET, cls._OPTIONAL_SET
+        for k, v in doc.items():
+            if k in keys or (k in optional and v is not None):
+                known[attrs.get(k, k)] = v
+            else:
+                extra[k] = v
+        known["extra"] = extra
+        return known
+
+    @classmethod
+    def from_json(cls, doc: dict):
+        return cls(**cls._fields_of(doc))
+
+    def to_json(self) -> dict:
+        out = dict(self.extra)
+        for k in self._KEYS:
+            out[k] = _json_of(getattr(self, self._ATTRS.get(k, k)))
+        for k in self._OPTIONAL:
+            value = getattr(self, self._ATTRS.get(k, k))
+            if value is not None:
+                out[k] = value
+        return out
+
+    @classmethod
+    def of(cls, entry):
+        """``entry`` as this type (shim: removed when no caller builds entries as dicts)."""
+        return entry if isinstance(entry, cls) else cls.from_json(entry)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, _Entry):
+            return type(self) is type(other) and self.to_json() == other.to_json()
+        if isinstance(other, dict):  # shim: removed when no caller compares an entry with a dict
+            return self.to_json() == other
+        return NotImplemented
+
+    __hash__ = None  # mutable, like the dicts they replace
+
+    def __deepcopy__(self, memo):
+        """Copied field by field (commit deep-copies every manifest: copy's generic path is 3x slower)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.extra = copy.deepcopy(self.extra, memo) if self.extra else {}
+        return new
+
+    # -- shim: removed when no caller uses it (dict-style reads and writes of the JSON keys) --------
+
+    def _attr(self, key: str) -> str | None:
+        if key in self._KEYS or (key in self._OPTIONAL and getattr(self, self._ATTRS.get(key, key)) is not None):
+            return self._ATTRS.get(key, key)
+        return None
+
+    def __getitem__(self, key: str):
+        attr = self._attr(key)
+        if attr is not None:
+            return getattr(self, attr)
+        return self.extra[key]
+
+    def get(self, key: str, default=None):
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key: str) -> bool:
+        return self._attr(key) is not None or key in self.extra
+
+    def __setitem__(self, key: str, value) -> None:
+        if key in self._KEYS or key in self._OPTIONAL:
+            setattr(self, self._ATTRS.get(key, key), value)
+        else:
+            self.extra[key] = value
+
+    def keys(self):
+        return self.to_json().keys()
+
+
+def _json_of(value):
+    """A field's JSON value: entries (and lists of them) as their JSON objects."""
+    if isinstance(value, list):
+        return [v.to_json() if isinstance(v, _Entry) else v for v in value]
+    return value.to_json() if isinstance(value, _Entry) else value
+
+
+@dataclass(eq=False)
+class ObjectRange(_Entry):
+    """A stream's offsets [start, end) in a live object, and its bytes there (DataBlocks, headers included)."""
+
+    stream_id: int
+    start: int
+    end: int
+    bytes: int
+    extra: dict = field(default_factory=dict, repr=False)
+
+    _KEYS = ("stream_id", "start", "end", "bytes")
+
+
+@dataclass(eq=False)
+class LiveObject(_Entry):
+    """A live object: its id and key, kind ("SO" or "SSO"), size, the order it sorts in (an SSO made
+    by compaction takes its oldest input's), when its data was written, and its streams' ranges."""
+
+    id: int
+    key: str
+    kind: str
+    size: int
+    ranges: list[ObjectRange]
+    order_id: int | None = None  # every walctl manifest has it (parse_manifest checks); None: not written
+    data_time: float | None = None  # likewise
+    extra: dict = field(default_factory=dict, repr=False)
+
+    _KEYS = ("id", "key", "kind", "size", "ranges")
+    _OPTIONAL = ("order_id", "data_time")
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "LiveObject":
+        known = cls._fields_of(doc)
+        known["ranges"] = [ObjectRange.of(r) for r in known["ranges"]]
+        return cls(**known)
+
+    def __deepcopy__(self, memo):
+        new = super().__deepcopy__(memo)
+        new.ranges = [r.__deepcopy__(memo) if isinstance(r, _Entry) else copy.deepcopy(r, memo) for r in self.ranges]
+        return new
+
+
+@dataclass(eq=False)
+class PreparedId(_Entry):
+    """An object id reserved by a commit (its object may be being written); garbage after ``expires_at``."""
+
+    id: int
+    key: str
+    prepared_at: float
+    expires_at: float
+    extra: dict = field(default_factory=dict, repr=False)
+
+    _KEYS = ("id", "key", "prepared_at", "expires_at")
+
+
+@dataclass(eq=False)
+class DeletingEntry(_Entry):
+    """An object compaction replaced at ``marked_at``: gc deletes it after a grace."""
+
+    id: int
+    key: str
+    marked_at: float
+    extra: dict = field(default_factory=dict, repr=False)
+
+    _KEYS = ("id", "key", "marked_at")
+
+
+@dataclass(eq=False)
+class UploadMark(_Entry):
+    """The last record of a WAL that is in the store: its WAL offset, its batch's stream and base
+    offset, and its body's crc32c (enough to know the record again in a re-initialised WAL)."""
+
+    offset: int
+    stream_id: int
+    base_offset: int
+    body_crc: int
+    extra: dict = field(default_factory=dict, repr=False)
+
+    _KEYS = ("offset", "stream_id", "base_offset", "body_crc")
+
+
+@dataclass(eq=False)
+class StreamGap(_Entry):
+    """Stream offsets [from, to) no object holds, recorded by an upload: ``cause`` "crash" (a crash
+    hole explains it: ``hole_start``, ``sealed``, ``sealed_at_ns``), "accepted" (``--accept-gap``) or
+    "corruption" (salvage read past damage at ``damage_offset``, the one key written only when set);
+    the WAL offsets of the records around it, the WAL's ``node_id`` and when it was recorded."""
+
+    stream_id: int
+    from_offset: int
+    to_offset: int
+    cause: str
+    hole_start: int | None
+    sealed: bool
+    sealed_at_ns: int | None
+    before_wal_offset: int | None
+    after_wal_offset: int | None
+    node_id: int
+    time: float
+    damage_offset: int | None = None
+    extra: dict = field(default_factory=dict, repr=False)
+
+    _KEYS = ("stream_id", "from", "to", "cause", "hole_start", "sealed", "sealed_at_ns", "before_wal_offset",
+             "after_wal_offset", "node_id", "time")
+    _OPTIONAL = ("damage_offset",)
+    _ATTRS = {"from": "from_offset", "to": "to_offset"}
+
+
+# The document's keys (FORMATS.md 5), in the order of the dataclass below.
 _KEYS = ("version", "number", "parent", "commit_id", "time", "writer", "next_object_id", "compactor_epoch",
          "streams", "objects", "prepared", "deleting", "wal_uploads")
 
@@ -84,12 +300,24 @@ class Manifest:
     next_object_id: int = 1
     compactor_epoch: int = 0
     streams: dict[int, StreamSpan] = field(default_factory=dict)
-    objects: list[dict] = field(default_factory=list)  # live objects
-    prepared: list[dict] = field(default_factory=list)  # reserved ids, with an expiry
-    deleting: list[dict] = field(default_factory=list)  # replaced objects, deleted by gc after a grace
-    wal_uploads: dict[str, dict] = field(default_factory=dict)  # WAL node id -> its last uploaded record
-    stream_gaps: list[dict] | None = None  # absent in older manifests: None writes no key
+    objects: list[LiveObject] = field(default_factory=list)  # live objects
+    prepared: list[PreparedId] = field(default_factory=list)  # reserved ids, with an expiry
+    deleting: list[DeletingEntry] = field(default_factory=list)  # replaced objects, deleted by gc after a grace
+    wal_uploads: dict[str, UploadMark] = field(default_factory=dict)  # WAL node id -> its last uploaded record
+    stream_gaps: list[StreamGap] | None = None  # absent in older manifests: None writes no key
     extra: dict = field(default_factory=dict)  # keys this version does not know, written back unchanged
+
+    def __post_init__(self) -> None:
+        self.typed()
+
+    def typed(self) -> None:
+        """Entries a caller gave as dicts become typed (shim: removed when no caller builds entries
+        as dicts)."""
+        for name, entry_type in _ENTRY_LISTS.items():
+            setattr(self, name, [entry_type.of(e) for e in getattr(self, name)])
+        self.wal_uploads = {node: UploadMark.of(m) for node, m in self.wal_uploads.items()}
+        if self.stream_gaps is not None:
+            self.stream_gaps = [StreamGap.of(g) for g in self.stream_gaps]
 
     # -- the document ---------------------------------------------------------------------------
 
@@ -97,14 +325,23 @@ class Manifest:
     def from_json(cls, doc: dict) -> "Manifest":
         known = {k: doc[k] for k in _KEYS}
         known["streams"] = {int(sid): StreamSpan(v["start"], v["end"]) for sid, v in doc["streams"].items()}
+        known["objects"] = [LiveObject.from_json(o) for o in doc["objects"]]
+        known["prepared"] = [PreparedId.from_json(p) for p in doc["prepared"]]
+        known["deleting"] = [DeletingEntry.from_json(d) for d in doc["deleting"]]
+        known["wal_uploads"] = {node: UploadMark.from_json(m) for node, m in doc["wal_uploads"].items()}
+        gaps = doc.get("stream_gaps")
         extra = {k: v for k, v in doc.items() if k not in _KEYS and k != "stream_gaps"}
-        return cls(**known, stream_gaps=doc.get("stream_gaps"), extra=extra)
+        return cls(**known, stream_gaps=None if gaps is None else [StreamGap.from_json(g) for g in gaps],
+                   extra=extra)
 
     def to_json(self) -> dict:
         doc = {k: getattr(self, k) for k in _KEYS}
         doc["streams"] = {str(sid): span.to_json() for sid, span in self.streams.items()}
+        for name, entry_type in _ENTRY_LISTS.items():
+            doc[name] = [entry_type.of(e).to_json() for e in doc[name]]
+        doc["wal_uploads"] = {node: UploadMark.of(m).to_json() for node, m in self.wal_uploads.items()}
         if self.stream_gaps is not None:
-            doc["stream_gaps"] = self.stream_gaps
+            doc["stream_gaps"] = [StreamGap.of(g).to_json() for g in self.stream_gaps]
         doc.update(self.extra)
         return doc
 
@@ -116,36 +353,39 @@ class Manifest:
     def stream(self, stream_id: int) -> StreamSpan | None:
         return self.streams.get(stream_id)
 
-    def upload_mark(self, node_id: int | str) -> dict | None:
-        """The last record of WAL ``node_id`` that is in the store ({offset, stream_id, base_offset,
-        body_crc}), or None: nothing of it uploaded yet."""
+    def upload_mark(self, node_id: int | str) -> UploadMark | None:
+        """The last record of WAL ``node_id`` that is in the store, or None: nothing of it uploaded yet."""
         return self.wal_uploads.get(str(node_id))
 
-    def live(self, kind: str | None = None) -> list[dict]:
+    def live(self, kind: str | None = None) -> list[LiveObject]:
         """The live objects (of ``kind`` "SO" or "SSO" only, when given)."""
-        return list(self.objects) if kind is None else [o for o in self.objects if o["kind"] == kind]
+        return list(self.objects) if kind is None else [o for o in self.objects if o.kind == kind]
 
     def live_ids(self) -> set[int]:
-        return {o["id"] for o in self.objects}
+        return {o.id for o in self.objects}
 
     def prepared_ids(self) -> set[int]:
-        return {p["id"] for p in self.prepared}
+        return {p.id for p in self.prepared}
 
     def referenced_ids(self) -> set[int]:
         """Every id a commit may still need: live, prepared or awaiting deletion."""
-        return self.live_ids() | self.prepared_ids() | {d["id"] for d in self.deleting}
+        return self.live_ids() | self.prepared_ids() | {d.id for d in self.deleting}
 
-    def entry(self, object_id: int) -> dict | None:
+    def entry(self, object_id: int) -> LiveObject | PreparedId | DeletingEntry | None:
         """The live, prepared or deleting entry with this id."""
-        return next((e for e in (*self.objects, *self.prepared, *self.deleting) if e["id"] == object_id), None)
+        return next((e for e in (*self.objects, *self.prepared, *self.deleting) if e.id == object_id), None)
+
+    def known_object(self, key: str) -> LiveObject | DeletingEntry | None:
+        """The live or replaced object with this key (so it must be a valid object), or None."""
+        return next((e for e in (*self.objects, *self.deleting) if e.key == key), None)
 
     def names(self, key: str) -> bool:
         """A live or replaced object has this key (so it must be a valid object)."""
-        return any(e["key"] == key for e in (*self.objects, *self.deleting))
+        return self.known_object(key) is not None
 
-    def ranges_of(self, stream_id: int) -> list[tuple[int, int, dict]]:
+    def ranges_of(self, stream_id: int) -> list[tuple[int, int, LiveObject]]:
         """(start, end, object) of every live object's range of ``stream_id``, in manifest order."""
-        return [(r["start"], r["end"], o) for o in self.objects for r in o["ranges"] if r["stream_id"] == stream_id]
+        return [(r.start, r.end, o) for o in self.objects for r in o.ranges if r.stream_id == stream_id]
 
     def holds(self, stream_id: int, base_offset: int, end_offset: int) -> bool:
         """The store holds these offsets of the stream: a live object's range holds them, or
@@ -159,12 +399,15 @@ class Manifest:
 
     # -- transitions (each edits this snapshot; ``commit`` writes it) ----------------------------
 
-    def prepare(self, count: int, namespace: str, *, now: float | None = None) -> list[dict]:
-        """Reserve ``count`` object ids: returns their prepared entries ({id, key, prepared_at, expires_at})."""
+    def prepare(self, count: int, namespace: str, *, now: float | None = None) -> list[PreparedId]:
+        """Reserve ``count`` object ids: returns their prepared entries."""
         now = time.time() if now is None else now
         first = self.next_object_id
+        if first + count - 1 > MAX_OBJECT_ID:
+            raise RefusedError(f"no object ids left: next_object_id {first} + {count} passes 2^63-1 (AutoMQ's ids "
+                               "are 64-bit)", hint="the store's ids are exhausted: start a new store")
         self.next_object_id = first + count
-        entries = [{"id": i, "key": object_key(i, namespace), "prepared_at": now, "expires_at": now + PREPARE_TTL_S}
+        entries = [PreparedId(i, object_key(i, namespace), now, now + PREPARE_TTL_S)
                    for i in range(first, first + count)]
         self.prepared.extend(entries)
         return entries
@@ -172,43 +415,44 @@ class Manifest:
     def release(self, ids) -> None:
         """Give prepared ids up (an upload rolled back, or the objects went live)."""
         ids = set(ids)
-        self.prepared = [p for p in self.prepared if p["id"] not in ids]
+        self.prepared = [p for p in self.prepared if p.id not in ids]
 
-    def make_live(self, made: list[dict]) -> None:
-        """Objects written for prepared ids become live; their streams' spans grow to hold them."""
-        self.release(o["id"] for o in made)
+    def make_live(self, made: list[LiveObject]) -> None:
+        """Objects written for prepared ids become live; their streams' spans grow to hold them.
+        (Shim: dicts are taken too, removed when no caller builds entries as dicts.)"""
+        made = [LiveObject.of(o) for o in made]
+        self.release(o.id for o in made)
         self.objects.extend(made)
         for obj in made:
-            for r in obj["ranges"]:
-                span = self.streams.setdefault(r["stream_id"], StreamSpan(r["start"], r["end"]))
-                span.start = min(span.start, r["start"])
-                span.end = max(span.end, r["end"])
+            for r in obj.ranges:
+                span = self.streams.setdefault(r.stream_id, StreamSpan(r.start, r.end))
+                span.start = min(span.start, r.start)
+                span.end = max(span.end, r.end)
 
-    def advance(self, node_id: int | str, mark: dict) -> None:
-        """WAL ``node_id`` is uploaded up to the record ``mark`` names."""
-        self.wal_uploads[str(node_id)] = mark
+    def advance(self, node_id: int | str, mark: UploadMark) -> None:
+        """WAL ``node_id`` is uploaded up to the record ``mark`` names. (Shim: a dict is taken too.)"""
+        self.wal_uploads[str(node_id)] = UploadMark.of(mark)
 
-    def add_gaps(self, gaps: list[dict]) -> None:
-        """Stream gaps an upload carried forward (why those streams have holes)."""
+    def add_gaps(self, gaps: list[StreamGap]) -> None:
+        """Stream gaps an upload carried forward (why those streams have holes). (Shim: dicts are taken too.)"""
         if self.stream_gaps is None:
             self.stream_gaps = []
-        self.stream_gaps.extend(gaps)
+        self.stream_gaps.extend(StreamGap.of(g) for g in gaps)
 
     def fence(self) -> int:
         """A compactor starts: older ones can no longer commit. Returns the new epoch."""
         self.compactor_epoch += 1
         return self.compactor_epoch
 
-    def replace(self, input_ids, outputs: list[dict], *, reserved, now: float) -> None:
+    def replace(self, input_ids, outputs: list[LiveObject], *, reserved, now: float) -> None:
         """Compaction: the inputs leave the live set (to ``deleting``, for gc after a grace), the
         outputs (entries for ids it prepared) become live, and every id it ``reserved`` stops
-        being prepared."""
+        being prepared. (Shim: outputs as dicts are taken too.)"""
         input_ids = set(input_ids)
-        self.deleting.extend({"id": o["id"], "key": o["key"], "marked_at": now}
-                             for o in self.objects if o["id"] in input_ids)
-        self.objects = [o for o in self.objects if o["id"] not in input_ids]
+        self.deleting.extend(DeletingEntry(o.id, o.key, now) for o in self.objects if o.id in input_ids)
+        self.objects = [o for o in self.objects if o.id not in input_ids]
         self.release(reserved)
-        self.objects.extend(outputs)
+        self.objects.extend(LiveObject.of(o) for o in outputs)
 
     def retain(self, stream_id: int, start: int) -> None:
         """Retention: the stream's offsets below ``start`` are dropped (its start never moves back)."""
@@ -219,8 +463,11 @@ class Manifest:
     def forget(self, prepared_ids, deleting_ids) -> None:
         """gc: expired prepared ids and replaced objects past their grace leave the manifest."""
         prepared_ids, deleting_ids = set(prepared_ids), set(deleting_ids)
-        self.prepared = [p for p in self.prepared if p["id"] not in prepared_ids]
-        self.deleting = [d for d in self.deleting if d["id"] not in deleting_ids]
+        self.prepared = [p for p in self.prepared if p.id not in prepared_ids]
+        self.deleting = [d for d in self.deleting if d.id not in deleting_ids]
+
+
+_ENTRY_LISTS = {"objects": LiveObject, "prepared": PreparedId, "deleting": DeletingEntry}
 
 
 @dataclass(frozen=True)
@@ -230,21 +477,32 @@ class Committed:
     attempts: int
 
 
+_BAD_MANIFEST_HINT = "edited by hand, or damaged: restore the file from a copy (walctl never rewrites one)"
+
+
 def parse_manifest(raw: bytes, key: str) -> Manifest:
+    """The manifest stored at ``key``, every field checked once (manifest_schema: types, ranges, keys).
+
+    Raises:
+        CorruptionError: not JSON, another version, or a field that is wrong (its path named:
+            ``objects[3].ranges[0].end: expected an integer, got "x"``).
+    """
+    from walctl.store.manifest_schema import BadField, check_document
+
     try:
         doc = json.loads(raw)
-    except ValueError as exc:
-        raise CorruptionError(f"manifest is not valid JSON: {exc}", where=key) from exc
-    if not isinstance(doc, dict) or any(k not in doc for k in _KEYS):
-        raise CorruptionError("manifest lacks required fields", where=key,
-                              hint="not written by walctl, or damaged")
-    if doc["version"] != MANIFEST_VERSION:
-        raise CorruptionError(f"manifest version {doc['version']} is not {MANIFEST_VERSION}", where=key)
+    except (ValueError, RecursionError) as exc:
+        raise CorruptionError(f"manifest is not valid JSON: {exc}", where=key, hint=_BAD_MANIFEST_HINT) from exc
     try:
-        return Manifest.from_json(doc)
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise CorruptionError(f"manifest has a malformed field: {exc}", where=key,
-                              hint="not written by walctl, or damaged") from exc
+        check_document(doc)
+    except BadField as exc:
+        raise CorruptionError(f"manifest field {exc}", where=key, hint=_BAD_MANIFEST_HINT) from None
+    except RecursionError:
+        raise CorruptionError("manifest nests too deeply", where=key, hint=_BAD_MANIFEST_HINT) from None
+    if doc["version"] != MANIFEST_VERSION:
+        raise CorruptionError(f"manifest version {doc['version']} is not {MANIFEST_VERSION}", where=key,
+                              hint="written by another walctl version: use that version")
+    return Manifest.from_json(doc)
 
 
 def manifest_numbers(store: Store) -> list[int]:
@@ -296,6 +554,7 @@ def commit(store: Store, change: Callable[[Manifest], Manifest | None], *, comma
         result = change(doc)
         if result is not None:
             doc = result
+        doc.typed()  # shim: removed when no change function sets entries as dicts
         doc.number = base.number + 1
         doc.parent = base.number or None
         doc.commit_id = str(uuid.uuid4())

@@ -25,23 +25,21 @@ import os
 import random
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Iterator, Sequence
 from urllib.parse import urlsplit
 
 from walctl.defaults import DEFAULT_S3_CONNECT_TIMEOUT_S, DEFAULT_S3_READ_TIMEOUT_S
-from walctl.errors import CorruptionError, IOFailure, NotFoundError, UsageError, WalctlError
-from walctl.failpoints import failpoint
+from walctl.errors import IOFailure, NotFoundError, UsageError, WalctlError
+from walctl.store import multipart
 from walctl.store.base import (
     DEFAULT_PART_BYTES,
-    MAX_PART_BYTES,
-    MAX_PARTS,
     MIN_PART_BYTES,
     CopySource,
     MULTIPART_THRESHOLD_BYTES,
     ObjectInfo,
     PreconditionFailed,
     RequestStats,
+    StoreCapabilities,
     check_key,
     check_part_size,
     check_prefix,
@@ -202,6 +200,25 @@ def _code_status(exc: Any) -> tuple[str, int | None]:
     return str(error.get("Code", "") or ""), status
 
 
+def _client_error(exc: Any, op: str, where: str) -> WalctlError:
+    """The walctl error for an S3 error response that is not worth a retry."""
+    error = exc.response.get("Error", {}) or {}
+    code = str(error.get("Code", "") or "")
+    status = (exc.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode")
+    label = _client_error_label(exc)
+    if code in _PRECONDITION_CODES or status == 412:
+        return PreconditionFailed("object already exists", where=where, hint=f"S3 {op}: {label}")
+    if code == "NoSuchBucket":
+        return NotFoundError("no such bucket", where=where, hint="check the bucket name in --store, and --endpoint-url")
+    if code in _NOT_FOUND_CODES or (status == 404 and code != "NoSuchUpload"):
+        return NotFoundError("no such object", where=where)
+    if code == "InvalidRange" or status == 416:
+        return _RangeNotSatisfiable(f"S3 {op}: range not satisfiable", where=where)
+    if code in _ACCESS_CODES or status == 403:
+        return IOFailure(f"S3 {op} refused: {label}", where=where, hint="access denied")
+    return IOFailure(f"S3 {op} failed: {label}", where=where)
+
+
 def _client_error_label(exc: Any) -> str:
     code, status = _code_status(exc)
     return f"{code or 'error'} (HTTP {status})" if status else (code or "error")
@@ -285,6 +302,8 @@ class S3Store:
         self.read_timeout_s = read_timeout_s
         self.multipart_threshold_bytes = multipart_threshold_bytes
         self.stats = RequestStats()
+        self.capabilities = StoreCapabilities(server_side_copy=True, min_part_bytes=MIN_PART_BYTES,
+                                              copies_small_parts_through=True)
         self._client = None
         self._client_lock = threading.Lock()
         self._local = threading.local()   # HTTP attempts of the current call, per thread
@@ -418,23 +437,7 @@ class S3Store:
             return IOFailure(f"S3 {op} failed: network error ({type(exc).__name__})",
                              where=where, hint=f"{tries} to {self._endpoint_host()}")
         if isinstance(exc, bce.ClientError):
-            error = exc.response.get("Error", {}) or {}
-            code = str(error.get("Code", "") or "")
-            status = (exc.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode")
-            label = _client_error_label(exc)
-            if code in _PRECONDITION_CODES or status == 412:
-                return PreconditionFailed("object already exists", where=where,
-                                          hint=f"S3 {op}: {label}")
-            if code == "NoSuchBucket":
-                return NotFoundError("no such bucket", where=where,
-                                     hint="check the bucket name in --store, and --endpoint-url")
-            if code in _NOT_FOUND_CODES or (status == 404 and code != "NoSuchUpload"):
-                return NotFoundError("no such object", where=where)
-            if code == "InvalidRange" or status == 416:
-                return _RangeNotSatisfiable(f"S3 {op}: range not satisfiable", where=where)
-            if code in _ACCESS_CODES or status == 403:
-                return IOFailure(f"S3 {op} refused: {label}", where=where, hint="access denied")
-            return IOFailure(f"S3 {op} failed: {label}", where=where)
+            return _client_error(exc, op, where)
         if isinstance(exc, (bce.NoCredentialsError, bce.PartialCredentialsError,
                             bce.CredentialRetrievalError)):
             return IOFailure("no usable S3 credentials", where=where,
@@ -576,7 +579,7 @@ class S3Store:
 
     def put_large(self, key: str, data: bytes | Iterable[bytes], *,
                   part_size: int = DEFAULT_PART_BYTES) -> None:
-        full = self._full_key(key)
+        self._full_key(key)  # (checks the key before any byte is read)
         check_part_size(part_size)
         if isinstance(data, (bytes, bytearray, memoryview)):
             if len(data) <= self.multipart_threshold_bytes:
@@ -594,150 +597,35 @@ class S3Store:
             else:
                 self.put(key, bytes(head))
                 return
-            stream = _head_then(head, chunks)
-            del head  # _head_then holds it now, and lets it go once it is cut into parts
-        self._multipart(key, full, stream, part_size)
-
-    def _multipart(self, key: str, full: str, stream: Iterator[bytes], part_size: int) -> None:
-        checksum = self._checksum_algorithm()
-        create: dict[str, Any] = {"Bucket": self.bucket, "Key": full}
-        if checksum:
-            create["ChecksumAlgorithm"] = checksum
-        upload_id = self._call("CreateMultipartUpload", key, **create)["UploadId"]
-        parts: list[dict[str, Any]] = []
-        total = 0
-        try:
-            # One part goes up (a thread) while the next is built from the stream: the network and
-            # the building (upload's WAL reads) overlap; at most two parts are held.
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="walctl-s3-part") as sender:
-                sending = None
-                for number, body in enumerate(_split_parts(stream, part_size), start=1):
-                    if number > MAX_PARTS:
-                        raise UsageError(f"object needs more than {MAX_PARTS} parts of "
-                                         f"{part_size} bytes: use a larger part size",
-                                         where=self._where(key))
-                    if sending is not None:
-                        parts.append(sending.result())
-                    sending = sender.submit(self._upload_part, key, full, upload_id, number, body, checksum)
-                    total += len(body)
-                    del body
-                if sending is not None:
-                    parts.append(sending.result())
-            try:
-                self._call("CompleteMultipartUpload", key, Bucket=self.bucket, Key=full,
-                           UploadId=upload_id, MultipartUpload={"Parts": parts})
-            except WalctlError as err:
-                # A retried complete whose first attempt landed finds no upload.
-                if getattr(err, "attempts", 1) > 1 and self._has_size(key, total):
-                    pass
-                else:
-                    raise
-        except BaseException as exc:
-            self._abort(key, full, upload_id, exc)
-            raise
-        self.stats.add("bytes_written", total)
-
-    def _upload_part(self, key: str, full: str, upload_id: str, number: int, body: bytes,
-                     checksum: str | None) -> dict[str, Any]:
-        """UploadPart; returns the part's entry for CompleteMultipartUpload."""
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full, "UploadId": upload_id,
-                                  "PartNumber": number, "Body": body}
-        if checksum:
-            kwargs["ChecksumAlgorithm"] = checksum
-        resp = self._call("UploadPart", key, **kwargs)
-        part = {"PartNumber": number, "ETag": resp["ETag"]}
-        member = f"Checksum{checksum}" if checksum else None
-        if member and resp.get(member):
-            part[member] = resp[member]
-        return part
+            stream = multipart.head_then(head, chunks)
+            del head  # head_then holds it now, and lets it go once it is cut into parts
+        multipart.s3_put_stream(self, key, stream, part_size)
 
     def compose(self, key: str, pieces: Sequence[bytes | CopySource]) -> None:
-        """One multipart upload: UploadPartCopy (a ranged server-side copy) for every part that
-        can be one, UploadPart only for what S3's 5 MiB part minimum forces through us.
+        """UploadPartCopy for every part that can be one (walctl.store.multipart.s3_compose)."""
+        multipart.s3_compose(self, key, pieces)
 
-        See ``plan_compose_parts`` for the cut. An object with nothing to copy server-side is
-        one PutObject of the bytes.
-        """
-        full = self._full_key(key)
-        for piece in pieces:
-            if isinstance(piece, CopySource):
-                self._full_key(piece.key)
-                check_range(piece.start, piece.end)
-        parts = plan_compose_parts(pieces)
-        if not any(isinstance(p, CopySource) for p in parts):
-            data = b"".join(self._fetch(p) for part in parts for p in part)
-            self.put(key, data)
-            return
-        if len(parts) > MAX_PARTS:
-            raise UsageError(f"composed object needs {len(parts)} parts, S3 allows {MAX_PARTS}",
-                             where=self._where(key))
-        checksum = self._checksum_algorithm()
-        create: dict[str, Any] = {"Bucket": self.bucket, "Key": full}
-        if checksum:
-            create["ChecksumAlgorithm"] = checksum
-        upload_id = self._call("CreateMultipartUpload", key, **create)["UploadId"]
-        done: list[dict[str, Any]] = []
-        written = copied = 0
-        member = f"Checksum{checksum}" if checksum else None
+    # -- an object written in parts by several processes (walctl.store.multipart) --
+
+    def create_multipart(self, key: str) -> str:
+        return multipart.s3_create(self, key)
+
+    def put_part(self, key: str, upload_id: str, number: int, chunks: Iterable, position: int,
+                 size: int | None = None) -> dict:
+        return multipart.s3_put_part(self, key, upload_id, number, chunks, size)
+
+    def complete_multipart(self, key: str, upload_id: str, parts: list[dict]) -> None:
+        multipart.s3_complete(self, key, upload_id, multipart.ordered_parts(key, parts))
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
         try:
-            for number, part in enumerate(parts, start=1):
-                if isinstance(part, CopySource):
-                    resp = self._call("UploadPartCopy", key, Bucket=self.bucket, Key=full,
-                                      UploadId=upload_id, PartNumber=number,
-                                      CopySource={"Bucket": self.bucket, "Key": self._full_key(part.key)},
-                                      CopySourceRange=f"bytes={part.start}-{part.end - 1}")
-                    result = resp.get("CopyPartResult", {})
-                    entry = {"PartNumber": number, "ETag": result["ETag"]}
-                    if member and result.get(member):
-                        entry[member] = result[member]
-                    copied += part.size
-                else:
-                    body = b"".join(self._fetch(p) for p in part)
-                    entry = self._upload_part(key, full, upload_id, number, body, checksum)
-                    written += len(body)
-                done.append(entry)
-                failpoint("compose-after-part")
-            try:
-                self._call("CompleteMultipartUpload", key, Bucket=self.bucket, Key=full,
-                           UploadId=upload_id, MultipartUpload={"Parts": done})
-            except WalctlError as err:
-                # A retried complete whose first attempt landed finds no upload.
-                if not (getattr(err, "attempts", 1) > 1 and self._has_size(key, written + copied)):
-                    raise
-        except BaseException as exc:
-            self._abort(key, full, upload_id, exc)
-            raise
-        self.stats.add("bytes_written", written)
-        self.stats.add("bytes_copied", copied)
+            multipart.s3_abort(self, key, upload_id)
+        except Exception:  # noqa: BLE001 - best effort on the way out (a lifecycle rule is the fallback)
+            pass
 
-    def _fetch(self, piece: bytes | CopySource) -> bytes:
-        """A piece's bytes: itself, or a ranged GET of a source too small to be a copied part."""
-        if not isinstance(piece, CopySource):
-            return bytes(piece)
-        data = self.read_range(piece.key, piece.start, piece.end)
-        if len(data) != piece.size:
-            raise CorruptionError(f"source object ends before its range [{piece.start}, {piece.end})",
-                                  where=self._where(piece.key), expected=piece.size, found=len(data))
-        return data
-
-    def _has_size(self, key: str, size: int) -> bool:
-        try:
-            return self.size(key) == size
-        except WalctlError:
-            return False
-
-    def _abort(self, key: str, full: str, upload_id: str, cause: BaseException) -> None:
-        """Abort the upload so no parts linger (and are billed); note on ``cause`` if that fails."""
-        # One attempt after a signal (the operator waits), as after a spent budget (see _Retry).
-        retry = _Retry(self, "AbortMultipartUpload", key, quick=isinstance(cause, KeyboardInterrupt))
-        try:
-            self._call("AbortMultipartUpload", key, _retry=retry, Bucket=self.bucket, Key=full,
-                       UploadId=upload_id)
-        except Exception:
-            if isinstance(cause, WalctlError):
-                note = (f"multipart upload {upload_id} could not be aborted; an "
-                        "AbortIncompleteMultipartUpload lifecycle rule removes it")
-                cause.hint = f"{cause.hint}; {note}" if cause.hint else note
+    def _retry(self, op: str, key: str | None, *, quick: bool = False) -> "_Retry":
+        """A retry budget for one operation of several calls (walctl.store.multipart)."""
+        return _Retry(self, op, key, quick=quick)
 
     def _checksum_algorithm(self) -> str | None:
         """The checksum botocore would add to parts (as boto3's s3transfer does), or None."""
@@ -770,108 +658,6 @@ class S3Store:
             kwargs["KeyMarker"] = resp.get("NextKeyMarker")
             kwargs["UploadIdMarker"] = resp.get("NextUploadIdMarker")
         return sorted(keys)
-
-
-def plan_compose_parts(pieces: Sequence[bytes | CopySource], *, min_part: int = MIN_PART_BYTES,
-                       max_part: int = MAX_PART_BYTES) -> list[CopySource | list[bytes | CopySource]]:
-    """Cut ``pieces`` into multipart parts: a ``CopySource`` part is one UploadPartCopy (at least
-    ``min_part`` bytes, at most ``max_part``); a list is one UploadPart of those pieces' bytes.
-
-    Every part but the last is at least ``min_part`` bytes, as S3 demands. Bytes go through the
-    caller only where a part would otherwise be too small: a run of pieces smaller than
-    ``min_part`` is topped up to the minimum with bytes taken from the neighbouring copied
-    ranges (the head of the next, then the tail of the previous, each only as far as it stays
-    a copyable part); when they cannot spare enough, the next range is taken whole.
-    """
-    parts: list[CopySource | list[bytes | CopySource]] = []
-    buf: list[bytes | CopySource] = []
-    buf_len = 0
-
-    def flush() -> None:
-        nonlocal buf, buf_len
-        if buf:
-            parts.append(buf)
-        buf, buf_len = [], 0
-
-    def add_copies(key: str, start: int, end: int) -> None:
-        rest = end - start
-        count = -(-rest // max_part)
-        step = -(-rest // count)  # equal cuts, each >= min_part as rest >= min_part
-        for a in range(start, end, step):
-            parts.append(CopySource(key, a, min(a + step, end)))
-
-    for piece in pieces:
-        if not isinstance(piece, CopySource):
-            if piece:
-                buf.append(piece)
-                buf_len += len(piece)
-        else:
-            start = piece.start
-            # Top the run of small pieces up only when this range could be copied: a small
-            # range joins the run as it is (the run may end as the last part, of any size).
-            if 0 < buf_len < min_part and piece.size >= min_part:
-                need = min_part - buf_len
-                from_next = min(need, max(0, piece.size - min_part))
-                prev = parts[-1] if parts and isinstance(parts[-1], CopySource) else None
-                from_prev = min(need - from_next, max(0, prev.size - min_part)) if prev is not None else 0
-                if from_next + from_prev == need:
-                    if from_prev:
-                        parts[-1] = CopySource(prev.key, prev.start, prev.end - from_prev)
-                        buf.insert(0, CopySource(prev.key, prev.end - from_prev, prev.end))
-                    if from_next:
-                        buf.append(CopySource(piece.key, start, start + from_next))
-                        start += from_next
-                    buf_len += need
-                else:
-                    buf.append(piece)
-                    buf_len += piece.size
-                    start = piece.end
-            if start < piece.end:
-                rest = piece.end - start
-                if rest >= min_part:
-                    flush()
-                    add_copies(piece.key, start, piece.end)
-                else:
-                    buf.append(CopySource(piece.key, start, piece.end))
-                    buf_len += rest
-        if buf_len >= min_part:
-            flush()
-    flush()
-    return parts
-
-
-def _head_then(head: bytearray, rest: Iterator[bytes]) -> Iterator[bytes]:
-    """The buffered head (not copied), then the rest of the stream; the head is let go once cut
-    into parts, so a streamed object holds about one part, not the multipart threshold."""
-    chunk = head
-    del head
-    yield chunk
-    del chunk
-    yield from rest
-
-
-def _split_parts(stream: Iterable[bytes], part_size: int) -> Iterator[bytes]:
-    """Re-cut a stream of chunks into parts of exactly ``part_size`` bytes (the last may be short).
-
-    A chunk is sliced in place where it can be, so a large ``bytes`` is not copied twice.
-    """
-    pending = bytearray()
-    for chunk in stream:
-        view = memoryview(chunk)
-        if pending:
-            need = part_size - len(pending)
-            pending += view[:need]
-            view = view[need:]
-            if len(pending) < part_size:
-                continue
-            yield bytes(pending)
-            pending = bytearray()
-        while len(view) >= part_size:
-            yield bytes(view[:part_size])
-            view = view[part_size:]
-        pending += view
-    if pending:
-        yield bytes(pending)
 
 
 def _safe_text(exc: BaseException) -> str:

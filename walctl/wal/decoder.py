@@ -10,10 +10,9 @@ It decides nothing about the log: whether a Skip is the end of the log, a crash 
 corruption is the scan's policy (``walctl.wal.reader`` for walctl's logs,
 ``walctl.wal.automq_scan`` for AutoMQ's), which calls the decoder at every step.
 
-``decode_block`` is the bulk form for the common case, a run of intact data records in
-one buffer, in pure Python. The scan's fast path now uses its native successor,
-``walctl.format.bulk.decode_records`` (through ``LogReader.intact_run``), which also
-reports padding records, skips a block's zero padding and says why it stopped.
+The bulk form for the common case, a run of intact records in one buffer, is
+``walctl.format.bulk.decode_records`` (C, with a Python twin built on the same
+RecordHeader checks), which the scan's fast path calls through ``LogReader.intact_run``.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import enum
 from dataclasses import dataclass
 
 from walctl.errors import BadMagicError, BoundsError, ChecksumError, FormatError, TruncatedError, ZeroedError
-from walctl.format import crc as _crc32c_module  # its crc32c is the crc32c package's C function
 from walctl.format import record as rec
 from walctl.format.crc import automq_crc, crc32c
 from walctl.wal.findings import Cause
@@ -153,44 +151,3 @@ class Decoder:
         except FormatError as exc:
             return body_skip(offset, head.end, exc)
         return Record(offset, head.end, bytes(body))
-
-
-_REC_SIZE = rec.SIZE
-_REC_CRC_SPAN = 20
-_REC_UNPACK = rec.STRUCT.unpack_from
-_DATA_MAGIC = rec.DATA_MAGIC
-_crc32c = _crc32c_module.crc32c  # the C function itself: no wrapper call per record
-
-
-def decode_block(buf, pos: int, buf_end: int, base_offset: int, lap_end: int,
-                 max_records: int) -> list[tuple[int, bytes]]:
-    """The intact walctl data records packed from ``buf[pos:buf_end]``, which holds logical
-    offset ``base_offset`` at ``pos``: [(offset, body)], in order, at most ``max_records``.
-
-    Stops before the first record that is not an intact data record ending inside its lap
-    (``lap_end``) and inside the buffer: padding, damage, zero padding after a block's last
-    record, the end of the log. "Intact" is exactly what RecordHeader.decode(expected_offset)
-    and check_body accept; the caller's step decoder says what the rest is.
-    """
-    view = memoryview(buf)
-    out: list[tuple[int, bytes]] = []
-    append = out.append
-    offset = base_offset
-    while pos + _REC_SIZE <= buf_end and len(out) < max_records:
-        magic, length, body_offset, body_crc, stored = _REC_UNPACK(buf, pos)
-        if magic != _DATA_MAGIC or body_offset != offset + _REC_SIZE or length <= 0:
-            break
-        if _crc32c(view[pos:pos + _REC_CRC_SPAN]) != stored:
-            break
-        end = body_offset + length
-        start = pos + _REC_SIZE
-        stop = start + length
-        if end > lap_end or stop > buf_end:
-            break
-        body = view[start:stop]
-        if _crc32c(body) != body_crc:
-            break
-        append((offset, bytes(body)))
-        pos = stop
-        offset = end
-    return out

@@ -1,8 +1,8 @@
 """The recovery scan (docs/FORMATS.md 1.4): records after the trim point, and every skipped range.
 
 The pieces, bottom up:
-- walctl.wal.decoder: the step decoder (Record or Skip at an offset) and decode_block, the
-  bulk decode of a run of intact records from one buffer;
+- walctl.wal.decoder: the step decoder (Record or Skip at an offset); the bulk decode of a
+  run of intact records from one buffer is walctl.format.bulk.decode_records;
 - walctl.wal.native_scan / walctl.wal.automq_scan: the recovery policy of walctl's own logs
   and of AutoMQ's V0/V1 logs, over that decoder;
 - this module: ``Scan`` (one scan: iterate its events, its ``report`` fills as it goes),

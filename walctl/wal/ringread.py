@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from operator import add as _add
 
 from walctl.device.buffers import aligned_buffer
-from walctl.device.fdio import add_bytes_read, bytes_read_total
+from walctl.device.prefetch import BufferPool, ReadAhead
 from walctl.errors import FormatError, IOFailure
 from walctl.format import batch as batch_format
 from walctl.format import bulk
@@ -21,7 +21,6 @@ from walctl.format import record as rec
 from walctl.format.batch import StreamRecordBatch
 from walctl.format.crc import automq_crc, crc32c
 from walctl.format.header import ALIGN, WalHeader
-from walctl.wal import decoder
 from walctl.wal.findings import Durable, Finding
 from walctl.wal.gaps import CrashHole, GapTracker, StreamGap
 from walctl.wal.layout import Ring, align_down, align_up
@@ -42,7 +41,7 @@ READ_AHEAD_BYTES = 2 << 20
 READ_AHEAD_DEPTH = 4
 READ_AHEAD_THREADS = 2
 READ_AHEAD_CARRY = READ_AHEAD_BYTES
-BULK_RECORDS = 1 << 30  # decode_block's bound when nothing asks the scan to look at each record
+BULK_RECORDS = 1 << 30  # intact_run's bound when nothing asks the scan to look at each record
 
 
 @dataclass(frozen=True)
@@ -253,9 +252,7 @@ class LogReader:
 
     def _count_helper(self, seg: "_Segment") -> None:
         """The thread's device reads are the caller's (walctl.device.fdio.bytes_read_total is per thread)."""
-        if seg.counted:
-            add_bytes_read(seg.counted)
-            seg.counted = 0
+        seg.credit()
 
     def _ahead_limit(self, lo: int) -> int:
         """Where read-ahead from logical ``lo`` stops: one ring on, the scan's bound, and a block
@@ -281,41 +278,6 @@ class LogReader:
             self._stop_ahead()
             self._ahead.close()
             self._ahead = None
-
-    def data_record(self, offset: int) -> tuple[bytes, int] | None:
-        """(body, end) of the intact data record at logical ``offset``, else None.
-
-        "Intact" is what RecordHeader.decode(expected_offset=offset) and check_body accept for a
-        data record, plus the record ending inside its lap: the scan's fast path. None says
-        only "not that": padding, damage and the end of the log are for the full decode.
-        """
-        size = self._ring_size
-        phys = self._ring_start + offset % size
-        rel = phys - self._chunk_start
-        if rel < 0 or rel + _REC_SIZE > self._chunk_len:
-            if len(self.read(offset, _REC_SIZE)) < _REC_SIZE:
-                return None
-            rel = phys - self._chunk_start
-        chunk = self._chunk
-        magic, length, body_offset, body_crc, stored = _REC_UNPACK(chunk, rel)
-        if magic != _DATA_MAGIC or body_offset != offset + _REC_SIZE or length <= 0:
-            return None
-        view = memoryview(chunk)
-        if _crc32c(view[rel:rel + _REC_CRC_SPAN]) != stored:
-            return None
-        end = body_offset + length
-        if end > (offset // size + 1) * size:
-            return None
-        start = rel + _REC_SIZE
-        if start + length <= self._chunk_len:
-            body = view[start:start + length]
-        else:
-            body = self.read(body_offset, length)
-            if len(body) < length:
-                return None
-        if _crc32c(body) != body_crc:
-            return None
-        return bytes(body), end
 
     def intact_run(self, offset: int, max_records: int = BULK_RECORDS) -> "Intact | list":
         """The records from logical ``offset`` on that the cached chunk holds whole, decoded in
@@ -349,32 +311,44 @@ class LogReader:
 class _Segment:
     """One read-ahead read: logical [lo, lo + n) into ``buf`` after its READ_AHEAD_CARRY bytes of room."""
 
-    __slots__ = ("lo", "n", "buf", "error", "counted", "read")
+    __slots__ = ("lo", "n", "buf", "read")
 
     def __init__(self, lo: int, n: int, buf):
         self.lo, self.n, self.buf = lo, n, buf
-        self.error: BaseException | None = None
-        self.counted = 0  # bytes_read_total of the thread that read it
-        self.read = False  # the thread is done with it (read, or failed)
+        self.read = None  # its walctl.device.prefetch.Read
+
+    @property
+    def error(self) -> BaseException | None:
+        return self.read.error
+
+    def credit(self) -> None:
+        """The thread's device reads are the caller's (walctl.device.fdio.bytes_read_total is per thread)."""
+        self.read.credit()
+
+
+def _read_segment(dev: Device, ring: Ring, seg: _Segment) -> None:
+    """A read-ahead read: the segment read whole (a failure is its ``error``: the reader reads again
+    itself and fails as it would without read-ahead)."""
+    with memoryview(seg.buf) as whole, whole[READ_AHEAD_CARRY:READ_AHEAD_CARRY + seg.n] as view:
+        dev.pread_into(ring.physical(seg.lo), view)
 
 
 class _ReadAhead:
     """A LogReader's reads ahead: logical [lo, limit) in segments of at most READ_AHEAD_BYTES
     (never across a lap's end), submitted in order, at most READ_AHEAD_DEPTH in flight, into
     READ_AHEAD_DEPTH + 1 pooled buffers (the one the reader's chunk lives in is given back when
-    it moves on). Up to READ_AHEAD_THREADS threads read them (os.preadv gives up the GIL while the
-    device works): that many reads at once at the device, which a virtio or NVMe disk serves
-    faster than one after the other; they may end in any order, the LogReader takes them in
-    order (``take``) and falls back to its own reads for anything else (``stop``)."""
+    it moves on). walctl.device.prefetch.ReadAhead's READ_AHEAD_THREADS threads read them
+    (os.preadv gives up the GIL while the device works): that many reads at once at the device,
+    which a virtio or NVMe disk serves faster than one after the other; the LogReader takes them
+    in order (``take``) and falls back to its own reads for anything else (``stop``)."""
 
     def __init__(self, dev: Device, ring: Ring):
         self.dev, self.ring = dev, ring
-        self._free: list = []
-        self._buffers = 0
+        self._buffers = BufferPool(READ_AHEAD_CARRY + READ_AHEAD_BYTES, keep=READ_AHEAD_DEPTH + 1,
+                                   limit=READ_AHEAD_DEPTH + 1)
         self._queued: deque[_Segment] = deque()
         self._next = self._limit = 0
-        self._todo = self._done = None
-        self._threads: list = []
+        self._reads = ReadAhead(READ_AHEAD_THREADS, name="walctl-scan-read")
 
     def start(self, lo: int, limit: int) -> None:
         """Read [lo, limit) ahead (nothing may be in flight)."""
@@ -386,40 +360,14 @@ class _ReadAhead:
     def top_up(self) -> None:
         """Submit reads until READ_AHEAD_DEPTH are in flight (or the range is all asked for)."""
         while len(self._queued) < READ_AHEAD_DEPTH and self._next < self._limit:
-            if self._free:
-                buf = self._free.pop()
-            elif self._buffers < READ_AHEAD_DEPTH + 1:
-                buf = aligned_buffer(READ_AHEAD_CARRY + READ_AHEAD_BYTES)
-                self._buffers += 1
-            else:
+            buf = self._buffers.take()
+            if buf is None:
                 return  # every buffer is in use: the next release tops up
             lo = self._next
             seg = _Segment(lo, min(READ_AHEAD_BYTES, self.ring.lap_end(lo) - lo, self._limit - lo), buf)
             self._next = lo + seg.n
             self._queued.append(seg)
-            if len(self._threads) < min(READ_AHEAD_THREADS, len(self._queued)):
-                self._thread()
-            self._todo.put(seg)
-
-    def _thread(self) -> None:
-        """One more reading thread (a scan's first segments start them, up to READ_AHEAD_THREADS)."""
-        import threading
-
-        if self._todo is None:
-            from queue import SimpleQueue
-
-            self._todo, self._done = SimpleQueue(), SimpleQueue()
-        thread = threading.Thread(target=_read_segments, name="walctl-scan-read", daemon=True,
-                                  args=(self.dev, self.ring, self._todo, self._done))
-        thread.start()
-        self._threads.append(thread)
-
-    def _wait(self, seg: _Segment) -> None:
-        """Until ``seg`` is read. The thread marks it read, then puts a token on the done queue:
-        while it is not marked, its token is still to come (a token taken here for a segment
-        read earlier, or lost to a signal, never leaves this waiting on none)."""
-        while not seg.read:
-            self._done.get()
+            seg.read = self._reads.submit(_read_segment, self.dev, self.ring, seg)
 
     def reading(self) -> bool:
         """Reads are in flight."""
@@ -431,13 +379,13 @@ class _ReadAhead:
         if not self._queued or self._queued[0].lo != lo:
             return None
         seg = self._queued[0]
-        self._wait(seg)  # (interrupted here, by a signal: seg is still queued, stop() drains it)
+        seg.read.wait()  # (interrupted here, by a signal: seg is still queued, stop() drains it)
         self._queued.popleft()
         return seg
 
     def release(self, buf) -> None:
         """A buffer taken is free again (its bytes are read into again)."""
-        self._free.append(buf)
+        self._buffers.give(buf)
         self.top_up()
 
     def stop(self) -> list[_Segment]:
@@ -446,36 +394,15 @@ class _ReadAhead:
         self._limit = self._next
         while self._queued:
             seg = self._queued[0]
-            self._wait(seg)
+            seg.read.wait()
             self._queued.popleft()
-            self._free.append(seg.buf)
+            self._buffers.give(seg.buf)
             drained.append(seg)
         return drained
 
     def close(self) -> None:
         """End the threads (after stop)."""
-        for _ in self._threads:
-            self._todo.put(None)
-        for thread in self._threads:
-            thread.join()
-        self._threads = []
-
-
-def _read_segments(dev: Device, ring: Ring, todo, done) -> None:
-    """A read-ahead thread: each segment it takes read whole; a failure is the segment's ``error``."""
-    while True:
-        seg = todo.get()
-        if seg is None:
-            return
-        before = bytes_read_total()
-        try:
-            with memoryview(seg.buf) as whole, whole[READ_AHEAD_CARRY:READ_AHEAD_CARRY + seg.n] as view:
-                dev.pread_into(ring.physical(seg.lo), view)
-        except BaseException as exc:  # the reader reads again itself and fails as it would without read-ahead
-            seg.error = exc
-        seg.counted = bytes_read_total() - before
-        seg.read = True  # before its token: see _ReadAhead._wait
-        done.put(True)
+        self._reads.close()
 
 
 class Intact:
@@ -496,10 +423,6 @@ class Intact:
 
 
 _REC_SIZE = rec.SIZE
-_REC_CRC_SPAN = 20
-_REC_UNPACK = rec.STRUCT.unpack_from
-_DATA_MAGIC = rec.DATA_MAGIC
-_crc32c = decoder._crc32c
 
 
 @dataclass

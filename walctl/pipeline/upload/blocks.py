@@ -13,6 +13,7 @@ import itertools
 from typing import Iterator
 
 from walctl.device.buffers import ALIGN, align_up, aligned_buffer
+from walctl.device.prefetch import BufferPool
 from walctl.format.crc import crc32c as _crc32c  # the C library, called directly
 from walctl.format.crc import crc32c_combine
 from walctl.format.datablock import (DATA_BLOCK_FLAGS, DATA_BLOCK_HEADER_SIZE, DATA_BLOCK_HEADER_STRUCT,
@@ -45,32 +46,19 @@ class _NoSpool(Exception):
     """A batch that no DataBlock index entry holds: the segment is built the usual way (which refuses it)."""
 
 
-class _BlockBuffers:
-    """The block buffers of one upload's spools, reused: a DataBlock is laid out in one (its header, then
-    its batches copied in straight from the scan's chunk), written from it, and the buffer handed back
-    by the writer thread. Reused buffers cost no page faults; at most (SPOOL_QUEUE_WRITES + 2) batches of
-    them (queued, being written, being filled) and one per live spool exist at a time (4 MiB batches:
-    about 16 at the default block size). Page-aligned (O_DIRECT writes): a block starts at its object
-    position's offset in a page, after room for the object's bytes before it in that page."""
+# At most (SPOOL_QUEUE_WRITES + 2) batches of block buffers (queued, being written, being filled)
+# and one per live spool exist at a time (4 MiB batches: about 16 at the default block size); all kept.
+_KEEP_BLOCK_BUFFERS = 64
 
-    def __init__(self, size: int):
-        import threading
 
-        # a block's usual room: the page's bytes before it, block_size + its header + some of the record that ends it
-        self.size = align_up(ALIGN + size)
-        self._free: list = []
-        self._lock = threading.Lock()
-
-    def take(self):
-        with self._lock:
-            if self._free:
-                return self._free.pop()
-        return aligned_buffer(self.size)
-
-    def give(self, buf) -> None:
-        if len(buf) == self.size:
-            with self._lock:
-                self._free.append(buf)
+def block_buffers(size: int) -> BufferPool:
+    """The block buffers of one upload's spools, reused (walctl.device.prefetch.BufferPool, take/give):
+    a DataBlock is laid out in one (its header, then its batches copied in straight from the scan's
+    chunk), written from it, and the buffer given back by the writer thread. Reused buffers cost no
+    page faults. Page-aligned (O_DIRECT writes): a block starts at its object position's offset in a
+    page, after room for the object's bytes before it in that page (``size``: a block's usual room,
+    block_size + its header + some of the record that ends it)."""
+    return BufferPool(align_up(ALIGN + size), keep=_KEEP_BLOCK_BUFFERS)
 
 
 class _Bodies:
@@ -123,7 +111,7 @@ class _SegmentSpool:
     __slots__ = ("spool", "writer", "buffers", "builder", "sid", "block_size", "buf", "lead", "fill", "count",
                  "payload", "crc", "first", "last_end", "next", "dropped", "aligned", "carry")
 
-    def __init__(self, spool, writer, buffers: _BlockBuffers, sid: int, first: int, block_size: int):
+    def __init__(self, spool, writer, buffers: BufferPool, sid: int, first: int, block_size: int):
         # (writer: the upload's spool._SpoolWriter)
         self.spool, self.writer, self.buffers, self.sid, self.block_size = spool, writer, buffers, sid, block_size
         self.builder = ObjectBuilder()

@@ -20,9 +20,9 @@ if TYPE_CHECKING:
     from walctl.pipeline.upload.plan import PlannedObject
 
 
-def prepare(store: Store, count: int, namespace: str) -> list[dict]:
+def prepare(store: Store, count: int, namespace: str) -> list[mf.PreparedId]:
     """Commit a manifest that reserves ``count`` object ids (and keys) in ``namespace``."""
-    prepared: list[dict] = []
+    prepared: list[mf.PreparedId] = []
 
     def reserve(m: mf.Manifest) -> None:
         prepared[:] = m.prepare(count, namespace)
@@ -31,8 +31,8 @@ def prepare(store: Store, count: int, namespace: str) -> list[dict]:
     return prepared
 
 
-def put_objects(store: Store, plan: list[PlannedObject], prepared: list[dict], fetch, block_size: int,
-                spools, progress) -> list[dict]:
+def put_objects(store: Store, plan: list[PlannedObject], prepared: list[mf.PreparedId], fetch, block_size: int,
+                spools, progress) -> list[mf.LiveObject]:
     """Write each planned object under its reserved key; returns the objects made (manifest entries).
 
     A spooled object (written as the scan read it) gets its index and footer and is published;
@@ -42,16 +42,15 @@ def put_objects(store: Store, plan: list[PlannedObject], prepared: list[dict], f
     total = sum(p.data_bytes for p in plan)
     for planned, reservation in zip(plan, prepared):
         if planned.spooled:
-            built = spools.publish(planned.streams[0][1].spool, reservation["key"])
+            built = spools.publish(planned.streams[0][1].spool, reservation.key)
         else:
             built = ObjectBuilder()
-            store.put_large(reservation["key"], _object_chunks(built, planned, fetch, block_size))
+            store.put_large(reservation.key, _object_chunks(built, planned, fetch, block_size))
         # bytes: the stream's span in the object (its DataBlocks, headers included)
-        ranges = [{"stream_id": sid, "start": rg.start_offset, "end": rg.end_offset,
-                   "bytes": rg.size_bytes} for sid, rg in sorted(built.ranges.items())]
-        made.append({"id": reservation["id"], "key": reservation["key"], "kind": planned.kind,
-                     "size": built.size, "order_id": reservation["id"],
-                     "data_time": time.time(), "ranges": ranges})
+        ranges = [mf.ObjectRange(sid, rg.start_offset, rg.end_offset, rg.size_bytes)
+                  for sid, rg in sorted(built.ranges.items())]
+        made.append(mf.LiveObject(reservation.id, reservation.key, planned.kind, built.size, ranges,
+                                  order_id=reservation.id, data_time=time.time()))
         if progress is not None:
             progress(sum(p.data_bytes for p in plan[:len(made)]), total)
     return made
@@ -67,14 +66,15 @@ def _object_chunks(builder, planned: PlannedObject, fetch, block_size: int) -> I
     yield builder.finish()
 
 
-def make_live(store: Store, made: list[dict], node_key: str, mark: dict | None, new_mark: dict | None,
+def make_live(store: Store, made: list[mf.LiveObject], node_key: str, mark: mf.UploadMark | None,
+              new_mark: mf.UploadMark | None,
               expected_ends: dict[int, int | None], gaps: list[dict], node_id: int) -> int:
     """Commit the objects ``made`` live and advance the WAL's mark from ``mark`` to ``new_mark``,
     refusing if gc collected their ids, another upload of the WAL committed first, or a stream's
     end moved; ``gaps`` (accepted or crash gaps) are recorded. Returns the commit's number."""
 
     def change(m: mf.Manifest) -> None:
-        if not {o["id"] for o in made} <= m.prepared_ids():
+        if not {o.id for o in made} <= m.prepared_ids():
             raise RefusedError("the prepared object ids were collected by gc during the upload",
                                where=store.url, hint="rerun upload; nothing was lost")
         if m.upload_mark(node_key) != mark:
@@ -89,18 +89,18 @@ def make_live(store: Store, made: list[dict], node_key: str, mark: dict | None, 
         m.advance(node_key, new_mark)
         if gaps:  # why these streams have gaps: a crash, or the operator's --accept-gap
             now = time.time()
-            m.add_gaps([{**g, "node_id": node_id, "time": now} for g in gaps])
+            m.add_gaps([mf.StreamGap.from_json({**g, "node_id": node_id, "time": now}) for g in gaps])
 
     return mf.commit(store, change, command="upload").number
 
 
-def roll_back(store: Store, prepared: list[dict], warnings: list[str]) -> None:
+def roll_back(store: Store, prepared: list[mf.PreparedId], warnings: list[str]) -> None:
     """Undo an upload that will not commit: delete the objects written for its prepared ids and
     release the ids. Best effort: what is left expires with the ids' TTL and gc deletes it."""
-    ids = {p["id"] for p in prepared}
+    ids = {p.id for p in prepared}
     try:
         for p in prepared:
-            store.delete(p["key"])
+            store.delete(p.key)
         mf.commit(store, lambda m: m.release(ids), command="upload (roll back)")
     except Exception as exc:  # the original error is the one to report
         warnings.append(f"could not roll back the prepared objects {sorted(ids)} ({exc}); "

@@ -12,6 +12,7 @@ from walctl.pipeline.upload.scanindex import upload_mark
 
 if TYPE_CHECKING:
     from walctl.pipeline.upload.state import UploadRun
+    from walctl.store import manifest as mf
 
 
 def judge(u: UploadRun) -> None:
@@ -26,8 +27,9 @@ def judge(u: UploadRun) -> None:
     result.skipped_records = len(u.records.skipped)
     u.streams, u.after_gaps = u.records.streams(holes, accepted, u.wal_path, result.warnings, result.gaps,
                                                 damage=u.damage)
-    used = {(g["stream_id"], g["from"], g["to"]) for g in result.gaps if g["cause"] == "accepted"}
-    recorded = {(g["stream_id"], g["from"], g["to"]) for g in u.doc.stream_gaps or ()}
+    accepted_now = [g for g in result.gaps if g["cause"] == "accepted"]  # not a manifest entry: upload's result
+    used = {(g["stream_id"], g["from"], g["to"]) for g in accepted_now}  # not a manifest entry: upload's result
+    recorded = {(g.stream_id, g.from_offset, g.to_offset) for g in u.doc.stream_gaps or ()}
     for sid, lo, hi in sorted(accepted - used):
         if (sid, lo, hi) in recorded:
             result.warnings.append(f"--accept-gap {sid}:{lo}-{hi}: already recorded in the manifest")
@@ -70,20 +72,21 @@ def _check_skipped(u: UploadRun) -> None:
     if mark:
         _check_same_wal(mark, records.mark_found, u.scan, u.wal_path, u.node_key)
     if records.not_in_store is not None:
-        uploaded = mark["offset"] if mark else -1
+        uploaded = mark.offset if mark else -1
         raise CorruptionError(
             f"the store says this WAL (node {u.node_key}) is uploaded up to offset {uploaded}, but the record "
             f"at {records.not_in_store} is not in the store", where=u.wal_path, offset=records.not_in_store,
             hint="the WAL was re-initialised, or two WALs share a node id: give each WAL its own --node-id")
 
 
-def _check_same_wal(mark: dict, found_mark: tuple[int, dict] | None, scan, wal_path: str, node_key: str) -> None:
+def _check_same_wal(mark: mf.UploadMark, found_mark: tuple[int, mf.UploadMark] | None, scan, wal_path: str,
+                    node_key: str) -> None:
     """Refuse unless this WAL still holds the record it last uploaded (or was trimmed past it).
 
     A re-initialised WAL (or another WAL with the same node id) reuses small offsets: without
     this check its new records would be skipped as "already uploaded", then trimmed.
     """
-    offset = mark["offset"]
+    offset = mark.offset
     if offset < scan.start_offset:
         return  # trimmed past the mark: everything left is newer than it
     found = scan.trim_entry if scan.trim_entry is not None and scan.trim_entry.offset == offset else None
@@ -94,6 +97,6 @@ def _check_same_wal(mark: dict, found_mark: tuple[int, dict] | None, scan, wal_p
     if seen != mark:
         raise CorruptionError(
             f"this WAL does not hold the record that node {node_key} last uploaded (offset {offset}, stream "
-            f"{mark['stream_id']}, stream offset {mark['base_offset']}): refusing to skip or trim anything",
+            f"{mark.stream_id}, stream offset {mark.base_offset}): refusing to skip or trim anything",
             where=wal_path, offset=offset,
             hint="the WAL was re-initialised, or two WALs share a node id: give each WAL its own --node-id")

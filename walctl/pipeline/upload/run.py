@@ -265,7 +265,7 @@ def _read_log(u: UploadRun, events) -> None:
     records, findings, run_type = u.records, u.findings, reader.Run
     # --upload-at: records from this offset on wait for the next upload
     cap_end = None if u.opts.max_bytes is None else (
-        max(u.header.trim_offset, u.mark["offset"] if u.mark else -1, 0) + u.opts.max_bytes)
+        max(u.header.trim_offset, u.mark.offset if u.mark else -1, 0) + u.opts.max_bytes)
     for event in events:
         if isinstance(event, reader.Finding):
             findings.append(event)
@@ -303,7 +303,7 @@ def _plan(u: UploadRun) -> None:
     result.records = records.todo_count
     result.payload_bytes = records.todo_bytes - result.records * BATCH_HEADER_SIZE
     u.last_mark = records.last_mark
-    result.last_offset = (u.last_mark["offset"] if u.last_mark
+    result.last_offset = (u.last_mark.offset if u.last_mark
                           else (records.skipped[-1] if records.skipped else None))
     if u.opts.dry_run:
         result.objects = [{"id": None, "key": None, "kind": p.kind, "size_bytes": None,
@@ -335,8 +335,8 @@ def _put_and_commit(u: UploadRun) -> None:
         raise
     result.commit_number = commit.make_live(u.store, made, u.node_key, u.mark, u.last_mark, expected_ends,
                                             result.gaps, u.header.node_id)
-    result.objects = [{"id": o["id"], "key": o["key"], "kind": o["kind"], "size_bytes": o["size"],
-                       "streams": o["ranges"]} for o in made]
+    result.objects = [{"id": o.id, "key": o.key, "kind": o.kind, "size_bytes": o.size,
+                       "streams": [r.to_json() for r in o.ranges]} for o in made]
     failpoint("upload-after-commit")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import operator
 from array import array
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from walctl.errors import CorruptionError
 from walctl.format import bulk
@@ -17,9 +17,7 @@ from walctl.format.crc import crc32c as _crc32c  # the C library, called directl
 from walctl.pipeline import rowcopy
 from walctl.pipeline.upload.blocks import _Bodies, _NoSpool, _RunBodies
 from walctl.pipeline.upload.plan import Segment
-
-if TYPE_CHECKING:
-    from walctl.store import manifest as mf
+from walctl.store import manifest as mf
 
 _REC_SIZE = rec.SIZE
 _ROW = bulk.ROW
@@ -45,17 +43,17 @@ class _Records:
     scan yields a finding before the records after it).
     """
 
-    def __init__(self, doc: mf.Manifest, mark: dict | None, scan, keep_bytes: int = 0, spools=None):
+    def __init__(self, doc: mf.Manifest, mark: mf.UploadMark | None, scan, keep_bytes: int = 0, spools=None):
         self.doc = doc
         self.spools = spools  # spool._Spools: each new segment's object written as the scan reads it
         self.kept: dict[int, bytes] | None = {} if keep_bytes > 0 else None  # WAL offset -> body
         self._keep_left = keep_bytes
         self.mark = mark
-        self.uploaded = mark["offset"] if mark else -1
+        self.uploaded = mark.offset if mark else -1
         self.scan = scan
         self.skipped = array("q")  # WAL offsets of records already uploaded
         self.not_in_store: int | None = None  # the first skipped record the store does not hold
-        self.mark_found: tuple[int, dict] | None = None  # (offset, upload_mark) of the mark's record
+        self.mark_found: tuple[int, mf.UploadMark] | None = None  # (offset, upload_mark) of the mark's record
         self.bad: list[_Bad] = []
         self.segments: dict[int, list[Segment]] = {}
         self.events: list[tuple] = []  # (WAL offset, kind, details): overlaps and gaps, in log order
@@ -144,8 +142,7 @@ class _Records:
         uploaded = self.uploaded
         if self.mark is not None and offsets[0] <= uploaded <= offsets[-1] and uploaded in offsets:
             i = offsets.index(uploaded)
-            self.mark_found = (uploaded, {"offset": uploaded, "stream_id": sids[i], "base_offset": bases[i],
-                                          "body_crc": crcs[i]})
+            self.mark_found = (uploaded, mf.UploadMark(uploaded, sids[i], bases[i], crcs[i]))
         self.last_good = offsets[-1]
         self._note_before()
         first = 0
@@ -274,12 +271,12 @@ class _Records:
         self._last[sid] = last
 
     @property
-    def last_mark(self) -> dict | None:
+    def last_mark(self) -> mf.UploadMark | None:
         """upload_mark of the last record to upload (None: nothing to upload)."""
         if self._last_todo is None:
             return None
         offset, sid, base, crc = self._last_todo
-        return {"offset": offset, "stream_id": sid, "base_offset": base, "body_crc": crc}
+        return mf.UploadMark(offset, sid, base, crc)
 
     @property
     def todo_count(self) -> int:
@@ -355,9 +352,8 @@ def _damage_between(damage, gap):
     return next((f for f in damage if lo < f.offset < gap.after_wal_offset), None)
 
 
-def upload_mark(entry) -> dict | None:
+def upload_mark(entry) -> mf.UploadMark | None:
     """What the manifest remembers of a WAL's last uploaded record: enough to know it again."""
     if entry.batch is None:
         return None
-    return {"offset": entry.offset, "stream_id": entry.batch.stream_id, "base_offset": entry.batch.base_offset,
-            "body_crc": _crc32c(entry.body)}
+    return mf.UploadMark(entry.offset, entry.batch.stream_id, entry.batch.base_offset, _crc32c(entry.body))

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 
 from walctl.device.buffers import align_down
 from walctl.format.object import ObjectBuilder
-from walctl.pipeline.upload.blocks import _BLOCK_HEAD, _BlockBuffers, _NoSpool, _SegmentSpool
+from walctl.pipeline.upload.blocks import _BLOCK_HEAD, _NoSpool, _SegmentSpool, block_buffers
 
 if TYPE_CHECKING:
+    from walctl.device.prefetch import BufferPool
     from walctl.store.base import Store
 
     from walctl.pipeline.upload.plan import PlannedObject
@@ -47,7 +48,7 @@ class _SpoolWriter:
     carries the rest to the next block; ``publish`` writes the last carry with the index and footer.
     """
 
-    def __init__(self, buffers: _BlockBuffers):
+    def __init__(self, buffers: BufferPool):
         import queue
         import threading
 
@@ -142,7 +143,7 @@ class _Spools:
         self.made = 0
         self.live: list[_SegmentSpool] = []  # written as the scan goes
         self.writer: _SpoolWriter | None = None
-        self.buffers = _BlockBuffers(block_size + _BLOCK_HEAD + _BLOCK_SLACK)
+        self.buffers = block_buffers(block_size + _BLOCK_HEAD + _BLOCK_SLACK)
         self._dropped: list[_SegmentSpool] = []  # removed by close()
 
     @property

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import itertools
 import operator
+from collections import deque
 from typing import TYPE_CHECKING, Iterator, NamedTuple
 
-from walctl.device.buffers import ALIGN, align_down, align_up, aligned_buffer
+from walctl.device.buffers import ALIGN, align_down, align_up
+from walctl.device.prefetch import BufferPool, ReadAhead
 from walctl.errors import RefusedError
 from walctl.format import batch as batch_format
 from walctl.format import bulk
@@ -43,96 +45,49 @@ class _Batch(NamedTuple):
     data: bytes
 
 
-def _unviewed(buf) -> bool:
-    """True when no view of the mmap ``buf`` is left (resize to its own size is refused while one is)."""
-    try:
-        buf.resize(len(buf))
-    except BufferError:
-        return False
-    return True
-
-
 class _ChunkReader:
     """Logical [lo, hi) of the ring in log order, a chunk of at most CHUNK_READ_BYTES per O_DIRECT read
-    (never across a lap's end), read by a thread up to READ_AHEAD_CHUNKS chunks ahead of the consumer:
-    the device reads overlap the block building and the store writes, memory stays bounded.
+    (never across a lap's end), read by walctl.device.prefetch's ReadAhead thread up to
+    READ_AHEAD_CHUNKS chunks ahead of the consumer: the device reads overlap the block building and
+    the store writes, memory stays bounded.
 
-    Each chunk is (logical start, read-only view of a pooled aligned buffer); a buffer is read into
-    again only once no view of it is left (a block still holding slices of it keeps it). ``close``
-    stops the thread and counts its device reads as the caller's (bytes_read_total is per thread).
+    Each chunk is (logical start, read-only view of a pooled aligned buffer, lent: a buffer is read
+    into again only once no view of it is left, so a block still holding slices of it keeps it).
+    The thread's device reads count as the caller's (bytes_read_total is per thread): each chunk's
+    as it is taken, the ones read ahead and never taken at ``close``.
     """
 
     def __init__(self, dev: Device, ring, lo: int, hi: int):
-        import queue
-        import threading
+        self._dev, self._ring, self._next, self._hi = dev, ring, lo, hi
+        self._buffers = BufferPool(keep=_POOL_BUFFERS)
+        self._reads = ReadAhead(1, name="walctl-upload-read")
+        self._queued: deque = deque()
+        self._top_up()
 
-        self._queue: queue.Queue = queue.Queue(maxsize=READ_AHEAD_CHUNKS)
-        self._full = queue.Full
-        self._stop = threading.Event()
-        self._pool: list = []
-        self._read = 0
-        self._thread = threading.Thread(target=self._run, args=(dev, ring, lo, hi), name="walctl-upload-read",
-                                        daemon=True)
-        self._thread.start()
+    def _top_up(self) -> None:
+        while len(self._queued) <= READ_AHEAD_CHUNKS and self._next < self._hi:
+            o = self._next
+            n = min(CHUNK_READ_BYTES, self._ring.lap_end(o) - o, self._hi - o)
+            self._queued.append(self._reads.submit(self._read, o, n))
+            self._next = o + n
 
-    def _buffer(self):
-        for buf in self._pool:
-            if _unviewed(buf):
-                return buf
-        buf = aligned_buffer(CHUNK_READ_BYTES)
-        if len(self._pool) < _POOL_BUFFERS:
-            self._pool.append(buf)
-        return buf
-
-    def _put(self, item) -> None:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return
-            except self._full:
-                continue
-
-    def _run(self, dev: Device, ring, lo: int, hi: int) -> None:
-        from walctl.device.fdio import bytes_read_total
-
-        before = bytes_read_total()
-        try:
-            o = lo
-            while o < hi and not self._stop.is_set():
-                n = min(CHUNK_READ_BYTES, ring.lap_end(o) - o, hi - o)
-                with memoryview(self._buffer()) as whole, whole[:n] as view:
-                    dev.pread_into(ring.physical(o), view)
-                    item = (o, view.toreadonly())
-                self._put(item)
-                del item
-                o += n
-            self._put(None)
-        except BaseException as exc:  # handed to the consumer, raised there
-            self._put(exc)
-        finally:
-            self._read = bytes_read_total() - before
+    def _read(self, o: int, n: int) -> tuple[int, memoryview]:
+        with self._buffers.lend(CHUNK_READ_BYTES) as whole, whole[:n] as view:
+            self._dev.pread_into(self._ring.physical(o), view)
+            return o, view.toreadonly()
 
     def __iter__(self) -> Iterator[tuple[int, memoryview]]:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            if isinstance(item, BaseException):
-                raise item
+        while self._queued:
+            item = self._queued.popleft().result()
+            self._top_up()
             yield item
+            del item
 
     def close(self) -> None:
-        from walctl.device.fdio import add_bytes_read
-
-        self._stop.set()
-        while self._thread.is_alive():
-            try:
-                self._queue.get(timeout=0.05)  # unblock a put
-            except Exception:
-                pass
-        self._thread.join()
-        add_bytes_read(self._read)
-        self._read = 0
+        self._next = self._hi
+        self._reads.close()
+        while self._queued:
+            self._queued.popleft().credit()  # read ahead, never taken: still the caller's device reads
 
 
 class _WalBatches:

@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""Piped `walctl append` against fio at walctl's own write size, and the pipe's own ceiling (issue 31).
+
+    python bench/append_bench.py [--records 64KiB,4KiB,1KiB,100B] [--data 256MiB] [--size 1GiB]
+        [--rounds 1] [--duration 5] [--dir /var/tmp] [--ack records|ranges] [--profile DIR] [--input-file]
+        [--compare OTHER_TREE]
+
+On a loop device (--direct-io=on) over a prewritten file, for each record size:
+  walctl   `cat FILE | walctl append DEV --stream 1 --input - --framing length-prefixed --json
+           > /dev/shm/acks` (a fresh `walctl init --force` before each run); its summary line
+           gives the blocks written and the stages;
+  fio      `fio --rw=write --bs=<walctl's average write, 4 KiB multiple> --iodepth=4 --direct=1
+           --sync=dsync --ioengine=libaio` on the same device, right after;
+  pipe     `cat FILE | <a bare reader>`: readinto a 1 MiB buffer, default pipe size, then with
+           F_SETPIPE_SZ at 1 MiB: the ceiling of the pipe itself on this machine, this run;
+  file     (--input-file) `walctl append DEV ... --input FILE` (no pipe).
+It prints walctl's payload MiB/s and records/s, the ratio to fio's MiB/s (payload / fio
+device bytes, as the issue's table), the pipe ceiling's ratio to fio, p99 of a block's
+time from its first record to durable (the acknowledgement latency, ack rendering aside),
+and the per-stage breakdown the summary reports (µs per MiB of payload: stdin read,
+framing, packing + CRC, queue, submit, completion, flush, ack rendering).
+--profile DIR runs py-spy (if installed) on each walctl run and writes its top functions.
+The machine is shared: compare the ratios (walctl and fio in the same run), not the MiB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, REPO_ROOT)
+
+from walctl.sizes import parse_size  # noqa: E402
+
+KiB, MiB = 1 << 10, 1 << 20
+ACKS = "/dev/shm/walctl-append-bench-acks"
+F_SETPIPE_SZ = 1031
+
+# A bare reader of its stdin pipe: what a perfect consumer of the same pipe gets.
+PIPE_READER = r"""
+import fcntl, os, sys, time
+size = int(sys.argv[1])
+if size:
+    try:
+        fcntl.fcntl(0, 1031, size)
+    except OSError:
+        pass
+buf = bytearray(1 << 20)
+view = memoryview(buf)
+total = 0
+t = time.perf_counter()
+while True:
+    n = sys.stdin.buffer.raw.readinto(view)
+    if not n:
+        break
+    total += n
+print(total, time.perf_counter() - t)
+"""
+
+
+def make_input(path: str, record: int, payload_bytes: int) -> int:
+    """A length-prefixed input of ``record``-byte random payloads, about ``payload_bytes``; returns records."""
+    count = max(1, payload_bytes // record)
+    per_chunk = max(1, (4 * MiB) // (record + 4))
+    chunk = b"".join(record.to_bytes(4, "big") + os.urandom(record) for _ in range(min(per_chunk, count)))
+    written = 0
+    with open(path, "wb") as f:
+        while written < count:
+            n = min(per_chunk, count - written)
+            f.write(chunk[:n * (record + 4)])
+            written += n
+    return count
+
+
+def walctl_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "walctl", *args]
+
+
+def init(dev: str, root: str = REPO_ROOT) -> None:
+    subprocess.run(walctl_cmd("init", dev, "--force", "--discard-unuploaded"), check=True, capture_output=True,
+                   cwd=root)
+
+
+def run_append(dev: str, inp: str, piped: bool, ack: str, profile: str | None, root: str = REPO_ROOT) -> dict:
+    """One append run of the walctl tree at ``root`` (``python -m walctl`` from there); its summary plus wall seconds."""
+    init(dev, root)
+    extra = ["--ack", ack] if ack != "records" else []
+    source = "-" if piped else inp
+    args = walctl_cmd("append", dev, "--stream", "1", "--input", source, "--framing", "length-prefixed",
+                      "--json", *extra)
+    if profile:
+        spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+        if os.path.exists(spy):
+            args = [spy, "record", "--format", "raw", "--rate", "250", "--nonblocking", "-o", profile, "--",
+                    *args]
+    cpu_file = ACKS + ".cpu"
+    if not profile and os.path.exists("/usr/bin/time"):  # walctl's own CPU seconds (user + system)
+        args = ["/usr/bin/time", "-f", "%U %S", "-o", cpu_file, *args]
+    cmd = " ".join(map(_quote, args)) + f" > {ACKS}"
+    if piped:
+        cmd = f"cat {_quote(inp)} | " + cmd
+    started = time.perf_counter()
+    proc = subprocess.run(["bash", "-c", "set -o pipefail; " + cmd], capture_output=True, text=True, cwd=root)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"walctl append failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    with open(ACKS, "rb") as f:
+        f.seek(max(0, os.path.getsize(ACKS) - 65536))
+        tail = f.read().splitlines()
+    # the last summary line (py-spy, when profiling, writes its own lines after it)
+    summary = json.loads(next(line for line in reversed(tail) if line.startswith(b'{"type":"summary"')))
+    summary["wall_s"] = wall
+    summary["ack_bytes"] = os.path.getsize(ACKS)
+    summary["cpu_s"] = None
+    if os.path.exists(cpu_file):
+        with open(cpu_file) as f:
+            summary["cpu_s"] = sum(map(float, f.read().split()[-2:]))
+        os.remove(cpu_file)
+    return summary
+
+
+def _quote(s: str) -> str:
+    import shlex
+
+    return shlex.quote(s)
+
+
+def fio(dev: str, block_size: int, duration: float, size: int) -> dict:
+    cmd = ["fio", "--name=append-bench", f"--filename={dev}", "--rw=write", f"--bs={block_size}", "--iodepth=4",
+           "--ioengine=libaio", "--direct=1", "--sync=dsync", "--time_based", f"--runtime={duration}",
+           f"--size={size}", "--output-format=json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"fio failed: {proc.stderr.strip()}")
+    write = json.loads(proc.stdout[proc.stdout.index("{"):])["jobs"][0]["write"]
+    clat = write.get("clat_ns", {}).get("percentile", {})
+    return {"mib_per_s": write["bw_bytes"] / MiB, "p99_us": clat.get("99.000000", 0) / 1000}
+
+
+def pipe_ceiling(inp: str, pipe_size: int) -> float:
+    """MiB/s of `cat FILE | bare reader` (F_SETPIPE_SZ ``pipe_size`` first when non-zero)."""
+    cmd = f"cat {_quote(inp)} | {_quote(sys.executable)} -c {_quote(PIPE_READER)} {pipe_size}"
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, check=True).stdout.split()
+    return int(out[0]) / MiB / float(out[1])
+
+
+def stage_line(summary: dict) -> str:
+    """µs per MiB of payload of each stage (feed: the append loop's; stages_us: the writer's per block)."""
+    mib = max(summary["payload_bytes"] / MiB, 1e-9)
+    feed = summary.get("feed_us") or {}
+    blocks = summary.get("stages_us") or {}
+    n = blocks.get("blocks", 0)
+    parts = []
+    for name in ("read", "frame", "pack", "ack"):
+        if name in feed:
+            parts.append(f"{name} {feed[name] / mib:.0f}")
+    for name in ("queued", "write", "flush"):
+        if name in blocks:
+            parts.append(f"{name} {blocks[name]['mean'] * n / mib:.0f}")
+    for name in ("submit", "complete"):
+        if name in feed:
+            parts.append(f"{name} {feed[name] / mib:.0f}")
+    return "µs/MiB: " + ", ".join(parts) + " (queued/write/flush: summed over blocks, overlapping)"
+
+
+def profile_top(path: str, n: int = 12) -> list[str]:
+    """The functions most often on top of py-spy's stacks (self time), with their share of samples."""
+    if not os.path.exists(path):
+        return ["(py-spy not installed)"]
+    own: dict[str, int] = {}
+    total = 0
+    with open(path) as f:
+        for line in f:
+            stack, _, count = line.rstrip("\n").rpartition(" ")
+            if not stack:
+                continue
+            top = stack.split(";")[-1]
+            own[top] = own.get(top, 0) + int(count)
+            total += int(count)
+    ranked = sorted(own.items(), key=lambda kv: -kv[1])[:n]
+    return [f"{100 * c / max(total, 1):5.1f}%  {name}" for name, c in ranked]
+
+
+def one_size(dev: str, workdir: str, record: int, opts, size: int) -> dict:
+    inp = os.path.join(workdir, f"input-{record}.bin")
+    count = make_input(inp, record, opts.data)
+    rows = []
+    for r in range(opts.rounds):
+        prof = os.path.join(opts.profile, f"append-{record}-{r}.txt") if opts.profile else None
+        s = run_append(dev, inp, True, opts.ack, prof)
+        avg = s["bytes_written"] // max(1, s["blocks_written"])
+        bs = max(4 * KiB, avg // (4 * KiB) * (4 * KiB))
+        f = fio(dev, bs, opts.duration, size)
+        pipe_default, pipe_big = pipe_ceiling(inp, 0), pipe_ceiling(inp, MiB)
+        row = {"summary": s, "fio": f, "fio_bs": bs, "pipe": pipe_default, "pipe_1m": pipe_big,
+               "profile": profile_top(prof) if prof else None}
+        if opts.compare:  # the other tree, same input, right after the same fio run
+            row["compare"] = run_append(dev, inp, True, "records", None, root=opts.compare)
+        if opts.input_file:
+            row["file"] = run_append(dev, inp, False, opts.ack, None)
+        rows.append(row)
+    os.remove(inp)
+    return {"record": record, "count": count, "rows": rows}
+
+
+def report(results: list[dict], opts) -> None:
+    print(f"\nloop device (--direct-io=on), {opts.data // MiB} MiB of records per run, --ack {opts.ack}; "
+          f"fio --rw=write --iodepth=4 --direct=1 --sync=dsync --ioengine=libaio at walctl's write size")
+    head = (f"{'records':>8} {'walctl MiB/s':>12} {'records/s':>10} {'avg write':>9} {'fio MiB/s':>9} {'ratio':>6} "
+            f"{'pipe':>6} {'pipe 1M':>7} {'p99 ms':>7} {'file':>6} {'CPU s/GiB':>9} {'own':>5}")
+    print(head)
+    print("-" * len(head))
+    for res in results:
+        for row in res["rows"]:
+            s, f = row["summary"], row["fio"]
+            mibs = s["payload_bytes"] / MiB / s["wall_s"]
+            p99 = (s.get("stages_us") or {}).get("total", {}).get("p99", 0) / 1000
+            file_ratio = ""
+            if "file" in row:
+                fs = row["file"]
+                file_ratio = f"{fs['payload_bytes'] / MiB / fs['wall_s'] / f['mib_per_s']:.2f}"
+            print(f"{_size(res['record']):>8} {mibs:>12.1f} {s['records'] / s['wall_s']:>10.0f} "
+                  f"{_size(row['fio_bs']):>9} {f['mib_per_s']:>9.1f} {mibs / f['mib_per_s']:>6.2f} "
+                  f"{row['pipe'] / f['mib_per_s']:>6.2f} {row['pipe_1m'] / f['mib_per_s']:>7.2f} {p99:>7.2f} "
+                  f"{file_ratio:>6} {_cpu(s):>9} {_own(s, f):>5}")
+            if "compare" in row:
+                c = row["compare"]
+                cm = c["payload_bytes"] / MiB / c["wall_s"]
+                cp99 = (c.get("stages_us") or {}).get("total", {}).get("p99", 0) / 1000
+                print(f"{'(other)':>8} {cm:>12.1f} {c['records'] / c['wall_s']:>10.0f} "
+                      f"{_size(c['bytes_written'] // max(1, c['blocks_written'])):>9} {'':>9} "
+                      f"{cm / f['mib_per_s']:>6.2f} {'':>6} {'':>7} {cp99:>7.2f} {'':>6} {_cpu(c):>9} "
+                      f"{_own(c, f):>5}")
+    print("ratio, pipe, pipe 1M, file: MiB/s / fio MiB/s (pipe: a bare reader of the same pipe, default size "
+          "and F_SETPIPE_SZ 1 MiB; file: --input FILE). p99: a block's first record to durable. CPU s/GiB: the "
+          "walctl process's user + system seconds per GiB of payload (the machine's load moves it least). own: "
+          "the ratio over append's own seconds (its summary: from opening the WAL to the close), start-up left out.")
+    for res in results:
+        for row in res["rows"]:
+            print(f"  {_size(res['record'])}: {stage_line(row['summary'])}")
+            if row["profile"]:
+                print("    py-spy self time:\n      " + "\n      ".join(row["profile"]))
+
+
+def _own(summary: dict, fio_row: dict) -> str:
+    seconds = summary.get("seconds") or 0
+    return f"{summary['payload_bytes'] / MiB / seconds / fio_row['mib_per_s']:.2f}" if seconds > 0 else ""
+
+
+def _cpu(summary: dict) -> str:
+    cpu = summary.get("cpu_s")
+    return "" if cpu is None else f"{cpu / max(summary['payload_bytes'] / (1 << 30), 1e-9):.2f}"
+
+
+def _size(n: int) -> str:
+    return f"{n // KiB}KiB" if n >= KiB and n % KiB == 0 else f"{n}B"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", default="64KiB,4KiB,1KiB,100B")
+    parser.add_argument("--data", default="256MiB", help="payload bytes per run")
+    parser.add_argument("--size", default="1GiB", help="the loop device's size")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--duration", type=float, default=5.0, help="fio seconds")
+    parser.add_argument("--dir", default="/var/tmp")
+    parser.add_argument("--ack", default="records", help="append's --ack mode (records, ranges)")
+    parser.add_argument("--profile", help="a directory for py-spy profiles of the walctl runs")
+    parser.add_argument("--input-file", action="store_true", help="also time --input FILE (no pipe)")
+    parser.add_argument("--compare", help="another walctl tree (a checkout with its C extension built): its piped "
+                                          "append runs right after this tree's, against the same fio run (--ack "
+                                          "records), printed as '(other)' rows")
+    parser.add_argument("--json", help="also write the raw results to this file")
+    parser.add_argument("--report", metavar="JSON", help="print the table of an earlier run's --json file, run nothing")
+    opts = parser.parse_args()
+    opts.data = parse_size(opts.data)
+    if opts.report:
+        with open(opts.report) as f:
+            report(json.load(f), opts)
+        return 0
+    size = parse_size(opts.size)
+    if shutil.which("fio") is None:
+        raise SystemExit("fio is not installed (apt-get install -y fio)")
+    if opts.profile:
+        os.makedirs(opts.profile, exist_ok=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    tmpdir = tempfile.mkdtemp(prefix="walctl-append-bench-", dir=opts.dir)
+    loop = None
+    try:
+        backing = os.path.join(tmpdir, "backing.img")
+        subprocess.run(["dd", "if=/dev/zero", f"of={backing}", "bs=8M", f"count={size // (8 * MiB)}",
+                        "conv=fsync"], check=True, capture_output=True)
+        proc = subprocess.run(["losetup", "--direct-io=on", "-f", "--show", backing], capture_output=True,
+                              text=True, check=True)
+        loop = proc.stdout.strip()
+        results = []
+        for record in (parse_size(s) for s in opts.records.split(",")):
+            print(f"{_size(record)} ...", file=sys.stderr, flush=True)
+            results.append(one_size(loop, tmpdir, record, opts, size))
+        report(results, opts)
+        if opts.json:
+            with open(opts.json, "w") as f:
+                json.dump(results, f, indent=1)
+    finally:
+        if loop is not None:
+            subprocess.run(["losetup", "-d", loop], check=False)
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        if os.path.exists(ACKS):
+            os.remove(ACKS)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

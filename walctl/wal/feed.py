@@ -1,0 +1,196 @@
+"""Feeding a writer: records read from an input (append --input) or given as payloads, packed
+into the WAL's blocks at the device's pace (issue 31).
+
+    open_source(path)                 -> Source: stdin ('-', its pipe enlarged) or a file, read with readinto
+    feed_frames(writer, source, spec, next_base, base_limit, check, stats) -> FeedEnd
+
+feed_frames reads into one large buffer, reused: each read's complete records are framed and
+packed straight into the block buffers in C (WalWriter.append_frames), so a record costs no
+Python object, and the bytes go pipe -> read buffer -> block -> device. Only the incomplete
+record at a read's end is moved to the buffer's front. (DATA arguments, raw input and a build
+without the C extension take WalWriter.append_many: walctl.pipeline.append.) It never prints:
+acknowledgements go through the writer's callbacks.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from walctl.errors import UsageError
+from walctl.format import framepack
+
+BUFFER_BYTES = 4 << 20  # the read buffer: several pipe-fulls, many records a read
+PIPE_BYTES = 1 << 20  # F_SETPIPE_SZ asked of a stdin pipe (Linux's default pipe-max-size)
+F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Python 3.10+ names it; the number is Linux's)
+
+# (stop taking input?) asked between packings: raises a pending SIGTERM/SIGINT, True once stdout's reader left
+Check = Callable[[], bool]
+
+
+@dataclass
+class FeedStats:
+    """Where the appender's time went (ns): reading input, framing + packing + CRC (with queueing
+    and submitting the blocks it filled), and the bytes and reads it took."""
+
+    read_ns: int = 0
+    pack_ns: int = 0
+    reads: int = 0
+    bytes_read: int = 0
+    pipe_bytes: int = 0  # the stdin pipe's size after F_SETPIPE_SZ (0: not a pipe)
+
+
+class Source:
+    """An input read with ``readinto`` into the caller's buffer (no bytes object per read)."""
+
+    def __init__(self, stream, owned: bool):
+        self.stream, self.owned = stream, owned
+        self.pipe_bytes = 0
+
+    def readinto(self, view) -> int:
+        n = self.stream.readinto(view)
+        return n or 0
+
+    def close(self) -> None:
+        if self.owned:
+            self.stream.close()
+
+
+def open_source(path: str) -> Source:
+    """``--input``'s stream: '-' is standard input (a pipe is enlarged to PIPE_BYTES when the
+    system allows), else the file, unbuffered (large reads straight into the buffer)."""
+    if path == "-":
+        stdin = sys.stdin.buffer
+        raw = getattr(stdin, "raw", None)
+        source = Source(raw if isinstance(raw, io.FileIO) else stdin, owned=False)
+        source.pipe_bytes = _enlarge_pipe(source.stream)
+        return source
+    try:
+        f = open(path, "rb", buffering=0)
+    except OSError as exc:
+        raise UsageError(f"cannot read input file: {exc.strerror}", where=path,
+                         hint="--input names a readable file, or '-' for standard input") from exc
+    try:
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    except (OSError, AttributeError):
+        pass
+    return Source(f, owned=True)
+
+
+def _enlarge_pipe(stream) -> int:
+    """F_SETPIPE_SZ on a stdin pipe: fewer, larger reads. Returns its size (0: not a pipe)."""
+    try:
+        fd = stream.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return 0
+        import fcntl
+
+        try:
+            return fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:  # over pipe-max-size for an unprivileged user: keep the pipe as it is
+            return fcntl.fcntl(fd, 1032)  # F_GETPIPE_SZ
+    except (OSError, ValueError, io.UnsupportedOperation, AttributeError):
+        return 0
+
+
+class _Buffer:
+    """The reusable read buffer: ``data[start:fill]`` is input not packed yet."""
+
+    def __init__(self, size: int):
+        self.data = bytearray(size)
+        self.start = self.fill = 0
+        self.consumed = 0  # input bytes before data[start]
+
+    def compact(self, need: int) -> None:
+        """Move the unpacked tail to the front; grow to hold ``need`` bytes of it."""
+        tail = self.fill - self.start
+        if need > len(self.data):
+            grown = bytearray(max(need, 2 * len(self.data)))
+            grown[:tail] = memoryview(self.data)[self.start:self.fill]
+            self.data = grown
+        elif self.start:
+            self.data[:tail] = self.data[self.start:self.fill]
+        self.start, self.fill = 0, tail
+
+
+@dataclass(frozen=True)
+class FeedEnd:
+    """Where feed_frames stopped: the next stream offset, and ``stop`` (framepack.STOP_INPUT: the
+    input's end; STOP_TOO_LARGE: a payload of ``next_len`` bytes over the bound; STOP_MAX: the
+    stream offset reached ``base_limit``; None: ``check()`` stopped it)."""
+
+    next_base: int
+    stop: int | None = framepack.STOP_INPUT
+    next_len: int = -1
+
+
+def feed_frames(writer, source: Source, spec, next_base: int, base_limit: int, check: Check,
+                stats: FeedStats | None = None) -> FeedEnd:
+    """Append the records of ``source`` (``spec``: walctl.wal.writer_blocks.FrameSpec) from stream offset
+    ``next_base`` until its end, a record out of bounds (the records before it are queued, the
+    caller says why: walctl.bounds) or ``check()`` says stop.
+
+    Raises:
+        UsageError: truncated length-prefixed input (the records before it are queued).
+    """
+    stats = stats if stats is not None else FeedStats()
+    stats.pipe_bytes = source.pipe_bytes
+    buf = _Buffer(BUFFER_BYTES)
+    clock = time.perf_counter_ns
+    while True:
+        t0 = clock()
+        with memoryview(buf.data) as view:
+            n = source.readinto(view[buf.fill:])
+        t1 = clock()
+        stats.read_ns += t1 - t0
+        stats.reads += 1
+        stats.bytes_read += n
+        if not n:
+            break
+        buf.fill += n
+        end = _pack_read(writer, buf, spec, next_base, base_limit, check)
+        stats.pack_ns += clock() - t1
+        next_base = end.next_base
+        if end.stop != framepack.STOP_INPUT:
+            return end
+        need = buf.fill - buf.start + 1
+        if not spec.lines and end.next_len >= 0:
+            need = max(need, 4 + end.next_len)
+        buf.compact(need)
+    return _last_record(writer, buf, spec, next_base, base_limit, check)
+
+
+def _pack_read(writer, buf: _Buffer, spec, next_base: int, base_limit: int, check: Check) -> FeedEnd:
+    """Pack the complete records of ``buf``; where it stopped (see FeedEnd)."""
+    while True:
+        count, pos, stop, next_len = writer.append_frames(buf.data, buf.start, buf.fill, spec, next_base,
+                                                          max(0, base_limit + 1 - next_base))
+        buf.consumed += pos - buf.start
+        buf.start = pos
+        next_base += count
+        if check():
+            return FeedEnd(next_base, None, next_len)
+        if stop != framepack.STOP_FULL:
+            return FeedEnd(next_base, stop, next_len)
+
+
+def _last_record(writer, buf: _Buffer, spec, next_base: int, base_limit: int, check: Check) -> FeedEnd:
+    """At the input's end: a last line without a newline is a record (as readline() returns it);
+    a length-prefixed tail is a truncated record (UsageError naming where it starts)."""
+    tail = buf.fill - buf.start
+    if not tail:
+        return FeedEnd(next_base)
+    if spec.lines:
+        buf.compact(tail + 1)
+        buf.data[buf.fill] = 0x0A
+        buf.fill += 1
+        return _pack_read(writer, buf, spec, next_base, base_limit, check)
+    if tail < 4:
+        raise UsageError(f"truncated length prefix at input byte {buf.consumed}")
+    length = int.from_bytes(buf.data[buf.start:buf.start + 4], "big")
+    raise UsageError(f"truncated record at input byte {buf.consumed}: length {length}, got {tail - 4}")

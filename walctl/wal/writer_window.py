@@ -1,0 +1,261 @@
+"""The WAL writer's submission window (walctl.wal.writer): closed blocks written in log order,
+several in flight, acknowledged in log order once durable.
+
+Invariants kept here, and recovery relies on:
+- no block is submitted that ends past ``window_start + slidingWindowMaxLength``, where
+  window_start is the first offset not yet durable: the header carrying a larger
+  window is durable first. So a crash leaves holes only inside one window;
+- a record is acknowledged only when its block and every earlier block are durable, in log order;
+- with a budget (walctl.wal.pacing) block writes start no faster than it allows, and a timer
+  thread starts the writes the budget or the batch interval held.
+
+``SubmissionWindow`` is the part of WalWriter that does it (its state is WalWriter's: see its __init__).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from itertools import accumulate
+
+from walctl.device.signals import signals_deferred as _signals_deferred
+from walctl.wal.layout import align_up
+from walctl.wal.writer_blocks import MANY_OVERHEAD, Block, Frames, Many
+
+WINDOW_SCALE_UNIT_BYTES = 4 << 20  # the sliding window grows by 4 MiB steps (walctl.wal.writer)
+
+
+class SubmissionWindow:
+    """WalWriter's block submission, completion and acknowledgement (and the timer that paces them)."""
+
+    # -- submission ----------------------------------------------------------------
+    # A block goes: open (records are added) -> closed, in _ready (its place in the log
+    # is final) -> in flight -> durable. Blocks leave _ready strictly in log order, so
+    # _inflight, and the acknowledgements, stay in log order. While every slot is busy the
+    # appender closes up to iodepth blocks ahead: devices often complete a batch of writes
+    # together (at one cache flush), and then a full block is ready for every slot, rather
+    # than whatever partial block was being built at that moment.
+    def _submit_cur(self, *, wait: bool) -> None:
+        """Close the open block and start writes; without ``wait``, close it only if a slot is idle,
+        its batch interval has passed and the budget allows its write."""
+        cur = self._cur
+        if cur is not None and cur.length and (wait or (not self._ready and self._busy < self.iodepth)):
+            if wait or (self._batch_done(cur) and (self._pacer is None or self._budget_allows(cur))):
+                self._close_block()
+            # else: it keeps batching records; the timer thread closes it once it may be written.
+        self._pump(wait=wait)
+
+    def _batch_done(self, block: Block) -> bool:
+        """True once ``block``'s batch interval has passed; else wake the timer thread when it does."""
+        interval = self._batch_interval_ns
+        if not interval:
+            return True
+        due = block.opened_ns + interval
+        if self._clock() >= due:
+            return True
+        self._arm_timer(due)
+        return False
+
+    def _close_block(self) -> None:
+        """Queue the open block for writing; the next block starts where it ends."""
+        cur = self._cur
+        # Blocks are written zero-padded to 4 KiB (a reused buffer holds an older block's bytes).
+        cur.buf[cur.length:align_up(cur.length)] = bytes(align_up(cur.length) - cur.length)
+        if not cur.log_end:  # data blocks; a padding block's record ends at the lap end (set by _place)
+            cur.log_end = cur.start + cur.length
+            cur.end = cur.start + align_up(cur.length)
+        with _signals_deferred():
+            # Both or neither: an interrupt in between would lose or duplicate the block.
+            block, self._cur = self._cur, None
+            self._ready.append(block)
+            self.next_block = block.end
+
+    def _pump(self, *, wait: bool, keep: int = 0) -> None:
+        """Start the writes of closed blocks while slots are free; with ``wait``, until at most ``keep`` wait."""
+        ready = self._ready
+        while ready:
+            self._check_usable()
+            if self._busy < self.iodepth and self._fits_window(ready[0]):
+                if self._pacer is None or self._budget_allows(ready[0]):
+                    self._submit(ready[0])
+                elif wait and len(ready) > keep:
+                    self._lock.wait((self._timer_due_ns - self._clock()) / 1e9)
+                else:
+                    return
+            elif wait and len(ready) > keep:
+                # An interrupt (SIGTERM) here leaves the closed blocks queued: close() writes them.
+                self._lock.wait()
+            else:
+                return
+
+    def _submit(self, block: Block) -> None:
+        """Start the durable write of ``block``, the first closed one (a slot is free, the window fits)."""
+        buf = block.buf
+        padded = align_up(block.length)
+        now = self._clock()
+        if self._pacer is not None:
+            self._pacer.take(padded, now)
+            if self._stall_since_ns:
+                self._stall_total_ns += now - self._stall_since_ns
+                self._stall_since_ns = 0
+        block.submitted_ns = now
+        block.budget_ns = self._stall_total_ns - block.stall_at_open_ns
+        with _signals_deferred():
+            # The bookkeeping and the submission happen together or not at all: an interrupt
+            # in between would leave a block in flight that never completes.
+            self._ready.popleft()
+            self._inflight.append(block)
+            self._busy += 1
+            # Durability: the device is open with O_DIRECT + O_DSYNC (or buffered + fdatasync),
+            # and the queue calls back only when the write returned from the device, with the
+            # block on stable media. This is what lets _completed acknowledge the block's records.
+            try:
+                self._queue.submit(self.ring.physical(block.start), buf,
+                                   lambda error, flush_ns=0, b=block, buf=buf: self._completed(b, error, buf, flush_ns),
+                                   length=padded)
+            except BaseException:  # refused before it started: no completion will come
+                self._inflight.pop()
+                self._busy -= 1
+                self._ready.appendleft(block)
+                raise
+
+    def _fits_window(self, block: Block) -> bool:
+        """Grow the persisted window before a block would end past it; False if it must wait."""
+        window_start = self._inflight[0].start if self._inflight else block.start
+        need = block.end - window_start
+        length = self.state.header.sliding_window_max_length
+        if need <= length:
+            return True
+        if length < self.window_cap_bytes:
+            steps = -(-(need - length) // WINDOW_SCALE_UNIT_BYTES)
+            self._write_header(sliding_window_max_length=min(self.window_cap_bytes,
+                                                             length + steps * WINDOW_SCALE_UNIT_BYTES))
+            return need <= self.state.header.sliding_window_max_length
+        return False  # at the cap: wait for earlier blocks to become durable
+
+    def _completed(self, block: Block, error: BaseException | None, buf=None, flush_ns: int = 0) -> None:
+        """A write queue's completion (walctl.device.base.WriteDone): ``flush_ns`` of the write went to fdatasync."""
+        with self._lock:
+            try:
+                self._finish_block(block, error, buf, flush_ns)
+            except BaseException as exc:  # never leave waiters hanging on a bug here
+                if self._failed is None:
+                    self._failed = exc
+            finally:
+                self._lock.notify_all()
+
+    def _finish_block(self, block: Block, error: BaseException | None, buf, flush_ns: int) -> None:
+        self._busy -= 1
+        if buf is not None and len(buf) == self._buffer_bytes:
+            self._spare_buffers.append(buf)
+        block.done = True
+        block.error = error
+        if error is not None:
+            if self._failed is None:
+                self._failed = error
+        else:
+            self.blocks_written += 1
+            self.bytes_written += align_up(block.length)
+            # The write returned now; on the buffered fallback its fdatasync is part of it.
+            written_ns = self._clock() - block.submitted_ns
+            flush_ns = min(flush_ns, written_ns)
+            queued_ns = block.submitted_ns - block.opened_ns
+            self.stages.add(queued_ns, min(block.budget_ns, queued_ns), written_ns - flush_ns, flush_ns)
+        while self._inflight and self._inflight[0].done and self._inflight[0].error is None \
+                and self._failed is None:
+            head = self._inflight.popleft()
+            self.acked_end = head.log_end
+            for sid, end, offset in head.stream_marks:
+                self.stream_ends[sid] = end
+                self._stream_recency[sid] = offset
+            self._ack_block(head)
+        if self._failed is not None:
+            # Nothing at or after the failed block is acknowledged; let waiters see it.
+            self._inflight = deque(b for b in self._inflight if not b.done)
+        elif not self._closed:
+            self._submit_cur(wait=False)  # may fail (a header write for the window): see _completed
+
+    def _ack_block(self, head: Block) -> None:
+        """Acknowledge the records of a durable block, in order; a callback's failure fails the writer."""
+        for item in head.records:
+            try:
+                if item.__class__ is Frames:
+                    self.records_acked += item.count
+                    if self.on_frames is not None:
+                        self.on_frames(item)
+                    continue
+                if item.__class__ is Many:
+                    self.records_acked += item.count
+                    self._ack_many(item)
+                    continue
+                self.records_acked += 1
+                if self.on_ack is not None:
+                    self.on_ack(*item)
+            except BaseException as exc:  # e.g. the reader of our stdout went away
+                self._failed = exc
+                break
+
+    def _ack_many(self, item: Many) -> None:
+        """Acknowledge the records of one append_many call in one block (their offsets from their sizes)."""
+        if self.on_acks is None and self.on_ack is None:
+            return
+        # each record's offset: the previous one's plus its size
+        payloads = item.payloads[item.index:item.index + item.count]
+        offsets = list(accumulate(map(MANY_OVERHEAD.__add__, map(len, payloads)), initial=item.offset))
+        offsets.pop()
+        if self.on_acks is not None:
+            self.on_acks(offsets, item.token, item.index)
+        else:
+            for i, offset in enumerate(offsets, item.index):
+                self.on_ack(offset, (item.token, i))
+
+    # -- budget and timer ----------------------------------------------------------
+    def _budget_allows(self, block: Block) -> bool:
+        """True if the budget lets ``block`` be written now; else mark it held and wake the timer in time."""
+        now = self._clock()
+        delay = self._pacer.delay_ns(align_up(block.length), now)
+        if not delay:
+            return True
+        if not self._stall_since_ns:
+            self._stall_since_ns = now
+        self._arm_timer(now + delay)
+        return False
+
+    def _arm_timer(self, due_ns: int) -> None:
+        """Have the timer thread look at the open block and the closed ones again at ``due_ns``."""
+        if self._timer_due_ns is None or due_ns < self._timer_due_ns:
+            self._timer_due_ns = due_ns
+            if self._timer_thread is None:
+                self._timer_thread = threading.Thread(target=self._timer_loop, name="walctl-timer", daemon=True)
+                self._timer_thread.start()
+            self._timer_cond.notify()
+
+    def _timer_loop(self) -> None:
+        """Start the writes the budget or the batch interval held, once they may start (the appender
+        may be idle meanwhile, e.g. waiting for input)."""
+        with self._lock:
+            while not self._closed and self._failed is None:
+                due = self._timer_due_ns
+                if due is None:
+                    self._timer_cond.wait()
+                    continue
+                wait_ns = due - self._clock()
+                if wait_ns > 0:
+                    self._timer_cond.wait(wait_ns / 1e9)
+                    continue
+                self._timer_due_ns = None
+                try:
+                    self._submit_cur(wait=False)
+                except BaseException as exc:  # a header write for the window failed
+                    if self._failed is None:
+                        self._failed = exc
+                self._lock.notify_all()
+
+    def _stalled_ns(self, now: int) -> int:
+        """Total ns the budget has stalled the writer, up to ``now``."""
+        return self._stall_total_ns + (now - self._stall_since_ns if self._stall_since_ns else 0)
+
+    def _stop_timer(self) -> None:
+        thread = self._timer_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
