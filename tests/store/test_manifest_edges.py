@@ -42,16 +42,17 @@ def _put_raw(store, number, doc) -> str:
     return key
 
 
-@pytest.mark.parametrize("raw, message, hint", [
-    (b"{not json", "manifest is not valid JSON: ", None),
-    (b"[]", "manifest lacks required fields", "not written by walctl, or damaged"),
-    ({"version": 1}, "manifest lacks required fields", "not written by walctl, or damaged"),
+@pytest.mark.parametrize("raw, message", [
+    (b"{not json", "manifest is not valid JSON: "),
+    (b"[]", "manifest field "),
+    ({"version": 1}, "manifest field "),
 ])
-def test_a_broken_manifest_is_corruption_naming_its_key(local_store, raw, message, hint):
+def test_a_broken_manifest_is_corruption_naming_its_key(local_store, raw, message):
     key = _put_raw(local_store, 1, raw)
     with pytest.raises(CorruptionError) as info:
         mf.load_latest(local_store)
-    assert str(info.value).startswith(message) and info.value.where == key and info.value.hint == hint
+    assert str(info.value).startswith(message) and info.value.where == key
+    assert info.value.hint == mf._BAD_MANIFEST_HINT
 
 
 def test_a_manifest_under_another_number_is_corruption(local_store):
