@@ -110,6 +110,27 @@ def hold_writer():
         child.stderr.close()
 
 
+def pytest_collection_modifyitems(config, items):
+    """The slow tests first (a stable sort; issue 32, the suite's time): xdist deals the first tests
+    out one by one, so the long ones start at once on both workers instead of finishing alone at
+    the end while the other worker idles.
+
+    WALCTL_HYPOTHESIS_MAX_EXAMPLES=N caps every property test at N examples (scripts/mutation.sh
+    sets it: a mutant runs the same tests hundreds of times). Unset (the suite): each test's own.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    cap = os.environ.get("WALCTL_HYPOTHESIS_MAX_EXAMPLES")
+    if not cap:
+        return
+    from hypothesis import settings
+
+    for item in items:
+        test = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+        current = getattr(test, "_hypothesis_internal_use_settings", None)
+        if current is not None and current.max_examples > int(cap):
+            test._hypothesis_internal_use_settings = settings(current, max_examples=int(cap))
+
+
 # tests/testbounds.py: the per-process memory cap beside pytest-timeout's time cap.
 pytest_plugins = ["testbounds"]
 

@@ -28,35 +28,48 @@ def append(path: str, plan: dict[int, tuple[int, int]], store=None) -> dict[int,
 
     Stream offsets continue from the WAL, else from the store (as `append --store` does).
     """
+    return {sid: [b.payload for b in batches] for sid, batches in append_batches(path, plan, store).items()}
+
+
+def append_batches(path: str, plan: dict[int, tuple[int, int]], store=None, *, count=1,
+                   epoch=0) -> dict[int, list[StreamRecordBatch]]:
+    """Like append, with batches shaped as AutoMQ writes them: ``count`` records each (an int, or
+    ``count(stream, index)``) and epoch ``epoch``; returns the batches appended per stream."""
     opened = open_writer(path, scan=True)
     writer = opened.writer
     known = mf.load_latest(store).streams if store is not None else {}
     ends = {sid: span.end for sid, span in known.items()}
     ends.update(opened.scan.stream_ends)
-    out: dict[int, list[bytes]] = {s: [] for s in plan}
+    out: dict[int, list[StreamRecordBatch]] = {s: [] for s in plan}
     for i in range(max(c for c, _ in plan.values())):
-        for sid, (count, size) in sorted(plan.items()):
-            if i < count:
+        for sid, (n, size) in sorted(plan.items()):
+            if i < n:
                 base = ends.get(sid, 0)
-                data = payload(sid, base, size)
-                writer.append(StreamRecordBatch(sid, 0, base, 1, data).encode())
-                ends[sid] = base + 1
-                out[sid].append(data)
+                batch = StreamRecordBatch(sid, epoch, base, count(sid, i) if callable(count) else count,
+                                          payload(sid, base, size))
+                writer.append(batch.encode())
+                ends[sid] = batch.end_offset
+                out[sid].append(batch)
     writer.close()
     return out
 
 
 def read_back(store) -> dict[int, list[tuple[int, bytes]]]:
     """Every batch of every live object, per stream, in offset order, read through the index."""
+    return {s: [(b.base_offset, b.payload) for b in v] for s, v in read_back_batches(store).items()}
+
+
+def read_back_batches(store) -> dict[int, list[StreamRecordBatch]]:
+    """Every batch (count, epoch and all) of every live object, per stream, in offset order."""
     doc = mf.load_latest(store)
-    streams: dict[int, list[tuple[int, bytes]]] = {}
+    streams: dict[int, list[StreamRecordBatch]] = {}
     for o in doc.objects:
         data = store.read_all(o["key"])
         footer, entries = obj.parse_tail(data, len(data))
         for entry in entries:
             for batch in obj.iter_blocks(data, entry):
-                streams.setdefault(batch.stream_id, []).append((batch.base_offset, batch.payload))
-    return {s: sorted(v) for s, v in streams.items()}
+                streams.setdefault(batch.stream_id, []).append(batch)
+    return {s: sorted(v, key=lambda b: b.base_offset) for s, v in streams.items()}
 
 
 def expect(appended: dict[int, list[bytes]]) -> dict[int, list[tuple[int, bytes]]]:
@@ -70,10 +83,11 @@ def merge(a, b):
     return out
 
 
-def put_objects(store, specs, *, version=obj.VERSION_WALCTL, block_size=256 * KiB):
+def put_objects(store, specs, *, version=obj.VERSION_WALCTL, block_size=256 * KiB, count=1, epoch=0):
     """Commit one object per spec: a spec is [(stream, batches, batch_bytes), ...] (one stream: an SO).
 
-    Offsets continue from the manifest per stream. Returns the payloads per stream."""
+    Offsets continue from the manifest per stream; each batch holds ``count`` records (an int, or
+    ``count(stream, index)``) of epoch ``epoch``. Returns (base offset, payload) per stream."""
     doc = mf.load_latest(store)
     ends = {sid: span.end for sid, span in doc.streams.items()}
     out: dict[int, list[tuple[int, bytes]]] = {}
@@ -81,14 +95,14 @@ def put_objects(store, specs, *, version=obj.VERSION_WALCTL, block_size=256 * Ki
     ids = list(range(doc.next_object_id, doc.next_object_id + len(specs)))
     for oid, spec in zip(ids, specs):
         streams = []
-        for sid, count, size in spec:
+        for sid, n, size in spec:
             batches = []
-            for _ in range(count):
+            for i in range(n):
                 base = ends.get(sid, 0)
                 data = payload(sid, base, size)
-                batches.append(StreamRecordBatch(sid, 0, base, 1, data))
+                batches.append(StreamRecordBatch(sid, epoch, base, count(sid, i) if callable(count) else count, data))
                 out.setdefault(sid, []).append((base, data))
-                ends[sid] = base + 1
+                ends[sid] = batches[-1].end_offset
             streams.append((sid, batches))
         built = obj.build_object(streams, block_size=block_size, version=version)
         key = mf.object_key(oid)

@@ -173,6 +173,9 @@ item = st.one_of(
     st.tuples(st.just("batch"), st.binary(max_size=200), st.integers(0, 5), st.integers(-1, 3),
               st.integers(0, 1 << 40), st.integers(1, 3)),
     st.tuples(st.just("raw"), st.binary(min_size=1, max_size=120)),
+    # "almost a batch" (issue 32): an intact batch and extra bytes in one record body: data, not a batch
+    st.tuples(st.just("almost"), st.binary(max_size=60), st.integers(0, 5), st.integers(1, 3),
+              st.binary(min_size=1, max_size=40)),
     st.tuples(st.just("pad"), st.integers(1, 100)),
     st.tuples(st.just("zeros"), st.integers(1, 70)),
 )
@@ -187,6 +190,9 @@ def build(base, items) -> bytearray:
             buf += rec.encode_record(o, StreamRecordBatch(sid, epoch, bo, count, payload).encode())
         elif it[0] == "raw":
             buf += rec.encode_record(o, it[1])
+        elif it[0] == "almost":
+            _, payload, sid, count, extra = it
+            buf += rec.encode_record(o, StreamRecordBatch(sid, 1, 0, count, payload).encode() + extra)
         elif it[0] == "pad":
             buf += rec.RecordHeader.padding(o, rec.SIZE + it[1]).encode() + bytes(it[1])
         else:
@@ -280,6 +286,23 @@ def test_each_damage_names_its_check(damage, reason):
     damage(buf)
     got = check_decode(bytes(buf), 24)
     assert got.count == 0 and got.stop.reason == reason
+
+
+@pytest.mark.parametrize("extra", [1, 2, 33, 500])
+def test_a_batch_followed_by_extra_bytes_is_data_not_a_batch(extra):
+    """"Almost a batch" (issue 32): a record body holding an intact StreamRecordBatch and ``extra``
+    bytes more is a data record in all three decoders (native, twin, reference), not a batch:
+    StreamRecordBatch.decode(exact=True) refuses it, so payloadLength must equal bodyLength - 33."""
+    batch = StreamRecordBatch(7, 3, 100, 5, b"p" * 40).encode()
+    buf = rec.encode_record(4096, batch + b"\x22" * extra) + rec.encode_record(4096 + 24 + len(batch) + extra, batch)
+    got = check_decode(buf, 4096)
+    rows = got.tuples()
+    assert got.stop.reason == bulk.END and [r[3] for r in rows] == [bulk.KIND_DATA, bulk.KIND_BATCH]
+    assert rows[0][4:] == (-1, -1, -1, -1) and rows[1][4:] == (7, 3, 100, 5)
+    assert rows[0][2] == len(batch) + extra
+    # a body one byte short of its batch's payloadLength is not a batch either
+    short = rec.encode_record(0, batch[:-1])
+    assert [r[3] for r in check_decode(short, 0).tuples()] == [bulk.KIND_DATA]
 
 
 def test_a_record_of_another_lap_is_refused():

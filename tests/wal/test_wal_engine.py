@@ -388,32 +388,61 @@ def test_damaged_header_inside_a_block(tmp_path, clean):
         check_records(entries, survivors + more)
 
 
+# Ranges crash repair overwrites in each damage case, and how many of them held non-zero bytes
+# (where evidence of zeros would be wrong; a zeroed block's evidence is rightly zeros).
+EVIDENCE_RANGES = {"hole in the window": (1, 0), "torn tail: last body damaged": (1, 1),
+                   "torn tail: last block never written": (0, 0), "two holes": (2, 1),
+                   "stale record of an earlier lap": (1, 1)}
+
+
 @pytest.mark.parametrize("name,damage,survivors,kinds,explained", DAMAGE_TABLE, ids=[d[0] for d in DAMAGE_TABLE])
 def test_crash_repair_keeps_the_bytes_it_overwrites(tmp_path, name, damage, survivors, kinds, explained):
-    """Every byte crash repair overwrites is in the side file next to the WAL, as it was before."""
+    """Every byte crash repair overwrites is in the side file next to the WAL, as it was before,
+    and the file is, byte for byte, the JSON of those bytes (issue 32: every damage case checks it)."""
     import glob
     import json
+    import os
+    import time
 
     path, acks = crashed_log(tmp_path)
     damage(path, acks)
-    before = peek(path, 0, header_of(path).header.capacity)
+    crashed = header_of(path).header
+    before = peek(path, 0, crashed.capacity)
+    started = time.time_ns()
     opened = open_writer(path)
     opened.writer.close()
     after = peek(path, 0, len(before))
     changed = [i for i in range(HEADERS_SIZE, len(before)) if before[i] != after[i]]
-    files = glob.glob(path + ".repair-*.broken.json")
-    if opened.repair is None or not opened.repair.evidence:
-        assert files == [] and changed == []
+    files = glob.glob(path + ".repair-*")
+    ranges, nonzero = EVIDENCE_RANGES[name]
+    if not ranges:
+        assert (opened.repair is None or not opened.repair.evidence) and files == [] and changed == []
         return
-    assert files == [opened.repair.evidence_file]
+    repair = opened.repair
+    assert files == [repair.evidence_file] == [f"{path}.repair-{repair.repaired_at_ns}.broken.json"]
+    assert started <= repair.repaired_at_ns <= time.time_ns()
     assert any(path in w and "kept in" in w for w in opened.warnings)
-    doc = json.loads(open(files[0]).read())
+    assert len(repair.evidence) == ranges
+    covered = set()
+    for o in repair.evidence:
+        assert o.physical_offset == physical(path, o.offset)
+        assert o.data == before[o.physical_offset:o.physical_offset + len(o.data)]
+        covered.update(range(o.physical_offset, o.physical_offset + len(o.data)))
+    assert changed and set(changed) <= covered, "a byte was overwritten that the evidence does not keep"
+    assert sum(1 for o in repair.evidence if any(o.data)) == nonzero
+    expected = {"wal": path, "type": "crash_repair", "repaired_at_ns": repair.repaired_at_ns,
+                "crashed_header_timestamp_ns": crashed.last_write_timestamp_ns, "evidence_file": files[0],
+                "overwritten": [{"offset": o.offset, "physical_offset": physical(path, o.offset),
+                                 "length_bytes": len(o.data),
+                                 "hex": before[physical(path, o.offset):physical(path, o.offset) + len(o.data)].hex()}
+                                for o in repair.evidence]}
+    with open(files[0], "rb") as f:
+        assert f.read() == (json.dumps(expected, indent=1) + "\n").encode()
+    assert not os.path.exists(files[0] + ".partial")
     kept = bytearray(after)
-    for item in doc["overwritten"]:
+    for item in expected["overwritten"]:
         data = bytes.fromhex(item["hex"])
-        assert len(data) == item["length_bytes"] and item["physical_offset"] == physical(path, item["offset"])
         kept[item["physical_offset"]:item["physical_offset"] + len(data)] = data
-    assert changed, "the repair patched something"
     assert bytes(kept[HEADERS_SIZE:]) == before[HEADERS_SIZE:]  # every overwritten byte is retrievable
 
 
