@@ -100,6 +100,26 @@ def test_crc32c_combine_twins_agree(a, b, crcs, length):
     assert crc.crc32c_combine(*crcs, length) == crc._crc32c_combine_py(*crcs, length)
 
 
+@pytest.mark.parametrize("zeros", [(1 << 29) - 1, 1 << 29, (1 << 29) + 4097, 3 << 30, (1 << 32) + 7])
+def test_crc32c_combine_past_512_mib_matches_the_bytes(zeros):
+    """Lengths of 512 MiB and more (2^32 bits and more): zlib's table of x^(2^k) wraps k at 32,
+    true for CRC-32's polynomial but not Castagnoli's; with the wrap both twins gave wrong crcs
+    from 512 MiB on (SO compaction and force split combine whole data regions). The bytes here are
+    ``head`` and then ``zeros`` zero bytes, their crc computed by reading them (1 MiB at a time)."""
+    head = bytes(range(256)) * 3
+    chunk = bytes(1 << 20)
+    whole = crc.crc32c(head)
+    tail = 0
+    left = zeros
+    while left:
+        piece = chunk if left >= len(chunk) else chunk[:left]
+        whole = crc.crc32c(piece, whole)
+        tail = crc.crc32c(piece, tail)
+        left -= len(piece)
+    for combine in (crc.crc32c_combine, crc._crc32c_combine_py):
+        assert combine(crc.crc32c(head), tail, zeros) == whole
+
+
 def test_crc32c_combine_is_the_c_one_where_built_and_loads_it_on_first_use():
     """Importing walctl.format.crc loads neither bulk nor the extension (start-up); the first
     combine picks the C function when walctl runs its extension (walctl.format.extension's rule: built,

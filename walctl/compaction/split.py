@@ -228,13 +228,9 @@ def _derived_crcs(ssos: list[mf.LiveObject], runs: list[Run], indexes: dict) -> 
         tiled = (bool(mine) and mine[0].start == 0 and mine[-1].end == idx.data_size
                  and all(a.end == b.start for a, b in zip(mine, mine[1:])))
         if idx.footer.checksummed and tiled:
-            # (crc32c_combine is exact below 512 MiB: past it, only the last run, as before)
-            pick = max(reversed(mine), key=lambda r: r.size) if idx.data_size < _EXACT_SHIFT else mine[-1]
+            pick = max(reversed(mine), key=lambda r: r.size)
             derived.add(id(pick))
     return derived
-
-
-_EXACT_SHIFT = 1 << 29
 
 
 def _div_x(v: int) -> int:

@@ -133,8 +133,11 @@ static uint32_t gf_multmodp(uint32_t a, uint32_t b)
     return p;
 }
 
-/* x^(2^k) modulo the polynomial, k = 0..31 (filled by shift_init at the module's import) */
-static uint32_t x2n_table[32];
+/* x^(2^k) modulo the polynomial, k = 0..66 (filled by shift_init at the module's import): a 64-bit
+ * length is 8 len < 2^67 bits. zlib keeps 32 and wraps k at 32, which holds for CRC-32 (x^(2^32) = x)
+ * but not for Castagnoli's polynomial: the wrap gave wrong results for len >= 512 MiB. */
+#define X2N_ENTRIES 67
+static uint32_t x2n_table[X2N_ENTRIES];
 
 /* x^(8 len) modulo the polynomial: the operator that appends len zero bytes to a CRC register */
 static uint32_t x8nmodp(uint64_t len)
@@ -143,7 +146,7 @@ static uint32_t x8nmodp(uint64_t len)
     int k = 3;
     while (len) {
         if (len & 1)
-            p = gf_multmodp(x2n_table[k & 31], p);
+            p = gf_multmodp(x2n_table[k], p);
         len >>= 1;
         k++;
     }
@@ -153,7 +156,7 @@ static uint32_t x8nmodp(uint64_t len)
 static void shift_init(void)
 {
     x2n_table[0] = 1u << 30; /* x^1 (reflected: x^0 is the top bit) */
-    for (int i = 1; i < 32; i++)
+    for (int i = 1; i < X2N_ENTRIES; i++)
         x2n_table[i] = gf_multmodp(x2n_table[i - 1], x2n_table[i - 1]);
     for (int s = 1; s <= 2; s++) {
         uint32_t op = x8nmodp((uint64_t)256 * s);

@@ -71,9 +71,15 @@ def _multmodp(a: int, b: int) -> int:
     return p
 
 
+# x^(2^k) for k = 0..66: a length below 2^64 bytes is 8 * length < 2^67 bits. zlib keeps 32 and
+# wraps k at 32, which holds for CRC-32's polynomial (x^(2^32) = x) but not for Castagnoli's:
+# there the wrap gave wrong combines for len(B) >= 512 MiB (2^32 bits).
+_X2N_ENTRIES = 67
+
+
 def _x2n_table() -> tuple[int, ...]:
     table = [1 << 30]  # x^1
-    for _ in range(31):
+    for _ in range(_X2N_ENTRIES - 1):
         table.append(_multmodp(table[-1], table[-1]))  # x^(2^k)
     return tuple(table)
 
@@ -87,7 +93,7 @@ def _x8nmodp(length: int) -> int:
     k = 3  # 8 = 2^3
     while length:
         if length & 1:
-            p = _multmodp(_X2N[k & 31], p)
+            p = _multmodp(_X2N[k], p)
         length >>= 1
         k += 1
     return p
