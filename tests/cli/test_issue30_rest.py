@@ -1,0 +1,35 @@
+"""Issue 30's remaining operator polish: recover's --limit bound and partial --json warning,
+the time and where of every JSON document, the resolved path in metrics labels, null for -1."""
+
+from __future__ import annotations
+
+import pytest
+
+from walctl.commands.recover import PARTIAL_JSON_WARNING
+
+
+def test_recover_limit_zero_is_refused_like_read(cli, new_wal):
+    dev = new_wal()
+    assert cli("append", dev, "a").exit_code == 0
+    res = cli("recover", dev, "-n", "0")
+    assert res.exit_code == 2, res
+    assert cli("read", "--store", "x", "-n", "0").exit_code == 2
+
+
+@pytest.mark.parametrize("part", [("--limit", "1"), ("--from", "0"), ("--to", "999999")])
+def test_recover_json_part_of_the_log_warns_on_stderr(cli, new_wal, part):
+    dev = new_wal()
+    assert cli("append", dev, "a", "b", "c").exit_code == 0
+    res = cli("recover", dev, "--json", *part)
+    assert res.exit_code == 0, res
+    assert f"walctl: warning: {PARTIAL_JSON_WARNING}" in res.stderr.splitlines(), res
+    assert PARTIAL_JSON_WARNING not in res.stdout
+    whole = cli("recover", dev, "--json")
+    assert PARTIAL_JSON_WARNING not in whole.stderr, whole
+
+
+def test_append_store_from_the_convention_variable(cli, new_wal, tmp_path):
+    """WALCTL_UPLOAD_AT without --store is still read (from the conventions, not a declaration)."""
+    dev = new_wal()
+    res = cli("append", dev, "a", env={"WALCTL_UPLOAD_AT": "1MiB"})
+    assert res.exit_code == 2 and "--upload-at needs --store" in res.stderr, res
