@@ -368,8 +368,7 @@ class TestRecover:
         dev, offsets, _, _ = three_streams
         records, _, _ = recover_json(cli, dev, "--limit", "2")
         assert [r["offset"] for r in records] == offsets[:2]
-        records, _, _ = recover_json(cli, dev, "--limit", "0")
-        assert records == []
+        assert cli("recover", dev, "--json", "--limit", "0").exit_code == 2  # as read -n 0 (issue 30)
 
     def test_filters_combine(self, cli, three_streams):
         dev, offsets, _, streams = three_streams

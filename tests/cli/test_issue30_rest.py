@@ -33,3 +33,42 @@ def test_append_store_from_the_convention_variable(cli, new_wal, tmp_path):
     dev = new_wal()
     res = cli("append", dev, "a", env={"WALCTL_UPLOAD_AT": "1MiB"})
     assert res.exit_code == 2 and "--upload-at needs --store" in res.stderr, res
+
+
+def _is_utc_iso(text: str) -> bool:
+    from datetime import datetime, timedelta, timezone
+
+    when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return when.utcoffset() == timedelta(0) and abs(datetime.now(timezone.utc) - when) < timedelta(minutes=5)
+
+
+def test_json_documents_carry_their_time(cli, new_wal):
+    dev = new_wal()
+    appended = cli("append", dev, "a", "--json")
+    summary = appended.json_lines()[-1]
+    assert summary["type"] == "summary" and _is_utc_iso(summary["time"]), appended
+    status = cli("status", dev, "--json")
+    assert _is_utc_iso(status.json_lines()[-1]["time"]), status
+
+
+@pytest.mark.parametrize("args, where", [
+    (("status", "{d}/missing.img", "--json"), "{d}/missing.img"),
+    (("ls", "--store", "{d}/no-store", "--json"), "{d}/no-store"),
+])
+def test_a_failed_runs_json_names_where_and_when(cli, tmp_path, args, where):
+    res = cli(*[a.format(d=tmp_path) for a in args])
+    assert res.exit_code != 0, res
+    doc = res.json_lines()[-1]
+    assert doc["error"]["where"] == where.format(d=tmp_path), res
+    assert _is_utc_iso(doc["time"]), res
+
+
+def test_metrics_labels_use_the_resolved_path(cli, new_wal, tmp_path, monkeypatch):
+    dev = new_wal(name="wal.img")
+    metrics = tmp_path / "m.prom"
+    monkeypatch.chdir(tmp_path)
+    assert cli("status", "wal.img", "--metrics-file", metrics).exit_code == 0
+    assert cli("status", dev, "--metrics-file", metrics).exit_code == 0
+    text = metrics.read_text()
+    assert f'device="{dev}"' in text, text
+    assert 'device="wal.img"' not in text, text

@@ -19,6 +19,10 @@ def report_error(line: str, error: dict, json_out: bool, stream: bool, summary: 
         if stream:
             obj.setdefault("type", "summary")
         obj["error"] = error
+        if "time" not in obj:
+            from walctl.commands._shared import utc_now
+
+            obj["time"] = utc_now()
         try:
             sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
             sys.stdout.flush()

@@ -161,8 +161,18 @@ MetricsFileOpt = Annotated[str | None, typer.Option(
 
 
 # -- output ---------------------------------------------------------------------------
+def utc_now() -> str:
+    """Now, ISO 8601 UTC to the millisecond (``2026-11-28T12:45:14.123Z``): the ``time`` of a JSON document."""
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def emit_json(obj: dict) -> None:
-    """One JSON object per line on stdout, flushed at once (callers may be cut off any moment)."""
+    """One JSON object per line on stdout, flushed at once (callers may be cut off any moment); it
+    carries ``time`` (when it was rendered, ISO 8601 UTC: cron's logs) unless it has its own."""
+    if "time" not in obj:
+        obj = {**obj, "time": utc_now()}
     sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
     sys.stdout.flush()
 
