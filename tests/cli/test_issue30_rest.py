@@ -72,3 +72,19 @@ def test_metrics_labels_use_the_resolved_path(cli, new_wal, tmp_path, monkeypatc
     text = metrics.read_text()
     assert f'device="{dev}"' in text, text
     assert 'device="wal.img"' not in text, text
+
+
+def test_upload_exit_8_names_a_stopped_writers_pid(new_wal, held_writer, run, tmp_path):
+    import os
+    import signal
+
+    dev = new_wal("1MiB")
+    writer = held_writer(dev, b"r0")
+    os.kill(writer.proc.pid, signal.SIGSTOP)
+    try:
+        res = run("upload", dev, "--store", tmp_path / "store", "--trim-timeout", "500ms", timeout=60)
+    finally:
+        os.kill(writer.proc.pid, signal.SIGCONT)
+    assert res.exit_code == 8, res
+    line = res.error_line()
+    assert f"writer pid {writer.proc.pid}" in line and f"kill -CONT {writer.proc.pid}" in line, res
