@@ -88,3 +88,12 @@ def test_upload_exit_8_names_a_stopped_writers_pid(new_wal, held_writer, run, tm
     assert res.exit_code == 8, res
     line = res.error_line()
     assert f"writer pid {writer.proc.pid}" in line and f"kill -CONT {writer.proc.pid}" in line, res
+
+
+def test_a_never_trimmed_wals_trim_offset_is_null_in_json_and_words_for_people(cli, new_wal):
+    dev = new_wal()
+    status = cli("status", dev, "--json").json_lines()[-1]
+    assert status["trim_offset"] is None and status["header"]["trim_offset"] is None, status
+    summary = cli("recover", dev, "--json").json_lines()[-1]
+    assert summary["trim_offset"] is None, summary
+    assert "never trimmed" in cli("status", dev).stdout
