@@ -97,3 +97,19 @@ def test_a_never_trimmed_wals_trim_offset_is_null_in_json_and_words_for_people(c
     summary = cli("recover", dev, "--json").json_lines()[-1]
     assert summary["trim_offset"] is None, summary
     assert "never trimmed" in cli("status", dev).stdout
+
+
+def test_inspect_object_reads_the_object_from_stdin(cli, run, new_wal, tmp_path):
+    dev, store = new_wal("1MiB"), tmp_path / "store"
+    assert cli("append", dev, "a", "b", "-s", "7").exit_code == 0
+    assert cli("upload", dev, "--store", store).exit_code == 0
+    objects = [p for p in store.rglob("*") if p.is_file() and "manifest" not in p.parts]
+    from_file = run("inspect-object", objects[0], "--json", "--deep")
+    assert from_file.exit_code == 0, from_file  # (the object, among the store's files)
+    res = run("inspect-object", "-", "--json", "--deep", input=objects[0].read_bytes())
+    assert res.exit_code == 0, res
+    summary = res.json_lines()[-1]
+    assert summary["verdict"] == "ok" and summary["entries"] == 1, res
+    assert {r["stream_id"] for r in res.json_lines() if "stream_id" in r} == {7}
+    refused = run("inspect-object", "-", "--store", store, input=b"")
+    assert refused.exit_code == 2 and "standard input" in refused.error_line(), refused
