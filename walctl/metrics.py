@@ -63,6 +63,19 @@ AMOUNTS: dict[str, dict[str, str]] = {
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[^}\"]|\"(?:[^\"\\]|\\.)*\")*\})?\s+(\S+)(\s+\S+)?\s*$")
 
 
+def resolved_labels(labels: dict[str, object] | None) -> dict[str, object] | None:
+    """``device`` and ``store`` labels of a local path as its absolute path: one WAL or store is one
+    label set however it was typed (``store3`` from /srv/wal, ``/srv/wal/store3``); URLs kept."""
+    if not labels:
+        return labels
+    out = dict(labels)
+    for key in ("device", "store"):
+        value = out.get(key)
+        if isinstance(value, str) and value and "://" not in value:
+            out[key] = os.path.abspath(value)
+    return out
+
+
 def labels_text(labels: dict[str, object] | None) -> str:
     """``{device="/dev/x",node_id="3"}``: sorted names, escaped values ('' for no labels).
 
@@ -310,7 +323,7 @@ def write_wal_status(path: str, out: dict | None, *, device: str, node_id: objec
 
     A gauge this run did not measure (findings without a scan or a verification) is removed for
     this WAL's labels rather than left at an earlier run's value: absent means not measured."""
-    labels = {"device": device, "node_id": node_id}
+    labels = resolved_labels({"device": device, "node_id": node_id})
     families = wal_families(out, now=clock(), labels=labels)
     measured = {f.name for f in families}
     stale = [f"{PREFIX}_wal_{name}" for name in WAL_GAUGES if f"{PREFIX}_wal_{name}" not in measured]
@@ -436,6 +449,7 @@ class MetricsRun:
             raise ValueError(f"unknown metrics job {self.job!r}")
         if self.path is not None:
             check_path(self.path)
+        self.labels = resolved_labels(self.labels)
 
     @property
     def active(self) -> bool:

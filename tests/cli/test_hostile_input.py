@@ -32,7 +32,7 @@ PATH_PARAMS = {"device", "input_path", "store", "metrics_file", "state_file", "d
 NOT_NUMERIC_OR_PATH = {"data", "namespace", "endpoint_url", "master", "retention_start", "accept_gap", "ack"}
 CASE_TIMEOUT_S = 20
 # Cases another change fixes (owner named), each kept below as a strict xfail of its own.
-ELSEWHERE = {("append", "input_path", "/dev/zero")}
+ELSEWHERE: set = set()
 # Each command's shortest real run on the case's own copy of a small WAL and store ({d}: its folder).
 BASE = {
     "append": ["append", "{d}/wal.img", "x"],
@@ -248,9 +248,21 @@ def test_path_option_at_non_regular_files(template, tmp_path, command, param):
     assert problems == []
 
 
-@pytest.mark.xfail(strict=True, reason="h-append: append --input reads one line (record) without a bound; "
-                                       "a record larger than the WAL's largest record must stop it, exit 2")
-def test_append_input_from_dev_zero_is_bounded(template, tmp_path):
+@pytest.mark.parametrize("framing, source", [
+    ("lines", "/dev/zero"), ("raw", "/dev/zero"), ("length-prefixed", "garbage"), ("lines", "long-line")])
+def test_append_input_from_dev_zero_is_bounded(template, tmp_path, framing, source):
+    """A record is cut at the WAL's largest record: exit 2 with a hint, never an unbounded read."""
     case = Case(template, tmp_path, 0)
-    args = ["append", f"{case.d}/wal.img", "--input", "/dev/zero"]
-    assert _judge(case, args, case.run(args)) == []
+    if source == "garbage":  # a length prefix of 2^31 bytes, then too few bytes
+        path = tmp_path / "garbage.bin"
+        path.write_bytes(b"\x7f\xff\xff\xf0" + b"x" * 100)
+        source = str(path)
+    elif source == "long-line":  # one line longer than the whole WAL
+        path = tmp_path / "long.txt"
+        path.write_bytes(b"ok\n" + b"y" * (os.path.getsize(case.d / "wal.img") + 1) + b"\n")
+        source = str(path)
+    args = ["append", f"{case.d}/wal.img", "--input", source, "--framing", framing]
+    code, out, err = outcome = case.run(args)
+    assert _judge(case, args, outcome) == []
+    assert code == 2, err
+    assert "larger than this WAL's largest record" in err and "walctl init --capacity" in err

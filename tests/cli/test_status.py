@@ -27,7 +27,7 @@ def test_new_wal(cli, new_wal):
     assert len(res.json_lines()) == 1
     assert out["device"] == dev and out["flavour"] == "walctl"
     assert (out["capacity_bytes"], out["ring_bytes"], out["headers_bytes"]) == (CAPACITY, RING, 8192)
-    assert (out["trim_offset"], out["start_offset"], out["end_offset"]) == (-1, 0, 0)
+    assert (out["trim_offset"], out["start_offset"], out["end_offset"]) == (None, 0, 0)
     assert (out["used_bytes"], out["free_bytes"], out["used_percent"], out["free_percent"]) == (0, RING, 0.0, 100.0)
     assert out["shutdown_type"] == "graceful"
     assert out["sliding_window_max_length_bytes"] == out["header"]["sliding_window_max_length_bytes"] > 0

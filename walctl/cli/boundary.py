@@ -213,6 +213,15 @@ def _check_engine_variable() -> None:
         raise UsageError(f"invalid value for {IO_ENGINE_ENV}: {engine!r}", hint=f"one of {', '.join(IO_ENGINES)}")
 
 
+def _about(error: dict, kwargs: dict, where: str | None = None) -> dict:
+    """The JSON error object with ``where``: the device or store the run was about (cron's logs
+    tell runs apart by it), else what the error names; none when neither is known."""
+    about = kwargs.get("device") or kwargs.get("store") or where
+    if isinstance(about, str) and about and "where" not in error:
+        error = {**error, "where": about}
+    return error
+
+
 def boundary(fn: Callable, stream: bool = False) -> Callable:
     """Wrap a command body: WalctlError -> one stderr line + its exit code (+ JSON error object);
     SIGTERM/SIGINT -> the same, exit 143/130, after the body's own cleanup ran.
@@ -232,11 +241,11 @@ def boundary(fn: Callable, stream: bool = False) -> Callable:
         except (typer.Exit, typer.Abort, ClickUsageError):
             raise
         except WalctlError as exc:
-            report_error(exc.line(), exc.to_json(), json_out, stream, exc.summary)
+            report_error(exc.line(), _about(exc.to_json(), kwargs, exc.where), json_out, stream, exc.summary)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt as exc:  # Interrupted (SIGTERM/SIGINT), or Ctrl-C outside the handler
             line, error, code = interrupted_error(exc)
-            report_error(line, error, json_out, stream, getattr(exc, "summary", None))
+            report_error(line, _about(error, kwargs), json_out, stream, getattr(exc, "summary", None))
             raise typer.Exit(code) from None
         except BrokenPipeError:
             from walctl.commands._shared import silence_stdout
@@ -248,8 +257,8 @@ def boundary(fn: Callable, stream: bool = False) -> Callable:
                 traceback.print_exc()
             line = (f"walctl: error: internal error: {type(exc).__name__}: {exc} "
                     f"(a bug; rerun with --debug for the traceback)")
-            report_error(line, {"code": EXIT_INTERNAL, "message": line.removeprefix("walctl: error: ")},
-                         json_out, stream, None)
+            report_error(line, _about({"code": EXIT_INTERNAL, "message": line.removeprefix("walctl: error: ")},
+                                      kwargs), json_out, stream, None)
             raise typer.Exit(EXIT_INTERNAL) from None
 
     wrapper.walctl_stream = stream

@@ -19,6 +19,11 @@ def report_error(line: str, error: dict, json_out: bool, stream: bool, summary: 
         if stream:
             obj.setdefault("type", "summary")
         obj["error"] = error
+        from walctl.commands._shared import json_nulls, utc_now
+
+        obj = json_nulls(obj)
+        if "time" not in obj:
+            obj["time"] = utc_now()
         try:
             sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
             sys.stdout.flush()

@@ -161,8 +161,35 @@ MetricsFileOpt = Annotated[str | None, typer.Option(
 
 
 # -- output ---------------------------------------------------------------------------
+def utc_now() -> str:
+    """Now, ISO 8601 UTC to the millisecond (``2026-11-28T12:45:14.123Z``): the ``time`` of a JSON document."""
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# Fields whose "none" the formats spell -1 (FORMATS.md: a never-trimmed WAL's trimOffset): null in JSON.
+_MINUS_ONE_IS_NONE = frozenset({"trim_offset"})
+
+
+def json_nulls(obj):
+    """``obj`` with docs/CLI.md's null rule applied: a field known as -1 for "none" (``trim_offset``
+    of a never-trimmed WAL) is null, as every other absent value; nested objects too. The human
+    output keeps its own words ("- (never trimmed)")."""
+    if isinstance(obj, dict):
+        return {k: (None if k in _MINUS_ONE_IS_NONE and isinstance(v, int) and v < 0 else json_nulls(v))
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [json_nulls(v) for v in obj]
+    return obj
+
+
 def emit_json(obj: dict) -> None:
-    """One JSON object per line on stdout, flushed at once (callers may be cut off any moment)."""
+    """One JSON object per line on stdout, flushed at once (callers may be cut off any moment); it
+    carries ``time`` (when it was rendered, ISO 8601 UTC: cron's logs) unless it has its own."""
+    obj = json_nulls(obj)
+    if "time" not in obj:
+        obj = {**obj, "time": utc_now()}
     sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
     sys.stdout.flush()
 

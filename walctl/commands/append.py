@@ -46,16 +46,16 @@ def append_cmd(
         help="Stream offset of the first record (default: continue the stream's offsets found in the "
              "WAL; required when the stream has no record left after a trim).")] = None,
     store: Annotated[str | None, typer.Option(
-        "--store", envvar="WALCTL_STORE", metavar="URL",
+        "--store", metavar="URL",
         help="Object store the WAL uploads to: when the stream has no record left in the WAL (uploaded "
              "and trimmed) and the checkpoint does not know it, its offsets continue from the store's "
-             "manifest; with --upload-at, where the writer uploads. Env: WALCTL_STORE.")] = None,
+             "manifest; with --upload-at, where the writer uploads.")] = None,
     upload_at: Annotated[str | None, typer.Option(
-        "--upload-at", envvar="WALCTL_UPLOAD_AT", metavar="SIZE",
+        "--upload-at", metavar="SIZE",
         help="Writer-side upload (needs --store): each time SIZE bytes of acknowledged records lie past "
              "the trim point, upload them from this process in the background, commit, and trim the WAL "
              "(AutoMQ's default is 512MiB; capped at half the ring). Acknowledgements never wait for it; "
-             "after a crash, 'walctl upload' completes what was started. Env: WALCTL_UPLOAD_AT.")] = None,
+             "after a crash, 'walctl upload' completes what was started.")] = None,
     full_wait: Annotated[float | None, typer.Option(
         "--full-wait", metavar="DURATION", parser=Duration(min=0, max=7 * 24 * 3600),
         help="Backpressure: when the ring is full, appends (and the reading of --input) wait up to this "
@@ -67,10 +67,10 @@ def append_cmd(
     s3_connect_timeout: S3ConnectTimeoutOpt = S3_CONNECT_TIMEOUT,
     s3_read_timeout: S3ReadTimeoutOpt = S3_READ_TIMEOUT,
     iodepth: Annotated[int, typer.Option(
-        "--iodepth", envvar="WALCTL_IODEPTH", min=1, max=256,
+        "--iodepth", min=1, max=256,
         help="Blocks written concurrently (I/O queue depth).")] = 4,
     iops: Annotated[float | None, typer.Option(
-        "--iops", envvar="WALCTL_IOPS", metavar="N", min=0.001,
+        "--iops", metavar="N", min=0.001,
         help="IOPS budget: start at most N block writes per second (a token bucket holding 50 ms of it). "
              "While the budget holds a write, records keep batching into a larger block (up to 256 KiB). "
              "No effect while the rate stays under it. Default: unlimited.")] = None,
@@ -82,7 +82,7 @@ def append_cmd(
              "acknowledgement; a full block (256 KiB) is written at once, and a record is acknowledged "
              "only once its block is durable, as always.")] = "2ms",
     bandwidth: Annotated[float | None, typer.Option(
-        "--bandwidth", envvar="WALCTL_BANDWIDTH", metavar="MIB/S", min=0.001,
+        "--bandwidth", metavar="MIB/S", min=0.001,
         help="Bandwidth budget: write at most this many MiB (2^20 bytes) per second to the device, "
              "counting whole 4 KiB-padded blocks. Default: unlimited.")] = None,
     ack: Annotated[AckMode, typer.Option(

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 @command("inspect-object", stream=True)
 def inspect_object_cmd(
     target: Annotated[str, typer.Argument(
-        metavar="TARGET", help="An object id, its key (full, or relative to the store prefix), or a local file path.")],
+        metavar="TARGET", help="An object id, its key (full, or relative to the store prefix), a local file path, "
+                                "or '-': the object read from standard input.")],
     store: Annotated[str | None, typer.Option(
         "--store", metavar="URL",
         help="Object store holding TARGET (a local directory or s3://bucket[/prefix]); not needed for a "
@@ -48,6 +49,44 @@ def inspect_object_cmd(
     With --deep a verdict line says whether the object is healthy and, when not, names the
     damaged block. Exit 3 when a check fails, 4 when TARGET is not an object of this format.
     """
+    if target == "-":
+        with _stdin_object(store) as path:
+            return _inspect(path, None, deep, records, payload, namespace, stream, endpoint_url, retry_for,
+                            s3_connect_timeout, s3_read_timeout, json_out)
+    return _inspect(target, store, deep, records, payload, namespace, stream, endpoint_url, retry_for,
+                    s3_connect_timeout, s3_read_timeout, json_out)
+
+
+def _stdin_object(store: str | None):
+    """A context giving the path of a private temporary file holding standard input (the object:
+    its footer is at its end, so it is read whole before inspecting), removed after."""
+    import contextlib
+    import shutil
+    import sys
+    import tempfile
+
+    from walctl.errors import UsageError
+
+    if store is not None:
+        raise UsageError("TARGET '-' reads the object from standard input; --store does not apply",
+                         hint="walctl inspect-object - < object.bin, without --store")
+
+    @contextlib.contextmanager
+    def spooled():
+        folder = tempfile.mkdtemp(prefix="walctl-inspect-")
+        try:
+            path = f"{folder}/stdin"
+            with open(path, "wb") as out:
+                shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+            yield path
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    return spooled()
+
+
+def _inspect(target, store, deep, records, payload, namespace, stream, endpoint_url, retry_for, s3_connect_timeout,
+             s3_read_timeout, json_out) -> None:
     from walctl.errors import CorruptionError
     from walctl.store.inspect import index_rows, inspect, primary_problem, problem_json, resolve
 

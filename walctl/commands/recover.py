@@ -32,6 +32,10 @@ def encode_payload(data, how: Payload) -> str | None:
     return None
 
 
+PARTIAL_JSON_WARNING = ('--limit/--from/--to show part of the log: "records" counts every live record, '
+                        '"records_shown" those printed')
+
+
 @command("recover", stream=True)
 def recover_cmd(
     device: DeviceArg,
@@ -48,10 +52,11 @@ def recover_cmd(
              "record at or past it (summary: complete false, stopped_by \"to\").")] = None,
     stream: StreamOpt = None,
     limit: Annotated[int | None, typer.Option(
-        "--limit", min=0,
+        "--limit", min=1,
         help="Stop after this many records shown. A run that stops early says so: the summary has "
              "complete false and stopped_by \"limit\" (damage further on was not checked), and the "
-             "human output warns on stderr.")] = None,
+             "output warns on stderr (with --json too: \"records\" counts every live record, "
+             "\"records_shown\" those printed).")] = None,
     payload: Annotated[Payload, typer.Option(
         "--payload", help="Show each record's payload as text (UTF-8, invalid bytes escaped), hex, "
                           "base64, or not at all.")] = Payload.none,
@@ -62,7 +67,7 @@ def recover_cmd(
                           "addressed by physical byte position; with --json a \"hexdump\" string field "
                           "on each finding line.")] = False,
     block_size: Annotated[str | None, typer.Option(
-        "--block-size", envvar="WALCTL_BLOCK_SIZE", metavar="SIZE",
+        "--block-size", metavar="SIZE",
         help="AutoMQ WALs only: the block size its JVM ran with (automq.ebswal.blocksize: 512, 4KiB, "
              "8KiB ...), which sizes its header slots and aligns its blocks. Default: detected from "
              "the header slots or the first record, else AutoMQ's default 4KiB.")] = None,
@@ -121,6 +126,8 @@ def recover_cmd(
         warn(run.moved_warning())
     if run.incomplete() and not json_out:
         warn(run.incomplete())
+    if json_out and (limit is not None or from_offset is not None or to_offset is not None):
+        warn(PARTIAL_JSON_WARNING)
     exc = run.error()
     if exc is not None and json_out:
         exc.summary = summary  # the closing summary line carries the error

@@ -189,19 +189,61 @@ def _feed(request: AppendRequest, hooks: AppendHooks, run: AppendRun, source) ->
     if request.data:
         bounds.base_offset(run.next_base, count=len(request.data), option="stream offset")
     base_limit, payload_limit = _limits()
+    # A record never outgrows the WAL's largest (issue 30): input without a record end in sight
+    # (/dev/zero, a line longer than the ring, a garbage length prefix) stops there, exit 2.
+    wal_limit = largest_payload(writer)
+    if request.data is None:
+        payload_limit = min(payload_limit, wal_limit)
     if request.data is None and request.framing != "raw" and framepack.AVAILABLE and hooks.on_frames is not None:
         spec = FrameSpec(request.framing == "lines", request.stream_id, epoch, payload_limit, hooks.render)
         end = feed_frames(writer, source, spec, run.next_base, base_limit, hooks.check, run.feed)
         run.next_base = end.next_base
         # The records before one out of bounds are queued (made durable at the close); then why it stopped.
         if end.stop == framepack.STOP_TOO_LARGE:
-            bounds.record_payload(end.next_len)
+            _too_large(end.next_len, wal_limit, request.framing)
         if end.stop == framepack.STOP_MAX:
             bounds.base_offset(run.next_base, option="stream offset")
     else:
-        run.next_base = _feed_payloads(writer, _payload_batches(request.data, source, request.framing),
+        batches = _payload_batches(request.data, source, request.framing, payload_limit)
+        run.next_base = _feed_payloads(writer, _bounded(batches, wal_limit, request.framing),
                                       request.stream_id, epoch, run.next_base, (base_limit, payload_limit),
                                       hooks.check)
+
+
+def largest_payload(writer) -> int:
+    """The largest payload one record of this WAL holds: its record (with the batch header) fits
+    the ring and a write window (walctl.wal.writer_blocks' placement check)."""
+    from walctl.wal.writer_blocks import MANY_OVERHEAD
+
+    return max(0, (min(writer.ring.size, writer.window_cap_bytes) & ~4095) - MANY_OVERHEAD)
+
+
+def _too_large(length: int, wal_limit: int, framing: str) -> None:
+    """Refuse a record of ``length`` bytes (or more: its end was not read) over the WAL's largest."""
+    from walctl import bounds
+    from walctl.errors import UsageError
+
+    if length <= wal_limit:
+        bounds.record_payload(length)
+        return
+    cut = {"lines": "a line of the input is longer: is it text with newlines?",
+           "length-prefixed": "a length prefix asks for more: is the input length-prefixed?",
+           "raw": "the whole input is one record with --framing raw"}.get(framing, "")
+    raise UsageError(f"record of {length} bytes or more is larger than this WAL's largest record "
+                     f"({wal_limit} bytes); nothing of it was written",
+                     hint=f"{cut} Records before it are appended; a larger record needs a larger WAL "
+                          f"(walctl init --capacity)")
+
+
+def _bounded(batches, wal_limit: int, framing: str):
+    """The payload batches, refusing (after the ones before) a payload over the WAL's largest record."""
+    for payloads, lengths in batches:
+        if lengths and max(lengths) > wal_limit:
+            keep = next(i for i, n in enumerate(lengths) if n > wal_limit)
+            if keep:
+                yield payloads[:keep], lengths[:keep]
+            _too_large(lengths[keep], wal_limit, framing)
+        yield payloads, lengths
 
 
 def _limits() -> tuple[int, int]:
@@ -213,7 +255,7 @@ def _limits() -> tuple[int, int]:
     return bounds.OFFSET_END_LIMIT - 2, min(bounds.UINT32_MAX, rec.MAX_BODY_LENGTH) - batch_format.HEADER_SIZE
 
 
-def _payload_batches(data, source, framing: str):
+def _payload_batches(data, source, framing: str, limit: int | None = None):
     """(payloads, their lengths) in batches: the DATA arguments, or per read of the input (one for raw)."""
     from walctl.wal.framing import Framing, batches
 
@@ -222,7 +264,8 @@ def _payload_batches(data, source, framing: str):
         return
     stream = source.stream
     if framing == "raw":
-        payload = stream.readall() if hasattr(stream, "readall") else stream.read()
+        payload = _read_at_most(stream, limit + 1) if limit is not None else (
+            stream.readall() if hasattr(stream, "readall") else stream.read())
         yield [payload], [len(payload)]
         return
     for view, spans in batches(stream, Framing(framing)):
@@ -232,6 +275,18 @@ def _payload_batches(data, source, framing: str):
         # and the record's bytes are copied once more into the block anyway).
         buf = view.obj if type(view.obj) is bytes else view
         yield list(map(buf.__getitem__, map(slice, starts, map(int.__add__, starts, lengths)))), lengths
+
+
+def _read_at_most(stream, n: int) -> bytes:
+    """Up to ``n`` bytes of ``stream`` (fewer only at its end)."""
+    parts, left = [], n
+    while left > 0:
+        part = stream.read(min(left, 1 << 20))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
 
 
 def _feed_payloads(writer, batches, stream_id: int, epoch: int, next_base: int,

@@ -61,7 +61,7 @@ def init(run: Run, check: Check) -> str:
     header = out["header"]
     capacity = LOOP_BACKING_BYTES if run.result.loop else 4 << 20
     expect_eq(header["capacity_bytes"], capacity, "header capacity")
-    expect_eq(header["trim_offset"], -1, "trim offset of a new WAL")
+    expect_eq(header["trim_offset"], None, "trim offset of a new WAL (null: never trimmed)")
     expect_eq(header["shutdown_type"], "graceful", "shutdown type of a new WAL")
     expect_eq(out["created"], not run.result.loop, "created")
     run.state["ring"] = header["ring_bytes"]

@@ -159,6 +159,12 @@ def feed_frames(writer, source: Source, spec, next_base: int, base_limit: int, c
         if end.stop != framepack.STOP_INPUT:
             return end
         need = buf.fill - buf.start + 1
+        if spec.lines and need - 1 > spec.max_payload:
+            # A line with no end in sight (/dev/zero): never buffered past the largest record.
+            return FeedEnd(next_base, framepack.STOP_TOO_LARGE, need - 1)
+        if not spec.lines and end.next_len > spec.max_payload:
+            # A length prefix over the largest record (garbage input): refused before buffering it.
+            return FeedEnd(next_base, framepack.STOP_TOO_LARGE, end.next_len)
         if not spec.lines and end.next_len >= 0:
             need = max(need, 4 + end.next_len)
         buf.compact(need)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from walctl.errors import UsageError
+from walctl.errors import TrimPendingError, UsageError
 
 if TYPE_CHECKING:
     from walctl.pipeline.upload.plan import UploadResult
@@ -53,3 +53,19 @@ def _trim_after(wal_path: str, offset: int, warnings: list[str], timeout_s: floa
     except UsageError as exc:
         warnings.append(f"{wal_path}: not trimmed ({exc.what}); the next upload skips what is already uploaded")
         return None
+    except TrimPendingError as exc:
+        raise _naming_the_writer(exc, wal_path) from None
+
+
+def _naming_the_writer(exc: TrimPendingError, wal_path: str) -> TrimPendingError:
+    """The exit-8 error naming the pid that holds the WAL's writer lock and did not take the trim
+    (stopped with SIGSTOP, busy, or without the hand-off): the operator's next step is that process."""
+    from walctl.device.locks import lock_holder
+
+    pid = lock_holder(wal_path)
+    if pid is None:
+        return exc
+    exc.what = f"{exc.what}; writer pid {pid} holds the WAL and did not answer"
+    exc.hint = (f"is pid {pid} stopped (kill -CONT {pid}) or running without the trim hand-off? "
+                f"rerun upload (it skips what is committed), or pass --no-trim")
+    return exc
