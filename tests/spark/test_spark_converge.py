@@ -107,7 +107,7 @@ def test_retention_past_a_streams_end_is_refused(tmp_path, local_store):
         compact(local_store, local_store.url, retention={1: end + 1000}, master="bogus://never")
     with pytest.raises(NotFoundError, match="no stream 9"):
         compact(local_store, local_store.url, retention={9: 1}, master="bogus://never")
-    proc = walctl("compact", "--store", local_store.url, "--retention-start", f"1={end + 1000}", "--json")
+    proc = walctl("compact", "--store", local_store.url, "--retention-start", f"1:{end + 1000}", "--json")
     assert proc.returncode == 2 and proc.stderr.decode().count("\n") == 1
     assert json.loads(proc.stdout)["error"]["code"] == 2
     assert mf.load_latest(local_store).number == doc.number  # nothing written

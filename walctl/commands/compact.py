@@ -55,9 +55,9 @@ def compact_cmd(
         help="Spark master: local[N], spark://host:7077, yarn, k8s://https://host:443. Default: the one "
              "spark-submit (or PYSPARK_SUBMIT_ARGS) sets, else local[*] (this machine).")] = None,
     memory_limit: Annotated[int, typer.Option(
-        "--memory-limit", metavar="SIZE", parser=Size(min=1 << 20, max=1 << 40),
+        "--memory-limit", metavar="SIZE", parser=Size(min=4 << 10, max=1 << 40),
         help="Most object data one iteration holds in memory (bytes or 200MiB ...); larger plans run "
-             "in several iterations (1MiB to 1TiB).")] = "200MiB",
+             "in several iterations (4KiB to 1TiB).")] = "200MiB",
     split_size: Annotated[int, typer.Option(
         "--split-size", metavar="SIZE", parser=Size(min=1, max=5 << 40),
         help="A stream with at least this much data (or with an offset gap) becomes Stream Objects; "
