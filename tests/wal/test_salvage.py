@@ -129,7 +129,7 @@ def check_salvaged(wal: str, store: Path, oracle: dict[int, dict[int, bytes]], r
         assert all(o > max(records) and p == payload(s, o) for o, p in extra.items()), f"stream {s}: a stray record"
     assert all(o in oracle[s] for s, o in lost), "a gap names offsets that were never acknowledged"
     damaged = [(d["offset"], d["end_offset"]) for d in result["damage"]]
-    assert damaged and all(any(lo <= g["damage_offset"] < hi for lo, hi in damaged) for g in gaps)
+    assert damaged and all(any(lo <= g.damage_offset < hi for lo, hi in damaged) for g in gaps)
     rec = walctl("recover", wal, "--json")
     assert rec.returncode == 0, rec.stderr  # the damage lies behind the trim point now
     for s in oracle:
