@@ -153,7 +153,7 @@ def generate(store, ssos: int, streams: int, size: int, zipf: float, batch_bytes
                                    for s, r in sorted(built.ranges.items())]})
 
     def install(m):
-        m.objects = objects
+        m.objects = [mf.LiveObject.from_json(o) for o in objects]
         m.next_object_id = ssos + 1
         m.streams = {s: mf.StreamSpan(0, e) for s, e in enumerate(next_offset) if e}
 
@@ -162,7 +162,7 @@ def generate(store, ssos: int, streams: int, size: int, zipf: float, batch_bytes
 
 
 def input_paths(store) -> list[str]:
-    return [store._path(o["key"]) for o in mf.load_latest(store).objects]
+    return [store._path(o.key) for o in mf.load_latest(store).objects]
 
 
 def floor_seconds(store, directory: str) -> float:

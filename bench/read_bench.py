@@ -73,7 +73,7 @@ def generate(store, size: int, objects: int, batch_bytes: int) -> tuple[int, int
 
     def commit(m: mf.Manifest) -> None:
         m.next_object_id = objects + 1
-        m.objects = made
+        m.objects = [mf.LiveObject.from_json(o) for o in made]
         m.streams = {STREAM: mf.StreamSpan(0, offset)}
 
     mf.commit(store, commit, command="read_bench (generate)")

@@ -106,7 +106,7 @@ def generate(store, sizes: dict[int, list[int]]) -> int:
 
     def add(m):
         m.next_object_id = oid
-        m.objects.extend(made)
+        m.objects.extend(mf.LiveObject.from_json(o) for o in made)
         for o in made:
             r = o["ranges"][0]
             s = m.streams.setdefault(r["stream_id"], mf.StreamSpan(r["start"], r["end"]))
@@ -120,15 +120,15 @@ def plain_copy_seconds(store, doc) -> float:
     started = time.monotonic()
     for o in doc.objects:
         if isinstance(store, LocalStore):
-            src = os.path.join(store.root, *o["key"].split("/"))
+            src = os.path.join(store.root, *o.key.split("/"))
             shutil.copyfile(src, src + ".benchcopy")
         else:
-            store.client.copy_object(Bucket=store.bucket, Key=f"{store.prefix}/{o['key']}.benchcopy",
-                                     CopySource={"Bucket": store.bucket, "Key": f"{store.prefix}/{o['key']}"})
+            store.client.copy_object(Bucket=store.bucket, Key=f"{store.prefix}/{o.key}.benchcopy",
+                                     CopySource={"Bucket": store.bucket, "Key": f"{store.prefix}/{o.key}"})
     seconds = time.monotonic() - started
     for o in doc.objects:
         if isinstance(store, LocalStore):
-            os.unlink(os.path.join(store.root, *o["key"].split("/")) + ".benchcopy")
+            os.unlink(os.path.join(store.root, *o.key.split("/")) + ".benchcopy")
         else:
             store.client.delete_object(Bucket=store.bucket, Key=f"{store.prefix}/{o['key']}.benchcopy")
     return seconds
@@ -152,7 +152,7 @@ def run(backend: str, store, args, sizes) -> None:
     sampler.stop.set()
     sampler.join()
     through = out["through_read_bytes"] + out["through_written_bytes"] + out["crc_read_bytes"]
-    small = sum(o["ranges"][0]["bytes"] for o in doc.objects if o["ranges"][0]["bytes"] < 5 * MiB)
+    small = sum(o.ranges[0].bytes for o in doc.objects if o.ranges[0].bytes < 5 * MiB)
     after = len(mf.load_latest(store).objects)
     print(f"SO compaction: {out['objects_in']} SOs in, {out['objects_out']} out ({after} live objects now), "
           f"{out['seconds']:.2f} s = {data / MiB / out['seconds']:.0f} MiB/s of data; "

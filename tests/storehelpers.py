@@ -64,7 +64,7 @@ def read_back_batches(store) -> dict[int, list[StreamRecordBatch]]:
     doc = mf.load_latest(store)
     streams: dict[int, list[StreamRecordBatch]] = {}
     for o in doc.objects:
-        data = store.read_all(o["key"])
+        data = store.read_all(o.key)
         footer, entries = obj.parse_tail(data, len(data))
         for entry in entries:
             for batch in obj.iter_blocks(data, entry):
@@ -107,27 +107,27 @@ def put_objects(store, specs, *, version=obj.VERSION_WALCTL, block_size=256 * Ki
         built = obj.build_object(streams, block_size=block_size, version=version)
         key = mf.object_key(oid)
         store.put_large(key, built.data)
-        made.append({"id": oid, "key": key, "kind": "SO" if len(spec) == 1 else "SSO", "size": len(built.data),
-                     "order_id": oid, "data_time": time.time(),
-                     "ranges": [{"stream_id": s, "start": r.start_offset, "end": r.end_offset, "bytes": r.size_bytes}
-                                for s, r in sorted(built.ranges.items())]})
+        made.append(mf.LiveObject(oid, key, "SO" if len(spec) == 1 else "SSO", len(built.data),
+                                  [mf.ObjectRange(s, r.start_offset, r.end_offset, r.size_bytes)
+                                   for s, r in sorted(built.ranges.items())],
+                                  order_id=oid, data_time=time.time()))
 
     def add(m):
         m.next_object_id = ids[-1] + 1
         m.objects.extend(made)
         for o in made:
-            for r in o["ranges"]:
-                s = m.streams.setdefault(r["stream_id"], mf.StreamSpan(r["start"], r["end"]))
-                s.end = max(s.end, r["end"])
+            for r in o.ranges:
+                s = m.streams.setdefault(r.stream_id, mf.StreamSpan(r.start, r.end))
+                s.end = max(s.end, r.end)
 
     mf.commit(store, add, command="test put")
     return out
 
 
 def so_count(store, sid):
-    return sum(1 for o in mf.load_latest(store).objects if o["ranges"][0]["stream_id"] == sid)
+    return sum(1 for o in mf.load_latest(store).objects if o.ranges[0].stream_id == sid)
 
 
 def live_keys_only(store):
-    live = {o["key"] for o in mf.load_latest(store).objects}
+    live = {o.key for o in mf.load_latest(store).objects}
     return {i.key for i in store.list() if not i.key.startswith("manifest/")} == live

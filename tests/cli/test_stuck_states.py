@@ -123,7 +123,7 @@ def test_sealed_crash_hole_stays_explained_and_drains(cli, wal_dev, tmp_path):
     assert sorted((r["start"], r["end"]) for o in result["objects"] for r in o["streams"]) == [(0, 1), (2, 4)]
     assert "lost in a crash" in res.stderr
     doc = mf.load_latest(open_store(str(store)))
-    assert [(g["stream_id"], g["from"], g["to"], g["cause"], g["sealed"]) for g in doc.stream_gaps] == \
+    assert [(g.stream_id, g.from_offset, g.to_offset, g.cause, g.sealed) for g in doc.stream_gaps] == \
         [(3, 1, 2, "crash", True)]
     assert _stored(store) == {3: [(0, b"rec-a"), (2, b"rec-c"), (3, b"rec-d")]}
     assert _records(cli, wal_dev) == []  # drained
@@ -196,7 +196,7 @@ def test_unexplained_gap_stops_upload_until_accepted(cli, tmp_path):
     assert [(g["stream_id"], g["from"], g["to"], g["cause"]) for g in res.json_lines()[-1]["gaps"]] == \
         [(5, 1, 3, "accepted")]
     doc = mf.load_latest(open_store(str(store)))
-    assert [(g["stream_id"], g["from"], g["to"], g["cause"]) for g in doc.stream_gaps] == [(5, 1, 3, "accepted")]
+    assert [(g.stream_id, g.from_offset, g.to_offset, g.cause) for g in doc.stream_gaps] == [(5, 1, 3, "accepted")]
     assert _stored(store) == {5: [(0, b"a"), (3, b"b")], 6: [(0, b"other")]}
     assert _records(cli, dev) == []
     # An --accept-gap that matches nothing is refused, unless the manifest already holds it (a rerun).

@@ -29,11 +29,11 @@ def test_force_split_leaves_no_sso_and_loses_nothing(request, backend):
     result = force_split(store)
     doc = mf.load_latest(store)
     assert result.commit_number is not None
-    assert [o for o in doc.objects if o["kind"] == "SSO"] == []
+    assert [o for o in doc.objects if o.kind == "SSO"] == []
     assert read_back(store) == before
     assert len(doc.objects) == 3 + 2 + 1  # one SO per stream of each SSO, and the SO that was there
     for o in doc.objects:
-        assert obj.verify_object(store.read_all(o["key"])) == [], o["key"]
+        assert obj.verify_object(store.read_all(o.key)) == [], o.key
     out = result.to_json()
     # each SSO's last stream had its crc derived from the footer, not read
     assert out["crc_read_bytes"] == sum(g["data_bytes"] for g in out["outputs"] if g["crc"] == "read")
@@ -131,7 +131,7 @@ def test_force_split_reads_little_of_a_big_middle_stream_on_s3(faulty_s3):
     assert copies and out["bytes_copied"] == next(g["data_bytes"] for g in out["outputs"] if g["stream_id"] == 2)
     assert read_back(store) == before
     for o in mf.load_latest(store).objects:
-        assert obj.verify_object(store.read_all(o["key"])) == [], o["key"]
+        assert obj.verify_object(store.read_all(o.key)) == [], o.key
 
 
 def test_derived_crc_of_any_run_matches_its_bytes():

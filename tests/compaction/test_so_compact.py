@@ -34,16 +34,15 @@ def test_crc32c_combine_matches_a_crc_of_the_whole():
 
 def test_plan_groups_follows_automq_group0():
     def so(oid, sid, start, end, size):
-        return {"id": oid, "key": f"k{oid}", "kind": "SO", "size": size,
-                "ranges": [{"stream_id": sid, "start": start, "end": end, "bytes": size}]}
+        return mf.LiveObject(oid, f"k{oid}", "SO", size, [mf.ObjectRange(sid, start, end, size)])
 
     doc = mf.Manifest(streams={1: mf.StreamSpan(10, 100), 2: mf.StreamSpan(0, 9)},
                       objects=[so(1, 1, 0, 10, 5), so(2, 1, 10, 20, 5), so(3, 1, 20, 30, 5), so(4, 1, 30, 40, 5),
                                so(5, 1, 50, 60, 5), so(6, 1, 60, 70, 5), so(7, 2, 0, 9, 5), so(8, 3, 0, 5, 5)])
     plan = plan_groups(doc, 10)
     # 1 expired (end 10 <= start 10); [2,3], [4] alone (size), gap before 5: [5,6]; 7 alone; 8 deleted
-    assert [[o["id"] for o in g] for g in plan.groups] == [[2, 3], [5, 6]]
-    assert [(o["id"], why) for o, why in plan.expired] == [(1, "below stream start"), (8, "stream deleted")]
+    assert [[o.id for o in g] for g in plan.groups] == [[2, 3], [5, 6]]
+    assert [(o.id, why) for o, why in plan.expired] == [(1, "below stream start"), (8, "stream deleted")]
 
 
 def test_compose_parts_copy_every_part_of_5_mib_or_more():
@@ -104,7 +103,7 @@ def test_so_compaction_of_ten_small_sos_is_byte_identical(request, backend):
     store = request.getfixturevalue(f"{backend}_store")
     appended = put_objects(store, [[(1, 4, 3000)] for _ in range(12)] + [[(2, 2, 500)]])
     before = read_back(store)
-    total = sum(o["size"] for o in mf.load_latest(store).objects if o["ranges"][0]["stream_id"] == 1)
+    total = sum(o.size for o in mf.load_latest(store).objects if o.ranges[0].stream_id == 1)
     target = 40 * KiB
     result = compact_stream_objects(store, target_size=target)
     assert result.commit_number is not None
@@ -112,8 +111,8 @@ def test_so_compaction_of_ten_small_sos_is_byte_identical(request, backend):
     assert so_count(store, 1) <= math.ceil(total / target)
     assert so_count(store, 2) == 1
     for o in mf.load_latest(store).objects:
-        data = store.read_all(o["key"])
-        assert obj.verify_object(data) == [], o["key"]  # both footer checksums right
+        data = store.read_all(o.key)
+        assert obj.verify_object(data) == [], o.key  # both footer checksums right
     out = result.to_json()
     data = sum(g["data_bytes"] for g in out["groups"])
     assert out["objects_in"] == 12
@@ -131,8 +130,8 @@ def test_s3_copies_every_part_of_5_mib_and_gets_none_of_those_bytes(faulty_s3):
     put_objects(store, [[(1, 2, s * MiB // 2)] for s in sizes_mib], block_size=1 * MiB)
     before = read_back(store)
     doc = mf.load_latest(store)
-    keys = {o["key"] for o in doc.objects}
-    data_bytes = sum(o["ranges"][0]["bytes"] for o in doc.objects)
+    keys = {o.key for o in doc.objects}
+    data_bytes = sum(o.ranges[0].bytes for o in doc.objects)
     faulty_s3.proxy.clear()
     result = compact_stream_objects(store, target_size=DEFAULT_SO_TARGET_SIZE)
     assert so_count(store, 1) == 1 and read_back(store) == before
@@ -140,7 +139,7 @@ def test_s3_copies_every_part_of_5_mib_and_gets_none_of_those_bytes(faulty_s3):
     uploads = [e for e in faulty_s3.proxy.seen("PUT", query="partNumber") if "x-amz-copy-source" not in e.headers]
     gets = [e for e in faulty_s3.proxy.seen("GET") if any(e.path.endswith(k) for k in keys)]
 
-    sizes = {o["key"].rsplit("/", 1)[-1]: o["size"] for o in doc.objects}
+    sizes = {o.key.rsplit("/", 1)[-1]: o.size for o in doc.objects}
 
     def span(header, size=None):
         a, b = header.split("=")[1].split("-")
@@ -164,11 +163,11 @@ def test_s3_copies_every_part_of_5_mib_and_gets_none_of_those_bytes(faulty_s3):
             assert b <= ca or a >= cb, "a GET read bytes that were copied server-side"
     out = result.to_json()
     assert out["through_read_bytes"] == out["planned_get_bytes"]  # the plan said what would pass through
-    index_bytes = sum(o["size"] - o["ranges"][0]["bytes"] for o in doc.objects)
+    index_bytes = sum(o.size - o.ranges[0].bytes for o in doc.objects)
     assert read_bytes == out["through_read_bytes"] + index_bytes  # indexes and footers read exactly
     # only the two small SOs pass through us (laid out last, they join the index and footer
     # in the last part), re-put with the new index and footer
-    small = sum(o["ranges"][0]["bytes"] for o in doc.objects if o["ranges"][0]["bytes"] < 5 * MiB)
+    small = sum(o.ranges[0].bytes for o in doc.objects if o.ranges[0].bytes < 5 * MiB)
     assert out["through_read_bytes"] == small
     assert out["through_written_bytes"] == out["through_read_bytes"] + out["output_bytes"] - out["data_bytes"]
     assert out["bytes_copied"] == data_bytes - out["through_read_bytes"]
@@ -178,7 +177,7 @@ def test_small_sources_laid_out_last_still_read_back_and_compact_again(local_sto
     put_objects(local_store, [[(1, 2, 3 * MiB)], [(1, 1, 1 * MiB)], [(1, 2, 3 * MiB)]], block_size=1 * MiB)
     compact_stream_objects(local_store, target_size=1 << 30)
     (only,) = mf.load_latest(local_store).objects
-    data = local_store.read_all(only["key"])
+    data = local_store.read_all(only.key)
     _, entries = obj.parse_tail(data, len(data))
     positions = [e.block_position for e in entries]
     assert positions != sorted(positions)  # the 1 MiB source's block lies after the others
@@ -188,7 +187,7 @@ def test_small_sources_laid_out_last_still_read_back_and_compact_again(local_sto
     compact_stream_objects(local_store, target_size=1 << 30)  # a reordered SO is a valid source
     assert so_count(local_store, 1) == 1 and read_back(local_store) == before
     (only,) = mf.load_latest(local_store).objects
-    assert obj.verify_object(local_store.read_all(only["key"])) == []
+    assert obj.verify_object(local_store.read_all(only.key)) == []
 
 
 def test_automq_sources_are_read_for_the_footer_crc(local_store):
@@ -199,14 +198,14 @@ def test_automq_sources_are_read_for_the_footer_crc(local_store):
     assert out["crc_read_bytes"] == out["data_bytes"] > 0  # said, and only for that reason
     assert read_back(local_store) == before
     only = mf.load_latest(local_store).objects[0]
-    assert obj.verify_object(local_store.read_all(only["key"])) == []
+    assert obj.verify_object(local_store.read_all(only.key)) == []
 
 
 def test_damaged_index_position_refuses_and_commits_nothing(local_store):
     put_objects(local_store, [[(1, 2, 1000)] for _ in range(3)])
     doc = mf.load_latest(local_store)
     victim = doc.objects[1]
-    data = bytearray(local_store.read_all(victim["key"]))
+    data = bytearray(local_store.read_all(victim.key))
     footer, entries = obj.parse_tail(bytes(data), len(data))
     bad = obj.IndexEntry(entries[0].stream_id, entries[0].start_offset, entries[0].end_offset_delta,
                          entries[0].record_count, entries[0].block_position + 1, entries[0].block_size - 1)
@@ -214,7 +213,7 @@ def test_damaged_index_position_refuses_and_commits_nothing(local_store):
     start = footer.index_start_position
     data[start:start + len(index)] = index
     data[-48:] = obj.Footer(start, len(index), index_crc=crc32c(index), data_crc=footer.data_crc).encode()
-    local_store.put(victim["key"], bytes(data))
+    local_store.put(victim.key, bytes(data))
     with pytest.raises(CorruptionError):
         compact_stream_objects(local_store, target_size=1 * MiB)
     assert mf.load_latest(local_store).objects == doc.objects

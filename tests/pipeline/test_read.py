@@ -505,8 +505,8 @@ def test_rows_gap_inside_an_object(tmp_path, local_store):
 
     def add(m):
         m.next_object_id = 2
-        m.objects = [{"id": 1, "key": mf.object_key(1), "kind": "SO", "size": len(whole.data), "order_id": 1,
-                      "data_time": 0, "ranges": [{"stream_id": 7, "start": 0, "end": 7, "bytes": len(whole.data)}]}]
+        m.objects = [mf.LiveObject(1, mf.object_key(1), "SO", len(whole.data),
+                                   [mf.ObjectRange(7, 0, 7, len(whole.data))], order_id=1, data_time=0)]
         m.streams = {7: mf.StreamSpan(0, 7)}
 
     mf.commit(local_store, add, command="test: a hole inside an object")

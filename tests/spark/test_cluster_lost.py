@@ -81,7 +81,7 @@ def _assert_unchanged(store, s3_client, s3_bucket, before: mf.Manifest, data: di
         assert result.exit_code == 0, result.stderr
         assert json.loads(result.stdout.splitlines()[-1])["records"] == len(batches)
     keys = {o["Key"].removeprefix(f"{PREFIX}/") for o in s3_client.list_objects_v2(Bucket=s3_bucket)["Contents"]}
-    assert {k for k in keys if not k.startswith("manifest/")} == {o["key"] for o in after.objects}
+    assert {k for k in keys if not k.startswith("manifest/")} == {o.key for o in after.objects}
     assert not s3_client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads")
 
 

@@ -31,7 +31,7 @@ def test_level_all_runs_sso_then_so(tmp_path, spark):
     assert out["so"]["objects_in"] == 3 and out["so"]["objects_out"] == 1  # then the SO level
     assert out["idle"] is False
     doc = mf.load_latest(store)
-    assert sorted(o["kind"] for o in doc.objects) == ["SO", "SSO"]
+    assert sorted(o.kind for o in doc.objects) == ["SO", "SSO"]
     assert read_back(store) == before
     # nothing left to do at either level: idle, and Spark is not needed for that
     result = CliRunner().invoke(app, ["compact", "--store", str(store_dir), "--json"])

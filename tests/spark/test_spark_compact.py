@@ -39,8 +39,8 @@ def objects_per_stream(store) -> dict[int, int]:
     doc = mf.load_latest(store)
     out: dict[int, int] = {}
     for o in doc.objects:
-        for r in o["ranges"]:
-            out[r["stream_id"]] = out.get(r["stream_id"], 0) + 1
+        for r in o.ranges:
+            out[r.stream_id] = out.get(r.stream_id, 0) + 1
     return out
 
 
@@ -67,7 +67,7 @@ def test_compaction_keeps_every_byte_with_fewer_objects(tmp_path, spark, local_s
 def test_big_streams_become_stream_objects(tmp_path, spark, local_store):
     _, appended = fill(tmp_path, local_store, streams=(1, 2), count=10, size=3000)
     result = compact(local_store, local_store.url, spark=spark, split_size=100 * KiB)
-    kinds = sorted((o["kind"], tuple(r["stream_id"] for r in o["ranges"])) for o in mf.load_latest(local_store).objects)
+    kinds = sorted((o.kind, tuple(r.stream_id for r in o.ranges)) for o in mf.load_latest(local_store).objects)
     assert kinds == [("SO", (1,)), ("SO", (2,))]
     assert read_back(local_store) == expect(appended)
     assert result.objects_out == 2
@@ -98,8 +98,8 @@ def test_retention_drops_exactly_the_expired_blocks(tmp_path, spark, local_store
     assert got[2] == expect(appended)[2]
     first_kept = got[1][0][0]
     assert first_kept <= 10 and got[1] == expect(appended)[1][first_kept:]
-    assert all(end > 10 for s, _, end in [(1, 0, r["end"]) for o in mf.load_latest(local_store).objects
-                                          for r in o["ranges"] if r["stream_id"] == 1])
+    assert all(end > 10 for s, _, end in [(1, 0, r.end) for o in mf.load_latest(local_store).objects
+                                          for r in o.ranges if r.stream_id == 1])
     assert mf.load_latest(local_store).stream(1).start == 10
 
 
@@ -150,7 +150,7 @@ def test_two_compactors_one_commits_the_other_is_fenced(tmp_path, spark, local_s
     gc(local_store, grace_s=0, now=LATER)
     assert mf.load_latest(local_store).prepared == []
     assert read_back(local_store) == expect(appended)
-    live = {o["key"] for o in mf.load_latest(local_store).objects}
+    live = {o.key for o in mf.load_latest(local_store).objects}
     assert {i.key for i in local_store.list() if not i.key.startswith("manifest/")} == live
 
 

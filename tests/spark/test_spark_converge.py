@@ -26,7 +26,7 @@ KiB, MiB = 1 << 10, 1 << 20
 
 
 def kinds(store) -> list[tuple[str, tuple[int, ...]]]:
-    return sorted((o["kind"], tuple(r["stream_id"] for r in o["ranges"]))
+    return sorted((o.kind, tuple(r.stream_id for r in o.ranges))
                   for o in mf.load_latest(store).objects)
 
 

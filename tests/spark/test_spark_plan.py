@@ -81,7 +81,7 @@ def test_inputs_are_live_ssos_oldest_first_up_to_max_objects():
     assert [o.id for o in plan.inputs] == [2, 3, 1]
     assert not plan.idle
     plan2 = plan_compaction(manifest, indexes, max_objects=2)
-    assert [o["id"] for o in plan2.inputs] == [2, 3]
+    assert [o.id for o in plan2.inputs] == [2, 3]
     assert stream_offsets(plan2) == {1: [(0, 20)]}
     check_coverage(plan2)
 

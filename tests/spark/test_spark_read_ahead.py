@@ -172,9 +172,9 @@ def test_a_reads_memory_goes_back_once_its_last_chunk_is_written_not_with_the_pi
         built = build_object([(1, batches)], block_size=8 * KiB)
         key = mf.object_key(object_id)
         store.put_large(key, built.data)
-        objects.append({"id": object_id, "key": key, "kind": "SSO", "size": len(built.data), "order_id": object_id,
-                        "data_time": 0, "ranges": [{"stream_id": 1, "start": r.start_offset, "end": r.end_offset,
-                                                    "bytes": r.size_bytes} for r in built.ranges.values()]})
+        objects.append(mf.LiveObject(object_id, key, "SSO", len(built.data),
+                                     [mf.ObjectRange(1, r.start_offset, r.end_offset, r.size_bytes)
+                                      for r in built.ranges.values()], order_id=object_id, data_time=0))
 
     def install(m):
         m.objects = objects

@@ -102,8 +102,8 @@ def test_read_follows_a_composite_object_in_the_manifest(local_store):
     appended, comp = automq_store(local_store)
 
     def add(m):
-        m.objects.append({"id": 20, "key": gen_key(20), "kind": "SO", "size": len(comp), "order_id": 20,
-                             "data_time": 0, "ranges": [{"stream_id": 9, "start": 0, "end": 15, "bytes": 0}]})
+        m.objects.append(mf.LiveObject(20, gen_key(20), "SO", len(comp), [mf.ObjectRange(9, 0, 15, 0)], order_id=20,
+                                       data_time=0))
         m.streams[9] = mf.StreamSpan(0, 15)
 
     mf.commit(local_store, add, command="test: an AutoMQ composite object")

@@ -33,7 +33,7 @@ def _check_objects(store, appended):
     """Every object's index counts batches (not offsets), and is what build_object makes of them."""
     spans_differ = False
     for o in mf.load_latest(store).objects:
-        data = store.read_all(o["key"])
+        data = store.read_all(o.key)
         assert obj.verify_object(data) == [], o["key"]
         _, entries = obj.parse_tail(data, len(data))
         for e in entries:
@@ -76,7 +76,7 @@ def test_uploaded_objects_are_build_objects_bytes(tmp_path):
     upload(wal, store, block_size=2 * KiB, split_size=1 * MiB)
     (o,) = mf.load_latest(store).objects
     built = obj.build_object(sorted(appended.items()), block_size=2 * KiB)
-    assert store.read_all(o["key"]) == built.data
+    assert store.read_all(o.key) == built.data
 
 
 def test_read_from_inside_a_batch_starts_at_the_batch_holding_it(tmp_path, local_store):

@@ -48,7 +48,7 @@ def build(store) -> dict[int, dict]:
     mf.commit(store, lambda m: m.prepare(2, mf.DEFAULT_NAMESPACE, now=LONG_AGO) and None, command="test prepare")
     mf.commit(store, lambda m: m.release([5]), command="test release")
     store.put(mf.object_key(5), store.read_all(mf.object_key(4)))
-    return {o["id"]: o for o in mf.load_latest(store).objects}
+    return {o.id: o for o in mf.load_latest(store).objects}
 
 
 def flip_payload_bit(store, key: str) -> None:
@@ -62,9 +62,9 @@ def flip_payload_bit(store, key: str) -> None:
 
 
 def damage(store, objects) -> None:
-    store.put(objects[1]["key"], store.read_all(objects[1]["key"])[:objects[1]["size"] * 3 // 5])
-    flip_payload_bit(store, objects[2]["key"])
-    store.delete(objects[3]["key"])
+    store.put(objects[1].key, store.read_all(objects[1].key)[:objects[1].size * 3 // 5])
+    flip_payload_bit(store, objects[2].key)
+    store.delete(objects[3].key)
 
 
 def kinds(result) -> set[tuple[str, int | None]]:
@@ -80,7 +80,7 @@ def test_a_clean_store_passes_and_costs_one_list_and_one_tail_read_per_object(st
     stats = store.stats.snapshot()
     # the manifest: its LIST and its GET; the objects: one LIST and one ranged GET of each tail
     assert stats["list"] == 2 and stats["get"] == 1 + 4 and stats["ranged_gets"] == 4 and stats["head"] == 0
-    tails = sum(o["size"] - sum(r["bytes"] for r in o["ranges"]) for o in objects.values())
+    tails = sum(o.size - sum(r.bytes for r in o.ranges) for o in objects.values())
     manifest_bytes = len(store.read_all(mf.manifest_key(result.manifest_number)))
     assert stats["bytes_read"] == manifest_bytes + tails  # footers and indexes, never data
 
@@ -99,11 +99,11 @@ def test_truncated_missing_and_bit_flipped_objects_are_found(store, request):
     damage(store, objects)
     store.stats.reset()
     result = check_store(store)
-    size1 = objects[1]["size"]
+    size1 = objects[1].size
     assert {(p.kind, p.object_id) for p in result.damage} == {("truncated", 1), ("missing", 3)}
     truncated = next(p for p in result.problems if p.kind == "truncated")
     assert truncated.detail == f"truncated: {size1 * 3 // 5:,} of {size1:,} bytes"
-    assert truncated.key == objects[1]["key"]
+    assert truncated.key == objects[1].key
     stats = store.stats.snapshot()
     assert stats["list"] == 2 and stats["get"] == 1 + 2  # tails of 2 and 4 only: 1 is short, 3 gone
 
@@ -115,7 +115,7 @@ def test_truncated_missing_and_bit_flipped_objects_are_found(store, request):
     assert "data not read" in verdict  # so the flipped bit in object 2 is not claimed checked
     # the first damage (by kind: missing, then truncated, ...) names the object
     assert err.count("walctl: error:") == 1 and "2 problems; first: object 3 live in the manifest, not in the store" \
-        in err and objects[3]["key"] in err
+        in err and objects[3].key in err
 
     # --read-data: every block of 2 and 4; the flipped payload bit in 2 shows in the data crc
     store.stats.reset()
@@ -125,7 +125,7 @@ def test_truncated_missing_and_bit_flipped_objects_are_found(store, request):
     assert "crc mismatch" in data.detail and "inside a record payload" in data.detail
     stats = store.stats.snapshot()
     # the manifest, then for 2 and 4 the tail and one ranged GET of the data region (< 16 MiB)
-    assert stats["get"] == 1 + 2 * 2 and stats["bytes_read"] >= objects[2]["size"] + objects[4]["size"]
+    assert stats["get"] == 1 + 2 * 2 and stats["bytes_read"] >= objects[2].size + objects[4].size
     assert result.data_objects == 2
 
     code, out, err = cli("check", *url_args(store, request), "--read-data", "--json")
@@ -142,7 +142,7 @@ def test_truncated_missing_and_bit_flipped_objects_are_found(store, request):
 
 def test_subset_reads_the_data_of_one_share(local_store):
     objects = build(local_store)
-    flip_payload_bit(local_store, objects[2]["key"])
+    flip_payload_bit(local_store, objects[2].key)
     local_store.stats.reset()
     first = check_store(local_store, subset=(1, 2))  # ids 2 and 4 (id mod 2 == 0)
     assert first.read_data and first.data_objects == 2
@@ -161,15 +161,15 @@ def test_coverage_holes_and_overlaps_in_the_manifest(local_store):
 
     def broken(m):
         m.streams[3].end += 5  # offsets no object holds
-        o4 = next(o for o in m.objects if o["id"] == 4)
-        o4["ranges"][0]["start"] -= 1  # stream 2: claims an offset object 1 holds (and its index does not)
+        o4 = next(o for o in m.objects if o.id == 4)
+        o4.ranges[0].start -= 1  # stream 2: claims an offset object 1 holds (and its index does not)
 
     mf.commit(local_store, broken, command="test break")
     result = check_store(local_store)
     found = {(p.kind, p.object_id) for p in result.damage}
     assert ("coverage", None) in found and ("overlap", 4) in found and ("index", 4) in found
     hole = next(p for p in result.damage if p.kind == "coverage")
-    end = objects[3]["ranges"][0]["end"] + 3
+    end = objects[3].ranges[0].end + 3
     assert f"stream 3: offsets [{end}, {end + 5}) are in no live object" in hole.detail
     assert "stream 2: objects 1 and 4 both hold offsets" in next(p for p in result.damage if p.kind == "overlap").detail
 
@@ -231,18 +231,18 @@ def test_compact_refuses_a_damaged_source_by_name(tmp_path, dry_run, how):
     store = open_store(str(tmp_path / "store"))
     put_objects(store, [[(1, 3, 3000), (2, 3, 3000)], [(1, 2, 3000), (2, 2, 3000)]])
     victim = mf.load_latest(store).objects[1]
-    path = tmp_path / "store" / victim["key"]
+    path = tmp_path / "store" / victim.key
     data = bytearray(path.read_bytes())
     if how == "truncated":
-        del data[victim["size"] // 2:]
+        del data[victim.size // 2:]
     else:
         data[-8] ^= 0xFF  # the footer's magic
     path.write_bytes(bytes(data))
     code, _, err = cli("compact", "--store", tmp_path / "store", "--level", "sso", *dry_run)
     assert code == 3, err  # was 4, "not a walctl or AutoMQ object" with a hint about TARGET
-    named = (f"truncated: {victim['size'] // 2:,} of {victim['size']:,} bytes" if how == "truncated"
+    named = (f"truncated: {victim.size // 2:,} of {victim.size:,} bytes" if how == "truncated"
              else "live object has a damaged footer")
-    assert named in err and victim["key"] in err and "TARGET" not in err
+    assert named in err and victim.key in err and "TARGET" not in err
     assert mf.load_latest(store).number == 1  # nothing committed
 
 
@@ -253,10 +253,10 @@ def test_the_reported_case_a_9_mib_object_cut_to_5000000_bytes(tmp_path):
     store = open_store(str(tmp_path / "store"))
     put_objects(store, [[(1, 145, 64 * KiB), (2, 1, 100)]], block_size=1 << 20)
     (o,) = mf.load_latest(store).objects
-    assert 9 << 20 < o["size"] < 10 << 20
-    os.truncate(tmp_path / "store" / o["key"], 5_000_000)
-    named = f"truncated: 5,000,000 of {o['size']:,} bytes"
-    code, out, err = cli("inspect-object", tmp_path / "store" / o["key"], "--deep")
+    assert 9 << 20 < o.size < 10 << 20
+    os.truncate(tmp_path / "store" / o.key, 5_000_000)
+    named = f"truncated: 5,000,000 of {o.size:,} bytes"
+    code, out, err = cli("inspect-object", tmp_path / "store" / o.key, "--deep")
     assert code == 3 and f"VERDICT: DAMAGED: 2 problem(s); first at byte 5000000: {named}" in out, err
     code, out, err = cli("check", "--store", tmp_path / "store")
     assert code == 3 and named in out and named in err
@@ -271,20 +271,20 @@ def test_streamed_verify_finds_what_verify_report_finds(local_store, damage_at, 
 
     put_objects(local_store, [[(1, 6, 16 * KiB), (2, 5, 10 * KiB)]], block_size=BLOCK)
     (o,) = mf.load_latest(local_store).objects
-    data = bytearray(local_store.read_all(o["key"]))
+    data = bytearray(local_store.read_all(o.key))
     footer, entries = obj.parse_tail(data, len(data))
     third = sorted(entries, key=lambda e: e.block_position)[2]
     where = {"payload": third.block_position + obj.DATA_BLOCK_HEADER_SIZE + 33 + 7,
              "block magic": third.block_position, "batch offset": third.block_position + obj.DATA_BLOCK_HEADER_SIZE + 20}
     if damage_at is not None:
         data[where[damage_at]] ^= 0x04
-        local_store.put(o["key"], bytes(data))
+        local_store.put(o.key, bytes(data))
     whole = obj.verify_report(bytes(data))
     local_store.stats.reset()
-    streamed = verify_streamed(local_store, o["key"], footer, entries, run_bytes=run_bytes)
+    streamed = verify_streamed(local_store, o.key, footer, entries, run_bytes=run_bytes)
     assert streamed.problems == whole.problems and (damage_at is None) == (not streamed.problems)
     assert (streamed.blocks, streamed.batches) == (whole.blocks, whole.batches)
-    assert local_store.stats.get == (len(entries) if run_bytes == 1 else 1 if run_bytes > o["size"] else 2)
+    assert local_store.stats.get == (len(entries) if run_bytes == 1 else 1 if run_bytes > o.size else 2)
     located = [p for p in streamed.problems if p.block_position is not None]
     if damage_at in ("block magic", "batch offset"):
         assert located and located[0].block_position == third.block_position

@@ -23,7 +23,7 @@ def test_an_existing_document_round_trips_byte_for_byte():
     doc = mf.parse_manifest(raw, "manifest/00000000000000000009.json")
     assert doc.encode() == raw
     assert doc.number == 9 and doc.stream(1) == mf.StreamSpan(0, 21) and doc.stream(3) is None
-    assert doc.upload_mark(-1)["offset"] == 36864 and [g["cause"] for g in doc.stream_gaps] == ["accepted"]
+    assert doc.upload_mark(-1).offset == 36864 and [g.cause for g in doc.stream_gaps] == ["accepted"]
     assert doc.prepared_ids() == {6} and doc.live_ids() == {2, 4, 5} and doc.referenced_ids() == {1, 2, 3, 4, 5, 6}
 
 
@@ -62,36 +62,34 @@ def test_a_malformed_document_is_corruption(damage):
         mf.parse_manifest(json.dumps(doc).encode(), "k")
 
 
-def _obj(oid: int, sid: int, start: int, end: int) -> dict:
-    return {"id": oid, "key": mf.object_key(oid), "kind": "SO", "size": 10, "order_id": oid, "data_time": 1.0,
-            "ranges": [{"stream_id": sid, "start": start, "end": end, "bytes": 5}]}
+def _obj(oid: int, sid: int, start: int, end: int) -> mf.LiveObject:
+    return mf.LiveObject(oid, mf.object_key(oid), "SO", 10, [mf.ObjectRange(sid, start, end, 5)], order_id=oid,
+                         data_time=1.0)
 
 
 def test_the_transitions_make_the_documents_edits():
     m = mf.Manifest()
     prepared = m.prepare(3, "default", now=100.0)
-    assert prepared == [{"id": i, "key": mf.object_key(i), "prepared_at": 100.0,
-                         "expires_at": 100.0 + mf.PREPARE_TTL_S} for i in (1, 2, 3)]
+    assert prepared == [mf.PreparedId(i, mf.object_key(i), 100.0, 100.0 + mf.PREPARE_TTL_S) for i in (1, 2, 3)]
     assert m.next_object_id == 4
     m.make_live([_obj(1, 7, 5, 10), _obj(2, 7, 0, 5)])  # the span grows both ways
-    m.advance(-1, {"offset": 0, "stream_id": 7, "base_offset": 5, "body_crc": 1})
+    m.advance(-1, mf.UploadMark(offset=0, stream_id=7, base_offset=5, body_crc=1))
     assert m.to_json()["streams"] == {"7": {"start": 0, "end": 10}} and m.prepared_ids() == {3}
     assert m.upload_mark("-1") == m.upload_mark(-1) == m.wal_uploads["-1"]
     assert m.holds(7, 2, 4) and not m.holds(7, 10, 11) and not m.holds(8, 0, 1)
     assert m.fence() == 1 and m.compactor_epoch == 1
     m.replace({1, 2}, [_obj(3, 7, 0, 10)], reserved={3}, now=200.0)
     assert m.live_ids() == {3} and m.prepared == []
-    assert m.deleting == [{"id": 1, "key": mf.object_key(1), "marked_at": 200.0},
-                          {"id": 2, "key": mf.object_key(2), "marked_at": 200.0}]
+    assert m.deleting == [mf.DeletingEntry(1, mf.object_key(1), 200.0), mf.DeletingEntry(2, mf.object_key(2), 200.0)]
     m.retain(7, 4)
     m.retain(7, 2)  # never moves back
     m.retain(9, 4)  # no such stream: nothing
     assert m.stream(7) == mf.StreamSpan(4, 10) and m.holds(7, 0, 4) and 9 not in m.streams
     m.forget(prepared_ids=(), deleting_ids={1})
-    assert [d["id"] for d in m.deleting] == [2]
+    assert [d.id for d in m.deleting] == [2]
     gap = {"stream_id": 7, "from": 10, "to": 12, "cause": "accepted", "hole_start": None, "sealed": False,
            "sealed_at_ns": None, "before_wal_offset": 0, "after_wal_offset": 4096, "node_id": -1, "time": 3.0}
-    m.add_gaps([gap])
+    m.add_gaps([mf.StreamGap.from_json(gap)])
     assert m.to_json()["stream_gaps"] == [gap]
 
 
@@ -118,9 +116,7 @@ def test_entries_are_typed_and_keep_unknown_keys_byte_for_byte():
     gap = m.stream_gaps[0]
     assert isinstance(gap, mf.StreamGap) and gap.cause == "accepted" and gap.to_offset > gap.from_offset
     assert gap.hole_start is None and gap.to_json()["hole_start"] is None
-    # shim: removed when no caller uses it (dict-style reads of the entries)
-    assert o["key"] == o.get("key") == o.key and "ranges" in o and o["later"] == {"a": 1} and "nope" not in o
-    assert gap["from"] == gap.from_offset and mark == {**doc["wal_uploads"]["-1"]}
+    assert mark.to_json() == doc["wal_uploads"]["-1"] and gap.to_json() == doc["stream_gaps"][0]
 
 
 def test_every_manifest_of_a_real_store_round_trips_byte_for_byte(tmp_path, local_store):

@@ -39,7 +39,7 @@ def test_upload_round_trip_byte_for_byte(tmp_path, store):
     assert deep.problems == []
     doc = mf.load_latest(store)
     assert doc.streams == {1: mf.StreamSpan(0, 30), 2: mf.StreamSpan(0, 10), 3: mf.StreamSpan(0, 5)}
-    assert doc.prepared == [] and doc.wal_uploads["-1"]["offset"] == result.last_offset
+    assert doc.prepared == [] and doc.wal_uploads["-1"].offset == result.last_offset
 
 
 def test_split_size_and_single_stream(tmp_path, store):
@@ -171,12 +171,12 @@ def test_killed_at_each_step_then_rerun(tmp_path, point):
     orphans = len(doc.prepared)
     assert orphans == (0 if point == "upload-after-commit" else 1)
     result = gc(store, grace_s=0, now=LATER)
-    assert result.forgotten_prepared == [p["id"] for p in doc.prepared]
+    assert result.forgotten_prepared == [p.id for p in doc.prepared]
     if point == "upload-before-commit":
         assert len(result.deleted_objects) == 1  # the object written before the kill
     assert mf.load_latest(store).prepared == []
     assert read_back(store) == expect(appended)
-    live_keys = {o["key"] for o in mf.load_latest(store).objects}
+    live_keys = {o.key for o in mf.load_latest(store).objects}
     assert {i.key for i in store.list() if not i.key.startswith("manifest/")} == live_keys
 
 

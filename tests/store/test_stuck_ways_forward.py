@@ -29,7 +29,7 @@ def _drained(wal: str) -> bool:
 
 
 def _only_live_objects(store) -> bool:
-    live = {o["key"] for o in mf.load_latest(store).objects}
+    live = {o.key for o in mf.load_latest(store).objects}
     return {i.key for i in store.list() if not i.key.startswith("manifest/")} == live
 
 

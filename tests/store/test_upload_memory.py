@@ -107,10 +107,10 @@ def test_upload_of_a_512_mib_wal_stays_under_256_mib_rss(big_tmp):
     store = LocalStore(str(store_dir), create=False)
     doc = mf.load_latest(store)
     assert {sid: span.end for sid, span in doc.streams.items()} == ends
-    assert sum(o["size"] for o in doc.objects) > 512 * MiB
+    assert sum(o.size for o in doc.objects) > 512 * MiB
     for o in doc.objects:
-        data = store.read_all(o["key"])
-        assert len(data) == o["size"] and obj.verify_object(data) == []
+        data = store.read_all(o.key)
+        assert len(data) == o.size and obj.verify_object(data) == []
         footer = obj.Footer.decode(data, len(data) - obj.FOOTER_SIZE)
         for entry in obj.decode_index(data[footer.index_start_position:], footer):
             assert {b.payload for b in obj.iter_blocks(data, entry)} == {payloads[entry.stream_id]}

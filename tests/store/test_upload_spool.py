@@ -32,7 +32,7 @@ KiB = 1 << 10
 
 
 def _objects(store) -> list[bytes]:
-    return [store.read_all(o["key"]) for o in mf.load_latest(store).objects]
+    return [store.read_all(o.key) for o in mf.load_latest(store).objects]
 
 
 def _temp_files(root) -> list[str]:

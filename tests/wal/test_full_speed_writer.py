@@ -105,9 +105,9 @@ def test_append_upload_at_holds_the_producer_back_instead_of_exiting_full(wal16,
     from walctl.store import manifest as mf
 
     objects = mf.load_latest(open_store(str(store))).objects
-    writer_objects = sorted(objects, key=lambda o: o["id"])[:-1]  # the last: the final walctl upload
+    writer_objects = sorted(objects, key=lambda o: o.id)[:-1]  # the last: the final walctl upload
     assert len(writer_objects) == summary["background_upload"]["objects"]
-    assert max(o["size"] for o in writer_objects) <= UPLOAD_AT + 64 * KiB
+    assert max(o.size for o in writer_objects) <= UPLOAD_AT + 64 * KiB
 
 
 def _fill(wal: str, tmp_path: Path) -> int:

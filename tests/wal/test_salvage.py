@@ -116,9 +116,9 @@ def check_salvaged(wal: str, store: Path, oracle: dict[int, dict[int, bytes]], r
     """The store holds exactly the acknowledged records outside the recorded corruption gaps, each
     once; the gaps lie in the damage; the WAL takes appends again and each stream continues."""
     got = read_back(open_store(str(store)))
-    gaps = [g for g in mf.load_latest(open_store(str(store))).stream_gaps or () if g["cause"] == "corruption"]
-    assert gaps and all(g["damage_offset"] is not None for g in gaps)
-    lost = {(g["stream_id"], o) for g in gaps for o in range(g["from"], g["to"])}
+    gaps = [g for g in mf.load_latest(open_store(str(store))).stream_gaps or () if g.cause == "corruption"]
+    assert gaps and all(g.damage_offset is not None for g in gaps)
+    lost = {(g.stream_id, o) for g in gaps for o in range(g.from_offset, g.to_offset)}
     for s, records in oracle.items():
         have = got.get(s, [])
         offsets = [o for o, _ in have]
@@ -129,7 +129,7 @@ def check_salvaged(wal: str, store: Path, oracle: dict[int, dict[int, bytes]], r
         assert all(o > max(records) and p == payload(s, o) for o, p in extra.items()), f"stream {s}: a stray record"
     assert all(o in oracle[s] for s, o in lost), "a gap names offsets that were never acknowledged"
     damaged = [(d["offset"], d["end_offset"]) for d in result["damage"]]
-    assert damaged and all(any(lo <= g["damage_offset"] < hi for lo, hi in damaged) for g in gaps)
+    assert damaged and all(any(lo <= g.damage_offset < hi for lo, hi in damaged) for g in gaps)
     rec = walctl("recover", wal, "--json")
     assert rec.returncode == 0, rec.stderr  # the damage lies behind the trim point now
     for s in oracle:

@@ -94,7 +94,7 @@ def _inspect(target, store, deep, records, payload, namespace, stream, endpoint_
                              s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
     with progress_bar(None, "verifying the object", json_out=json_out or not deep, lazy=True) as progress:
         result = inspect(st, key, deep=deep, known=known is not None, progress=progress,
-                         expected_size=known.get("size") if known else None)
+                         expected_size=getattr(known, "size", None))
     rows = [r for r in index_rows(result.entries) if stream is None or r["stream_id"] == stream]  # not a manifest entry
     key = result.key
     footer_json = _footer_json(result)

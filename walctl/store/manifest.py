@@ -107,19 +107,12 @@ class _Entry:
                 out[k] = value
         return out
 
-    @classmethod
-    def of(cls, entry):
-        """``entry`` as this type (shim: removed when no caller builds entries as dicts)."""
-        return entry if isinstance(entry, cls) else cls.from_json(entry)
-
     def __eq__(self, other) -> bool:
         if isinstance(other, _Entry):
             return type(self) is type(other) and self.to_json() == other.to_json()
-        if isinstance(other, dict):  # shim: removed when no caller compares an entry with a dict
-            return self.to_json() == other
         return NotImplemented
 
-    __hash__ = None  # mutable, like the dicts they replace
+    __hash__ = None  # mutable
 
     def __deepcopy__(self, memo):
         """Copied field by field (commit deep-copies every manifest: copy's generic path is 3x slower)."""
@@ -127,37 +120,6 @@ class _Entry:
         new.__dict__.update(self.__dict__)
         new.extra = copy.deepcopy(self.extra, memo) if self.extra else {}
         return new
-
-    # -- shim: removed when no caller uses it (dict-style reads and writes of the JSON keys) --------
-
-    def _attr(self, key: str) -> str | None:
-        if key in self._KEYS or (key in self._OPTIONAL and getattr(self, self._ATTRS.get(key, key)) is not None):
-            return self._ATTRS.get(key, key)
-        return None
-
-    def __getitem__(self, key: str):
-        attr = self._attr(key)
-        if attr is not None:
-            return getattr(self, attr)
-        return self.extra[key]
-
-    def get(self, key: str, default=None):
-        try:
-            return self[key]
-        except KeyError:
-            return default
-
-    def __contains__(self, key: str) -> bool:
-        return self._attr(key) is not None or key in self.extra
-
-    def __setitem__(self, key: str, value) -> None:
-        if key in self._KEYS or key in self._OPTIONAL:
-            setattr(self, self._ATTRS.get(key, key), value)
-        else:
-            self.extra[key] = value
-
-    def keys(self):
-        return self.to_json().keys()
 
 
 def _json_of(value):
@@ -200,12 +162,12 @@ class LiveObject(_Entry):
     @classmethod
     def from_json(cls, doc: dict) -> "LiveObject":
         known = cls._fields_of(doc)
-        known["ranges"] = [ObjectRange.of(r) for r in known["ranges"]]
+        known["ranges"] = [ObjectRange.from_json(r) for r in known["ranges"]]
         return cls(**known)
 
     def __deepcopy__(self, memo):
         new = super().__deepcopy__(memo)
-        new.ranges = [r.__deepcopy__(memo) if isinstance(r, _Entry) else copy.deepcopy(r, memo) for r in self.ranges]
+        new.ranges = [r.__deepcopy__(memo) for r in self.ranges]
         return new
 
 
@@ -307,18 +269,6 @@ class Manifest:
     stream_gaps: list[StreamGap] | None = None  # absent in older manifests: None writes no key
     extra: dict = field(default_factory=dict)  # keys this version does not know, written back unchanged
 
-    def __post_init__(self) -> None:
-        self.typed()
-
-    def typed(self) -> None:
-        """Entries a caller gave as dicts become typed (shim: removed when no caller builds entries
-        as dicts)."""
-        for name, entry_type in _ENTRY_LISTS.items():
-            setattr(self, name, [entry_type.of(e) for e in getattr(self, name)])
-        self.wal_uploads = {node: UploadMark.of(m) for node, m in self.wal_uploads.items()}
-        if self.stream_gaps is not None:
-            self.stream_gaps = [StreamGap.of(g) for g in self.stream_gaps]
-
     # -- the document ---------------------------------------------------------------------------
 
     @classmethod
@@ -337,11 +287,11 @@ class Manifest:
     def to_json(self) -> dict:
         doc = {k: getattr(self, k) for k in _KEYS}
         doc["streams"] = {str(sid): span.to_json() for sid, span in self.streams.items()}
-        for name, entry_type in _ENTRY_LISTS.items():
-            doc[name] = [entry_type.of(e).to_json() for e in doc[name]]
-        doc["wal_uploads"] = {node: UploadMark.of(m).to_json() for node, m in self.wal_uploads.items()}
+        for name in ("objects", "prepared", "deleting"):
+            doc[name] = [e.to_json() for e in doc[name]]
+        doc["wal_uploads"] = {node: m.to_json() for node, m in self.wal_uploads.items()}
         if self.stream_gaps is not None:
-            doc["stream_gaps"] = [StreamGap.of(g).to_json() for g in self.stream_gaps]
+            doc["stream_gaps"] = [g.to_json() for g in self.stream_gaps]
         doc.update(self.extra)
         return doc
 
@@ -418,9 +368,8 @@ class Manifest:
         self.prepared = [p for p in self.prepared if p.id not in ids]
 
     def make_live(self, made: list[LiveObject]) -> None:
-        """Objects written for prepared ids become live; their streams' spans grow to hold them.
-        (Shim: dicts are taken too, removed when no caller builds entries as dicts.)"""
-        made = [LiveObject.of(o) for o in made]
+        """Objects written for prepared ids become live; their streams' spans grow to hold them."""
+        made = list(made)
         self.release(o.id for o in made)
         self.objects.extend(made)
         for obj in made:
@@ -430,14 +379,14 @@ class Manifest:
                 span.end = max(span.end, r.end)
 
     def advance(self, node_id: int | str, mark: UploadMark) -> None:
-        """WAL ``node_id`` is uploaded up to the record ``mark`` names. (Shim: a dict is taken too.)"""
-        self.wal_uploads[str(node_id)] = UploadMark.of(mark)
+        """WAL ``node_id`` is uploaded up to the record ``mark`` names."""
+        self.wal_uploads[str(node_id)] = mark
 
     def add_gaps(self, gaps: list[StreamGap]) -> None:
-        """Stream gaps an upload carried forward (why those streams have holes). (Shim: dicts are taken too.)"""
+        """Stream gaps an upload carried forward (why those streams have holes)."""
         if self.stream_gaps is None:
             self.stream_gaps = []
-        self.stream_gaps.extend(StreamGap.of(g) for g in gaps)
+        self.stream_gaps.extend(gaps)
 
     def fence(self) -> int:
         """A compactor starts: older ones can no longer commit. Returns the new epoch."""
@@ -447,12 +396,12 @@ class Manifest:
     def replace(self, input_ids, outputs: list[LiveObject], *, reserved, now: float) -> None:
         """Compaction: the inputs leave the live set (to ``deleting``, for gc after a grace), the
         outputs (entries for ids it prepared) become live, and every id it ``reserved`` stops
-        being prepared. (Shim: outputs as dicts are taken too.)"""
+        being prepared."""
         input_ids = set(input_ids)
         self.deleting.extend(DeletingEntry(o.id, o.key, now) for o in self.objects if o.id in input_ids)
         self.objects = [o for o in self.objects if o.id not in input_ids]
         self.release(reserved)
-        self.objects.extend(LiveObject.of(o) for o in outputs)
+        self.objects.extend(outputs)
 
     def retain(self, stream_id: int, start: int) -> None:
         """Retention: the stream's offsets below ``start`` are dropped (its start never moves back)."""
@@ -465,9 +414,6 @@ class Manifest:
         prepared_ids, deleting_ids = set(prepared_ids), set(deleting_ids)
         self.prepared = [p for p in self.prepared if p.id not in prepared_ids]
         self.deleting = [d for d in self.deleting if d.id not in deleting_ids]
-
-
-_ENTRY_LISTS = {"objects": LiveObject, "prepared": PreparedId, "deleting": DeletingEntry}
 
 
 @dataclass(frozen=True)
@@ -554,7 +500,6 @@ def commit(store: Store, change: Callable[[Manifest], Manifest | None], *, comma
         result = change(doc)
         if result is not None:
             doc = result
-        doc.typed()  # shim: removed when no change function sets entries as dicts
         doc.number = base.number + 1
         doc.parent = base.number or None
         doc.commit_id = str(uuid.uuid4())
