@@ -137,7 +137,7 @@ def _size_problem(o: mf.LiveObject, size: int | None) -> Problem | None:
 def _index_problems(o: mf.LiveObject, entries) -> list[Problem]:
     """The index must hold exactly the offsets the manifest gives the object, inside its data region
     (the compaction plan's own check of an input)."""
-    from walctl.spark.plan import _source_ranges
+    from walctl.compaction.planner import source_ranges as _source_ranges
 
     try:
         _source_ranges(o, entries)
@@ -192,7 +192,9 @@ def _coverage(doc: mf.Manifest) -> list[Problem]:
     """Each stream's offsets [start, end) are held by exactly one live object each, but for the gaps an
     upload recorded (``stream_gaps``); no object holds offsets past its stream's end. (Offsets below a
     stream's start, and of a stream the manifest no longer lists, are what compaction drops.)"""
-    from walctl.spark.plan import SourceRange, _check_overlaps, _manifest_intervals
+    from walctl.compaction.coverage import check_overlaps as _check_overlaps
+    from walctl.compaction.coverage import manifest_intervals as _manifest_intervals
+    from walctl.compaction.plan import SourceRange
 
     problems: list[Problem] = []
     ranges: dict[int, list[SourceRange]] = {}
