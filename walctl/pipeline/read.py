@@ -210,7 +210,7 @@ class StreamReader(ObjectReading, WalTail):
                 yield from self._store_pass(doc, first=first, follow=follow)
             else:
                 doc = None
-            if session is not None and not self._done():
+            if session is not None and not self._done() and self._unsettled is None:
                 if doc is None:
                     doc = mf.parse_manifest(self.store.read_all(mf.manifest_key(number)), mf.manifest_key(number))
                 yield from self._wal_pass(doc, number, session)
@@ -247,6 +247,8 @@ class StreamReader(ObjectReading, WalTail):
                 break
             yield from self._before_object(doc, o, start, end, overlaps)
             yield from self._read_object(o, end, self._later(ranges, at, end))
+            if self._unsettled is not None:
+                return  # a newer manifest replaced an object under this pass: the next pass reads it
         if not self._done():
             yield from self._end_gap(stream.end)
 

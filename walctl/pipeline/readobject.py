@@ -183,17 +183,39 @@ class ObjectReading:
     def _read_object(self, o: LiveObject, range_end: int,
                      later: list[tuple[LiveObject, int]] = ()) -> Iterator[ReadRecord | ReadFinding]:
         """Serve the stream's batches of object ``o`` from ``self.next`` on; ``later``: the objects
-        probably read next and the offsets they start at, read ahead (tail, first run) meanwhile."""
-        key, oid = o.key, o.id
+        probably read next and the offsets they start at, read ahead (tail, first run) meanwhile.
+
+        An object gone from the store is a ``missing_object`` finding only while the manifest this
+        pass read is still the newest: after a newer commit, compaction may have replaced it and gc
+        deleted it (past its grace) while this pass read, so the pass stops, unsettled, and the
+        next one reads the newer manifest from ``self.next`` on."""
         try:
-            prepared = self._taken_ahead(key)
-            tail, size = (prepared.tail, prepared.size) if prepared is not None else self._tail_of(o, self.next)
+            yield from self._object_batches(o, range_end, later)
         except NotFoundError:
-            f = ReadFinding(MISSING, f"object {oid} is live in the manifest but missing from the store",
-                            self.next, range_end, oid, key)
-            self.next = range_end
+            moved = self._manifest_moved()
+            if moved is not None:
+                self._unsettled = f"object {o.id} is gone and {moved}"
+                return
+            f = ReadFinding(MISSING, f"object {o.id} is live in the manifest but missing from the store",
+                            self.next, range_end, o.id, o.key)
+            self.next = max(self.next, range_end)
             yield self._finding(f)
-            return
+
+    def _manifest_moved(self) -> str | None:
+        """Why the manifest this pass read may no longer say what is live (None: it still does)."""
+        from walctl.store import manifest as mf
+
+        numbers = mf.manifest_numbers(self.store)
+        if numbers and numbers[-1] != self._manifest_number:
+            return f"manifest {numbers[-1]} was committed"
+        return None
+
+    def _object_batches(self, o: LiveObject, range_end: int,
+                        later: list[tuple[LiveObject, int]]) -> Iterator[ReadRecord | ReadFinding]:
+        """_read_object's work; NotFoundError raised (the object, or its index, is gone)."""
+        key = o.key
+        prepared = self._taken_ahead(key)
+        tail, size = (prepared.tail, prepared.size) if prepared is not None else self._tail_of(o, self.next)
         self.summary.objects += 1
         if obj.is_composite(tail):
             yield from self._read_composite(o, tail, size, range_end)
