@@ -311,8 +311,8 @@ def check_salvage(dev: str, acks: list[dict], damaged: list[tuple[int, int]], st
         want.setdefault(a["stream_id"], []).append((a["stream_offset"], _body(a["stream_id"], a["stream_offset"])))
     assert got == want  # every intact acknowledged record, once; nothing lost in the damage
     gaps = mf.load_latest(open_store(store)).stream_gaps or []
-    assert {(g["stream_id"], g["from"], g["to"]) for g in gaps} == lost_ranges(lost)
-    assert all(g["cause"] == "corruption" for g in gaps)
+    assert {(g.stream_id, g.from_offset, g.to_offset) for g in gaps} == lost_ranges(lost)
+    assert all(g.cause == "corruption" for g in gaps)
     assert run_walctl("recover", dev, "--json").returncode == 0  # the damage is behind the trim point
     assert run_walctl("append", dev, "--stream", 1, "--store", store, "after").returncode == 0
 
