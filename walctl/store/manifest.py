@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 
 from walctl.errors import CorruptionError, NotFoundError, RefusedError
+from walctl.store import manifest_schema as schema
 from walctl.store.base import Store
 
 MANIFEST_DIR = "manifest"
@@ -139,7 +140,7 @@ class ObjectRange(_Entry):
     bytes: int
     extra: dict = field(default_factory=dict, repr=False)
 
-    _KEYS = ("stream_id", "start", "end", "bytes")
+    _KEYS = schema.RANGE_KEYS
 
 
 @dataclass(eq=False)
@@ -156,8 +157,7 @@ class LiveObject(_Entry):
     data_time: float | None = None  # likewise
     extra: dict = field(default_factory=dict, repr=False)
 
-    _KEYS = ("id", "key", "kind", "size", "ranges")
-    _OPTIONAL = ("order_id", "data_time")
+    _KEYS, _OPTIONAL = schema.OBJECT_KEYS, schema.OBJECT_OPTIONAL
 
     @classmethod
     def from_json(cls, doc: dict) -> "LiveObject":
@@ -181,7 +181,7 @@ class PreparedId(_Entry):
     expires_at: float
     extra: dict = field(default_factory=dict, repr=False)
 
-    _KEYS = ("id", "key", "prepared_at", "expires_at")
+    _KEYS = schema.PREPARED_KEYS
 
 
 @dataclass(eq=False)
@@ -193,7 +193,7 @@ class DeletingEntry(_Entry):
     marked_at: float
     extra: dict = field(default_factory=dict, repr=False)
 
-    _KEYS = ("id", "key", "marked_at")
+    _KEYS = schema.DELETING_KEYS
 
 
 @dataclass(eq=False)
@@ -207,7 +207,7 @@ class UploadMark(_Entry):
     body_crc: int
     extra: dict = field(default_factory=dict, repr=False)
 
-    _KEYS = ("offset", "stream_id", "base_offset", "body_crc")
+    _KEYS = schema.MARK_KEYS
 
 
 @dataclass(eq=False)
@@ -231,9 +231,7 @@ class StreamGap(_Entry):
     damage_offset: int | None = None
     extra: dict = field(default_factory=dict, repr=False)
 
-    _KEYS = ("stream_id", "from", "to", "cause", "hole_start", "sealed", "sealed_at_ns", "before_wal_offset",
-             "after_wal_offset", "node_id", "time")
-    _OPTIONAL = ("damage_offset",)
+    _KEYS, _OPTIONAL = schema.GAP_KEYS, schema.GAP_OPTIONAL
     _ATTRS = {"from": "from_offset", "to": "to_offset"}
 
 
@@ -433,15 +431,14 @@ def parse_manifest(raw: bytes, key: str) -> Manifest:
         CorruptionError: not JSON, another version, or a field that is wrong (its path named:
             ``objects[3].ranges[0].end: expected an integer, got "x"``).
     """
-    from walctl.store.manifest_schema import BadField, check_document
 
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise CorruptionError(f"manifest is not valid JSON: {exc}", where=key, hint=_BAD_MANIFEST_HINT) from exc
     try:
-        check_document(doc)
-    except BadField as exc:
+        schema.check_document(doc)
+    except schema.BadField as exc:
         raise CorruptionError(f"manifest field {exc}", where=key, hint=_BAD_MANIFEST_HINT) from None
     except RecursionError:
         raise CorruptionError("manifest nests too deeply", where=key, hint=_BAD_MANIFEST_HINT) from None

@@ -127,14 +127,24 @@ def _extras(entry: dict, known: frozenset[str], path: str) -> None:
 
 # -- the entries ------------------------------------------------------------------------------------
 
-_RANGE_KEYS = frozenset(("stream_id", "start", "end", "bytes"))
-_OBJECT_KEYS = frozenset(("id", "key", "kind", "size", "order_id", "data_time", "ranges"))
-_PREPARED_KEYS = frozenset(("id", "key", "prepared_at", "expires_at"))
-_DELETING_KEYS = frozenset(("id", "key", "marked_at"))
-_MARK_KEYS = frozenset(("offset", "stream_id", "base_offset", "body_crc"))
+# Each entry's keys: the ones every entry has, then the optional ones. The entry classes in
+# manifest.py take theirs from here (their _KEYS and _OPTIONAL), so a key is declared once.
+RANGE_KEYS = ("stream_id", "start", "end", "bytes")
+OBJECT_KEYS, OBJECT_OPTIONAL = ("id", "key", "kind", "size", "ranges"), ("order_id", "data_time")
+PREPARED_KEYS = ("id", "key", "prepared_at", "expires_at")
+DELETING_KEYS = ("id", "key", "marked_at")
+MARK_KEYS = ("offset", "stream_id", "base_offset", "body_crc")
+GAP_KEYS = ("stream_id", "from", "to", "cause", "hole_start", "sealed", "sealed_at_ns", "before_wal_offset",
+            "after_wal_offset", "node_id", "time")
+GAP_OPTIONAL = ("damage_offset",)
 _GAP_NULLABLE = ("hole_start", "sealed_at_ns", "before_wal_offset", "after_wal_offset")  # null: not known
-_GAP_KEYS = frozenset(("stream_id", "from", "to", "cause", "sealed", "node_id", "time", "damage_offset",
-                       *_GAP_NULLABLE))
+
+_RANGE_KEYS = frozenset(RANGE_KEYS)
+_OBJECT_KEYS = frozenset((*OBJECT_KEYS, *OBJECT_OPTIONAL))
+_PREPARED_KEYS = frozenset(PREPARED_KEYS)
+_DELETING_KEYS = frozenset(DELETING_KEYS)
+_MARK_KEYS = frozenset(MARK_KEYS)
+_GAP_KEYS = frozenset((*GAP_KEYS, *GAP_OPTIONAL))
 
 
 def _span(doc: dict, path: str, lo: str, hi: str) -> None:
