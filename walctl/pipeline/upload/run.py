@@ -241,11 +241,9 @@ def _scan(u: UploadRun) -> None:
 
 
 def _durable(u: UploadRun):
-    """The durable points the header slots record (as recover and status judge by them): damage
-    below them is corruption of acknowledged data, read past (salvage uploads what follows; an
-    upload refuses it), never a crash hole, however far the window of a crashed writer reaches.
-    None for a scan of a live writer's log (it stops at its first block in flight)."""
-    if u.live:
+    """Salvage reads past damage below the durable points the header slots record (as recover);
+    an upload does not (it refuses damage), nor does a scan of a live writer's log."""
+    if not u.opts.salvage:
         return None
     from walctl.wal.verdict import durable_points
 
