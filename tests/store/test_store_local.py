@@ -142,10 +142,17 @@ def test_create_only_leaves_no_temp_file(local_store):
 # -- listing -------------------------------------------------------------------------
 
 def test_list_over_a_thousand_keys(local_store):
+    """More keys than one S3 LIST page. The first of each directory goes through put; the rest are
+    written as plain files of the same layout (1,234 durable puts, each with its fsyncs, took 12 s
+    of the suite's profile and proved nothing more about list; put has tests of its own)."""
     expected = []
     for i in reversed(range(1234)):
         key = f"obj/{i % 7}/{i:05d}"
-        local_store.put(key, b"x" * (i % 13))
+        if i >= 1234 - 7:
+            local_store.put(key, b"x" * (i % 13))
+        else:
+            with open(Path(local_store.root, *key.split("/")), "wb") as f:
+                f.write(b"x" * (i % 13))
         expected.append(ObjectInfo(key, i % 13))
     expected.sort(key=lambda o: o.key)
     assert local_store.list() == expected

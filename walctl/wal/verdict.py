@@ -79,6 +79,23 @@ def durable_points(state: HeaderState) -> Durable | None:
     return durable
 
 
+def judge_by_durable(findings: list[Finding], durable: Durable | None) -> None:
+    """Findings of a scan that judged by AutoMQ's window rule alone (upload's: it reads a crashed
+    log once and does not read past damage): a hole or torn record it called crash damage that
+    starts below a durable point is corruption of acknowledged data, with the rule naming that
+    point, as recover's scan calls it (FORMATS.md 1.4), however far the crashed writer's window
+    reached. Other findings stand."""
+    if durable is None or not findings:
+        return
+    from walctl.wal.findings import HOLE, TORN_TAIL
+
+    for f in findings:
+        if f.explained and f.kind in (HOLE, TORN_TAIL) and f.physical_offset is None:
+            below = durable.rule_below(f.offset)
+            if below is not None:
+                f.explained, f.rule = False, below
+
+
 def header_slot_findings(state: HeaderState) -> list[Finding]:
     """A finding for each damaged header slot (the other one was used: a crash explains it)."""
     from walctl.wal.findings import BAD_HEADER_SLOT, Finding

@@ -45,7 +45,10 @@ def _judge_findings(u: UploadRun) -> list:
     from walctl.wal import reader
 
     if u.scan.findings:  # (the verdict: only for findings to judge)
-        from walctl.wal.verdict import unexplained_error
+        from walctl.wal.verdict import durable_points, judge_by_durable, unexplained_error
+
+        if not u.live and u.scan.durable is None:  # (salvage's scan judged by them already)
+            judge_by_durable(u.scan.findings, durable_points(u.state))
 
         damage = unexplained_error(u.scan.findings, u.wal_path, framing_only=True,
                                    hint="nothing uploaded; inspect with 'walctl recover', save the intact "
