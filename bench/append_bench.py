@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Piped `walctl append` against fio at walctl's own write size, and the pipe's own ceiling (issue 31).
 
-    python bench/append_bench.py [--records 64KiB,4KiB,1KiB,100B] [--data 256MiB] [--size 1GiB]
+    python bench/append_bench.py [--records 64KiB,4KiB,1KiB,100B] [--data 1GiB] [--size 2GiB]
         [--rounds 1] [--duration 5] [--dir /var/tmp] [--ack records|ranges] [--profile DIR] [--input-file]
         [--compare OTHER_TREE]
 
@@ -20,6 +20,9 @@ time from its first record to durable (the acknowledgement latency, ack renderin
 and the per-stage breakdown the summary reports (µs per MiB of payload: stdin read,
 framing, packing + CRC, queue, submit, completion, flush, ack rendering).
 --profile DIR runs py-spy (if installed) on each walctl run and writes its top functions.
+walctl runs with its bytecode cached (PYTHONPYCACHEPREFIX in the bench's directory, warmed by one
+empty append per tree before the first timed run), as an installed walctl has it: a
+PYTHONDONTWRITEBYTECODE environment would otherwise compile every walctl module at each start.
 The machine is shared: compare the ratios (walctl and fio in the same run), not the MiB/s.
 """
 
@@ -84,9 +87,28 @@ def walctl_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "walctl", *args]
 
 
+# The environment of the walctl runs: bytecode cached (see the module doc), set by main().
+WALCTL_ENV: dict | None = None
+
+
+def walctl_env(pycache: str) -> dict:
+    """os.environ with walctl's bytecode written to and read from ``pycache``."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = pycache
+    return env
+
+
 def init(dev: str, root: str = REPO_ROOT) -> None:
     subprocess.run(walctl_cmd("init", dev, "--force", "--discard-unuploaded"), check=True, capture_output=True,
-                   cwd=root)
+                   cwd=root, env=WALCTL_ENV)
+
+
+def warm_up(dev: str, root: str) -> None:
+    """One empty append of the tree at ``root``: its modules' bytecode is cached before the timed runs."""
+    init(dev, root)
+    subprocess.run(walctl_cmd("append", dev, "--stream", "1", "--input", "-", "--framing", "length-prefixed",
+                              "--json"), input=b"", check=True, capture_output=True, cwd=root, env=WALCTL_ENV)
 
 
 def run_append(dev: str, inp: str, piped: bool, ack: str, profile: str | None, root: str = REPO_ROOT) -> dict:
@@ -108,7 +130,8 @@ def run_append(dev: str, inp: str, piped: bool, ack: str, profile: str | None, r
     if piped:
         cmd = f"cat {_quote(inp)} | " + cmd
     started = time.perf_counter()
-    proc = subprocess.run(["bash", "-c", "set -o pipefail; " + cmd], capture_output=True, text=True, cwd=root)
+    proc = subprocess.run(["bash", "-c", "set -o pipefail; " + cmd], capture_output=True, text=True, cwd=root,
+                          env=WALCTL_ENV)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"walctl append failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
@@ -267,8 +290,8 @@ def _size(n: int) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", default="64KiB,4KiB,1KiB,100B")
-    parser.add_argument("--data", default="256MiB", help="payload bytes per run")
-    parser.add_argument("--size", default="1GiB", help="the loop device's size")
+    parser.add_argument("--data", default="1GiB", help="payload bytes per run (the issue's targets: logs of 1 GiB)")
+    parser.add_argument("--size", default="2GiB", help="the loop device's size (more than --data's log)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--duration", type=float, default=5.0, help="fio seconds")
     parser.add_argument("--dir", default="/var/tmp")
@@ -301,6 +324,10 @@ def main() -> int:
         proc = subprocess.run(["losetup", "--direct-io=on", "-f", "--show", backing], capture_output=True,
                               text=True, check=True)
         loop = proc.stdout.strip()
+        global WALCTL_ENV
+        WALCTL_ENV = walctl_env(os.path.join(tmpdir, "pycache"))
+        for root in (REPO_ROOT, opts.compare) if opts.compare else (REPO_ROOT,):
+            warm_up(loop, root)
         results = []
         for record in (parse_size(s) for s in opts.records.split(",")):
             print(f"{_size(record)} ...", file=sys.stderr, flush=True)

@@ -17,10 +17,12 @@ from typing import Callable
 
 from walctl.bench.stats import LatencyRecorder, LatencySummary, ModeResult
 from walctl.device.buffers import aligned_buffer
+from walctl.device.signals import signals_deferred
 
 # Called about twice a second from the calling thread: (writes, bytes, elapsed_s).
 Progress = Callable[[int, int, float], None]
 PROGRESS_INTERVAL_S = 0.5
+HOLD_S = 0.1  # the longest a SIGINT/SIGTERM waits while the aio engine's reaping holds it
 
 
 class _Run:
@@ -107,6 +109,18 @@ class _Run:
                 self.finished.set()
 
 
+def _reap_held(queue, finished, until: float) -> None:
+    """Reap and resubmit (AioWriteQueue.wait) until ``until`` (time.monotonic) or ``finished`` is set,
+    SIGINT/SIGTERM held meanwhile (raised as it ends)."""
+    wait, clock, is_set = queue.wait, time.monotonic, finished.is_set
+    with signals_deferred():
+        while not is_set():
+            left = until - clock()
+            if left <= 0:
+                return
+            wait(left, held=True)
+
+
 def run_raw(queue, mode: str, *, block_size: int, region_start: int, region_bytes: int, iodepth: int,
             duration_s: float, progress: Progress | None = None, seed: int = 1) -> ModeResult:
     """Keep ``iodepth`` writes of ``block_size`` in flight for ``duration_s``; random for "iops".
@@ -127,7 +141,9 @@ def run_raw(queue, mode: str, *, block_size: int, region_start: int, region_byte
         while not run.finished.is_set():
             if queue.engine == "aio":
                 # This thread reaps and resubmits itself, as fio does: no hand-off to another thread.
-                queue.wait(PROGRESS_INTERVAL_S)
+                # SIGINT/SIGTERM are held once per HOLD_S of reaps, not twice per reap (a signal
+                # waits at most that long; the reaps' callbacks never raise it mid-booking).
+                _reap_held(queue, run.finished, time.monotonic() + HOLD_S)
             else:
                 run.finished.wait(PROGRESS_INTERVAL_S)
             if progress is not None and time.monotonic() >= next_progress:

@@ -195,7 +195,7 @@ class _Acks:
         self.stats = {"records": 0, "payload_bytes": 0, "first_offset": None, "last_offset": None,
                       "stdout_closed": False, "interrupt": None, "ack_ns": 0}
 
-    def emit(self, text: str) -> None:
+    def emit(self, text: str | bytes) -> None:
         try:
             # One write for the block's records, once it is durable (from the appender or the reaper
             # thread), whole: a signal never cuts an acknowledgement line short (write_lines).
@@ -227,11 +227,12 @@ class _Acks:
         return f"{first} {last} {base} {n}\n"
 
     def on_frames(self, item) -> None:
-        """append_frames' records of one block (walctl.wal.writer_blocks.Frames): their lines were rendered in C."""
+        """append_frames' records of one block (walctl.wal.writer_blocks.Frames): their lines were rendered in C,
+        and are written as those bytes (no str of them: a decode and an encode per byte of the lines)."""
         started = time.perf_counter_ns()
         if self.count(item.count, item.payload_bytes, item.offset, item.last_offset):
             self.emit(self.range_line(item.offset, item.last_offset, item.base_offset, item.count,
-                                      item.payload_bytes) if self.ranges else item.acks.decode("ascii"))
+                                      item.payload_bytes) if self.ranges else item.acks)
         self.stats["ack_ns"] += time.perf_counter_ns() - started
 
     def on_acks(self, offsets: list[int], token, first: int) -> None:

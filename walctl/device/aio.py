@@ -206,9 +206,12 @@ class AioWriteQueue:
             return 0
         return self._reap()
 
-    def wait(self, timeout_s: float | None = None) -> int:
+    def wait(self, timeout_s: float | None = None, *, held: bool = False) -> int:
         """Block until at least one write completes (or ``timeout_s`` passes) and run the callbacks.
 
+        ``held``: the caller holds SIGINT/SIGTERM (walctl.device.signals.signals_deferred) around
+        this call, typically around a loop of them: the reaping then changes no signal mask
+        (two sigprocmask calls per reap, a fifth of a 4 KiB write's CPU time in walctl bench).
         Returns the number of completions handled; 0 at once when nothing is in flight.
         """
         if self._outstanding == 0:
@@ -219,6 +222,8 @@ class AioWriteQueue:
             if cached is None or cached[0] != timeout_s:
                 cached = self._wait_timeout = (timeout_s, _Timespec(int(timeout_s), int((timeout_s % 1) * 1e9)))
             timeout = cached[1]
+        if held:
+            return self._reap_and_finish(1, timeout)
         return self._reap(min_nr=1, timeout=timeout)
 
     def _remember(self, buf) -> tuple:

@@ -70,8 +70,9 @@ class ThreadWriteQueue:
         """Completions run on the I/O threads: nothing to collect here."""
         return 0
 
-    def wait(self, timeout_s: float | None = None) -> int:
-        """Completions run on the I/O threads: sleep ``timeout_s`` (callers also watch their own state)."""
+    def wait(self, timeout_s: float | None = None, *, held: bool = False) -> int:
+        """Completions run on the I/O threads: sleep ``timeout_s`` (callers also watch their own state).
+        ``held``: as AioWriteQueue.wait's (nothing to change here)."""
         time.sleep(timeout_s if timeout_s is not None else 0.001)
         return 0
 
