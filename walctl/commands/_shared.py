@@ -176,13 +176,24 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-# Fields whose "none" the formats spell -1 (FORMATS.md: a never-trimmed WAL's trimOffset): null in JSON.
-_MINUS_ONE_IS_NONE = frozenset({"trim_offset"})
+def utc_iso(seconds: float | None) -> str | None:
+    """Seconds since the epoch (a manifest's times) as ``time`` is written: ISO 8601 UTC to the millisecond."""
+    from datetime import datetime, timezone
+
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# Fields whose "none" the formats spell -1 (FORMATS.md 1.1: a never-trimmed WAL's trimOffset, an unset nodeId
+# or epoch; a checkpoint with no upload; a verify state that has no next offset yet): null in JSON.
+_MINUS_ONE_IS_NONE = frozenset({"trim_offset", "previous_trim_offset", "node_id", "epoch", "uploaded_offset",
+                                "next_offset"})
 
 
 def json_nulls(obj):
     """``obj`` with docs/CLI.md's null rule applied: a field known as -1 for "none" (``trim_offset``
-    of a never-trimmed WAL) is null, as every other absent value; nested objects too. The human
+    of a never-trimmed WAL, ``node_id`` and ``epoch`` unset) is null, as every other absent value; nested objects too. The human
     output keeps its own words ("- (never trimmed)")."""
     if isinstance(obj, dict):
         return {k: (None if k in _MINUS_ONE_IS_NONE and isinstance(v, int) and v < 0 else json_nulls(v))
