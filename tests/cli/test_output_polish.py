@@ -223,3 +223,21 @@ def test_record_lines_carry_no_time_the_summary_does(folder):
         assert summary["type"] == "summary" and _ISO_MS.match(summary["time"]), line
     text = (REPO / "docs" / "CLI.md").read_text()
     assert "per-record lines (`append`'s acknowledgements" in text and "by design" in text
+
+
+def test_ls_json_times_are_iso_like_every_json_time(folder):
+    """The manifest keeps times as seconds since the epoch; ls --json shows them as every JSON time:
+    a commit's ``time``, a prepared id's ``prepared_at`` and ``expires_at`` (here one hand-added)."""
+    work, env = folder
+    path = work / "store" / "manifest" / "00000000000000000002.json"
+    doc = json.loads(path.read_text())
+    doc["prepared"] = [{"id": 2, "key": "20000000/default/2", "prepared_at": 1795875475.25,
+                        "expires_at": 1795879075.5}]
+    doc["next_object_id"] = 3
+    path.write_text(json.dumps(doc))
+    done = _sh("walctl ls --store store --json", work, env)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["prepared"] == [{"id": 2, "key": "20000000/default/2", "prepared_at": "2026-11-28T14:17:55.250Z",
+                                "expires_at": "2026-11-28T15:17:55.500Z"}]
+    assert all(_ISO_MS.match(c["time"]) for c in out["last_commits"]) and json_rule_problems(out) == []
