@@ -3,13 +3,12 @@ with a ``<!-- test: run -->`` block (tests/cli/test_readme.py runs it with the o
 runs again in a directory of its own, then each command the section shows (a line "`walctl ...`:"
 before a fenced block) runs there, and its output must be the block's, but for what changes from
 run to run: times, commit ids, the host name (and so the tables' widths: compared without their
-borders and padding). The README's other examples must do what they say: the "days" example
-uploads in the background (its ring is smaller than its log: it must), the budget example writes
-more than one block and the budget holds them back."""
+borders and padding). That the README's other examples do what they say (the "days" example
+uploads in the background, the budget one writes blocks the budget holds back) is checked by
+tests/cli/test_readme.py's test_readme_blocks_did_what_they_say, where they ran."""
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 import subprocess
@@ -59,16 +58,3 @@ def test_readme_output_section_shows_real_output(tmp_path, readme_env):
         assert _normal(real.stdout, host) == _normal(block, host), f"README.md shows stale output of `{cmd}`"
     assert "live records 2 records" not in " ".join(_normal(section, host))
 
-
-def test_readme_days_and_budget_examples_do_what_they_say(readme_env):
-    """Run in README order with the other blocks (test_readme's directory): the files they leave."""
-    from tests.cli.test_readme import _run_earlier_blocks
-
-    work, _, _ = readme_env
-    _run_earlier_blocks(readme_env, len(BLOCKS))
-    days = json.loads((work / "days.json").read_text())
-    assert days["background_upload"]["uploads"] >= 3, days["background_upload"]  # (1.8 MiB through 1 MiB: >= 4)
-    upload = json.loads((work / "days-upload.json").read_text())
-    assert days["background_upload"]["records"] + upload["records"] == days["records"] + 1  # (+ "continues")
-    budget = json.loads((work / "budget.json").read_text())
-    assert budget["blocks_written"] > 1 and budget["stages_us"]["budget"]["p50"] > 0, budget
