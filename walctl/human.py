@@ -51,6 +51,13 @@ def size(n: int | None, exact: bool = False) -> str:
     return text
 
 
+def rate(bytes_per_s: float | None) -> str:
+    """A transfer rate in binary units, like sizes: ``1.5 MiB/s``, ``512 B/s``; "-" for none."""
+    if bytes_per_s is None:
+        return NONE
+    return size(max(0, int(bytes_per_s))) + "/s"
+
+
 def iso_ns(ns: int | None) -> str:
     """Nanoseconds since the epoch as ISO-8601 UTC to the millisecond; "-" for none or 0."""
     if not ns or ns < 0:

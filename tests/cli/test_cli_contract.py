@@ -65,7 +65,7 @@ class TestInit:
         assert header_value(header, "capacity") == 64 << 10
         assert header_value(header, "trim_offset") is None  # never trimmed: null (docs/CLI.md)
         assert header_value(header, "next_offset") == 0
-        assert header_value(header, "node_id") == -1
+        assert header_value(header, "node_id") is None  # unset (-1 in the header): null (docs/CLI.md)
         assert dev.is_file() and dev.stat().st_size == 64 << 10
         assert "walctl: error" not in res.stderr
 

@@ -158,6 +158,15 @@ def test_readme_blocks_did_what_they_say(readme_env):
     assert re.search(rf'^walctl_upload_last_success_timestamp_seconds\{{device="{wal}",[^}}]*\}} [1-9]', prom, re.M)
     assert not list((work / "textfile").glob(".*"))  # no temporary file left behind
     assert "complete" in (work / "walctl-completion.bash").read_text()
+    # the "days" example uploads in the background: 1.8 MiB of log through a 1 MiB ring needs >= 4
+    # uploads of 256 KiB to finish; with the final upload every record is in the store once
+    days = json.loads((work / "days.json").read_text())
+    assert days["background_upload"]["uploads"] >= 3, days["background_upload"]
+    upload = json.loads((work / "days-upload.json").read_text())
+    assert days["background_upload"]["records"] + upload["records"] == days["records"] + 1  # (+ "continues")
+    # the budget example: more than one block, held back by the budget
+    budget = json.loads((work / "budget.json").read_text())
+    assert budget["blocks_written"] > 1 and budget["stages_us"]["budget"]["p50"] > 0, budget
 
 
 def test_readme_documents_every_command():

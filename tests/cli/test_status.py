@@ -33,7 +33,7 @@ def test_new_wal(cli, new_wal):
     assert out["sliding_window_max_length_bytes"] == out["header"]["sliding_window_max_length_bytes"] > 0
     # a new WAL is cleanly closed with a checkpoint: the answer comes from the headers alone
     assert (out["scanned"], out["device_bytes_read"], out["records"]) == (False, 8192, None)
-    assert out["checkpoint"] == {"log_end_offset": 0, "complete": True, "uploaded_offset": -1, "streams": 0,
+    assert out["checkpoint"] == {"log_end_offset": 0, "complete": True, "uploaded_offset": None, "streams": 0,
                                  "stream_next_offsets": {}}
     _, scanned = _status(cli, dev, "--scan")
     assert (scanned["records"], scanned["streams"], scanned["findings"], scanned["corrupt_findings"]) == (0, 0, 0, 0)

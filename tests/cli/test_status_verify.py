@@ -72,12 +72,14 @@ def test_a_healthy_wal_is_verified_a_budget_at_a_time_and_wraps(cli, tmp_path, f
         assert v["walctl_wal_verified_through_offset"] == out["verification"]["verified_through_offset"]
         assert out["device_bytes_read"] <= BUDGET + READ_SLACK, out["device_bytes_read"]
         state = json.loads(state_file.read_text())["devices"][dev]
-        assert state["next_offset"] == out["verification"]["next_offset"]
+        # (the state file keeps -1 for "from the trim point"; JSON says null: docs/CLI.md's null rule)
+        assert state["next_offset"] == (out["verification"]["next_offset"] if out["verification"]["next_offset"]
+                                        is not None else -1)
     assert len(runs) >= 3 and runs[0]["from_offset"] == 0
     for before, after in zip(runs, runs[1:]):  # each run goes on where the one before stopped
         assert after["from_offset"] == before["next_offset"] >= before["verified_through_offset"] > 0
         assert before["next_offset"] % 4096 == 0  # a record on a block boundary: a cheap seek
-    assert runs[-1]["verified_through_offset"] == out["end_offset"] and runs[-1]["next_offset"] == -1
+    assert runs[-1]["verified_through_offset"] == out["end_offset"] and runs[-1]["next_offset"] is None
     assert sum(r["records"] for r in runs) == 900  # every record counted once in the pass
     res, out = _cron(cli, dev, prom)
     assert res.exit_code == 0 and out["verification"]["from_offset"] == 0  # wrapped to the trim point

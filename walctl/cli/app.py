@@ -18,7 +18,7 @@ import typer
 
 from walctl import __version__
 from walctl.cli.boundary import WalctlGroup, boundary
-from walctl.commands._shared import APP_KEY, DEBUG_KEY
+from walctl.commands._shared import APP_KEY, DEBUG_KEY, QUIET_KEY
 
 # Every command name and the module that defines it (tests/cli/test_startup.py checks it against
 # what the modules register). A name missing here still works: its run imports every module.
@@ -94,11 +94,16 @@ def _new_app(module_names: tuple[str, ...] | None) -> typer.Typer:
         ctx: typer.Context,
         debug: Annotated[bool, typer.Option("--debug",
                                             help="On an internal error (exit 1), print the traceback. Also after the command name.")] = False,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q",
+                                            help="Print nothing on stderr but errors: no progress bar, warning or "
+                                                 "summary line (stdout's data and tables are unchanged). Also after "
+                                                 "the command name.")] = False,
         version: Annotated[bool, typer.Option("--version", "-V", callback=_version, is_eager=True,
                                               help="Print the version and exit.")] = False,
     ) -> None:
         # What a command may ask of this run (walctl.commands._shared.debug_requested, running_app).
         ctx.meta[DEBUG_KEY] = debug
+        ctx.meta[QUIET_KEY] = quiet
         ctx.meta[APP_KEY] = new
 
     return new

@@ -31,7 +31,7 @@ from walctl.cli.coercion import plain_coercion
 from walctl.cli.conventions import (COMMAND_ANYWHERE, ROOT_ANYWHERE, apply_conventions, json_requested,
                                     normalise_args)
 from walctl.cli.render import report_error
-from walctl.commands._shared import debug_requested
+from walctl.commands._shared import debug_requested, quiet_requested
 from walctl.errors import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_OK, EXIT_SIGINT, EXIT_USAGE, WalctlError
 
 
@@ -213,6 +213,46 @@ def _check_engine_variable() -> None:
         raise UsageError(f"invalid value for {IO_ENGINE_ENV}: {engine!r}", hint=f"one of {', '.join(IO_ENGINES)}")
 
 
+class quiet_stderr:
+    """With --quiet, the command's stderr goes to /dev/null while it runs: its progress, warnings and
+    summary lines, and those of anything it starts (the Spark JVM's); at the file descriptor, so C
+    code and child processes are silent too. The boundary's error line is printed after, on the
+    real stderr. Without --quiet, nothing."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.saved_fd: int | None = None
+        self.saved_stream = None
+
+    def __enter__(self):
+        if not self.quiet:
+            return self
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        self.saved_stream = sys.stderr
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (closed in __exit__)
+        try:
+            self.saved_fd = os.dup(2)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+        except OSError:
+            self.saved_fd = None
+        return self
+
+    def __exit__(self, *exc):
+        if not self.quiet:
+            return False
+        quiet, sys.stderr = sys.stderr, self.saved_stream
+        quiet.close()
+        if self.saved_fd is not None:
+            os.dup2(self.saved_fd, 2)
+            os.close(self.saved_fd)
+        return False
+
+
 def _about(error: dict, kwargs: dict, where: str | None = None) -> dict:
     """The JSON error object with ``where``: the device or store the run was about (cron's logs
     tell runs apart by it), else what the error names; none when neither is known."""
@@ -236,7 +276,7 @@ def boundary(fn: Callable, stream: bool = False) -> Callable:
         startup.command_starts()  # the collector, paused while walctl.cli.main started, resumes
         try:
             _check_engine_variable()
-            with signals_interrupt():
+            with signals_interrupt(), quiet_stderr(quiet_requested()):
                 return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, ClickUsageError):
             raise

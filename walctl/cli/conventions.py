@@ -7,8 +7,8 @@ from __future__ import annotations
 # Short options operators expect, added to every command that has the long one (and not the short).
 SHORT_OPTIONS = {"--json": "-j", "--limit": "-n", "--stream": "-s"}
 # Options that are the same on both sides of the command name: ``walctl --json status`` and
-# ``walctl status --debug`` work. The root owns --debug; commands own --json.
-ROOT_ANYWHERE = ("--debug",)
+# ``walctl status --debug`` work. The root owns --debug and --quiet; commands own --json.
+ROOT_ANYWHERE = ("--debug", "--quiet", "-q")
 COMMAND_ANYWHERE = ("--json", "-j")
 # typer's own shell-completion options take no environment variable.
 NO_ENV = {"help", "install_completion", "show_completion", "version"}

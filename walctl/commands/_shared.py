@@ -19,6 +19,7 @@ from walctl.defaults import DEFAULT_S3_CONNECT_TIMEOUT_S, DEFAULT_S3_READ_TIMEOU
 
 # Keys of click's ``Context.meta`` (shared by the whole run) the app's root callback fills.
 DEBUG_KEY = "walctl.debug"
+QUIET_KEY = "walctl.quiet"
 APP_KEY = "walctl.app"
 
 
@@ -57,6 +58,13 @@ def debug_requested() -> bool:
     """``--debug`` (or WALCTL_DEBUG) was given to this run (False outside a CLI run)."""
     ctx = _current_context()
     return bool(ctx is not None and ctx.meta.get(DEBUG_KEY))
+
+
+def quiet_requested() -> bool:
+    """``--quiet``/``-q`` (or WALCTL_QUIET) was given to this run (False outside a CLI run): no progress,
+    warnings or human summary lines on stderr; errors still print, stdout is unchanged."""
+    ctx = _current_context()
+    return bool(ctx is not None and ctx.meta.get(QUIET_KEY))
 
 
 def running_app() -> Any:
@@ -168,13 +176,24 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-# Fields whose "none" the formats spell -1 (FORMATS.md: a never-trimmed WAL's trimOffset): null in JSON.
-_MINUS_ONE_IS_NONE = frozenset({"trim_offset"})
+def utc_iso(seconds: float | None) -> str | None:
+    """Seconds since the epoch (a manifest's times) as ``time`` is written: ISO 8601 UTC to the millisecond."""
+    from datetime import datetime, timezone
+
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# Fields whose "none" the formats spell -1 (FORMATS.md 1.1: a never-trimmed WAL's trimOffset, an unset nodeId
+# or epoch; a checkpoint with no upload; a verify state that has no next offset yet): null in JSON.
+_MINUS_ONE_IS_NONE = frozenset({"trim_offset", "previous_trim_offset", "node_id", "epoch", "uploaded_offset",
+                                "next_offset"})
 
 
 def json_nulls(obj):
     """``obj`` with docs/CLI.md's null rule applied: a field known as -1 for "none" (``trim_offset``
-    of a never-trimmed WAL) is null, as every other absent value; nested objects too. The human
+    of a never-trimmed WAL, ``node_id`` and ``epoch`` unset) is null, as every other absent value; nested objects too. The human
     output keeps its own words ("- (never trimmed)")."""
     if isinstance(obj, dict):
         return {k: (None if k in _MINUS_ONE_IS_NONE and isinstance(v, int) and v < 0 else json_nulls(v))
@@ -269,11 +288,11 @@ class progress_bar:
         self.bar = None
         self.lazy = lazy
         self.started = False
-        if not json_out and sys.stderr.isatty() and not (streaming and sys.stdout.isatty()):
-            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+        if (not json_out and sys.stderr.isatty() and not (streaming and sys.stdout.isatty())
+                and not quiet_requested()):
+            from rich.progress import Progress
 
-            self.bar = Progress(TextColumn(description), BarColumn(), DownloadColumn(binary_units=True),
-                                TransferSpeedColumn(), console=stderr_console(), transient=True,
+            self.bar = Progress(*progress_columns(description), console=stderr_console(), transient=True,
                                 redirect_stdout=False, redirect_stderr=False)
             self.task = self.bar.add_task(description, total=total)
 
@@ -299,6 +318,24 @@ class progress_bar:
             self.bar.stop()
 
 
+def progress_columns(description: str) -> tuple:
+    """A progress bar's columns: what it is, the bar, bytes done of the total and the rate, both in
+    binary units (``3.0/16.0 MiB``, ``1.5 MiB/s``: docs/CLI.md's number rules), never MiB beside MB/s."""
+    from rich.progress import BarColumn, DownloadColumn, ProgressColumn, TextColumn
+    from rich.text import Text
+
+    class BinarySpeedColumn(ProgressColumn):
+        def render(self, task) -> Text:
+            speed = task.finished_speed or task.speed
+            if speed is None:
+                return Text("?", style="progress.data.speed")
+            from walctl.human import rate
+
+            return Text(rate(speed), style="progress.data.speed")
+
+    return TextColumn(description), BarColumn(), DownloadColumn(binary_units=True), BinarySpeedColumn()
+
+
 def silence_stdout() -> None:
     """Point stdout at /dev/null once its reader is gone, so nothing else fails writing to it."""
     import os
@@ -312,4 +349,7 @@ def silence_stdout() -> None:
 
 
 def warn(message: str) -> None:
+    """``walctl: warning: ...`` on stderr; nothing with --quiet."""
+    if quiet_requested():
+        return
     typer.echo(f"walctl: warning: {message}", err=True)

@@ -223,6 +223,7 @@ class _Acks:
     def range_line(self, first: int, last: int, base: int, n: int, payload_bytes: int) -> str:
         if self.json_out:
             return (f'{{"type":"range","stream_id":{self.sid},"first_offset":{first},"last_offset":{last},'
+                    f'"first_wal_offset":{first},"last_wal_offset":{last},'
                     f'"base_offset":{base},"count":{n},"payload_bytes":{payload_bytes}}}\n')
         return f"{first} {last} {base} {n}\n"
 
@@ -282,6 +283,7 @@ def _summary(device: str, stream_id: int, stats: dict, run) -> dict:
     writer, seconds = run.writer, run.seconds
     feed = run.feed
     return {"type": "summary", "device": device, "stream_id": stream_id, **shown,
+            "first_wal_offset": stats["first_offset"], "last_wal_offset": stats["last_offset"],
             "next_base_offset": run.next_base, "blocks_written": writer.blocks_written,
             "bytes_written": writer.bytes_written, "sealed_ranges": run.opened.sealed_ranges,
             "seconds": round(seconds, 6),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT, EndpointOpt, JsonOpt, RetryForOpt,
                                      S3ConnectTimeoutOpt, S3ReadTimeoutOpt, StoreOpt, command, emit_json, s3_settings,
-                                     stdout_console, warn)
+                                     stdout_console, utc_iso, warn)
 
 
 def ls_cmd(store: StoreOpt, endpoint_url: EndpointOpt = None, retry_for: RetryForOpt = RETRY_FOR,
@@ -24,7 +24,7 @@ def ls_cmd(store: StoreOpt, endpoint_url: EndpointOpt = None, retry_for: RetryFo
         warn(f"{plural(len(wrong), 'live object')} {'differs' if len(wrong) == 1 else 'differ'} from the manifest "
              f"({shown}{'; ...' if len(wrong) > 5 else ''}): run 'walctl check --store {store}'")
     if json_out:
-        emit_json(out)
+        emit_json(_iso_times(out))
         return
     from rich.table import Table
     from rich.text import Text
@@ -62,6 +62,19 @@ def ls_cmd(store: StoreOpt, endpoint_url: EndpointOpt = None, retry_for: RetryFo
         history.add_row(str(c.number), human.iso_s(c.time), Text(c.command or human.NONE),
                         Text(c.host or human.NONE), Text((c.commit_id or human.NONE)[:8]))
     console.print(history)
+
+
+
+def _iso_times(out: dict) -> dict:
+    """The manifest's times (seconds since the epoch) as every JSON time is written (docs/CLI.md):
+    a commit's ``time``, a prepared id's ``prepared_at`` and ``expires_at``, a replaced one's ``marked_at``."""
+    for commit in out["last_commits"]:
+        commit["time"] = utc_iso(commit["time"])
+    for entry in (*out["prepared"], *out["deleting"]):
+        for key in ("prepared_at", "expires_at", "marked_at"):
+            if isinstance(entry.get(key), (int, float)):
+                entry[key] = utc_iso(entry[key])
+    return out
 
 
 command("objects", help="Alias of 'ls'.")(command("ls")(ls_cmd))

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from walctl.commands._shared import JsonOpt, command, emit_json, stdout_console, warn
+from walctl.commands._shared import JsonOpt, command, emit_json, quiet_requested, stdout_console, warn
 
 
 @command("selftest")
@@ -46,14 +46,13 @@ def selftest_cmd(
 
         raise UsageError("--dir is not a directory", where=directory,
                          hint="give an existing directory on the file system to test")
-    progress = None
-    if not json_out and sys.stderr.isatty():
-        def progress(check) -> None:
-            sys.stderr.write(f"  {check.status.upper():4}  {check.name}\n")
-            sys.stderr.flush()
-
-    result = selftest(running_app(), loop=loop, keep=keep, compact=not no_compact, base_dir=directory,
-                      on_step=progress, debug=debug_requested())
+    progress = _Progress() if not json_out and sys.stderr.isatty() and not quiet_requested() else None
+    try:
+        result = selftest(running_app(), loop=loop, keep=keep, compact=not no_compact, base_dir=directory,
+                          on_step=progress, debug=debug_requested())
+    finally:
+        if progress is not None:
+            progress.clear()
     for message in result.warnings:
         warn(message)
     out = result.to_json()
@@ -65,13 +64,39 @@ def selftest_cmd(
         return
     first = result.failed[0]
     cls = {IO_FAILED: IOFailure, PREREQ_MISSING: NotFoundError}.get(first.failure, CorruptionError)
+    from walctl.human import plural
+
     count = sum(1 for c in result.checks if c.status == FAIL)
-    exc = cls(f"selftest failed: {count} check(s) failed; first: {first.name}: {first.detail}",
+    exc = cls(f"selftest failed: {plural(count, 'check')} failed; first: {first.name}: {first.detail}",
               where=result.device or result.work_dir,
               hint=("install it, or skip the step with --no-compact" if first.failure == PREREQ_MISSING
                     else "rerun with --keep to look at the files" if not keep else f"files kept in {result.work_dir}"),
               summary=out)
     raise exc
+
+
+class _Progress:
+    """The check running now, on one line of stderr (a terminal) rewritten in place and cleared at the
+    end: the table on stdout is the one list of checks (a line per check on stderr showed the list
+    twice on a terminal)."""
+
+    def __init__(self):
+        self.shown = False
+
+    def __call__(self, check) -> None:
+        import sys
+
+        sys.stderr.write(f"\r\033[Kselftest: {check.status.upper()} {check.name}")
+        sys.stderr.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        import sys
+
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+            self.shown = False
 
 
 def _render(result) -> None:
