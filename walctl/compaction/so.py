@@ -353,4 +353,5 @@ def _write(store: Store, group: tuple[dict, ...], build, key: str, indexes: dict
     writes.paid(size)
     sid, start, end = _so_range(group[0])[0], _so_range(group[0])[1], _so_range(group[-1])[2]
     return {"key": key, "kind": "SO", "size": size,
-            "ranges": [{"stream_id": sid, "start": start, "end": end, "bytes": data_size}]}
+            # one stream, its whole data region: the range's crc is the object's data crc
+            "ranges": [{"stream_id": sid, "start": start, "end": end, "bytes": data_size, "crc": data_crc}]}

@@ -105,7 +105,7 @@ def run_iterations(spark, plan, keys: list[str], store: Store, store_url: str, e
     except BaseException:
         _roll_back(store, plan, keys, uploads)
         raise
-    return JobResult(_made(plan, keys), done, driver_puts, slots)
+    return JobResult(_made(plan, keys, done), done, driver_puts, slots)
 
 
 def _complete_uploads(store: Store, plan, keys: list[str], uploads: dict[int, str], done: list[dict]) -> int:
@@ -143,16 +143,42 @@ def _roll_back(store: Store, plan, keys: list[str], uploads: dict[int, str]) -> 
             pass
 
 
-def _made(plan, keys: list[str]) -> list[dict]:
-    """Per output: key, kind, size, its last iteration, parts, puts and ranges (manifest shape)."""
+def _made(plan, keys: list[str], done: list[dict] = ()) -> list[dict]:
+    """Per output: key, kind, size, its last iteration, parts, puts and ranges (manifest shape, each
+    with its crc combined from its source ranges' as the tasks summed them)."""
     last = {}
     for it in plan.iterations:
         for p in it.pieces:
             last[p.output] = it.index
-    return [{"key": keys[n], "kind": out.kind, "size": out.size_bytes, "iteration": last[n],
-             "parts": len(out.pieces), "puts": out.puts,
-             "ranges": [{"stream_id": s, "start": a, "end": b, "bytes": size} for s, a, b, size in out.streams]}
-            for n, out in enumerate(plan.outputs)]
+    pieces = {(p["output"], p["part"]): p for r in done for p in r["pieces"]}
+    made = []
+    for n, out in enumerate(plan.outputs):
+        crcs = stream_crcs(out, [pieces.get((n, k), {}).get("range_crcs") for k in range(1, len(out.pieces) + 1)])
+        made.append({"key": keys[n], "kind": out.kind, "size": out.size_bytes, "iteration": last[n],
+                     "parts": len(out.pieces), "puts": out.puts,
+                     "ranges": [{"stream_id": s, "start": a, "end": b, "bytes": size, "crc": crc}
+                                for (s, a, b, size), crc in zip(out.streams, crcs)]})
+    return made
+
+
+def stream_crcs(out, piece_crcs: list) -> list[int | None]:
+    """Each of ``out.streams``' crc32c, combined from its pieces' per-source-range crcs (in part
+    order); None for all when a piece did not say (its ranges then are read by whoever needs them)."""
+    from walctl.format.crc import crc32c_combine
+
+    ranges = [r for p in out.pieces for r in p.ranges]
+    crcs = [c for got in piece_crcs for c in (got or ())]
+    if any(got is None for got in piece_crcs) or len(crcs) != len(ranges) or tuple(ranges) != tuple(out.ranges):
+        return [None] * len(out.streams)
+    result, i = [], 0
+    for _, _, _, size in out.streams:
+        crc = got = 0
+        while got < size and i < len(ranges):
+            crc = crc32c_combine(crc, crcs[i], ranges[i].size)
+            got += ranges[i].size
+            i += 1
+        result.append(crc if got == size else None)
+    return result
 
 
 class JobTimeout(IOFailure):

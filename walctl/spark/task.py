@@ -164,6 +164,7 @@ class _IterationWrites:
         self.futures = ahead.futures[k]
         self.buffers: dict[int, bytes] = {}
         self.parts: list[dict] = []
+        self.range_crcs: dict[int, list[int]] = {}  # piece -> its source ranges' crcs
         self._locate()
         # A local store's reads land in the task's arena, and its writes take each chunk before asking
         # for the next (put_large, put_part): a read's extent goes back to the reads waiting as soon as
@@ -220,7 +221,7 @@ class _IterationWrites:
 
     def finish(self, pending) -> None:
         """A piece's write done: its record, the pace, and the buffers no later piece needs."""
-        future, p, crc, size, needed = pending
+        future, p, crc, size, needed, i = pending
         part = future.result()  # a failed write raises its error here
         self.writes.paid(size)
         for n in needed:
@@ -230,19 +231,21 @@ class _IterationWrites:
                 if n not in self.released:
                     self.release(n)
         self.parts.append({"output": p.piece.output, "part": p.piece.part, "crc": crc,
-                           "bytes": p.piece.data_bytes, "record": part})
+                           "bytes": p.piece.data_bytes, "record": part,
+                           "range_crcs": self.range_crcs.pop(i)})
         failpoint("compact-task-after-piece")  # (on the executor: tests lose it, or hang it, mid-job)
 
     def assemble(self, i: int, p: PieceSpec) -> tuple[list, dict[int, int], int]:
         """Piece ``i``'s chunks (views of the read buffers, then its tail if it is a whole object),
         the reads whose last chunk is here (read -> chunk), and its data CRC (this piece's alone:
         pieces of one object run in any order, the driver combines them)."""
-        from walctl.format.crc import crc32c
+        from walctl.format.crc import crc32c, crc32c_combine
         from walctl.format.object import VERSION_WALCTL, Footer, IndexEntry, iter_placed
 
         chunks: list = []
         last_chunk: dict[int, int] = {}
         crc = 0
+        range_crcs = self.range_crcs[i] = []  # per source range, for the manifest's per-range crcs
         for j, (n, at, r) in enumerate(self.places[i]):
             if self.progressive and self.last_piece[n] == i:
                 last_chunk[n] = j
@@ -252,7 +255,8 @@ class _IterationWrites:
             for _ in iter_placed(view, IndexEntry(r.stream_id, r.start_offset, r.end_offset - r.start_offset,
                                                   r.record_count, 0, r.size), copy=False):
                 pass
-            crc = crc32c(view, crc, **self.hold_gil)
+            range_crcs.append(crc32c(view, **self.hold_gil))
+            crc = crc32c_combine(crc, range_crcs[-1], r.size)
             chunks.append(view)
         if p.index is not None:  # an object of one piece: its IndexBlock and Footer follow
             footer = Footer(p.data_bytes, len(p.index), VERSION_WALCTL, crc32c(p.index), crc)
@@ -272,7 +276,7 @@ class _IterationWrites:
                 for n, j in last_chunk.items():
                     releases.setdefault(j, []).append(n)
                 body = self.feed(chunks, releases)
-            pending = (writer.submit(self.write, p, body, size), p, crc, size, self.sources[i])
+            pending = (writer.submit(self.write, p, body, size), p, crc, size, self.sources[i], i)
             del chunks, body  # the chunks hold the views: a buffer goes when the last piece using it is written
         if pending is not None:
             self.finish(pending)
