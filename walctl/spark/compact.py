@@ -83,7 +83,7 @@ class CompactResult:
                                 self.write_rate_bps)
 
     def to_json(self) -> dict:
-        plan = self.plan.to_json() if self.plan is not None else None
+        plan = plan_json(self.plan) if self.plan is not None else None
         gets = sum(t["gets"] for t in self.tasks) + self.index_gets
         return {
             "idle": self.idle, "dry_run": self.dry_run, "objects_in": self.objects_in,
@@ -105,6 +105,57 @@ class CompactResult:
                          "parts": m["parts"], "streams": m["ranges"]} for m in self.made],  # not a manifest entry
             "plan": plan,
         }
+
+
+def plan_json(plan) -> dict:
+    """The plan in ``--json`` (docs/CLI.md, compact): bounded by the inputs and outputs, not by the
+    iterations times the ranges. Outputs carry their stream spans (manifest shape) and a count of
+    source ranges; each iteration carries counts and its outputs' indexes, never the outputs' or
+    reads' lists again; dropped ranges are summed per source object, stream and reason.
+    (compaction.plan's own to_json, with every list, is the planner's, for its tests.)"""
+    from walctl.compaction.plan import SO, SSO
+
+    dropped: dict[tuple, dict] = {}
+    for d in plan.dropped:
+        r = d.range
+        got = dropped.get((r.object_id, r.stream_id, d.reason))
+        if got is None:
+            dropped[(r.object_id, r.stream_id, d.reason)] = {
+                "object_id": r.object_id, "key": r.key, "stream_id": r.stream_id, "start_offset": r.start_offset,
+                "end_offset": r.end_offset, "size_bytes": r.size, "range_count": 1, "reason": d.reason}
+        else:
+            got["start_offset"] = min(got["start_offset"], r.start_offset)
+            got["end_offset"] = max(got["end_offset"], r.end_offset)
+            got["size_bytes"] += r.size
+            got["range_count"] += 1
+    return {
+        "idle": plan.idle, "reason": plan.reason,
+        "memory_limit_bytes": plan.memory_limit, "split_size_bytes": plan.split_size,
+        "read_cut_bytes": plan.read_cut, "min_part_bytes": plan.min_part,
+        "tasks": plan.tasks, "task_memory_bytes": plan.task_memory,
+        "input_count": len(plan.inputs), "input_ids": [o.id for o in plan.inputs],
+        "input_bytes": sum(o.size for o in plan.inputs),
+        "inputs": [o.to_json() for o in plan.inputs],
+        "dropped_count": len(plan.dropped), "dropped_bytes": plan.dropped_bytes,
+        "dropped": list(dropped.values()),
+        # (each oversized range is an iteration of its own: as many as those iterations)
+        "oversized": [r.to_json() for r in plan.oversized],
+        "oversized_count": len(plan.oversized), "oversized_bytes": sum(r.size for r in plan.oversized),
+        "iteration_count": len(plan.iterations), "output_count": len(plan.outputs),
+        "so_count": sum(o.kind == SO for o in plan.outputs),
+        "sso_count": sum(o.kind == SSO for o in plan.outputs),
+        "gets": plan.gets, "puts": plan.puts,
+        "bytes_read": plan.bytes_read, "bytes_written": plan.bytes_written,
+        "outputs": [{"kind": o.kind, "data_bytes": o.data_bytes, "size_bytes": o.size_bytes, "puts": o.puts,
+                     "parts": len(o.pieces), "range_count": len(o.ranges),
+                     "streams": [{"stream_id": s, "start": a, "end": b, "bytes": n} for s, a, b, n in o.streams]}
+                    for o in plan.outputs],
+        "iterations": [{"index": it.index, "data_bytes": it.data_bytes, "gets": len(it.reads),
+                        "read_bytes": sum(r.size for r in it.reads), "piece_count": len(it.pieces),
+                        "range_count": sum(len(p.ranges) for p in it.pieces),
+                        "outputs": sorted({p.output for p in it.pieces})}
+                       for it in plan.iterations],
+    }
 
 
 def derived_read_rate(plan, read_rate_bps: float | None, interval_s: float | None) -> float | None:
