@@ -293,6 +293,7 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
             command="compact", sso_order_id=min(o.order_id for o in plan.inputs), also=set_retention)
         result.made = made
         result.seconds = time.monotonic() - started
+        failpoint("compact-after-commit")  # (tests: a SIGTERM held here is raised as the block ends)
     return result
 
 
