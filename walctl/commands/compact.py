@@ -213,7 +213,8 @@ def compact_cmd(
         return
     sso_options = dict(master=master, memory_limit=memory_limit, read_rate_bps=read_rate, write_rate_bps=write_rate,
                        tasks=tasks, interval=interval, split_size=split_size, max_objects=max_objects,
-                       retention_start=retention_start, shared_path=shared_path, task_timeout=task_timeout)
+                       retention_start=retention_start, shared_path=shared_path, task_timeout=task_timeout,
+                       progress=not json_out)
     out = _sso_level(store, endpoint_url, namespace, dry_run, metrics_file, metrics_options, sso_options,
                      so_options if level is Level.all else None,
                      s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
@@ -287,6 +288,7 @@ def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_
     # the walctl.cli boundary: the job is cancelled and rolled back on the way out, then one line, exit 143/130.
     started: list = []
     interrupted: BaseException | None = None
+    say = Progress(started) if sso["progress"] and not dry_run else None
     with MetricsRun(metrics_file, "compact", **metrics_options) as metrics:
         retention = _retention(sso["retention_start"])
         st = _open_walctl_store(store, endpoint_url, s3)
@@ -296,9 +298,10 @@ def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_
                              write_rate_bps=sso["write_rate_bps"], tasks=sso["tasks"],
                              interval_s=sso["interval"] or None, split_size=sso["split_size"],
                              max_objects=sso["max_objects"], retention=retention,
-                             dry_run=dry_run, namespace=namespace, on_result=started.append,
+                             dry_run=dry_run, namespace=namespace, on_result=say.planned if say else started.append,
                              spark_log_level="WARN" if _debug() else "OFF", task_timeout_s=sso["task_timeout"],
-                             on_warning=warn)
+                             on_warning=warn, notify=say.line if say else None,
+                             progress=say.iteration if say else None)
         except JobTimeout as exc:
             exc.summary = _rolled_back_summary(store, started[0] if started else None)
             raise
@@ -323,6 +326,55 @@ def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_
         if interrupted is not None:
             raise _after_commit(interrupted, out, so_options, so_result)
     return out
+
+
+class Progress:
+    """What compact says on stderr as it goes (not with --json): the plan as Spark starts (its
+    prerequisites checked: a missing one is the run's only line), Spark's start, then the
+    iterations as they end (at most one line a second, and the last)."""
+
+    PREFIX = "compact: "
+
+    def __init__(self, started: list):
+        import time
+
+        self.started, self.began, self.last = started, time.monotonic(), 0.0
+        self.told_plan = False
+
+    def line(self, text: str) -> None:
+        if not self.told_plan and self.started:
+            self.told_plan = True
+            self._plan(self.started[0])
+        typer.echo(self.PREFIX + text, err=True)
+
+    def planned(self, result) -> None:
+        self.started.append(result)
+
+    def _plan(self, result) -> None:
+        from walctl.sizes import format_size
+
+        plan = result.plan
+        rate = f"; read budget {format_size(int(result.read_rate_bps))}/s" if result.read_rate_bps else ""
+        expected = f", expected {result.expected_seconds} s" if result.expected_seconds is not None else ""
+        size = format_size(sum(o.size for o in plan.inputs))
+        typer.echo(f"{self.PREFIX}plan: {_count(len(plan.inputs), 'object')} in ({size}), {len(plan.outputs)} out, "
+                   f"{_count(len(plan.iterations), 'iteration')}, {_count(plan.gets, 'GET')}, "
+                   f"{_count(plan.puts, 'PUT')}{rate}{expected}", err=True)
+
+    def iteration(self, done: int, total: int, written: int) -> None:
+        import time
+
+        from walctl.sizes import format_size
+
+        now = time.monotonic()
+        if done < total and now - self.last < 1.0:
+            return
+        self.last = now
+        self.line(f"iteration {done} of {total} done ({format_size(written)} written, {now - self.began:.1f} s)")
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _after_commit(interrupt: BaseException, out: dict, so_options: dict | None, so_result: list) -> WalctlError:

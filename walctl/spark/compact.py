@@ -235,7 +235,8 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
             retention: dict[int, int] | None = None, dry_run: bool = False, namespace: str = mf.DEFAULT_NAMESPACE,
             spark=None, progress=None, read_rate_bps: float | None = None, write_rate_bps: float | None = None,
             interval_s: float | None = None, on_result=None, spark_log_level: str = "OFF",
-            tasks: int | None = None, task_timeout_s: float | None = None, on_warning=None) -> CompactResult:
+            tasks: int | None = None, task_timeout_s: float | None = None, on_warning=None,
+            notify=None) -> CompactResult:
     """Plan, fence, run and commit one compaction (see the module doc).
 
     ``master``: the Spark master; None takes spark-submit's (or PYSPARK_SUBMIT_ARGS') and
@@ -250,6 +251,8 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
     it exists, so an interrupted run can still report what it had done. ``task_timeout_s``: the
     most the Spark job may take, waiting for executors included (0: no limit; None: derived,
     ``task_timeout``). ``on_warning(message)``: told of a job that waits for executors.
+    ``notify(message)``: told of the stages (Spark starting, started); ``progress(done, total,
+    bytes_written)``: told as iterations end (as they end on a local master, at the job's end elsewhere).
 
     Raises:
         MissingPrerequisite: no pyspark or no Java (before anything is written).
@@ -279,7 +282,7 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
     failpoint("compact-after-prepare")
     made = _run_job(store, store_url, result, [p.key for p in prepared], spark=spark, master=master,
                     spark_log_level=spark_log_level, endpoint_url=endpoint_url, progress=progress,
-                    write_rate_bps=write_rate_bps, on_warning=on_warning)
+                    write_rate_bps=write_rate_bps, on_warning=on_warning, notify=notify)
     failpoint("compact-before-commit")
     check_made(plan, made)
 
@@ -319,7 +322,7 @@ def _planned(store: Store, *, master, memory_limit: int, split_size: int, max_ob
 
 def _run_job(store: Store, store_url: str, result: CompactResult, keys: list[str], *, spark, master,
              spark_log_level: str, endpoint_url: str | None, progress, write_rate_bps: float | None,
-             on_warning) -> list[dict]:
+             on_warning, notify=None) -> list[dict]:
     """The Spark job on ``spark`` or a session of our own (stopped after); the outputs it made."""
     from walctl.spark import job
 
@@ -327,9 +330,15 @@ def _run_job(store: Store, store_url: str, result: CompactResult, keys: list[str
     session = None
     try:
         if spark is None:
+            if notify is not None:
+                notify(f"starting Spark ({requested_master(master)}) ...")
+            begun = time.monotonic()
             with signals_deferred(mask=False):  # a JVM interrupted while starting would be orphaned (and
                 # a JVM started with SIGINT/SIGTERM masked would ignore them): handlers, not the mask
                 session = session_mod.spark_session(master, spark_log_level)
+            if notify is not None:
+                notify(f"Spark started in {time.monotonic() - begun:.1f} s ({session.sparkContext.master}); "
+                       f"running {len(result.plan.iterations)} iteration{'s' if len(result.plan.iterations) != 1 else ''}")
         else:
             session = spark
         result.spark_master = session.sparkContext.master

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -89,23 +90,78 @@ def run_iterations(spark, plan, keys: list[str], store: Store, store_url: str, e
             if out.multipart:
                 uploads[n] = store.create_multipart(keys[n])
                 driver_puts += 1
+        watch = ProgressFile(progress, len(plan.iterations), sc.master)
         specs = [IterationSpec(store_url, endpoint_url, it.index, it.reads, tuple(
                      PieceSpec(keys[p.output], p, uploads.get(p.output), plan.outputs[p.output].data_bytes,
                                None if p.output in uploads else index_block(plan.outputs[p.output]))
-                     for p in it.pieces), read_share, write_share, memory_bytes=plan.task_memory)
+                     for p in it.pieces), read_share, write_share, memory_bytes=plan.task_memory,
+                     progress_path=watch.path)
                  for it in plan.iterations]
-        done = _collect(sc, [specs[k::slots] for k in range(slots)], timeout_s, on_warning)
+        try:
+            done = _collect(sc, [specs[k::slots] for k in range(slots)], timeout_s, on_warning, on_tick=watch.tick)
+        finally:
+            watch.close()
         failed = [r for r in done if "error" in r]
         if failed:
             raise task_error(failed[0]["error"])
-        if progress is not None:
-            for n in range(len(done)):
-                progress(n + 1, len(plan.iterations))
+        watch.finished(done)
         driver_puts += _complete_uploads(store, plan, keys, uploads, done)
     except BaseException:
         _roll_back(store, plan, keys, uploads)
         raise
     return JobResult(_made(plan, keys, done), done, driver_puts, slots)
+
+
+class ProgressFile:
+    """Per-iteration progress of a job on a local master (its executors share this machine): each
+    task appends "<iteration> <bytes written>" to a temporary file as an iteration ends
+    (task.tell_progress), the driver reads the new lines while it waits (``tick``) and tells
+    ``progress(done, total, bytes_written)``. Elsewhere (or without ``progress``) no file: the
+    iterations are told as the job ends (``finished``)."""
+
+    def __init__(self, progress, total: int, master: str):
+        import tempfile
+
+        self.progress, self.total, self.done, self.bytes = progress, total, 0, 0
+        self.path: str | None = None
+        self._offset = 0
+        if progress is not None and master.startswith("local"):
+            fd, self.path = tempfile.mkstemp(prefix="walctl-compact-progress-")
+            os.close(fd)
+
+    def tick(self) -> None:
+        if self.path is None:
+            return
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                text = f.read()
+        except OSError:
+            return
+        lines = text[:text.rfind(b"\n") + 1]
+        self._offset += len(lines)
+        for line in lines.splitlines():
+            self.done += 1
+            self.bytes += int(line.split()[1])
+            self.progress(self.done, self.total, self.bytes)
+
+    def finished(self, done: list[dict]) -> None:
+        """The job's end: whatever the file did not tell (all of it on a cluster)."""
+        if self.progress is None:
+            return
+        for r in done[self.done:]:
+            self.done += 1
+            self.bytes += r.get("bytes_written", 0)
+            self.progress(self.done, self.total, self.bytes)
+
+    def close(self) -> None:
+        if self.path is not None:
+            self.tick()
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+            self.path = None
 
 
 def _complete_uploads(store: Store, plan, keys: list[str], uploads: dict[int, str], done: list[dict]) -> int:
@@ -186,7 +242,8 @@ class JobTimeout(IOFailure):
     resources it asks for, a hung task): cancelled and rolled back, nothing committed (exit 6)."""
 
 
-def _collect(sc, batches: list[list[IterationSpec]], timeout_s: float | None = None, on_warning=None) -> list[dict]:
+def _collect(sc, batches: list[list[IterationSpec]], timeout_s: float | None = None, on_warning=None,
+             on_tick=None) -> list[dict]:
     """Run one task per batch as one Spark job; the iterations' results, in plan order. The
     Spark call waits in a thread of its own, so an interrupt reaches this (main) thread,
     which cancels the job, instead of py4j (which would swallow it); so does ``timeout_s``
@@ -221,6 +278,8 @@ def _collect(sc, batches: list[list[IterationSpec]], timeout_s: float | None = N
             thread.join(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
             if watch is not None and thread.is_alive():
                 watch.check()
+            if on_tick is not None:
+                on_tick()
             if deadline is not None and thread.is_alive() and time.monotonic() >= deadline:
                 raise job_timeout(sc, group, timeout_s)  # (said before the cancel changes the picture)
     except BaseException:

@@ -44,6 +44,22 @@ class IterationSpec:
     write_rate_bps: float | None = None  # this task's share of the write budget, bytes/s; None = unlimited
     read_threads: int = READ_THREADS  # GETs in flight at most (INFLIGHT_READ_BYTES bounds their bytes)
     memory_bytes: int | None = None  # the task's memory share (the plan's task_memory); None: its largest iteration
+    progress_path: str | None = None  # a local master's: a line "<iteration> <bytes>" appended per iteration done
+
+
+def tell_progress(spec: IterationSpec, written: int) -> None:
+    """Append "<iteration> <bytes written>" to the driver's progress file (a local master's: the
+    driver reads it for its per-iteration progress); never fails the task."""
+    if spec.progress_path is None:
+        return
+    try:
+        fd = os.open(spec.progress_path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, f"{spec.index} {written}\n".encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def open_task_store(url: str, endpoint_url: str | None):
@@ -90,6 +106,7 @@ def run_iterations_in_task(specs) -> list[dict]:
         for k, spec in enumerate(specs):
             try:
                 out.append(_run_iteration(spec, store, ahead, k))
+                tell_progress(spec, out[-1].get("bytes_written", 0))
             except (WalctlError, ImportError) as exc:
                 out.append(_error_result(spec.index, exc))
                 break
