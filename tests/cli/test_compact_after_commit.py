@@ -86,3 +86,39 @@ def test_sigterm_at_the_commit_is_committed_one_document_exit_143(tmp_path):
         for r in o.ranges:
             assert r.crc == crc32c(data[position:position + r.bytes]), (o.key, r)
             position += r.bytes
+
+
+_PRINT = r"""
+import os, signal, sys
+from walctl.cli.boundary import Interrupted, signals_interrupt
+from walctl.commands.compact import _print_result
+
+def render(out):  # a SIGTERM lands while the finished result is printed
+    print("first half", flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+    print("second half", flush=True)
+
+try:
+    with signals_interrupt():
+        _print_result({"done": True}, JSON, render)
+        os.kill(os.getpid(), signal.SIGTERM)  # and one more after it: ignored while walctl exits
+        print("returned", file=sys.stderr)
+except Interrupted:
+    print("interrupted", file=sys.stderr)
+    sys.exit(143)
+"""
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_a_signal_while_the_result_is_printed_changes_nothing(json_out):
+    script = _PRINT.replace("JSON", str(json_out))
+    if json_out:  # the SIGTERM lands as the document is written
+        script = script.replace("try:\n", "import walctl.commands.compact as c\nwrite = c.emit_json\n"
+                                "c.emit_json = lambda o: (os.kill(os.getpid(), signal.SIGTERM), write(o))\ntry:\n", 1)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == "returned\n", proc.stderr
+    if json_out:
+        (line,) = proc.stdout.splitlines()
+        assert json.loads(line)["done"] is True and "error" not in line
+    else:
+        assert proc.stdout == "first half\nsecond half\n"
