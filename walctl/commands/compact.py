@@ -259,15 +259,25 @@ def _copy_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics
 
     with MetricsRun(metrics_file, "compact", **metrics_options) as metrics:
         st = _open_walctl_store(store, endpoint_url, s3)
-        if split_options is not None:
-            from walctl.compaction.split import force_split as run_split
+        box: list = []
+        try:
+            if split_options is not None:
+                from walctl.compaction.split import force_split as run_split
 
-            result = run_split(st, older_than_s=split_options["older_than"],
-                               max_objects=split_options["max_objects"], dry_run=dry_run, namespace=namespace,
-                               read_rate_bps=split_options["read_rate"],
-                               write_rate_bps=split_options["write_rate"])
-        else:
-            result = _so_compaction(st, namespace, dry_run, so_options)
+                result = run_split(st, older_than_s=split_options["older_than"],
+                                   max_objects=split_options["max_objects"], dry_run=dry_run, namespace=namespace,
+                                   read_rate_bps=split_options["read_rate"],
+                                   write_rate_bps=split_options["write_rate"], on_result=box.append)
+            else:
+                result = _so_compaction(st, namespace, dry_run, so_options, on_result=box.append)
+        except KeyboardInterrupt as exc:
+            summary = {"store": store, **box[0].to_json(), "interrupted": True} if box else {"store": store}
+            if box and box[0].commit_number is not None:  # the commit was finished first: it stands
+                name = "force split" if split_options is not None else "SO compaction"
+                raise InterruptedAfterCommit(exc, f"after the commit: the {name} is committed (commit "
+                                             f"{box[0].commit_number})", {**summary, "committed": True}) from None
+            exc.summary = {**summary, "committed": False} if box else summary
+            raise
         metrics.summary = out = {"store": store, **result.to_json()}
         metrics.record(bytes=out["through_written_bytes"], read_bytes=out["through_read_bytes"],
                        objects=0 if result.idle else out["objects_out"],

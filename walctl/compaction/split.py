@@ -173,9 +173,14 @@ class SplitResult:
 
 def force_split(store: Store, *, older_than_s: float | None = None, max_objects: int = 1000, dry_run: bool = False,
                 namespace: str = mf.DEFAULT_NAMESPACE, read_rate_bps: float | None = None,
-                write_rate_bps: float | None = None, now: float | None = None) -> SplitResult:
+                write_rate_bps: float | None = None, now: float | None = None, on_result=None) -> SplitResult:
     """Split every SSO (only those whose data is older than ``older_than_s``, oldest first, at most
-    ``max_objects``) into one SO per stream, and commit the replacement atomically."""
+    ``max_objects``) into one SO per stream, and commit the replacement atomically.
+
+    ``on_result`` gets the result as soon as it exists, so an interrupted run can tell whether
+    its commit landed (SIGTERM/SIGINT never split the commit: they wait for it)."""
+    from walctl.device.signals import signals_deferred
+
     started = time.monotonic()
     now = time.time() if now is None else now
     doc = mf.load_latest(store)
@@ -184,6 +189,8 @@ def force_split(store: Store, *, older_than_s: float | None = None, max_objects:
                   key=lambda o: (o.order_id, o.id))[:max_objects]
     result = SplitResult(ssos, dry_run, read_rate_bps=read_rate_bps, write_rate_bps=write_rate_bps,
                          older_than_s=older_than_s)
+    if on_result is not None:
+        on_result(result)
     if not ssos:
         result.seconds = time.monotonic() - started
         return result
@@ -222,9 +229,11 @@ def force_split(store: Store, *, older_than_s: float | None = None, max_objects:
     result.made = made
     failpoint("split-before-commit")
     check_made(plan, result.made)
-    result.commit_number = commit_replacement(store, epoch=epoch, inputs=ssos, prepared=prepared,
-                                              made=result.made, command="compact --force-split")
-    result.seconds = time.monotonic() - started
+    with signals_deferred():  # done or not started, never split
+        result.commit_number = commit_replacement(store, epoch=epoch, inputs=ssos, prepared=prepared,
+                                                  made=result.made, command="compact --force-split")
+        result.seconds = time.monotonic() - started
+        failpoint("split-after-commit")  # (tests: a SIGTERM held here is raised as the block ends)
     return result
 
 
