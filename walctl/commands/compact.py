@@ -4,6 +4,8 @@ merge consecutive Stream Objects by server-side copy (--level), or split SSOs (-
 from __future__ import annotations
 
 import enum
+import sys
+import threading
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -11,6 +13,7 @@ import typer
 from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT, EndpointOpt, JsonOpt, MetricsFileOpt,
                                      NamespaceOpt, RetryForOpt, S3ConnectTimeoutOpt, S3ReadTimeoutOpt, StoreOpt, command,
                                      emit_json, s3_settings, stdout_console, warn)
+from walctl.errors import WalctlError
 from walctl.options import Duration, Rate, Size, spark_master, stream_offset
 
 if TYPE_CHECKING:
@@ -34,6 +37,46 @@ def _rolled_back_summary(store: str, result) -> dict:
 def _interrupted_summary(store: str, result) -> dict:
     """The JSON summary of a run that SIGTERM/SIGINT stopped (the walctl.cli boundary adds the error)."""
     return {**_rolled_back_summary(store, result), "interrupted": True}
+
+
+class InterruptedAfterCommit(WalctlError):
+    """SIGTERM/SIGINT arrived at or after the compaction's commit: the commit stands (it is never
+    rolled back), what was left (the SO level) is not done. Exit 143/130, as for any interruption;
+    the line says what is committed, the result (one JSON document) carries the error."""
+
+    def __init__(self, interrupt: BaseException, what: str, summary: dict):
+        import signal
+
+        signum = getattr(interrupt, "signum", int(signal.SIGINT))
+        self.signal_name = signal.Signals(signum).name
+        super().__init__(f"interrupted by {self.signal_name} {what}", summary=summary,
+                         hint="nothing to undo; rerun the command to continue")
+        self.exit_code = 128 + signum
+
+    def to_json(self) -> dict:
+        return {**super().to_json(), "signal": self.signal_name}
+
+
+def _print_result(out: dict, json_out: bool, render) -> None:
+    """The run's one result, whole: a signal that arrives while it is printed waits for it, and then
+    finds nothing left to stop (the run has finished: exit 0, no second document); the signals are
+    ignored from then on, while walctl exits."""
+    import signal
+
+    from walctl.device.signals import signals_deferred
+
+    try:
+        with signals_deferred():
+            if json_out:
+                emit_json(out)
+            else:
+                render(out)
+            sys.stdout.flush()
+            if threading.current_thread() is threading.main_thread():
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(sig, signal.SIG_IGN)
+    except KeyboardInterrupt:
+        pass  # (taken by another thread, held by the CLI's handler: the result is out all the same)
 
 
 class Level(str, enum.Enum):
@@ -142,9 +185,13 @@ def compact_cmd(
     store with nothing to compact exits 0 at once, without starting Spark. A second
     compact that starts while one runs fences the first (its commit is refused).
     Needs pyspark (pip install 'walctl[spark]') and Java: without them it exits 4 and
-    writes nothing (--dry-run works without either). SIGTERM or SIGINT cancels the Spark
-    job, aborts its uploads, stops the JVM and exits 143 (SIGTERM) or 130 (SIGINT) (with
-    --json, the result carries "error"); a commit in flight is finished first. A Spark job still running after
+    writes nothing (--dry-run works without either). SIGTERM or SIGINT before the commit
+    cancels the Spark job, aborts its uploads, stops the JVM, commits nothing and exits 143
+    (SIGTERM) or 130 (SIGINT). At or after the commit, the commit is finished and stands: the
+    SO level (--level all) does not start, or stops before its own commit, and the run exits
+    143/130 with one line saying what is committed. With --json every run prints one
+    document, an interrupted one with "error" in it; a signal that comes while the finished
+    result is printed changes nothing (exit 0). A Spark job still running after
     --task-timeout (lost workers, none with free cores and memory, a hung task) is
     cancelled and rolled back the same way, and compact exits 6 with one line saying why.
     """
@@ -162,20 +209,19 @@ def compact_cmd(
                              write_rate=split_write_rate) if force_split else None
         out = _copy_level(store, endpoint_url, namespace, dry_run, metrics_file, metrics_options, split_options,
                           so_options, s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
-        if json_out:
-            emit_json(out)
-        else:
-            _render_copy(out)
+        _print_result(out, json_out, _render_copy)
         return
     sso_options = dict(master=master, memory_limit=memory_limit, read_rate_bps=read_rate, write_rate_bps=write_rate,
                        tasks=tasks, interval=interval, split_size=split_size, max_objects=max_objects,
-                       retention_start=retention_start, shared_path=shared_path, task_timeout=task_timeout)
+                       retention_start=retention_start, shared_path=shared_path, task_timeout=task_timeout,
+                       progress=not json_out)
     out = _sso_level(store, endpoint_url, namespace, dry_run, metrics_file, metrics_options, sso_options,
                      so_options if level is Level.all else None,
                      s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout))
-    if json_out:
-        emit_json(out)
-        return
+    _print_result(out, json_out, _render_all)
+
+
+def _render_all(out: dict) -> None:
     _render(out)
     if "so" in out:
         _render_copy(out["so"])
@@ -186,12 +232,12 @@ def _retention(items: list[str] | None) -> dict[int, int]:
     return {int(stream): int(offset) for stream, _, offset in (item.partition(":") for item in items or [])}
 
 
-def _so_compaction(st: Store, namespace: str, dry_run: bool, so_options: dict):
+def _so_compaction(st: Store, namespace: str, dry_run: bool, so_options: dict, on_result=None):
     from walctl.compaction.so import compact_stream_objects
 
     return compact_stream_objects(st, target_size=so_options["target_size"], dry_run=dry_run,
                                   namespace=namespace, read_rate_bps=so_options["read_rate"],
-                                  write_rate_bps=so_options["write_rate"])
+                                  write_rate_bps=so_options["write_rate"], on_result=on_result)
 
 
 def _open_walctl_store(store: str, endpoint_url, s3=None):
@@ -213,15 +259,25 @@ def _copy_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics
 
     with MetricsRun(metrics_file, "compact", **metrics_options) as metrics:
         st = _open_walctl_store(store, endpoint_url, s3)
-        if split_options is not None:
-            from walctl.compaction.split import force_split as run_split
+        box: list = []
+        try:
+            if split_options is not None:
+                from walctl.compaction.split import force_split as run_split
 
-            result = run_split(st, older_than_s=split_options["older_than"],
-                               max_objects=split_options["max_objects"], dry_run=dry_run, namespace=namespace,
-                               read_rate_bps=split_options["read_rate"],
-                               write_rate_bps=split_options["write_rate"])
-        else:
-            result = _so_compaction(st, namespace, dry_run, so_options)
+                result = run_split(st, older_than_s=split_options["older_than"],
+                                   max_objects=split_options["max_objects"], dry_run=dry_run, namespace=namespace,
+                                   read_rate_bps=split_options["read_rate"],
+                                   write_rate_bps=split_options["write_rate"], on_result=box.append)
+            else:
+                result = _so_compaction(st, namespace, dry_run, so_options, on_result=box.append)
+        except KeyboardInterrupt as exc:
+            summary = {"store": store, **box[0].to_json(), "interrupted": True} if box else {"store": store}
+            if box and box[0].commit_number is not None:  # the commit was finished first: it stands
+                name = "force split" if split_options is not None else "SO compaction"
+                raise InterruptedAfterCommit(exc, f"after the commit: the {name} is committed (commit "
+                                             f"{box[0].commit_number})", {**summary, "committed": True}) from None
+            exc.summary = {**summary, "committed": False} if box else summary
+            raise
         metrics.summary = out = {"store": store, **result.to_json()}
         metrics.record(bytes=out["through_written_bytes"], read_bytes=out["through_read_bytes"],
                        objects=0 if result.idle else out["objects_out"],
@@ -241,6 +297,8 @@ def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_
     # SIGTERM and SIGINT raise walctl.cli's Interrupted (a KeyboardInterrupt) here, through
     # the walctl.cli boundary: the job is cancelled and rolled back on the way out, then one line, exit 143/130.
     started: list = []
+    interrupted: BaseException | None = None
+    say = Progress(started) if sso["progress"] and not dry_run else None
     with MetricsRun(metrics_file, "compact", **metrics_options) as metrics:
         retention = _retention(sso["retention_start"])
         st = _open_walctl_store(store, endpoint_url, s3)
@@ -250,26 +308,100 @@ def _sso_level(store: str, endpoint_url, namespace: str, dry_run: bool, metrics_
                              write_rate_bps=sso["write_rate_bps"], tasks=sso["tasks"],
                              interval_s=sso["interval"] or None, split_size=sso["split_size"],
                              max_objects=sso["max_objects"], retention=retention,
-                             dry_run=dry_run, namespace=namespace, on_result=started.append,
+                             dry_run=dry_run, namespace=namespace, on_result=say.planned if say else started.append,
                              spark_log_level="WARN" if _debug() else "OFF", task_timeout_s=sso["task_timeout"],
-                             on_warning=warn)
+                             on_warning=warn, notify=say.line if say else None,
+                             progress=say.iteration if say else None)
         except JobTimeout as exc:
             exc.summary = _rolled_back_summary(store, started[0] if started else None)
             raise
         except KeyboardInterrupt as exc:
-            if started and started[0].commit_number is not None:
-                result = started[0]  # the commit was in flight and landed: the run is complete
-                warn("interrupted after the commit: the compaction is committed")
-            else:
+            if not (started and started[0].commit_number is not None):
                 exc.summary = _interrupted_summary(store, started[0] if started else None)
                 raise
+            # The signal came during the commit, which was finished first: it stands. The SO level
+            # is not started; the run ends as interrupted, saying what is committed.
+            result, interrupted = started[0], exc
         metrics.summary = out = {"store": store, **result.to_json()}  # with the budgets and expected duration
-        if so_options is not None:  # then merge the Stream Objects, the SSO run's included
-            so = _so_compaction(st, namespace, dry_run, so_options).to_json()
-            out["so"] = so
-            out["idle"] = out["idle"] and so["idle"]
+        so_result: list = []
+        if so_options is not None and interrupted is None:  # then merge the Stream Objects, the SSO run's included
+            try:
+                so = _so_compaction(st, namespace, dry_run, so_options, on_result=so_result.append).to_json()
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+            else:
+                out["so"] = so
+                out["idle"] = out["idle"] and so["idle"]
         _record_metrics(metrics, out, result, st)
+        if interrupted is not None:
+            raise _after_commit(interrupted, out, so_options, so_result)
     return out
+
+
+class Progress:
+    """What compact says on stderr as it goes (not with --json): the plan as Spark starts (its
+    prerequisites checked: a missing one is the run's only line), Spark's start, then the
+    iterations as they end (at most one line a second, and the last)."""
+
+    PREFIX = "compact: "
+
+    def __init__(self, started: list):
+        import time
+
+        self.started, self.began, self.last = started, time.monotonic(), 0.0
+        self.told_plan = False
+
+    def line(self, text: str) -> None:
+        if not self.told_plan and self.started:
+            self.told_plan = True
+            self._plan(self.started[0])
+        typer.echo(self.PREFIX + text, err=True)
+
+    def planned(self, result) -> None:
+        self.started.append(result)
+
+    def _plan(self, result) -> None:
+        from walctl.sizes import format_size
+
+        plan = result.plan
+        rate = f"; read budget {format_size(int(result.read_rate_bps))}/s" if result.read_rate_bps else ""
+        expected = f", expected {result.expected_seconds} s" if result.expected_seconds is not None else ""
+        size = format_size(sum(o.size for o in plan.inputs))
+        typer.echo(f"{self.PREFIX}plan: {_count(len(plan.inputs), 'object')} in ({size}), {len(plan.outputs)} out, "
+                   f"{_count(len(plan.iterations), 'iteration')}, {_count(plan.gets, 'GET')}, "
+                   f"{_count(plan.puts, 'PUT')}{rate}{expected}", err=True)
+
+    def iteration(self, done: int, total: int, written: int) -> None:
+        import time
+
+        from walctl.sizes import format_size
+
+        now = time.monotonic()
+        if done < total and now - self.last < 1.0:
+            return
+        self.last = now
+        self.line(f"iteration {done} of {total} done ({format_size(written)} written, {now - self.began:.1f} s)")
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _after_commit(interrupt: BaseException, out: dict, so_options: dict | None, so_result: list) -> WalctlError:
+    """The error of a run interrupted at or after its SSO commit, saying what is committed and what not."""
+    what = f"after the commit: the compaction is committed (commit {out['commit_number']})"
+    so_done = so_result[0].commit_number if so_result else None
+    if so_options is not None:
+        if not so_result:
+            what += "; the SO level did not start"
+        elif so_done is not None:
+            what += f", and the SO level too (commit {so_done})"
+        else:
+            what += "; the SO level was stopped before its commit (its objects are left for gc)"
+    summary = {**out, "interrupted": True, "committed": True}
+    if so_result and "so" not in summary:
+        summary["so"] = so_result[0].to_json()
+    return InterruptedAfterCommit(interrupt, what, summary)
 
 
 def _record_metrics(metrics, out: dict, result, st: Store) -> None:

@@ -73,6 +73,26 @@ def read_index(store: Store, obj: mf.LiveObject) -> ObjectIndex:
     return ObjectIndex(footer, tuple(entries))
 
 
+def recorded_crc_problem(obj: mf.LiveObject, index: ObjectIndex) -> str | None:
+    """What is wrong when the crcs the manifest records for an object's ranges (ObjectRange ``crc``)
+    do not combine to its footer's data crc (every range recorded, a walctl footer, the ranges
+    tiling its data region); None when they agree or cannot be compared. No data is read: force
+    split copies a range by its recorded crc, so check and split refuse one that disagrees."""
+    from walctl.format.crc import crc32c_combine
+
+    if not obj.ranges or not index.footer.checksummed or any(r.crc is None for r in obj.ranges):
+        return None
+    if sum(r.bytes for r in obj.ranges) != index.data_size:
+        return None
+    crc = 0
+    for r in obj.ranges:  # streams lie back to back in stream order (the index's order)
+        crc = crc32c_combine(crc, r.crc, r.bytes)
+    if crc == index.footer.data_crc:
+        return None
+    return (f"the crcs the manifest recorded for its ranges combine to {crc:#010x}, its footer's data crc is "
+            f"{index.footer.data_crc:#010x}: a range's recorded crc or the footer is wrong")
+
+
 def range_crc(store: Store, key: str, start: int, end: int, read_pacer: Pacer | None = None) -> int:
     """crc32c of bytes [start, end) of an object, read in ranged GETs of at most 16 MiB, never
     all held at once."""

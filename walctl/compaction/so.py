@@ -250,18 +250,24 @@ def _through_bytes(store: Store, pieces) -> int:
 
 def compact_stream_objects(store: Store, *, target_size: int = DEFAULT_SO_TARGET_SIZE, dry_run: bool = False,
                            namespace: str = mf.DEFAULT_NAMESPACE, read_rate_bps: float | None = None,
-                           write_rate_bps: float | None = None, progress=None) -> SoResult:
+                           write_rate_bps: float | None = None, progress=None, on_result=None) -> SoResult:
     """Plan, fence, copy and commit one SO compaction (see the module doc).
 
     ``read_rate_bps`` paces the bytes read through this process (index reads excluded, they
     are tiny); ``write_rate_bps`` paces the bytes written into the store, copied ones included
-    (after each output object). None: unlimited.
+    (after each output object). None: unlimited. ``on_result`` gets the result as soon as it
+    exists, so an interrupted run can tell whether its commit landed (the commit itself is not
+    split by SIGTERM/SIGINT: they wait for it).
     """
+    from walctl.device.signals import signals_deferred
+
     started = time.monotonic()
     before = store.stats.snapshot()
     doc = mf.load_latest(store)
     plan = plan_groups(doc, target_size)
     result = SoResult(plan, dry_run, read_rate_bps=read_rate_bps, write_rate_bps=write_rate_bps)
+    if on_result is not None:
+        on_result(result)
     if plan.idle:
         result.seconds = time.monotonic() - started
         return result
@@ -289,11 +295,12 @@ def compact_stream_objects(store: Store, *, target_size: int = DEFAULT_SO_TARGET
             progress(n + 1, len(builds))
     failpoint("so-compact-before-commit")
     check_made(coverage_plan(plan, indexes), result.made)
-    result.commit_number = commit_replacement(store, epoch=epoch, inputs=plan.inputs, prepared=prepared,
-                                              made=result.made, command="compact --level so")
-    after = store.stats.snapshot()
-    result.stats = {k: after[k] - before.get(k, 0) for k in after}
-    result.seconds = time.monotonic() - started
+    with signals_deferred():  # done or not started, never split: an interrupt finds the result complete
+        result.commit_number = commit_replacement(store, epoch=epoch, inputs=plan.inputs, prepared=prepared,
+                                                  made=result.made, command="compact --level so")
+        after = store.stats.snapshot()
+        result.stats = {k: after[k] - before.get(k, 0) for k in after}
+        result.seconds = time.monotonic() - started
     return result
 
 
@@ -353,4 +360,5 @@ def _write(store: Store, group: tuple[dict, ...], build, key: str, indexes: dict
     writes.paid(size)
     sid, start, end = _so_range(group[0])[0], _so_range(group[0])[1], _so_range(group[-1])[2]
     return {"key": key, "kind": "SO", "size": size,
-            "ranges": [{"stream_id": sid, "start": start, "end": end, "bytes": data_size}]}
+            # one stream, its whole data region: the range's crc is the object's data crc
+            "ranges": [{"stream_id": sid, "start": start, "end": end, "bytes": data_size, "crc": data_crc}]}

@@ -6,13 +6,21 @@ is one contiguous byte range of its SSO plus a new index and footer: written wit
 ``store.compose``, the data copied server-side like SO compaction's. A stream's blocks that
 are not contiguous in the SSO are refused (use SSO compaction for such an object).
 
-What is read, and why: the SSO's footer holds one crc32c over its whole data region, while
-each new SO's footer needs the crc of its own range, and blocks carry no crc of their own. So
-every range is read once to checksum it (ranged GETs of <= 16 MiB, never held whole), except
-the SSO's largest range: its crc follows from the footer's and the others' (``crc32c_combine``
-and its inverse shift), and it is written last of its SSO's. A range smaller
-than S3's 5 MiB part minimum is read once and its bytes re-put (S3 could not copy it anyway).
-An AutoMQ SSO (footer version 0, no crc) has every range read. The data is not re-uploaded.
+What is read, and why: each new SO's footer needs the crc32c of its own range. The manifest
+records it per range (ObjectRange ``crc``, written by upload and every compaction): such a
+range of at least S3's 5 MiB part minimum is copied server-side and never read, its new
+footer's data crc being the recorded one (``"crc": "manifest"``). When every range of an SSO
+has its crc recorded, their combination (``crc32c_combine``) must equal the SSO's footer data
+crc, or nothing is split (CorruptionError): a recorded crc that disagrees with the bytes is
+never copied into an object that claims it. (A range damaged at rest after the upload keeps
+its recorded crc: the new SO's footer then disagrees with its data, which ``check
+--read-data`` reports as corruption, as it reports the SSO's own.)
+A range without a recorded crc (older manifests) is read once to checksum it (ranged GETs of
+<= 16 MiB, never held whole), except the SSO's largest such range: its crc follows from the
+footer's and the others' (``crc32c_combine`` and its inverse shift), and it is written last of
+its SSO's. A range smaller than the part minimum is read once and its bytes re-put (S3 could
+not copy it anyway; a recorded crc is checked against them). An AutoMQ SSO (footer version 0,
+no crc) has every range read. The data is not re-uploaded.
 """
 
 from __future__ import annotations
@@ -165,9 +173,14 @@ class SplitResult:
 
 def force_split(store: Store, *, older_than_s: float | None = None, max_objects: int = 1000, dry_run: bool = False,
                 namespace: str = mf.DEFAULT_NAMESPACE, read_rate_bps: float | None = None,
-                write_rate_bps: float | None = None, now: float | None = None) -> SplitResult:
+                write_rate_bps: float | None = None, now: float | None = None, on_result=None) -> SplitResult:
     """Split every SSO (only those whose data is older than ``older_than_s``, oldest first, at most
-    ``max_objects``) into one SO per stream, and commit the replacement atomically."""
+    ``max_objects``) into one SO per stream, and commit the replacement atomically.
+
+    ``on_result`` gets the result as soon as it exists, so an interrupted run can tell whether
+    its commit landed (SIGTERM/SIGINT never split the commit: they wait for it)."""
+    from walctl.device.signals import signals_deferred
+
     started = time.monotonic()
     now = time.time() if now is None else now
     doc = mf.load_latest(store)
@@ -176,6 +189,8 @@ def force_split(store: Store, *, older_than_s: float | None = None, max_objects:
                   key=lambda o: (o.order_id, o.id))[:max_objects]
     result = SplitResult(ssos, dry_run, read_rate_bps=read_rate_bps, write_rate_bps=write_rate_bps,
                          older_than_s=older_than_s)
+    if on_result is not None:
+        on_result(result)
     if not ssos:
         result.seconds = time.monotonic() - started
         return result
@@ -189,14 +204,17 @@ def force_split(store: Store, *, older_than_s: float | None = None, max_objects:
     plan = coverage_plan(ssos, runs, dropped)
     check_coverage(plan)
 
-    derived = _derived_crcs(ssos, runs, indexes)
+    recorded = {id(r): crc for r in runs if (crc := recorded_crc(r)) is not None}
+    check_recorded(ssos, runs, indexes, recorded)
+    derived = _derived_crcs(ssos, runs, indexes, recorded)
     for r in runs:
-        if id(r) not in derived:
+        how = "from footer" if id(r) in derived else "manifest" if id(r) in recorded else "read"
+        if how == "read" or r.size < MIN_PART_BYTES:
             result.planned_read_bytes += r.size
         result.outputs.append({"sso_id": r.sso.id, "stream_id": r.entries[0].stream_id,
                                "start": r.entries[0].start_offset, "end": r.entries[-1].end_offset,
                                "data_bytes": r.size, "size_bytes": object_size(r.size, len(r.entries)),
-                               "crc": "from footer" if id(r) in derived else "read"})
+                               "crc": how})
     result.dropped = [{"sso_id": o.id, "stream_id": e.stream_id, "start": e.start_offset, "end": e.end_offset,
                        "reason": why} for o, e, why in dropped]
     if dry_run:
@@ -207,28 +225,66 @@ def force_split(store: Store, *, older_than_s: float | None = None, max_objects:
     result.epoch = epoch
     failpoint("split-after-prepare")
     reads, writes = Pacer.bytes_per_s(read_rate_bps), Pacer.bytes_per_s(write_rate_bps)
-    made = _split_all(store, runs, prepared, indexes, derived, reads, writes, result)
+    made = _split_all(store, runs, prepared, indexes, derived, recorded, reads, writes, result)
     result.made = made
     failpoint("split-before-commit")
     check_made(plan, result.made)
-    result.commit_number = commit_replacement(store, epoch=epoch, inputs=ssos, prepared=prepared,
-                                              made=result.made, command="compact --force-split")
-    result.seconds = time.monotonic() - started
+    with signals_deferred():  # done or not started, never split
+        result.commit_number = commit_replacement(store, epoch=epoch, inputs=ssos, prepared=prepared,
+                                                  made=result.made, command="compact --force-split")
+        result.seconds = time.monotonic() - started
+        failpoint("split-after-commit")  # (tests: a SIGTERM held here is raised as the block ends)
     return result
 
 
-def _derived_crcs(ssos: list[mf.LiveObject], runs: list[Run], indexes: dict) -> set[int]:
-    """The runs (by id()) whose crc comes from their SSO's footer: the largest run (the last of
-    the largest) of an SSO whose runs tile its data region (the crcs of all the others are read);
-    every other run's is read."""
+def recorded_crc(r: Run) -> int | None:
+    """The crc the manifest records for exactly the run's range (its stream's whole range in the
+    SSO: none of its blocks dropped), else None."""
+    first, last = r.entries[0], r.entries[-1]
+    for rg in r.sso.ranges:
+        if (rg.stream_id == first.stream_id and rg.start == first.start_offset and rg.end == last.end_offset
+                and rg.bytes == r.size):
+            return rg.crc
+    return None
+
+
+def _tiled(mine: list[Run], idx: ObjectIndex) -> bool:
+    """The runs cover the SSO's data region exactly, back to back."""
+    return (bool(mine) and mine[0].start == 0 and mine[-1].end == idx.data_size
+            and all(a.end == b.start for a, b in zip(mine, mine[1:])))
+
+
+def check_recorded(ssos: list[mf.LiveObject], runs: list[Run], indexes: dict, recorded: dict[int, int]) -> None:
+    """Where every range of an SSO has its crc recorded and the footer has a data crc, the recorded
+    crcs combined must be the footer's (no byte read). Raises CorruptionError (nothing written)."""
+    for o in ssos:
+        idx = indexes[o.id]
+        mine = [r for r in runs if r.sso is o]
+        if not (idx.footer.checksummed and _tiled(mine, idx) and all(id(r) in recorded for r in mine)):
+            continue
+        crc = 0
+        for r in mine:
+            crc = crc32c_combine(crc, recorded[id(r)], r.size)
+        if crc != idx.footer.data_crc:
+            raise CorruptionError(f"SSO {o.id}: the crcs its manifest entry records per range do not combine to "
+                                  f"its footer's data crc ({crc:#010x} != {idx.footer.data_crc:#010x}); nothing "
+                                  "split", where=o.key, hint="run walctl check --store --read-data to see which bytes "
+                                                             "are damaged")
+
+
+def _derived_crcs(ssos: list[mf.LiveObject], runs: list[Run], indexes: dict,
+                  recorded: dict[int, int] | None = None) -> set[int]:
+    """The runs (by id()) whose crc comes from their SSO's footer: of an SSO whose runs tile its
+    data region, the largest run (the last of the largest) whose crc is not ``recorded`` (the
+    crcs of all the others are recorded or read); every other run's is recorded or read."""
+    recorded = recorded or {}
     derived = set()
     for o in ssos:
         idx = indexes[o.id]
         mine = [r for r in runs if r.sso is o]
-        tiled = (bool(mine) and mine[0].start == 0 and mine[-1].end == idx.data_size
-                 and all(a.end == b.start for a, b in zip(mine, mine[1:])))
-        if idx.footer.checksummed and tiled:
-            pick = max(reversed(mine), key=lambda r: r.size)
+        unknown = [r for r in mine if id(r) not in recorded]
+        if idx.footer.checksummed and _tiled(mine, idx) and unknown:
+            pick = max(reversed(unknown), key=lambda r: r.size)
             derived.add(id(pick))
     return derived
 
@@ -259,8 +315,8 @@ def derived_crc(whole: int, before_crc: int, size: int, after: int, after_crc: i
     return _unshift(whole ^ crc32c_combine(before_crc, 0, size + after) ^ after_crc, after)
 
 
-def _split_all(store: Store, runs: list[Run], prepared, indexes: dict, derived: set[int], reads: Pacer,
-               writes: Pacer, result: SplitResult) -> list[dict]:
+def _split_all(store: Store, runs: list[Run], prepared, indexes: dict, derived: set[int], recorded: dict[int, int],
+               reads: Pacer, writes: Pacer, result: SplitResult) -> list[dict]:
     """Every run's SO written, in run order except each SSO's derived run: written after the
     SSO's other runs, once their crcs are known. The manifest entries, in run order."""
     made: list = [None] * len(runs)
@@ -270,7 +326,7 @@ def _split_all(store: Store, runs: list[Run], prepared, indexes: dict, derived: 
         if id(r) in derived:
             waiting[r.sso.id] = n
         else:
-            crcs[n], piece = _run_source(store, r, reads, result)
+            crcs[n], piece = _run_source(store, r, reads, result, recorded.get(id(r)))
             made[n] = _write(store, r, reserved.key, piece, crcs[n], reads, writes, result)
             failpoint("split-after-object")
         if r.sso.id in waiting and (n + 1 == len(runs) or runs[n + 1].sso is not r.sso):
@@ -297,9 +353,11 @@ def _crc_between(runs: list[Run], crcs: dict[int, int], m: int, whole: int) -> i
     return derived_crc(whole, before_crc, runs[m].size, after, after_crc)
 
 
-def _run_source(store: Store, r: Run, reads: Pacer, result: SplitResult) -> tuple[int, bytes | CopySource]:
-    """A run's data crc, read, and what its object copies: a range of its SSO, or (below S3's
-    part minimum) its bytes, read once for both."""
+def _run_source(store: Store, r: Run, reads: Pacer, result: SplitResult,
+                recorded: int | None = None) -> tuple[int, bytes | CopySource]:
+    """A run's data crc and what its object copies: a range of its SSO (its crc the ``recorded``
+    one, nothing read; else read), or (below S3's part minimum) its bytes, read once for both
+    (a recorded crc checked against them)."""
     piece: bytes | CopySource
     if r.size < MIN_PART_BYTES:
         data = store.read_range(r.sso.key, r.start, r.end)
@@ -308,6 +366,12 @@ def _run_source(store: Store, r: Run, reads: Pacer, result: SplitResult) -> tupl
                                   where=r.sso.key)
         reads.paid(len(data))
         crc, piece = crc32c(data), data
+        if recorded is not None and crc != recorded:
+            raise CorruptionError(f"SSO {r.sso.id}: stream {r.entries[0].stream_id}'s bytes have crc {crc:#010x}, "
+                                  f"the manifest recorded {recorded:#010x} at upload; nothing split",
+                                  where=r.sso.key, hint="run walctl check --store --read-data")
+    elif recorded is not None:
+        return recorded, CopySource(r.sso.key, r.start, r.end)  # copied server-side, not read
     else:
         crc = range_crc(store, r.sso.key, r.start, r.end, reads)
         piece = CopySource(r.sso.key, r.start, r.end)
@@ -334,4 +398,4 @@ def _write(store: Store, r: Run, key: str, piece: bytes | CopySource, crc: int, 
     writes.paid(size)
     return {"key": key, "kind": "SO", "size": size,
             "ranges": [{"stream_id": r.entries[0].stream_id, "start": r.entries[0].start_offset,
-                        "end": r.entries[-1].end_offset, "bytes": r.size}]}
+                        "end": r.entries[-1].end_offset, "bytes": r.size, "crc": crc}]}

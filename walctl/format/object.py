@@ -302,6 +302,7 @@ class ObjectBuilder:
         self.version = version
         self.entries: list[IndexEntry] = []
         self.ranges: dict[int, StreamRange] = {}
+        self.range_crcs: dict[int, int] = {}  # per stream: crc32c of its range's bytes (walctl footers only)
         self.position = 0  # bytes of DataBlocks so far: where the next block starts
         self.footer: Footer | None = None
         self._data_crc = 0
@@ -323,7 +324,7 @@ class ObjectBuilder:
         data = b"".join([DataBlockHeader(len(batches), sum(len(b) for b in batches)).encode(), *batches])
         self._index_block(stream_id, start_offset, end_offset, len(batches), len(data))
         if self.version == VERSION_WALCTL:
-            self._data_crc = crc32c(data, self._data_crc)
+            self._add_crc(stream_id, crc32c(data), len(data))
         return data
 
     def add_laid_out(self, stream_id: int, start_offset: int, end_offset: int, count: int, size: int,
@@ -334,7 +335,13 @@ class ObjectBuilder:
         self._check_block(stream_id, start_offset, end_offset, count)
         self._index_block(stream_id, start_offset, end_offset, count, size)
         if self.version == VERSION_WALCTL:
-            self._data_crc = crc32c_combine(self._data_crc, crc, size)
+            self._add_crc(stream_id, crc, size)
+
+    def _add_crc(self, stream_id: int, crc: int, size: int) -> None:
+        """A block's crc into the data crc and into its stream's range crc (``range_crcs``: the
+        manifest records it, so a later split copies the range without reading it)."""
+        self._data_crc = crc32c_combine(self._data_crc, crc, size)
+        self.range_crcs[stream_id] = crc32c_combine(self.range_crcs.get(stream_id, 0), crc, size)
 
     def _check_block(self, stream_id: int, start_offset: int, end_offset: int, count: int) -> None:
         """add_block's checks of a block of ``count`` batches, before its bytes are made."""

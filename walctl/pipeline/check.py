@@ -156,7 +156,15 @@ def _check_tail(store: Store, o: mf.LiveObject) -> list[Problem]:
         return [Problem("missing", "live in the manifest, not in the store", o.id, o.key)]
     except CorruptionError as exc:
         return [Problem("footer", exc.what, o.id, o.key)]
-    return _index_problems(o, index.entries)
+    return _index_problems(o, index.entries) + _recorded_crcs(o, index)
+
+
+def _recorded_crcs(o: mf.LiveObject, index) -> list[Problem]:
+    """The ranges' recorded crcs against the footer's data crc (compaction.common.recorded_crc_problem)."""
+    from walctl.compaction.common import recorded_crc_problem
+
+    what = recorded_crc_problem(o, index)
+    return [] if what is None else [Problem("footer", what, o.id, o.key)]
 
 
 def _check_data(store: Store, o: mf.LiveObject, result: CheckResult, total: int, progress) -> list[Problem]:
@@ -171,7 +179,7 @@ def _check_data(store: Store, o: mf.LiveObject, result: CheckResult, total: int,
         return [Problem("missing", "live in the manifest, not in the store", o.id, o.key)]
     except CorruptionError as exc:
         return [Problem("footer", exc.what, o.id, o.key)]
-    found = _index_problems(o, index.entries)
+    found = _index_problems(o, index.entries) + _recorded_crcs(o, index)
     before = result.data_bytes
     report = verify_streamed(store, o.key, index.footer, index.entries,
                              progress=None if progress is None else lambda done, _: progress(before + done, total))

@@ -83,7 +83,7 @@ class CompactResult:
                                 self.write_rate_bps)
 
     def to_json(self) -> dict:
-        plan = self.plan.to_json() if self.plan is not None else None
+        plan = plan_json(self.plan) if self.plan is not None else None
         gets = sum(t["gets"] for t in self.tasks) + self.index_gets
         return {
             "idle": self.idle, "dry_run": self.dry_run, "objects_in": self.objects_in,
@@ -105,6 +105,57 @@ class CompactResult:
                          "parts": m["parts"], "streams": m["ranges"]} for m in self.made],  # not a manifest entry
             "plan": plan,
         }
+
+
+def plan_json(plan) -> dict:
+    """The plan in ``--json`` (docs/CLI.md, compact): bounded by the inputs and outputs, not by the
+    iterations times the ranges. Outputs carry their stream spans (manifest shape) and a count of
+    source ranges; each iteration carries counts and its outputs' indexes, never the outputs' or
+    reads' lists again; dropped ranges are summed per source object, stream and reason.
+    (compaction.plan's own to_json, with every list, is the planner's, for its tests.)"""
+    from walctl.compaction.plan import SO, SSO
+
+    dropped: dict[tuple, dict] = {}
+    for d in plan.dropped:
+        r = d.range
+        got = dropped.get((r.object_id, r.stream_id, d.reason))
+        if got is None:
+            dropped[(r.object_id, r.stream_id, d.reason)] = {
+                "object_id": r.object_id, "key": r.key, "stream_id": r.stream_id, "start_offset": r.start_offset,
+                "end_offset": r.end_offset, "size_bytes": r.size, "range_count": 1, "reason": d.reason}
+        else:
+            got["start_offset"] = min(got["start_offset"], r.start_offset)
+            got["end_offset"] = max(got["end_offset"], r.end_offset)
+            got["size_bytes"] += r.size
+            got["range_count"] += 1
+    return {
+        "idle": plan.idle, "reason": plan.reason,
+        "memory_limit_bytes": plan.memory_limit, "split_size_bytes": plan.split_size,
+        "read_cut_bytes": plan.read_cut, "min_part_bytes": plan.min_part,
+        "tasks": plan.tasks, "task_memory_bytes": plan.task_memory,
+        "input_count": len(plan.inputs), "input_ids": [o.id for o in plan.inputs],
+        "input_bytes": sum(o.size for o in plan.inputs),
+        "inputs": [o.to_json() for o in plan.inputs],
+        "dropped_count": len(plan.dropped), "dropped_bytes": plan.dropped_bytes,
+        "dropped": list(dropped.values()),
+        # (each oversized range is an iteration of its own: as many as those iterations)
+        "oversized": [r.to_json() for r in plan.oversized],
+        "oversized_count": len(plan.oversized), "oversized_bytes": sum(r.size for r in plan.oversized),
+        "iteration_count": len(plan.iterations), "output_count": len(plan.outputs),
+        "so_count": sum(o.kind == SO for o in plan.outputs),
+        "sso_count": sum(o.kind == SSO for o in plan.outputs),
+        "gets": plan.gets, "puts": plan.puts,
+        "bytes_read": plan.bytes_read, "bytes_written": plan.bytes_written,
+        "outputs": [{"kind": o.kind, "data_bytes": o.data_bytes, "size_bytes": o.size_bytes, "puts": o.puts,
+                     "parts": len(o.pieces), "range_count": len(o.ranges),
+                     "streams": [{"stream_id": s, "start": a, "end": b, "bytes": n} for s, a, b, n in o.streams]}
+                    for o in plan.outputs],
+        "iterations": [{"index": it.index, "data_bytes": it.data_bytes, "gets": len(it.reads),
+                        "read_bytes": sum(r.size for r in it.reads), "piece_count": len(it.pieces),
+                        "range_count": sum(len(p.ranges) for p in it.pieces),
+                        "outputs": sorted({p.output for p in it.pieces})}
+                       for it in plan.iterations],
+    }
 
 
 def derived_read_rate(plan, read_rate_bps: float | None, interval_s: float | None) -> float | None:
@@ -184,7 +235,8 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
             retention: dict[int, int] | None = None, dry_run: bool = False, namespace: str = mf.DEFAULT_NAMESPACE,
             spark=None, progress=None, read_rate_bps: float | None = None, write_rate_bps: float | None = None,
             interval_s: float | None = None, on_result=None, spark_log_level: str = "OFF",
-            tasks: int | None = None, task_timeout_s: float | None = None, on_warning=None) -> CompactResult:
+            tasks: int | None = None, task_timeout_s: float | None = None, on_warning=None,
+            notify=None) -> CompactResult:
     """Plan, fence, run and commit one compaction (see the module doc).
 
     ``master``: the Spark master; None takes spark-submit's (or PYSPARK_SUBMIT_ARGS') and
@@ -199,6 +251,8 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
     it exists, so an interrupted run can still report what it had done. ``task_timeout_s``: the
     most the Spark job may take, waiting for executors included (0: no limit; None: derived,
     ``task_timeout``). ``on_warning(message)``: told of a job that waits for executors.
+    ``notify(message)``: told of the stages (Spark starting, started); ``progress(done, total,
+    bytes_written)``: told as iterations end (as they end on a local master, at the job's end elsewhere).
 
     Raises:
         MissingPrerequisite: no pyspark or no Java (before anything is written).
@@ -228,7 +282,7 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
     failpoint("compact-after-prepare")
     made = _run_job(store, store_url, result, [p.key for p in prepared], spark=spark, master=master,
                     spark_log_level=spark_log_level, endpoint_url=endpoint_url, progress=progress,
-                    write_rate_bps=write_rate_bps, on_warning=on_warning)
+                    write_rate_bps=write_rate_bps, on_warning=on_warning, notify=notify)
     failpoint("compact-before-commit")
     check_made(plan, made)
 
@@ -242,6 +296,7 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
             command="compact", sso_order_id=min(o.order_id for o in plan.inputs), also=set_retention)
         result.made = made
         result.seconds = time.monotonic() - started
+        failpoint("compact-after-commit")  # (tests: a SIGTERM held here is raised as the block ends)
     return result
 
 
@@ -267,7 +322,7 @@ def _planned(store: Store, *, master, memory_limit: int, split_size: int, max_ob
 
 def _run_job(store: Store, store_url: str, result: CompactResult, keys: list[str], *, spark, master,
              spark_log_level: str, endpoint_url: str | None, progress, write_rate_bps: float | None,
-             on_warning) -> list[dict]:
+             on_warning, notify=None) -> list[dict]:
     """The Spark job on ``spark`` or a session of our own (stopped after); the outputs it made."""
     from walctl.spark import job
 
@@ -275,9 +330,15 @@ def _run_job(store: Store, store_url: str, result: CompactResult, keys: list[str
     session = None
     try:
         if spark is None:
+            if notify is not None:
+                notify(f"starting Spark ({requested_master(master)}) ...")
+            begun = time.monotonic()
             with signals_deferred(mask=False):  # a JVM interrupted while starting would be orphaned (and
                 # a JVM started with SIGINT/SIGTERM masked would ignore them): handlers, not the mask
                 session = session_mod.spark_session(master, spark_log_level)
+            if notify is not None:
+                notify(f"Spark started in {time.monotonic() - begun:.1f} s ({session.sparkContext.master}); "
+                       f"running {len(result.plan.iterations)} iteration{'s' if len(result.plan.iterations) != 1 else ''}")
         else:
             session = spark
         result.spark_master = session.sparkContext.master

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -89,23 +90,78 @@ def run_iterations(spark, plan, keys: list[str], store: Store, store_url: str, e
             if out.multipart:
                 uploads[n] = store.create_multipart(keys[n])
                 driver_puts += 1
+        watch = ProgressFile(progress, len(plan.iterations), sc.master)
         specs = [IterationSpec(store_url, endpoint_url, it.index, it.reads, tuple(
                      PieceSpec(keys[p.output], p, uploads.get(p.output), plan.outputs[p.output].data_bytes,
                                None if p.output in uploads else index_block(plan.outputs[p.output]))
-                     for p in it.pieces), read_share, write_share, memory_bytes=plan.task_memory)
+                     for p in it.pieces), read_share, write_share, memory_bytes=plan.task_memory,
+                     progress_path=watch.path)
                  for it in plan.iterations]
-        done = _collect(sc, [specs[k::slots] for k in range(slots)], timeout_s, on_warning)
+        try:
+            done = _collect(sc, [specs[k::slots] for k in range(slots)], timeout_s, on_warning, on_tick=watch.tick)
+        finally:
+            watch.close()
         failed = [r for r in done if "error" in r]
         if failed:
             raise task_error(failed[0]["error"])
-        if progress is not None:
-            for n in range(len(done)):
-                progress(n + 1, len(plan.iterations))
+        watch.finished(done)
         driver_puts += _complete_uploads(store, plan, keys, uploads, done)
     except BaseException:
         _roll_back(store, plan, keys, uploads)
         raise
-    return JobResult(_made(plan, keys), done, driver_puts, slots)
+    return JobResult(_made(plan, keys, done), done, driver_puts, slots)
+
+
+class ProgressFile:
+    """Per-iteration progress of a job on a local master (its executors share this machine): each
+    task appends "<iteration> <bytes written>" to a temporary file as an iteration ends
+    (task.tell_progress), the driver reads the new lines while it waits (``tick``) and tells
+    ``progress(done, total, bytes_written)``. Elsewhere (or without ``progress``) no file: the
+    iterations are told as the job ends (``finished``)."""
+
+    def __init__(self, progress, total: int, master: str):
+        import tempfile
+
+        self.progress, self.total, self.done, self.bytes = progress, total, 0, 0
+        self.path: str | None = None
+        self._offset = 0
+        if progress is not None and master.startswith("local"):
+            fd, self.path = tempfile.mkstemp(prefix="walctl-compact-progress-")
+            os.close(fd)
+
+    def tick(self) -> None:
+        if self.path is None:
+            return
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                text = f.read()
+        except OSError:
+            return
+        lines = text[:text.rfind(b"\n") + 1]
+        self._offset += len(lines)
+        for line in lines.splitlines():
+            self.done += 1
+            self.bytes += int(line.split()[1])
+            self.progress(self.done, self.total, self.bytes)
+
+    def finished(self, done: list[dict]) -> None:
+        """The job's end: whatever the file did not tell (all of it on a cluster)."""
+        if self.progress is None:
+            return
+        for r in done[self.done:]:
+            self.done += 1
+            self.bytes += r.get("bytes_written", 0)
+            self.progress(self.done, self.total, self.bytes)
+
+    def close(self) -> None:
+        if self.path is not None:
+            self.tick()
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+            self.path = None
 
 
 def _complete_uploads(store: Store, plan, keys: list[str], uploads: dict[int, str], done: list[dict]) -> int:
@@ -143,16 +199,42 @@ def _roll_back(store: Store, plan, keys: list[str], uploads: dict[int, str]) -> 
             pass
 
 
-def _made(plan, keys: list[str]) -> list[dict]:
-    """Per output: key, kind, size, its last iteration, parts, puts and ranges (manifest shape)."""
+def _made(plan, keys: list[str], done: list[dict] = ()) -> list[dict]:
+    """Per output: key, kind, size, its last iteration, parts, puts and ranges (manifest shape, each
+    with its crc combined from its source ranges' as the tasks summed them)."""
     last = {}
     for it in plan.iterations:
         for p in it.pieces:
             last[p.output] = it.index
-    return [{"key": keys[n], "kind": out.kind, "size": out.size_bytes, "iteration": last[n],
-             "parts": len(out.pieces), "puts": out.puts,
-             "ranges": [{"stream_id": s, "start": a, "end": b, "bytes": size} for s, a, b, size in out.streams]}
-            for n, out in enumerate(plan.outputs)]
+    pieces = {(p["output"], p["part"]): p for r in done for p in r["pieces"]}
+    made = []
+    for n, out in enumerate(plan.outputs):
+        crcs = stream_crcs(out, [pieces.get((n, k), {}).get("range_crcs") for k in range(1, len(out.pieces) + 1)])
+        made.append({"key": keys[n], "kind": out.kind, "size": out.size_bytes, "iteration": last[n],
+                     "parts": len(out.pieces), "puts": out.puts,
+                     "ranges": [{"stream_id": s, "start": a, "end": b, "bytes": size, "crc": crc}
+                                for (s, a, b, size), crc in zip(out.streams, crcs)]})
+    return made
+
+
+def stream_crcs(out, piece_crcs: list) -> list[int | None]:
+    """Each of ``out.streams``' crc32c, combined from its pieces' per-source-range crcs (in part
+    order); None for all when a piece did not say (its ranges then are read by whoever needs them)."""
+    from walctl.format.crc import crc32c_combine
+
+    ranges = [r for p in out.pieces for r in p.ranges]
+    crcs = [c for got in piece_crcs for c in (got or ())]
+    if any(got is None for got in piece_crcs) or len(crcs) != len(ranges) or tuple(ranges) != tuple(out.ranges):
+        return [None] * len(out.streams)
+    result, i = [], 0
+    for _, _, _, size in out.streams:
+        crc = got = 0
+        while got < size and i < len(ranges):
+            crc = crc32c_combine(crc, crcs[i], ranges[i].size)
+            got += ranges[i].size
+            i += 1
+        result.append(crc if got == size else None)
+    return result
 
 
 class JobTimeout(IOFailure):
@@ -160,7 +242,8 @@ class JobTimeout(IOFailure):
     resources it asks for, a hung task): cancelled and rolled back, nothing committed (exit 6)."""
 
 
-def _collect(sc, batches: list[list[IterationSpec]], timeout_s: float | None = None, on_warning=None) -> list[dict]:
+def _collect(sc, batches: list[list[IterationSpec]], timeout_s: float | None = None, on_warning=None,
+             on_tick=None) -> list[dict]:
     """Run one task per batch as one Spark job; the iterations' results, in plan order. The
     Spark call waits in a thread of its own, so an interrupt reaches this (main) thread,
     which cancels the job, instead of py4j (which would swallow it); so does ``timeout_s``
@@ -195,6 +278,8 @@ def _collect(sc, batches: list[list[IterationSpec]], timeout_s: float | None = N
             thread.join(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
             if watch is not None and thread.is_alive():
                 watch.check()
+            if on_tick is not None:
+                on_tick()
             if deadline is not None and thread.is_alive() and time.monotonic() >= deadline:
                 raise job_timeout(sc, group, timeout_s)  # (said before the cancel changes the picture)
     except BaseException:

@@ -66,13 +66,20 @@ def spark_session(master: str | None = None, log_level: str = "OFF", *, worker_d
     """
     check_pyspark()
     check_java()
-    from pyspark import SparkConf, SparkContext
-    from pyspark.sql import SparkSession
+    from pyspark import SparkContext
 
     if SparkContext._gateway is None and os.environ.get("TMPDIR") and "SPARK_LOCAL_DIRS" not in os.environ:
         # The JVM we start keeps its scratch files (deleted as it exits) where TMPDIR says, not in /tmp.
         os.environ["SPARK_LOCAL_DIRS"] = tempfile.gettempdir()
     jvm_conf = jvm_settings(log_level)
+    with jvm_stderr_filtered(SparkContext._gateway is None and quiet(log_level)):
+        return _session(master, log_level, jvm_conf, worker_daemon)
+
+
+def _session(master: str | None, log_level: str, jvm_conf: dict, worker_daemon: bool):
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
     if master is None:
         # Start (or, under spark-submit, join) the JVM first: its system properties hold
         # spark-submit's --master and --conf, which a default must never override.
@@ -112,6 +119,69 @@ def spark_session(master: str | None = None, log_level: str = "OFF", *, worker_d
     return session
 
 
+# The JVM's own warnings (the launcher's and the runtime's, "WARNING: Using incubator modules:
+# jdk.incubator.vector" at every start): not for the operator's stderr but with --debug. Spark's
+# log (log4j: errors only, log4j2-quiet.properties) and anything else the JVM prints pass.
+JVM_WARNING_PREFIX = b"WARNING: "
+
+
+def quiet(log_level: str) -> bool:
+    return log_level.upper() in ("OFF", "ERROR", "FATAL")
+
+
+class jvm_stderr_filtered:
+    """While the JVM starts (``active``), our stderr (fd 2, which it and its Python workers
+    inherit) is a pipe that a thread forwards to the real stderr, line by line, dropping the
+    JVM's own ``WARNING:`` lines; it ends when the JVM and its children have closed the pipe.
+    Our own fd 2 is the real one again as soon as the JVM is started."""
+
+    def __init__(self, active: bool):
+        self.active = active
+
+    def __enter__(self):
+        if not self.active:
+            return self
+        import threading
+
+        sys.stderr.flush()
+        read_end, write_end = os.pipe()
+        self.saved = os.dup(2)
+        os.dup2(write_end, 2)
+        os.close(write_end)
+        out = os.dup(self.saved)
+        threading.Thread(target=_forward, args=(read_end, out), name="walctl-jvm-stderr", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.active:
+            sys.stderr.flush()
+            os.dup2(self.saved, 2)
+            os.close(self.saved)
+        return False
+
+
+def _forward(read_end: int, out: int) -> None:
+    """Copy lines from ``read_end`` to ``out`` but the JVM's warnings, until end of file."""
+    pending = b""
+    try:
+        with os.fdopen(read_end, "rb", buffering=0) as pipe:
+            while True:
+                chunk = pipe.read(65536)
+                if not chunk:
+                    break
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                kept = b"".join(line + b"\n" for line in lines if not line.startswith(JVM_WARNING_PREFIX))
+                if kept:
+                    os.write(out, kept)
+        if pending and not pending.startswith(JVM_WARNING_PREFIX):
+            os.write(out, pending)
+    except OSError:
+        pass
+    finally:
+        os.close(out)
+
+
 QUIET_LOG_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2-quiet.properties")
 
 
@@ -119,7 +189,7 @@ def jvm_settings(log_level: str) -> dict[str, str]:
     """JVM_CONF, and for a quiet run (Spark's log OFF or ERROR) a log configuration that keeps
     Spark's start-up warnings off stderr: they come before setLogLevel can act."""
     conf = dict(JVM_CONF)
-    if log_level.upper() in ("OFF", "ERROR", "FATAL") and os.path.exists(QUIET_LOG_CONFIG):
+    if quiet(log_level) and os.path.exists(QUIET_LOG_CONFIG):
         conf["spark.driver.extraJavaOptions"] += f" -Dlog4j2.configurationFile=file:{QUIET_LOG_CONFIG}"
     return conf
 

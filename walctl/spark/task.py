@@ -44,6 +44,22 @@ class IterationSpec:
     write_rate_bps: float | None = None  # this task's share of the write budget, bytes/s; None = unlimited
     read_threads: int = READ_THREADS  # GETs in flight at most (INFLIGHT_READ_BYTES bounds their bytes)
     memory_bytes: int | None = None  # the task's memory share (the plan's task_memory); None: its largest iteration
+    progress_path: str | None = None  # a local master's: a line "<iteration> <bytes>" appended per iteration done
+
+
+def tell_progress(spec: IterationSpec, written: int) -> None:
+    """Append "<iteration> <bytes written>" to the driver's progress file (a local master's: the
+    driver reads it for its per-iteration progress); never fails the task."""
+    if spec.progress_path is None:
+        return
+    try:
+        fd = os.open(spec.progress_path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, f"{spec.index} {written}\n".encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def open_task_store(url: str, endpoint_url: str | None):
@@ -90,6 +106,7 @@ def run_iterations_in_task(specs) -> list[dict]:
         for k, spec in enumerate(specs):
             try:
                 out.append(_run_iteration(spec, store, ahead, k))
+                tell_progress(spec, out[-1].get("bytes_written", 0))
             except (WalctlError, ImportError) as exc:
                 out.append(_error_result(spec.index, exc))
                 break
@@ -164,6 +181,7 @@ class _IterationWrites:
         self.futures = ahead.futures[k]
         self.buffers: dict[int, bytes] = {}
         self.parts: list[dict] = []
+        self.range_crcs: dict[int, list[int]] = {}  # piece -> its source ranges' crcs
         self._locate()
         # A local store's reads land in the task's arena, and its writes take each chunk before asking
         # for the next (put_large, put_part): a read's extent goes back to the reads waiting as soon as
@@ -220,7 +238,7 @@ class _IterationWrites:
 
     def finish(self, pending) -> None:
         """A piece's write done: its record, the pace, and the buffers no later piece needs."""
-        future, p, crc, size, needed = pending
+        future, p, crc, size, needed, i = pending
         part = future.result()  # a failed write raises its error here
         self.writes.paid(size)
         for n in needed:
@@ -230,19 +248,21 @@ class _IterationWrites:
                 if n not in self.released:
                     self.release(n)
         self.parts.append({"output": p.piece.output, "part": p.piece.part, "crc": crc,
-                           "bytes": p.piece.data_bytes, "record": part})
+                           "bytes": p.piece.data_bytes, "record": part,
+                           "range_crcs": self.range_crcs.pop(i)})
         failpoint("compact-task-after-piece")  # (on the executor: tests lose it, or hang it, mid-job)
 
     def assemble(self, i: int, p: PieceSpec) -> tuple[list, dict[int, int], int]:
         """Piece ``i``'s chunks (views of the read buffers, then its tail if it is a whole object),
         the reads whose last chunk is here (read -> chunk), and its data CRC (this piece's alone:
         pieces of one object run in any order, the driver combines them)."""
-        from walctl.format.crc import crc32c
+        from walctl.format.crc import crc32c, crc32c_combine
         from walctl.format.object import VERSION_WALCTL, Footer, IndexEntry, iter_placed
 
         chunks: list = []
         last_chunk: dict[int, int] = {}
         crc = 0
+        range_crcs = self.range_crcs[i] = []  # per source range, for the manifest's per-range crcs
         for j, (n, at, r) in enumerate(self.places[i]):
             if self.progressive and self.last_piece[n] == i:
                 last_chunk[n] = j
@@ -252,7 +272,8 @@ class _IterationWrites:
             for _ in iter_placed(view, IndexEntry(r.stream_id, r.start_offset, r.end_offset - r.start_offset,
                                                   r.record_count, 0, r.size), copy=False):
                 pass
-            crc = crc32c(view, crc, **self.hold_gil)
+            range_crcs.append(crc32c(view, **self.hold_gil))
+            crc = crc32c_combine(crc, range_crcs[-1], r.size)
             chunks.append(view)
         if p.index is not None:  # an object of one piece: its IndexBlock and Footer follow
             footer = Footer(p.data_bytes, len(p.index), VERSION_WALCTL, crc32c(p.index), crc)
@@ -272,7 +293,7 @@ class _IterationWrites:
                 for n, j in last_chunk.items():
                     releases.setdefault(j, []).append(n)
                 body = self.feed(chunks, releases)
-            pending = (writer.submit(self.write, p, body, size), p, crc, size, self.sources[i])
+            pending = (writer.submit(self.write, p, body, size), p, crc, size, self.sources[i], i)
             del chunks, body  # the chunks hold the views: a buffer goes when the last piece using it is written
         if pending is not None:
             self.finish(pending)

@@ -132,15 +132,17 @@ def _json_of(value):
 
 @dataclass(eq=False)
 class ObjectRange(_Entry):
-    """A stream's offsets [start, end) in a live object, and its bytes there (DataBlocks, headers included)."""
+    """A stream's offsets [start, end) in a live object, and its bytes there (DataBlocks, headers included);
+    ``crc``: the crc32c of those bytes, None when the writer did not record it (older manifests)."""
 
     stream_id: int
     start: int
     end: int
     bytes: int
+    crc: int | None = None
     extra: dict = field(default_factory=dict, repr=False)
 
-    _KEYS = schema.RANGE_KEYS
+    _KEYS, _OPTIONAL = schema.RANGE_KEYS, schema.RANGE_OPTIONAL
 
 
 @dataclass(eq=False)

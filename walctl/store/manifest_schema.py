@@ -130,6 +130,10 @@ def _extras(entry: dict, known: frozenset[str], path: str) -> None:
 # Each entry's keys: the ones every entry has, then the optional ones. The entry classes in
 # manifest.py take theirs from here (their _KEYS and _OPTIONAL), so a key is declared once.
 RANGE_KEYS = ("stream_id", "start", "end", "bytes")
+# crc: crc32c of the range's bytes in the object (its DataBlocks, headers included), when the writer
+# knew it (walctl since the per-range crc; absent in older manifests and AutoMQ's, null: not known).
+RANGE_OPTIONAL = ("crc",)
+CRC_MAX = (1 << 32) - 1
 OBJECT_KEYS, OBJECT_OPTIONAL = ("id", "key", "kind", "size", "ranges"), ("order_id", "data_time")
 PREPARED_KEYS = ("id", "key", "prepared_at", "expires_at")
 DELETING_KEYS = ("id", "key", "marked_at")
@@ -139,7 +143,7 @@ GAP_KEYS = ("stream_id", "from", "to", "cause", "hole_start", "sealed", "sealed_
 GAP_OPTIONAL = ("damage_offset",)
 _GAP_NULLABLE = ("hole_start", "sealed_at_ns", "before_wal_offset", "after_wal_offset")  # null: not known
 
-_RANGE_KEYS = frozenset(RANGE_KEYS)
+_RANGE_KEYS = frozenset((*RANGE_KEYS, *RANGE_OPTIONAL))
 _OBJECT_KEYS = frozenset((*OBJECT_KEYS, *OBJECT_OPTIONAL))
 _PREPARED_KEYS = frozenset(PREPARED_KEYS)
 _DELETING_KEYS = frozenset(DELETING_KEYS)
@@ -160,6 +164,7 @@ def check_range(r, path: str) -> None:
     integer(field(r, "stream_id", path), f"{path}.stream_id")
     _span(r, path, "start", "end")
     integer(field(r, "bytes", path), f"{path}.bytes")
+    optional(integer, r.get("crc"), f"{path}.crc", 0, CRC_MAX)  # absent or null: not known (read to check)
     _extras(r, _RANGE_KEYS, path)
 
 

@@ -47,7 +47,9 @@ def put_objects(store: Store, plan: list[PlannedObject], prepared: list[mf.Prepa
             built = ObjectBuilder()
             store.put_large(reservation.key, _object_chunks(built, planned, fetch, block_size))
         # bytes: the stream's span in the object (its DataBlocks, headers included)
-        ranges = [mf.ObjectRange(sid, rg.start_offset, rg.end_offset, rg.size_bytes)
+        # crc: of those bytes, recorded so a force split can copy the range without reading it
+        crcs = built.range_crcs
+        ranges = [mf.ObjectRange(sid, rg.start_offset, rg.end_offset, rg.size_bytes, crcs.get(sid))
                   for sid, rg in sorted(built.ranges.items())]
         made.append(mf.LiveObject(reservation.id, reservation.key, planned.kind, built.size, ranges,
                                   order_id=reservation.id, data_time=time.time()))
