@@ -542,3 +542,56 @@ def test_an_input_none_of_whose_ranges_the_plan_holds_fails():
     _fails(dataclasses.replace(plan, inputs=plan.inputs + (extra,)),
            "the plan's ranges of input 9 are not its data: object 9: its index holds stream 1 offsets none, the "
            "manifest says [(100, 110)]", where="k/9")
+
+
+def _cuts(outputs, memory_limit, min_part):
+    """_cut_pieces' iterations as [(output, [sizes], final)] each."""
+    iterations, oversized = planner._cut_pieces([(kind, _sizes(*sizes)) for kind, sizes in outputs],
+                                                memory_limit, min_part)
+    return [[(o, [r.size for r in rs], final) for o, rs, final in it] for it in iterations], \
+        [r.size for r in oversized]
+
+
+def test_cut_pieces_fills_an_iteration_with_several_outputs():
+    assert _cuts([("SO", [4]), ("SO", [4]), ("SSO", [4])], 10, 1) == (
+        [[(0, [4], True), (1, [4], True)], [(2, [4], True)]], [])
+
+
+def test_cut_pieces_leaves_no_last_part_below_min_part():
+    # a cut after the 3 would leave a part of 1 < min_part 2: the output goes whole, over the limit
+    assert _cuts([("SSO", [3, 1])], 3, 2) == ([[(0, [3, 1], True)]], [])
+    assert _cuts([("SSO", [3, 1])], 3, 1) == ([[(0, [3], False)], [(0, [1], True)]], [])
+
+
+def test_cut_pieces_moves_an_output_that_cannot_be_cut_to_the_next_iteration():
+    # after the 3: room 7 takes the 6, which would leave a 2 < min_part 4: the 6 and 2 go next, together
+    assert _cuts([("SSO", [3]), ("SO", [6, 2])], 10, 4) == ([[(0, [3], True)], [(1, [6, 2], True)]], [])
+
+
+def test_a_range_of_exactly_the_memory_limit_is_not_oversized():
+    assert _cuts([("SSO", [10, 11])], 10, 1) == ([[(0, [10], False)], [(0, [11], True)]], [11])
+
+
+def test_defaults_and_inputs_copied_deeply():
+    objs = [fake_sso(1, {1: blocks(0, 1, 10)}), fake_sso(2, {1: blocks(10, 1, 10)})]
+    manifest, indexes = store(*objs)
+    plan = plan_compaction(manifest, indexes)
+    assert (plan.min_part, plan.tasks, plan.read_cut, plan.memory_limit) == (1, 1, 16 * MIB, 200 * MIB)
+    assert plan.split_size == 16 * MIB
+    manifest.objects[0].ranges[0].end = 999  # the manifest changes after planning: the plan's inputs do not
+    assert plan.inputs[0].ranges[0].end == 10
+
+
+def test_overlapping_ranges_of_a_deleted_stream_are_dropped_not_refused():
+    a = fake_sso(1, {1: blocks(0, 1, 10), 9: blocks(0, 3, 10)})
+    b = fake_sso(2, {1: blocks(10, 1, 10), 9: blocks(5, 1, 10)})
+    manifest, indexes = store(a, b, streams={1: (0, 20)})  # stream 9 deleted
+    plan = plan_compaction(manifest, indexes)
+    assert [(d.range.stream_id, d.range.start_offset, d.reason) for d in plan.dropped] == [
+        (9, 0, DROP_DELETED), (9, 5, DROP_DELETED), (9, 10, DROP_DELETED), (9, 20, DROP_DELETED)]
+    check_coverage(plan)
+
+
+def test_an_index_entry_of_one_byte_is_valid():
+    obj, entries = fake_sso(1, {1: [(0, 10, 1), (10, 20, 1)]})
+    assert [r.size for r in planner.source_ranges(obj, entries)] == [1, 1]
