@@ -39,6 +39,7 @@ selection() {
     walctl/pipeline/upload/commit.py) echo "tests/pipeline/test_mut_upload_commit.py" ;;
     walctl/pipeline/upload/judge.py)  echo "tests/pipeline/test_mut_upload_judge.py" ;;
     walctl/pipeline/upload/blocks.py) echo "tests/pipeline/test_mut_upload_blocks.py" ;;
+    walctl/pipeline/readresult.py) echo "tests/pipeline/test_mut_readresult.py" ;;
     walctl/compaction/planner.py)  echo "tests/compaction/test_mut_plan.py tests/spark/test_spark_plan.py" ;;
     walctl/compaction/plan.py)     echo "tests/compaction/test_mut_plan.py tests/spark/test_spark_plan.py" ;;
     walctl/compaction/coverage.py) echo "tests/compaction/test_mut_plan.py tests/spark/test_spark_plan.py" ;;

@@ -122,8 +122,18 @@ def test_the_plan_s_json():
     assert (it["index"], it["data_bytes"], it["gets"]) == (0, 350, 3)
     assert [o["output"] for o in it["outputs"]] == [0, 1] and [o["part"] for o in it["outputs"]] == [1, 1]
     assert it["outputs"][0]["kind"] == "SO" and "outputs" not in plan.iterations[0].to_json()
+    assert it["pieces"] == [p.to_json() for p in plan.iterations[0].pieces] and len(it["pieces"]) == 2
+    assert it["reads"] == [r.to_json() for r in plan.iterations[0].reads] and len(it["reads"]) == 3
     assert [r.to_json()["size_bytes"] for r in plan.iterations[0].reads] == [100, 150, 100]
     assert (plan.gets, plan.bytes_read, plan.kept) == (3, 350, so.ranges + sso.ranges)
+
+
+def test_the_plan_s_json_counts_its_stream_objects():
+    a = fake_sso(1, {1: blocks(0, 1, 100), 2: blocks(0, 1, 100), 3: blocks(0, 1, 10)})
+    b = fake_sso(2, {1: blocks(10, 1, 100), 2: blocks(10, 1, 100)})
+    manifest, indexes = store(a, b)
+    doc = plan_compaction(manifest, indexes, split_size=200).to_json()
+    assert (doc["so_count"], doc["sso_count"], doc["output_count"]) == (2, 1, 3)
 
 
 def test_task_memory_is_the_limit_shared_by_the_tasks():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -136,6 +137,33 @@ def test_the_blocks_queued_after_a_failed_write_are_dropped(writer, monkeypatch)
     with pytest.raises(OSError, match="no space"):
         writer.flush()
     assert good.spool.writes == [] and writer._buffers.out == 0
+
+
+def test_close_drops_what_is_still_queued_and_refuses_more(monkeypatch):
+    monkeypatch.setattr(spool, "SPOOL_WRITE_BLOCKS", 1)
+    w = spool._SpoolWriter(blocks.block_buffers(4096))
+    first, queued = _Seg(), _Seg()
+    release = threading.Event()
+
+    def slow(views):
+        assert release.wait(10)
+        first.spool.writes.append([bytes(v) for v in views])
+
+    first.spool.write = slow
+    _put(w, first, 5)  # being written
+    _put(w, queued, 5)  # still queued when close starts
+    closer = threading.Thread(target=w.close)
+    closer.start()
+    deadline = time.monotonic() + 10
+    while w._error is None and time.monotonic() < deadline:  # close has begun: it set its error first
+        time.sleep(0.001)
+    release.set()
+    closer.join(10)
+    assert not closer.is_alive() and not w._thread.is_alive()
+    assert first.spool.writes == [[b"A" * 5]] and queued.spool.writes == []
+    assert w._buffers.out == 0
+    with pytest.raises(blocks._NoSpool, match="^closed$"):
+        w.flush()
 
 
 def _spools(tmp_path, limit=4):
