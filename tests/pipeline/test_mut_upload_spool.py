@@ -14,6 +14,7 @@ import pytest
 from walctl.format.batch import StreamRecordBatch
 from walctl.pipeline.upload import blocks, spool
 from walctl.pipeline.upload.plan import PlannedObject, Segment
+from walctl.store.base import TEMP_PREFIX
 from walctl.store.local import LocalStore
 
 
@@ -171,7 +172,7 @@ def _spools(tmp_path, limit=4):
 
 
 def _temp_files(tmp_path):
-    return [n for _, _, names in os.walk(tmp_path / "store") for n in names if n.startswith(".")]
+    return [n for _, _, names in os.walk(tmp_path / "store") for n in names if n.startswith(TEMP_PREFIX)]
 
 
 def test_spools_up_to_the_limit_and_a_dropped_one_is_written_no_more(tmp_path):
@@ -185,6 +186,7 @@ def test_spools_up_to_the_limit_and_a_dropped_one_is_written_no_more(tmp_path):
     assert first.dropped is True and spools.live == [second] and spools.open
     spools.drop(second)
     assert not spools.open  # none live, the limit reached: the scan keeps no bodies for spools
+    assert len(_temp_files(tmp_path)) == 2  # a dropped spool's temp object stays until close
     spools.close()
     assert _temp_files(tmp_path) == []
 
