@@ -605,3 +605,13 @@ def test_overlapping_ranges_of_a_deleted_stream_are_dropped_not_refused():
 def test_an_index_entry_of_one_byte_is_valid():
     obj, entries = fake_sso(1, {1: [(0, 10, 1), (10, 20, 1)]})
     assert [r.size for r in planner.source_ranges(obj, entries)] == [1, 1]
+
+
+def test_a_memory_limit_of_one_byte_holds_one_range_an_iteration():
+    a = fake_sso(1, {1: blocks(0, 2, 1)})
+    b = fake_sso(2, {1: blocks(20, 1, 1)})
+    manifest, indexes = store(a, b)
+    plan = plan_compaction(manifest, indexes, memory_limit=1)
+    assert [it.data_bytes for it in plan.iterations] == [1, 1, 1]
+    assert plan.oversized == ()
+    check_coverage(plan)
