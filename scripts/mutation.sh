@@ -34,8 +34,15 @@ selection() {
     walctl/format/seal.py)     echo "tests/format/test_format_seal.py" ;;
     walctl/format/*.py)        echo "tests/format" ;;
     walctl/store/manifest.py)  echo "tests/store/test_manifest.py tests/store/test_manifest_race.py tests/store/test_manifest_edges.py" ;;
-    walctl/pipeline/upload/spool.py) echo "tests/store/test_upload_spool.py" ;;
-    walctl/pipeline/upload/plan.py)  echo "tests/store/test_upload_spool.py tests/store/test_upload_stream.py" ;;
+    walctl/pipeline/upload/spool.py) echo "tests/pipeline/test_mut_upload_spool.py tests/store/test_upload_spool.py" ;;
+    walctl/pipeline/upload/plan.py)  echo "tests/pipeline/test_mut_upload_plan.py" ;;
+    walctl/pipeline/upload/commit.py) echo "tests/pipeline/test_mut_upload_commit.py" ;;
+    walctl/pipeline/upload/judge.py)  echo "tests/pipeline/test_mut_upload_judge.py" ;;
+    walctl/pipeline/upload/blocks.py) echo "tests/pipeline/test_mut_upload_blocks.py" ;;
+    walctl/pipeline/readresult.py) echo "tests/pipeline/test_mut_readresult.py" ;;
+    walctl/compaction/planner.py)  echo "tests/compaction/test_mut_plan.py tests/spark/test_spark_plan.py" ;;
+    walctl/compaction/plan.py)     echo "tests/compaction/test_mut_plan.py tests/spark/test_spark_plan.py" ;;
+    walctl/compaction/coverage.py) echo "tests/compaction/test_mut_plan.py tests/spark/test_spark_plan.py" ;;
     walctl/wal/crash_repair.py) echo "tests/wal/test_wal_engine.py -k repair" ;;
     *) return 1 ;;
   esac
