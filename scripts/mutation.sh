@@ -33,7 +33,8 @@ selection() {
     walctl/format/checkpoint.py) echo "tests/format/test_format_checkpoint.py" ;;
     walctl/format/seal.py)     echo "tests/format/test_format_seal.py" ;;
     walctl/format/*.py)        echo "tests/format" ;;
-    walctl/store/manifest.py)  echo "tests/store/test_manifest.py tests/store/test_manifest_race.py tests/store/test_manifest_edges.py" ;;
+    walctl/store/manifest.py)  echo "tests/store/test_manifest.py tests/store/test_manifest_race.py tests/store/test_manifest_edges.py tests/store/test_manifest_units.py" ;;
+    walctl/store/manifest_schema.py) echo "tests/store/test_manifest_schema.py tests/store/test_manifest.py tests/store/test_manifest_edges.py" ;;
     walctl/pipeline/upload/spool.py) echo "tests/store/test_upload_spool.py" ;;
     walctl/pipeline/upload/plan.py)  echo "tests/store/test_upload_spool.py tests/store/test_upload_stream.py" ;;
     walctl/wal/crash_repair.py) echo "tests/wal/test_wal_engine.py -k repair" ;;
