@@ -37,6 +37,8 @@ selection() {
     walctl/store/manifest_schema.py) echo "tests/store/test_manifest_schema.py tests/store/test_manifest.py tests/store/test_manifest_edges.py" ;;
     walctl/pipeline/upload/spool.py) echo "tests/store/test_upload_spool.py" ;;
     walctl/pipeline/upload/plan.py)  echo "tests/store/test_upload_spool.py tests/store/test_upload_stream.py" ;;
+    walctl/wal/findings.py)    echo "tests/wal/test_gaps_findings_units.py" ;;
+    walctl/wal/gaps.py)        echo "tests/wal/test_gaps_findings_units.py" ;;
     walctl/wal/crash_repair.py) echo "tests/wal/test_wal_engine.py -k repair" ;;
     *) return 1 ;;
   esac
