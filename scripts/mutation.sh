@@ -37,6 +37,7 @@ selection() {
     walctl/store/manifest_schema.py) echo "tests/store/test_manifest_schema.py tests/store/test_manifest.py tests/store/test_manifest_edges.py" ;;
     walctl/pipeline/upload/spool.py) echo "tests/store/test_upload_spool.py" ;;
     walctl/pipeline/upload/plan.py)  echo "tests/store/test_upload_spool.py tests/store/test_upload_stream.py" ;;
+    walctl/wal/decoder.py)     echo "tests/wal/test_decoder.py tests/wal/test_decoder_units.py" ;;
     walctl/wal/findings.py)    echo "tests/wal/test_gaps_findings_units.py" ;;
     walctl/wal/gaps.py)        echo "tests/wal/test_gaps_findings_units.py" ;;
     walctl/wal/crash_repair.py) echo "tests/wal/test_wal_engine.py -k repair" ;;
