@@ -216,3 +216,64 @@ def test_commit_takes_the_change_s_returned_manifest(local_store):
     committed = mf.commit(local_store, lambda m: replacement, command="c")
     assert committed.manifest is replacement and committed.attempts == 1
     assert mf.load_latest(local_store).next_object_id == 42 and mf.load_latest(local_store).parent is None
+
+
+def test_an_entry_class_takes_its_key_sets_from_its_keys():
+    class Later(mf._Entry):
+        _KEYS, _OPTIONAL = ("a", "b"), ("c",)
+
+    assert (Later._KEY_SET, Later._OPTIONAL_SET) == (frozenset({"a", "b"}), frozenset({"c"}))
+    assert mf.StreamGap._KEY_SET == frozenset(mf.schema.GAP_KEYS) and mf.StreamGap._OPTIONAL_SET == {"damage_offset"}
+
+
+def test_a_parsed_manifest_keeps_its_gaps_typed_not_as_an_extra_key():
+    from pathlib import Path
+    raw = (Path(__file__).parent / "data" / "manifest-v1.json").read_bytes()
+    m = mf.parse_manifest(raw, "k")
+    assert m.extra == {} and len(m.stream_gaps) == 1
+    gap = mf.StreamGap(2, 3, 4, "accepted", None, False, None, 0, 1, -1, 5.0)
+    m.add_gaps([gap])
+    assert [g["stream_id"] for g in m.to_json()["stream_gaps"]] == [1, 2]  # the new gap is written
+
+
+class _AlwaysLoses:
+    """A store where another writer always commits first."""
+
+    url = "mem://busy"
+
+    def __init__(self):
+        self.puts = 0
+
+    def list(self, prefix):
+        return []
+
+    def put(self, key, data, *, if_absent=False):
+        from walctl.store.base import PreconditionFailed
+        self.puts += 1
+        raise PreconditionFailed(key)
+
+
+def test_a_lost_commit_backs_off_50ms_more_each_attempt_up_to_half_a_second(monkeypatch):
+    slept = []
+    monkeypatch.setattr(mf.time, "sleep", slept.append)
+    store = _AlwaysLoses()
+    with pytest.raises(RefusedError) as info:
+        mf.commit(store, lambda m: None, command="c")
+    assert store.puts == mf.MAX_COMMIT_ATTEMPTS == 20
+    assert slept == pytest.approx([min(0.05 * a, 0.5) for a in range(1, 21)])
+    assert slept[0] == pytest.approx(0.05) and slept[9] == pytest.approx(0.5) and max(slept) == pytest.approx(0.5)
+    assert str(info.value) == "could not commit after 20 attempts: the store is too busy"
+    assert info.value.where == "mem://busy"
+
+
+def test_an_empty_store_without_a_url_is_named_by_itself():
+    class Bare:
+        def list(self, prefix):
+            return []
+
+        def __str__(self):
+            return "bare-store"
+
+    with pytest.raises(mf.NotFoundError) as info:
+        mf.load_latest(Bare(), required=True)
+    assert info.value.where == "bare-store/manifest/"
