@@ -40,6 +40,7 @@ selection() {
     walctl/wal/decoder.py)     echo "tests/wal/test_decoder.py tests/wal/test_decoder_units.py" ;;
     walctl/wal/findings.py)    echo "tests/wal/test_gaps_findings_units.py" ;;
     walctl/wal/gaps.py)        echo "tests/wal/test_gaps_findings_units.py" ;;
+    walctl/wal/headers.py)     echo "tests/wal/test_headers_units.py" ;;
     walctl/wal/reader.py)      echo "tests/wal/test_reader_units.py tests/wal/test_decoder.py" ;;
     walctl/wal/crash_repair.py) echo "tests/wal/test_wal_engine.py -k repair" ;;
     *) return 1 ;;
