@@ -42,7 +42,7 @@ selection() {
     walctl/wal/gaps.py)        echo "tests/wal/test_gaps_findings_units.py" ;;
     walctl/wal/headers.py)     echo "tests/wal/test_headers_units.py" ;;
     walctl/wal/reader.py)      echo "tests/wal/test_reader_units.py tests/wal/test_decoder.py" ;;
-    walctl/wal/crash_repair.py) echo "tests/wal/test_wal_engine.py -k repair" ;;
+    walctl/wal/crash_repair.py) echo "tests/wal/test_crash_repair_units.py tests/wal/test_wal_engine.py -k repair" ;;
     *) return 1 ;;
   esac
 }
