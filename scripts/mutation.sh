@@ -39,6 +39,7 @@ selection() {
     walctl/pipeline/upload/plan.py)  echo "tests/store/test_upload_spool.py tests/store/test_upload_stream.py" ;;
     walctl/wal/decoder.py)     echo "tests/wal/test_decoder.py tests/wal/test_decoder_units.py" ;;
     walctl/wal/findings.py)    echo "tests/wal/test_gaps_findings_units.py" ;;
+    walctl/wal/framing.py)     echo "tests/wal/test_framing_units.py tests/cli/test_append_framing.py" ;;
     walctl/wal/gaps.py)        echo "tests/wal/test_gaps_findings_units.py" ;;
     walctl/wal/headers.py)     echo "tests/wal/test_headers_units.py" ;;
     walctl/wal/reader.py)      echo "tests/wal/test_reader_units.py tests/wal/test_decoder.py" ;;
