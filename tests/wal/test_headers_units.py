@@ -9,7 +9,7 @@ import pytest
 from walctl.device import MemoryDevice
 from walctl.errors import NotFoundError
 from walctl.format.checkpoint import POSITION, Checkpoint
-from walctl.format.header import HEADERS_SIZE, SLOT_SIZE, WalHeader
+from walctl.format.header import SLOT_SIZE, WalHeader
 from walctl.wal import headers as hd
 
 from test_automq_forensics import AutoMQImage, KiB
