@@ -204,6 +204,22 @@ CASES = [
     (_set("stream_gaps.0", "damage_offset", -1), f"stream_gaps[0].damage_offset: expected an integer in [0, {M}], "
                                                  "got -1"),
     (_set("stream_gaps.0", "later", NAN), "stream_gaps[0].later: expected a finite number, got NaN"),
+    # every entry field, missing: the finding names its whole path
+    *[(_drop(where, key), f"{shown}.{key}: missing") for where, shown, keys in [
+        ("", "", ()),
+        ("objects.1", "objects[1]", ("key", "kind", "size", "ranges")),
+        ("objects.2.ranges.0", "objects[2].ranges[0]", ("stream_id", "end")),
+        ("prepared.0", "prepared[0]", ("id", "key", "prepared_at")),
+        ("deleting.0", "deleting[0]", ("id", "key", "marked_at")),
+        ("wal_uploads.-1", "wal_uploads.-1", ("stream_id", "base_offset", "body_crc")),
+        ("stream_gaps.0", "stream_gaps[0]", ("stream_id", "from", "cause", "node_id", "time", "after_wal_offset")),
+    ] for key in keys],
+    (_drop("", "commit_id"), "commit_id: missing"),
+    (_drop("", "time"), "time: missing"),
+    (_drop("", "writer"), "writer: missing"),
+    (_set("streams.2", "start", -1), f"streams.2.start: expected an integer in [0, {M}], got -1"),
+    (_set("wal_uploads.-1", "offset", -1), f"wal_uploads.-1.offset: expected an integer in [0, {M}], got -1"),
+    (_set("prepared.0", "expires_at", -1), "prepared[0].expires_at: expected a finite number >= 0, got -1"),
     # keys walctl does not know, at the top
     (_set("", "later", {"a": [1, NAN]}), "later.a[1]: expected a finite number, got NaN"),
     (_set("", "later", {"a": [1, 2.5, None, "x", True]}), None),
