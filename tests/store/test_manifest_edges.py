@@ -26,6 +26,8 @@ def test_manifest_numbers_take_only_numbered_json_files(local_store):
         local_store.put(f"manifest/{name}", b"{}")
     local_store.put(mf.manifest_key(4)[9:], b"{}")  # outside manifest/
     assert mf.manifest_numbers(local_store) == [3, 5, 12]
+    local_store.put(mf.manifest_key(10 ** 19), b"{}")  # all 20 digits significant
+    assert mf.manifest_numbers(local_store) == [3, 5, 12, 10 ** 19]
 
 
 def test_a_manifest_copied_into_a_subfolder_or_unpadded_is_not_the_latest(local_store):
