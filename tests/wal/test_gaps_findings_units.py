@@ -231,6 +231,8 @@ def test_a_gap_across_damage_accepted_or_unexplained():
     assert out["explanation"] == "stream 4: offsets 0..2 are missing: accepted by the operator (upload --accept-gap 4:0-2)"
     out = g.gap_to_json(gap, None)
     assert out["cause"] == "unexplained" and out["damage_offset"] is None
+    assert g.explanation(gap, None) == out["explanation"]  # not accepted unless told
+    assert g.explanation(gap, None, damage=damage).startswith("stream 4: offsets 0..2 are missing: lost in the damage")
     assert out["explanation"] == (
         "stream 4: offsets 0..2 are missing and no crash explains it (a wrong --base-offset, or damage): upload "
         "refuses. If these offsets are really gone, run 'walctl upload ... --accept-gap 4:0-2' (recorded in the "
