@@ -133,3 +133,82 @@ def test_the_evidence_file_and_the_warnings(tmp_path, monkeypatch):
     assert err.where == str(tmp_path / "missing" / "loop9.repair-5.broken.json")
     assert err.hint == "nothing was repaired; free space there (or set WALCTL_REPAIR_EVIDENCE_DIR)"
     assert not os.path.exists(target + ".partial")
+
+
+def test_the_original_bytes_are_exactly_the_patched_range_even_in_the_last_block():
+    from walctl.device import MemoryDevice
+
+    dev = MemoryDevice(CAPACITY)
+    dev.data[:] = bytes(i % 249 for i in range(CAPACITY))
+    last = SIZE - 100  # the ring's (and the device's) last block
+    for offset, length in ((5000, 30), (last, 100), (SIZE + 4096, 4096)):
+        o = cr._original(dev, RING, offset, length)
+        phys = RING.physical(offset)
+        assert (o.offset, o.physical_offset, o.data) == (offset, phys, bytes(dev.data[phys:phys + length]))
+    cr._patch(dev, RING, last, b"\x01" * 100)
+    assert dev.data[-100:] == b"\x01" * 100 and dev.data[-101] == (CAPACITY - 101) % 249
+    cr._patch(dev, RING, 5000, b"\x02\x03")
+    phys = RING.physical(5000)
+    assert dev.data[phys - 1:phys + 3] == bytes([(phys - 1) % 249, 2, 3, (phys + 2) % 249])
+
+
+def _log(tmp_path, *, bad_batch=False):
+    from walctl.device import open_device
+    from walctl.wal.headers import read_headers
+    from walctl.wal.reader import scan_report
+    from walctl.wal.lifecycle import open_writer
+
+    from walhelpers import append_records, new_wal
+
+    path = new_wal(tmp_path / "w.img", 256 * 1024)
+    acks = append_records(path, 4, size=200, iodepth=1, flush_each=True)
+    if bad_batch:
+        w = open_writer(path, scan=True).writer
+        w.append(b"not a batch at all")
+        w.close()
+    dev = open_device(path, writable=False)
+    header = read_headers(dev).header
+    return path, acks, dev, header, scan_report(dev, header, probe=False)
+
+
+def test_a_clean_repaired_log_passes_the_check_even_with_a_bad_batch(tmp_path):
+    _, _, dev, header, result = _log(tmp_path, bad_batch=True)
+    try:
+        assert [f.kind for f in result.findings] == [Kind.BAD_BATCH]
+        cr._check_repaired(dev, header, result)
+    finally:
+        dev.close()
+
+
+def test_a_repaired_log_that_does_not_scan_the_same_is_refused(tmp_path):
+    from walctl.errors import CorruptionError
+
+    path, acks, dev, header, result = _log(tmp_path)
+    try:
+        for change in ({"end_offset": result.end_offset + 1}, {"records": result.records - 1}):
+            other = ScanResult(header, RING)
+            other.__dict__.update({**result.__dict__, **change})
+            with pytest.raises(CorruptionError) as info:
+                cr._check_repaired(dev, header, other)
+            err = info.value
+            assert str(err) == "crash repair did not leave a clean log" and err.offset == other.end_offset
+            assert err.hint == "nothing new was written; inspect with 'walctl recover'"
+    finally:
+        dev.close()
+    from walhelpers import physical, poke
+    poke(path, physical(path, acks[1][0]), bytes(rec.SIZE))  # the second record's header: zeros
+    dev, header = _reopen(path)
+    try:
+        with pytest.raises(CorruptionError) as info:
+            cr._check_repaired(dev, header, result)
+        assert str(info.value).startswith(f"crash repair did not leave a clean log (hole at offset {acks[1][0]}: ")
+    finally:
+        dev.close()
+
+
+def _reopen(path):
+    from walctl.device import open_device
+    from walctl.wal.headers import read_headers
+
+    dev = open_device(path, writable=False)
+    return dev, read_headers(dev).header
