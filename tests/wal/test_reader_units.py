@@ -148,3 +148,19 @@ def test_the_automq_extra_bytes_are_named_here_lazily():
     assert reader.AUTOMQ_EXTRA_SCAN_BYTES == automq_scan.AUTOMQ_EXTRA_SCAN_BYTES
     assert set(reader.__all__) >= {"Scan", "scan", "scan_report", "run_scan", "hexdump", "finding_bytes",
                                    "read_physical", "AUTOMQ_EXTRA_SCAN_BYTES"}
+
+
+def test_an_automq_log_is_scanned_by_automq_s_rules_with_the_same_options():
+    from test_automq_forensics import AutoMQImage
+
+    img = AutoMQImage(256 * 1024, 1, stale=False)
+    offsets = img.block([100, 200]) + img.block([50])
+    img.headers(clean=True)
+    dev = MemoryDevice(len(img.data))
+    dev.data[:] = img.data
+    header = read_headers(dev).header
+    assert header.flavour == "automq-v1"
+    one = reader.Scan(dev, header, keep_offsets=True)
+    assert [e.offset for e in one if isinstance(e, Entry)] == offsets
+    assert one.report.record_offsets == offsets and one.report.records == 3
+    assert reader.Scan(dev, header).drain().record_offsets == []
