@@ -141,3 +141,38 @@ def test_a_record_at_the_trim_point_or_the_block_after_it():
     assert hd._record_at_start(dev, header.with_(trim_offset=second + 2), 1024) is False
     assert hd._record_at_start(dev, header.with_(capacity=len(img.data) * 2), 1024) is False
     assert hd.DETECT_BYTES == 2 * 65536
+
+
+def _dev(img) -> MemoryDevice:
+    dev = MemoryDevice(len(img.data))
+    dev.data[:] = img.data
+    return dev
+
+
+def test_automq_block_size_from_slot_b_when_slot_0_is_damaged():
+    img = AutoMQImage(256 * KiB, 0, block_size=2048, stale=False)
+    img.block([100])
+    img.headers(clean=False, slot=1)  # the newest header in slot 1, at 2048
+    img.data[0:2048] = bytes(2048)
+    state = hd.read_headers(_dev(img))
+    assert (state.header.block_size, state.block_size_source, state.current) == (2048, "header slots", 1)
+    assert [s.index for s in state.bad_slots] == [0]
+
+
+def test_a_small_automq_device_is_read_whole_for_detection():
+    img = AutoMQImage(64 * KiB, 1, block_size=16384, stale=False)
+    img.block([10])
+    img.headers(clean=True)
+    state = hd.read_headers(_dev(img))
+    assert (state.header.block_size, state.block_size_source) == (16384, "header slots")
+
+
+def test_no_record_can_start_in_a_ring_of_no_bytes_or_past_the_device():
+    img = AutoMQImage(256 * KiB, 1, block_size=1024, stale=False)
+    img.block([50])
+    img.headers(clean=True)
+    dev = _dev(img)
+    header = WalHeader.decode(bytes(img.data), 0)
+    assert hd._record_at_start(dev, header, 1024) is True
+    assert hd._record_at_start(dev, header.with_(capacity=2048), 1024) is False  # two slots, no ring
+    assert hd._record_at_start(dev, header.with_(capacity=len(img.data) + 1024), 1024) is False
