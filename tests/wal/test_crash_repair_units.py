@@ -212,3 +212,54 @@ def _reopen(path):
 
     dev = open_device(path, writable=False)
     return dev, read_headers(dev).header
+
+
+def test_zeros_start_at_any_unaligned_offset_and_end_at_the_next_boundary():
+    assert cr._patches(RING, HEADER, _report(holes=[(4097, 4200)]), NOW) == [(4097, bytes(103))]
+    assert cr._patches(RING, HEADER, _report(torn=[4095], end=0), NOW) == [(4095, bytes(1))]
+
+
+class _Dev:
+    """A device with no is_block_device attribute (a file, as far as repair can tell)."""
+
+    def __init__(self, size):
+        from walctl.device import MemoryDevice
+        self.mem = MemoryDevice(size)
+
+    def pread_into(self, position, buf):
+        return self.mem.pread_into(position, buf)
+
+    def pwrite(self, position, buf):
+        return self.mem.pwrite(position, buf)
+
+
+@pytest.mark.parametrize("block", [True, False, None])
+def test_repair_keeps_evidence_by_the_device_s_kind(tmp_path, monkeypatch, block):
+    from walctl.device import MemoryDevice
+
+    monkeypatch.delenv(cr.EVIDENCE_DIR_ENV, raising=False)
+    monkeypatch.setattr(cr, "_patches", lambda ring, header, result, now: [(4096, b"\x01\x02")])
+    monkeypatch.setattr(cr, "_check_repaired", lambda dev, header, result: None)
+    replaced = []
+    real_replace = os.replace
+    monkeypatch.setattr(cr.os, "replace", lambda a, b: (replaced.append((a, b)), real_replace(a, b))[1])
+    if block is None:
+        dev = _Dev(CAPACITY)
+        data = dev.mem.data
+    else:
+        dev = MemoryDevice(CAPACITY)
+        dev.is_block_device = block
+        data = dev.data
+    warnings: list[str] = []
+    path = str(tmp_path / "w.img")
+    repair = cr.repair_crash_damage(dev, HEADER, _report(), path=path, warnings=warnings)
+    assert data[RING.physical(4096):RING.physical(4096) + 2] == b"\x01\x02"
+    assert repair.evidence == [cr.Overwritten(4096, RING.physical(4096), bytes(2))]
+    assert repair.crashed_header_timestamp_ns == 77
+    if block:
+        assert repair.evidence_file is None and "kept only in this run's result" in warnings[0]
+        assert replaced == []
+    else:
+        target = f"{path}.repair-{repair.repaired_at_ns}.broken.json"
+        assert repair.evidence_file == target and warnings[0].endswith(f"kept in {target}")
+        assert replaced == [(target + ".partial", target)]
