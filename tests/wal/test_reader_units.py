@@ -93,6 +93,8 @@ def test_read_physical_reads_aligned_and_stops_at_the_device_end():
     assert reader.read_physical(dev, 3 * 4096, 50) == b""
     assert reader.read_physical(dev, 3 * 4096 + 100, 5) == b"" and reader.read_physical(dev, 5000, 0) == b""
     assert reader.read_physical(dev, 10 ** 6, 5) == b""
+    assert reader.read_physical(dev, 4097, 1) == bytes(dev.data[4097:4098])  # one byte is a read
+    assert reader.read_physical(dev, 3 * 4096 - 1, 100) == bytes(dev.data[3 * 4096 - 1:3 * 4096])
 
     class NoSize:  # a device that does not say its size: read as asked
         def pread_into(self, position, view):
@@ -109,8 +111,8 @@ def test_read_physical_of_an_aligned_device_reads_to_its_end():
 
 def test_a_finding_s_bytes_stop_at_its_end_the_lap_end_or_the_limit():
     ring = Ring(CAPACITY)
-    dev = MemoryDevice(CAPACITY)
-    dev.data[:] = bytes(i % 253 for i in range(CAPACITY))
+    dev = MemoryDevice(CAPACITY + 4096)  # a device larger than the WAL: the lap ends before the device
+    dev.data[:] = bytes(i % 253 for i in range(CAPACITY + 4096))
 
     def at(offset):
         return HEADERS_SIZE + offset % ring.size
@@ -153,7 +155,7 @@ def test_the_automq_extra_bytes_are_named_here_lazily():
 def test_an_automq_log_is_scanned_by_automq_s_rules_with_the_same_options():
     from test_automq_forensics import AutoMQImage
 
-    img = AutoMQImage(256 * 1024, 1, stale=False)
+    img = AutoMQImage(256 * 1024, 1, stale=False, block_size=1024)  # the ring starts at 2 KiB
     offsets = img.block([100, 200]) + img.block([50])
     img.headers(clean=True)
     dev = MemoryDevice(len(img.data))
