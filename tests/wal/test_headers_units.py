@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from walctl.device import MemoryDevice
-from walctl.errors import NotFoundError
+from walctl.errors import FormatError, NotFoundError
 from walctl.format.checkpoint import POSITION, Checkpoint
 from walctl.format.header import SLOT_SIZE, WalHeader
 from walctl.wal import headers as hd
@@ -31,6 +31,8 @@ def test_the_current_slot_is_the_newest_valid_one_and_a_tie_goes_to_slot_1():
     assert state.current == 1 and state.header.last_write_timestamp_ns == 101 and state.block_size_source == "native"
     assert hd.read_headers(_walctl(102, 101)).current == 0
     assert hd.read_headers(_walctl(7, 7)).current == 1
+    dev = _walctl(100, 101)
+    assert hd.detect_automq_block_size(dev, bytes(dev.data)) is None  # walctl's own slots tell nothing
     assert state.bad_slots == [] and [s.position for s in state.slots] == [0, SLOT_SIZE]
 
 
@@ -72,7 +74,7 @@ def test_write_header_alternates_slots_keeps_the_checkpoint_and_orders_timestamp
     state = hd.read_headers(dev)
     new = hd.write_header(dev, state, state.header.with_(trim_offset=0))
     assert new.current == 0 and new.header.last_write_timestamp_ns == FUTURE + 1 and new.checkpoint == cp
-    assert new.slots[1] is state.slots[1] and new.slots[0].block_size == SLOT_SIZE
+    assert new.slots[1] is state.slots[1] and new.slots[0].block_size == SLOT_SIZE and new.slots[0].index == 0
     again = hd.read_headers(dev)
     assert again.current == 0 and again.checkpoint == cp and again.header == new.header
     third = hd.write_header(dev, again, again.header, checkpoint=None)
@@ -157,6 +159,8 @@ def test_automq_block_size_from_slot_b_when_slot_0_is_damaged():
     state = hd.read_headers(_dev(img))
     assert (state.header.block_size, state.block_size_source, state.current) == (2048, "header slots", 1)
     assert [s.index for s in state.bad_slots] == [0]
+    bad = state.slots[0]
+    assert bad.block_size == 2048 and isinstance(bad.error, FormatError) and state.slots[1].position == 2048
 
 
 def test_a_small_automq_device_is_read_whole_for_detection():
@@ -175,4 +179,5 @@ def test_no_record_can_start_in_a_ring_of_no_bytes_or_past_the_device():
     header = WalHeader.decode(bytes(img.data), 0)
     assert hd._record_at_start(dev, header, 1024) is True
     assert hd._record_at_start(dev, header.with_(capacity=2048), 1024) is False  # two slots, no ring
+    assert hd._record_at_start(dev, header.with_(trim_offset=img.ring), 1024) is False  # a lap earlier's record
     assert hd._record_at_start(dev, header.with_(capacity=len(img.data) + 1024), 1024) is False
