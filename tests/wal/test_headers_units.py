@@ -31,8 +31,6 @@ def test_the_current_slot_is_the_newest_valid_one_and_a_tie_goes_to_slot_1():
     assert state.current == 1 and state.header.last_write_timestamp_ns == 101 and state.block_size_source == "native"
     assert hd.read_headers(_walctl(102, 101)).current == 0
     assert hd.read_headers(_walctl(7, 7)).current == 1
-    dev = _walctl(100, 101)
-    assert hd.detect_automq_block_size(dev, bytes(dev.data)) is None  # walctl's own slots tell nothing
     assert state.bad_slots == [] and [s.position for s in state.slots] == [0, SLOT_SIZE]
 
 
@@ -181,3 +179,8 @@ def test_no_record_can_start_in_a_ring_of_no_bytes_or_past_the_device():
     assert hd._record_at_start(dev, header.with_(capacity=2048), 1024) is False  # two slots, no ring
     assert hd._record_at_start(dev, header.with_(trim_offset=img.ring), 1024) is False  # a lap earlier's record
     assert hd._record_at_start(dev, header.with_(capacity=len(img.data) + 1024), 1024) is False
+
+
+def test_walctl_s_own_slots_give_no_automq_block_size():
+    dev = _walctl(100, 101)
+    assert hd.detect_automq_block_size(dev, bytes(dev.data)) is None
