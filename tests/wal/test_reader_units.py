@@ -53,6 +53,7 @@ def test_a_scan_fills_its_report_or_the_one_given(wal):
         sought = ScanResult(header, Ring(CAPACITY))
         assert [e.offset for e in reader.scan(dev, header, seek=acks[1][0], result=sought)] == [o for o, _ in acks[1:]]
         assert sought.read_from_offset is not None and sought.read_from_offset <= acks[1][0]
+        assert sought.record_offsets == []  # scan() keeps no offsets unless asked
         bulk = reader.Scan(dev, header, bulk=True)
         assert not any(isinstance(e, Entry) for e in bulk) and bulk.report.records == 5
     finally:
