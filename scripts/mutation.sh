@@ -33,7 +33,15 @@ selection() {
     walctl/format/checkpoint.py) echo "tests/format/test_format_checkpoint.py" ;;
     walctl/format/seal.py)     echo "tests/format/test_format_seal.py" ;;
     walctl/format/*.py)        echo "tests/format" ;;
-    walctl/store/manifest.py)  echo "tests/store/test_manifest.py tests/store/test_manifest_race.py tests/store/test_manifest_edges.py" ;;
+    walctl/store/manifest.py)  echo "tests/store/test_manifest.py tests/store/test_manifest_race.py tests/store/test_manifest_edges.py tests/store/test_manifest_units.py" ;;
+    walctl/store/manifest_schema.py) echo "tests/store/test_manifest_schema.py tests/store/test_manifest.py tests/store/test_manifest_edges.py" ;;
+    walctl/wal/decoder.py)     echo "tests/wal/test_decoder.py tests/wal/test_decoder_units.py" ;;
+    walctl/wal/findings.py)    echo "tests/wal/test_gaps_findings_units.py" ;;
+    walctl/wal/framing.py)     echo "tests/wal/test_framing_units.py tests/cli/test_append_framing.py" ;;
+    walctl/wal/gaps.py)        echo "tests/wal/test_gaps_findings_units.py" ;;
+    walctl/wal/headers.py)     echo "tests/wal/test_headers_units.py" ;;
+    walctl/wal/reader.py)      echo "tests/wal/test_reader_units.py tests/wal/test_decoder.py" ;;
+    walctl/wal/crash_repair.py) echo "tests/wal/test_crash_repair_units.py tests/wal/test_wal_engine.py -k repair" ;;
     walctl/pipeline/upload/spool.py) echo "tests/pipeline/test_mut_upload_spool.py tests/store/test_upload_spool.py" ;;
     walctl/pipeline/upload/plan.py)  echo "tests/pipeline/test_mut_upload_plan.py" ;;
     walctl/pipeline/upload/commit.py) echo "tests/pipeline/test_mut_upload_commit.py" ;;
@@ -43,7 +51,6 @@ selection() {
     walctl/compaction/planner.py)  echo "tests/compaction/test_mut_plan.py tests/spark/test_spark_plan.py" ;;
     walctl/compaction/plan.py)     echo "tests/compaction/test_mut_plan.py tests/spark/test_spark_plan.py" ;;
     walctl/compaction/coverage.py) echo "tests/compaction/test_mut_plan.py tests/spark/test_spark_plan.py" ;;
-    walctl/wal/crash_repair.py) echo "tests/wal/test_wal_engine.py -k repair" ;;
     *) return 1 ;;
   esac
 }

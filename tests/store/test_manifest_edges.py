@@ -20,10 +20,26 @@ def test_object_and_manifest_keys_are_laid_out_as_documented():
 
 
 def test_manifest_numbers_take_only_numbered_json_files(local_store):
-    for name in ("3.json", "12.json", "notes.txt", "x1.json", "7.json.partial", "5.json"):
+    for n in (3, 12, 5):
+        local_store.put(mf.manifest_key(n), b"{}")
+    for name in ("notes.txt", "x1.json", "7.json.partial", "8.json", "\u00b3.json", "old/" + mf.manifest_key(9)[9:]):
         local_store.put(f"manifest/{name}", b"{}")
-    local_store.put("4.json", b"{}")  # outside manifest/
+    local_store.put(mf.manifest_key(4)[9:], b"{}")  # outside manifest/
     assert mf.manifest_numbers(local_store) == [3, 5, 12]
+    local_store.put(mf.manifest_key(10 ** 19), b"{}")  # all 20 digits significant
+    assert mf.manifest_numbers(local_store) == [3, 5, 12, 10 ** 19]
+
+
+def test_a_manifest_copied_into_a_subfolder_or_unpadded_is_not_the_latest(local_store):
+    """A copy an operator keeps next to the manifests (manifest/backup/<n>.json, or manifest/7.json)
+    is not manifest n: load_latest read manifest_key(n) for it and every command failed."""
+    mf.commit(local_store, lambda m: None, command="one")
+    raw = local_store.read_all(mf.manifest_key(1))
+    local_store.put("manifest/backup/" + mf.manifest_key(9)[9:], raw)
+    local_store.put("manifest/7.json", raw)
+    assert mf.manifest_numbers(local_store) == [1]
+    assert mf.load_latest(local_store).number == 1
+    assert mf.commit(local_store, lambda m: None, command="two").number == 2
 
 
 def test_an_empty_store_is_the_empty_manifest_unless_required(local_store):

@@ -451,11 +451,13 @@ def parse_manifest(raw: bytes, key: str) -> Manifest:
 
 
 def manifest_numbers(store: Store) -> list[int]:
+    """The numbers of the manifests: keys exactly as ``manifest_key`` names them (a copy in a
+    subfolder of manifest/, or an unpadded ``7.json``, is not manifest 7)."""
     numbers = []
     for info in store.list(MANIFEST_DIR + "/"):
-        name = info.key.rsplit("/", 1)[-1]
-        if name.endswith(".json") and name[:-5].isdigit():
-            numbers.append(int(name[:-5]))
+        digits = info.key[len(MANIFEST_DIR) + 1:].removesuffix(".json")
+        if digits.isascii() and digits.isdigit() and info.key == manifest_key(int(digits)):
+            numbers.append(int(digits))
     return sorted(numbers)
 
 
