@@ -25,7 +25,7 @@ export WALCTL_HYPOTHESIS_MAX_EXAMPLES=${MUTATION_MAX_EXAMPLES:-30}
 # a Spark, device-loop or chaos file.
 selection() {
   case "$1" in
-    walctl/format/object.py)   echo "tests/format/test_format_object.py tests/format/test_entry_rows.py tests/format/test_batch_shapes.py" ;;
+    walctl/format/object.py)   echo "tests/format/test_format_object.py tests/format/test_entry_rows.py tests/format/test_batch_shapes.py tests/format/test_object_messages.py" ;;
     walctl/format/record.py)   echo "tests/format/test_format_record.py tests/format/test_record_messages.py tests/format/test_format_batch.py" ;;
     walctl/format/batch.py)    echo "tests/format/test_format_batch.py tests/format/test_format_record.py tests/format/test_batch_shapes.py" ;;
     walctl/format/bulk.py)     echo "tests/format/test_native.py" ;;
