@@ -30,9 +30,9 @@ selection() {
     walctl/format/batch.py)    echo "tests/format/test_format_batch.py tests/format/test_format_record.py tests/format/test_batch_shapes.py" ;;
     walctl/format/bulk.py)     echo "tests/format/test_native.py" ;;
     walctl/format/crc.py)      echo "tests/format/test_native.py tests/format/test_format_header.py tests/format/test_crc_loading.py" ;;
-    walctl/format/footer.py)    echo "tests/format/test_format_object.py tests/format/test_object_structs.py tests/format/test_object_messages.py" ;;
-    walctl/format/index.py)     echo "tests/format/test_format_object.py tests/format/test_object_structs.py tests/format/test_object_messages.py" ;;
-    walctl/format/index_entry.py)echo "tests/format/test_format_object.py tests/format/test_object_structs.py tests/format/test_object_messages.py" ;;
+    walctl/format/footer.py)   echo "tests/format/test_format_object.py tests/format/test_object_structs.py tests/format/test_object_messages.py" ;;
+    walctl/format/index.py)    echo "tests/format/test_format_object.py tests/format/test_object_structs.py tests/format/test_object_messages.py" ;;
+    walctl/format/index_entry.py) echo "tests/format/test_format_object.py tests/format/test_object_structs.py tests/format/test_object_messages.py" ;;
     walctl/format/datablock.py) echo "tests/format/test_format_object.py tests/format/test_object_structs.py tests/format/test_object_messages.py" ;;
     walctl/format/header.py)   echo "tests/format/test_format_header.py" ;;
     walctl/format/checkpoint.py) echo "tests/format/test_format_checkpoint.py" ;;
