@@ -27,7 +27,7 @@ selection() {
   case "$1" in
     walctl/format/object.py)   echo "tests/format/test_format_object.py tests/format/test_entry_rows.py tests/format/test_batch_shapes.py tests/format/test_object_messages.py" ;;
     walctl/format/record.py)   echo "tests/format/test_format_record.py tests/format/test_record_messages.py tests/format/test_format_batch.py" ;;
-    walctl/format/batch.py)    echo "tests/format/test_format_batch.py tests/format/test_format_record.py tests/format/test_batch_shapes.py" ;;
+    walctl/format/batch.py)    echo "tests/format/test_format_batch.py tests/format/test_format_record.py tests/format/test_batch_shapes.py tests/format/test_batch_messages.py" ;;
     walctl/format/bulk.py)     echo "tests/format/test_native.py" ;;
     walctl/format/crc.py)      echo "tests/format/test_native.py tests/format/test_format_header.py tests/format/test_crc_loading.py" ;;
     walctl/format/footer.py)   echo "tests/format/test_format_object.py tests/format/test_object_structs.py tests/format/test_object_messages.py" ;;
