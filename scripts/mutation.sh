@@ -35,7 +35,7 @@ selection() {
     walctl/format/index_entry.py) echo "tests/format/test_format_object.py tests/format/test_object_structs.py tests/format/test_object_messages.py" ;;
     walctl/format/datablock.py) echo "tests/format/test_format_object.py tests/format/test_object_structs.py tests/format/test_object_messages.py" ;;
     walctl/format/header.py)   echo "tests/format/test_format_header.py tests/format/test_header_messages.py" ;;
-    walctl/format/checkpoint.py) echo "tests/format/test_format_checkpoint.py" ;;
+    walctl/format/checkpoint.py) echo "tests/format/test_format_checkpoint.py tests/format/test_checkpoint_messages.py" ;;
     walctl/format/composite.py) echo "tests/format/test_composite.py" ;;
     walctl/format/seal.py)     echo "tests/format/test_format_seal.py tests/format/test_seal_messages.py" ;;
     walctl/format/*.py)        echo "tests/format" ;;
