@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import crc32c as crc32c_pkg
 import pytest
 
 from walctl import errors
@@ -107,6 +108,7 @@ def test_iter_placed_gives_object_positions_of_blocks_and_batches():
     # copy=False: payloads are views of the buffer, equal to the copies
     views = [p.batch for p in obj.iter_placed(TWO_BLOCKS_V0, entry, copy=False)]
     assert views == [A, B2, C] and isinstance(views[0].payload, memoryview)
+    assert all(type(p.batch.payload) is bytes for p in obj.iter_placed(TWO_BLOCKS_V0, entry))  # copies by default
 
 
 # --- verify_report: what a problem says and where it is placed --------------------------------------
@@ -371,6 +373,34 @@ def test_an_index_longer_than_a_java_int_is_refused():
     assert str(info.value) == "59652324 index entries do not fit a Java int indexBlockLength"
     b.entries = Many(real, most)
     assert built.data.endswith(b.finish())
+
+
+def test_object_builder_data_crc_runs_over_every_block():
+    for laid_out in (False, True):
+        b = ObjectBuilder()
+        parts = []
+        for sid, start, end, batches in ((3, 10, 13, [A, B2]), (3, 13, 17, [C]), (7, 0, 5, [D])):
+            data = block_bytes(batches)
+            if laid_out:
+                b.add_laid_out(sid, start, end, len(batches), len(data), crc32c_pkg.crc32c(data))
+            else:
+                assert b.add_block(sid, start, end, [x.encode() for x in batches]) == data
+            parts.append(data)
+        parts.append(b.finish())
+        assert b"".join(parts) == GOLDEN_V1
+        assert b.footer.data_crc == crc32c_pkg.crc32c(GOLDEN_DATA)
+
+
+def test_a_block_closes_at_the_threshold_again_after_a_close():
+    # 40 + 60 reaches 100 and closes; the next block counts from 0: 50 + 49 stays open, + 33 closes it
+    built = build_object([(1, payloads([40, 60, 50, 49, 33]))], block_size=100)
+    assert [e.record_count for e in built.entries] == [2, 3]
+    assert groups([Fake(0, 1, 40), Fake(1, 1, 60), Fake(2, 1, 50), Fake(3, 1, 49), Fake(4, 1, 1)], 100) == \
+        [[(0, 1, 40), (1, 1, 60)], [(2, 1, 50), (3, 1, 49), (4, 1, 1)]]
+    # and after a cut at the offset-span limit
+    cut = [Fake(0, 10, 40), Fake(10, INT32_MAX - 5, 50), Fake(INT32_MAX + 5, 1, 49), Fake(INT32_MAX + 6, 1, 1),
+           Fake(INT32_MAX + 7, 1, 1)]
+    assert [len(g) for g in groups(cut, 100)] == [1, 3, 1]
 
 
 def test_object_builder_size_and_ranges_as_it_goes():
