@@ -186,6 +186,19 @@ def test_a_problem_in_an_entry_of_several_blocks_names_the_block_holding_it(at, 
     assert (problems[0].stream_id, problems[0].start_offset, problems[0].end_offset) == (3, 10, 17)
 
 
+def test_the_block_named_is_found_from_the_entry_s_own_start():
+    # stream 7's entry holds two blocks and starts at 78, after stream 3's
+    e7 = B(7, 0, 5, 1, b"")
+    data = block_bytes([A, B2]) + block_bytes([D]) + block_bytes([e7])
+    entries = [(3, 10, 3, 2, 0, 78), (7, 0, 6, 2, 78, 116)]
+    damaged = bytearray(assemble(data, entries, 0))
+    damaged[151 + 10 + 8] ^= 1  # the second block's batch: stream id 6
+    (p,) = obj.verify_report(bytes(damaged)).problems
+    assert (p.position, p.block_position, p.block_end, p.stream_id, p.start_offset, p.end_offset) == \
+        (162, 151, 194, 7, 0, 6)
+    assert obj._block_at(bytes(damaged), IndexEntry(*entries[1]), 100) == (78, 151)
+
+
 def test_block_at_walks_the_headers_of_the_entry():
     entry = IndexEntry(3, 10, 7, 3, 0, 128)
     for position, block in ((0, (0, 78)), (77, (0, 78)), (78, (78, 128)), (127, (78, 128)), (128, (0, 128))):
