@@ -90,6 +90,17 @@ def test_a_short_buffer_names_the_entry_s_blocks():
     assert info.value.offset == 40
 
 
+def test_iter_blocks_copies_payloads():
+    batches = list(obj.iter_blocks(TWO_BLOCKS_V0, IndexEntry(3, 10, 7, 3, 0, 128)))
+    assert batches == [A, B2, C] and all(type(b.payload) is bytes for b in batches)
+
+
+def test_an_entry_of_no_bytes_is_refused_for_its_end_offset():
+    with pytest.raises(errors.BoundsError) as info:
+        list(obj.iter_blocks(GOLDEN_V1, IndexEntry(3, 10, 3, 2, 40, 0)))
+    assert (info.value.field, info.value.found, info.value.offset) == ("end offset of the entry's last batch", 10, 57)
+
+
 def test_a_buffer_that_starts_after_the_entry_is_a_caller_error():
     with pytest.raises(ValueError) as info:
         list(obj.iter_blocks(GOLDEN_V1[79:], IndexEntry(3, 10, 3, 2, 78, 50), base_position=79))
