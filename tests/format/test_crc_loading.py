@@ -46,3 +46,11 @@ def test_the_x2n_table_is_the_powers_of_x():
     assert all(table[k + 1] == crc._multmodp(table[k], table[k]) for k in range(66))
     assert crc._x8nmodp(0) == 1 << 31  # x^0
     assert crc._x8nmodp(1) == crc._X2N[3]  # x^8
+
+
+def test_the_first_combine_picks_its_implementation_and_keeps_it(monkeypatch):
+    monkeypatch.setattr(crc, "_combine", None)
+    assert crc.crc32c_combine(crc.crc32c(b"ab"), crc.crc32c(b"c"), 1) == crc.crc32c(b"abc")
+    chosen = crc._combine
+    assert chosen is not None and crc._combine_impl() is chosen
+    assert crc.crc32c_combine(crc.crc32c(b""), crc.crc32c(b"abc"), 3) == crc.crc32c(b"abc")
