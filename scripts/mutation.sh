@@ -37,6 +37,8 @@ selection() {
     walctl/format/header.py)   echo "tests/format/test_format_header.py tests/format/test_header_messages.py" ;;
     walctl/format/checkpoint.py) echo "tests/format/test_format_checkpoint.py tests/format/test_checkpoint_messages.py" ;;
     walctl/format/composite.py) echo "tests/format/test_composite.py" ;;
+    walctl/format/checks.py)   echo "tests/format/test_object_structs.py tests/format/test_object_messages.py tests/format/test_batch_messages.py tests/format/test_record_messages.py tests/format/test_format_object.py" ;;
+    walctl/format/framepack.py) echo "tests/format/test_framepack.py" ;;
     walctl/format/seal.py)     echo "tests/format/test_format_seal.py tests/format/test_seal_messages.py" ;;
     walctl/format/*.py)        echo "tests/format" ;;
     walctl/store/manifest.py)  echo "tests/store/test_manifest.py tests/store/test_manifest_race.py tests/store/test_manifest_edges.py" ;;
