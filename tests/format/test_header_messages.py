@@ -121,3 +121,16 @@ def test_ring_size_and_json():
     assert (d.trim_offset, d.last_write_timestamp_ns, d.sliding_window_max_length, d.shutdown_type, d.node_id,
             d.epoch, d.next_offset, d.flavour, d.block_size) == (-1, 0, 1 << 20, 0, -1, -1, 0, "walctl", 4096)
     assert d.encode_slot() == d.encode() + bytes(4096 - 64)
+
+
+def test_zeroed_and_truncated_messages():
+    with pytest.raises(errors.ZeroedError) as info:
+        WalHeader.decode(bytes(4096), 0)
+    assert (info.value.what, info.value.offset) == ("WAL header is all zeros (never written or torn)", 0)
+    # native magic, but the buffer ends before the native header's 64 bytes (AutoMQ's 56 are there)
+    with pytest.raises(errors.TruncatedError) as info:
+        WalHeader.decode(b"\0" * 8 + SAMPLE_BYTES[:60], 8)
+    assert (info.value.what, info.value.offset) == ("WAL header truncated: need 64 bytes, found 60", 8)
+    with pytest.raises(errors.TruncatedError) as info:
+        WalHeader.decode(SAMPLE_BYTES[:55])
+    assert info.value.what == "WAL header truncated: need 56 bytes, found 55"
