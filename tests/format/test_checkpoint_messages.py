@@ -99,3 +99,9 @@ def test_bounded_keeps_the_most_recent_then_the_largest_ids():
     recency = {0: 9, 1: -1}
     kept, _ = bounded(streams, recency)
     assert 0 in kept and 1 not in kept and 2 not in kept and 3 in kept
+
+
+def test_bounded_ranks_a_stream_written_at_offset_0_above_the_unknown():
+    streams = {i: i for i in range(MAX_STREAMS + 1)}
+    kept, complete = bounded(streams, {0: 0})  # stream 0's last record at WAL offset 0; the others unknown
+    assert not complete and 0 in kept and 1 not in kept and len(kept) == MAX_STREAMS
