@@ -112,3 +112,11 @@ def test_a_buffer_shorter_than_the_object_or_a_footer_is_truncated():
             decode_composite(GOOD, size)
         assert (info.value.what, info.value.offset) == (
             f"composite object footer truncated: need 48 bytes, found {size}", 0)
+
+
+def test_member_0_and_a_small_bad_magic():
+    zero = composite([(0, 0), (12, 2)])
+    assert [m.object_id for m in decode_composite(zero, len(zero)).members] == [0, 12]
+    with pytest.raises(errors.BadMagicError) as info:
+        decode_composite(composite(magic=1), len(GOOD))
+    assert info.value.what == "composite object footer: bad magic 0x0000000000000001, expected 0x88E241B785F4CFF8"
