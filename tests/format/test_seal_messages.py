@@ -40,10 +40,13 @@ def descriptor(start=0, end=4096, sealed=1, crashed=2, streams=((1, 0, 5),), fla
     (descriptor(magic=1), errors.BadMagicError, 1, 0, "seal descriptor: bad magic 0x00000001, expected 0x5345414C"),
     (bytes(44), errors.ZeroedError, None, 0, "seal descriptor is all zeros (never written or torn)"),
     (bytes(4) + descriptor()[4:], errors.ZeroedError, None, 0, "seal descriptor is all zeros (never written or torn)"),
+    # only the magic's 4 bytes decide: a zero magic before a non-zero byte 4 is still zeros
+    (bytes(4) + descriptor(version=0x0100)[4:], errors.ZeroedError, None, 0,
+     "seal descriptor is all zeros (never written or torn)"),
     (descriptor()[:43], errors.TruncatedError, 43, 0, "seal descriptor truncated: need 44 bytes, found 43"),
     (descriptor()[:-1], errors.TruncatedError, 71, 0, "seal descriptor truncated: need 72 bytes, found 71"),
 ], ids=["version-2", "version-0", "count", "empty-hole", "negative-start", "negative-stream", "empty-range",
-        "negative-from", "magic", "zeroed", "zeroed-magic", "truncated-fixed", "truncated-streams"])
+        "negative-from", "magic", "zeroed", "zeroed-magic", "zeroed-magic-byte-4", "truncated-fixed", "truncated-streams"])
 def test_refusals(raw, error, found, position, message):
     with pytest.raises(errors.FormatError) as info:
         SealDescriptor.decode(b"zz" + raw, 2)
