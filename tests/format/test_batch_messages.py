@@ -47,3 +47,12 @@ def test_limits_and_views():
     view = B.decode(raw, copy=False).payload
     assert isinstance(view, memoryview) and view.readonly and bytes(view) == b"xy"
     assert B.decode(raw + b"next", exact=False) == b  # without exact, what follows is the next batch's
+
+
+def test_a_negative_position_and_a_short_buffer_say_what_they_need():
+    with pytest.raises(errors.BoundsError) as info:
+        B.decode(batch_bytes(1, 0, 0, 1, b""), -3)
+    assert (info.value.what, info.value.offset) == ("StreamRecordBatch header: negative position -3", -3)
+    with pytest.raises(errors.TruncatedError) as info:
+        B.decode(bytes(20), 0)
+    assert (info.value.expected, info.value.found, info.value.offset) == (33, 20, 0)
