@@ -490,3 +490,18 @@ def test_pack_takes_a_body_of_2_32_minus_1_bytes_and_refuses_one_more():
     assert str(info.value) == "record body of 4294967296 bytes out of bounds (1 .. 2^32 - 1)"
     with pytest.raises(ValueError):
         bulk._py_pack(out, 0, 100, 0, [Huge(0xFFFFFFFF - 32)], 0, (1, 0, 0))
+
+
+def test_bulk_crc32c_is_the_crc32c_in_both():
+    for got in both(bulk.crc32c, b"123456789"):
+        assert got == 0xE3069283
+    for got in both(bulk.crc32c, b"6789", crc.crc32c(b"12345")):
+        assert got == 0xE3069283
+
+
+def test_spans_of_pairs():
+    spans = bulk.Spans.of([(0, 5), (7, 0), (9, 3)], 12)
+    assert (spans.pairs(), spans.count, spans.next_pos) == ([(0, 5), (7, 0), (9, 3)], 3, 12)
+    assert spans.spans.format == "q" and list(spans.spans) == [0, 5, 7, 0, 9, 3]
+    empty = bulk.Spans.of([], 4)
+    assert (empty.pairs(), empty.count, empty.next_pos) == ([], 0, 4)
