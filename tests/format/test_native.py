@@ -505,3 +505,26 @@ def test_spans_of_pairs():
     assert spans.spans.format == "q" and list(spans.spans) == [0, 5, 7, 0, 9, 3]
     empty = bulk.Spans.of([], 4)
     assert (empty.pairs(), empty.count, empty.next_pos) == ([], 0, 4)
+
+
+def test_decode_limits_and_ends_in_both():
+    buf = rec.encode_record(0, b"abc") + rec.encode_record(27, b"defg") + rec.encode_record(55, b"h")
+    for got in both(bulk.decode_records, buf, 0, max_records=0):
+        assert (got.count, got.stop.reason, got.stop.pos) == (0, bulk.LIMIT, 0)
+    for got in both(bulk.decode_records, buf, 0, max_records=1):
+        assert (got.count, got.stop.reason, got.stop.pos) == (1, bulk.LIMIT, 27)
+    for got in both(bulk.decode_records, buf, 0, end=0):
+        assert (got.count, got.stop.reason, got.stop.pos) == (0, bulk.END, 0)
+    for got in both(bulk.decode_records, buf, 0, end=-1):  # negative: the whole buffer
+        assert (got.count, got.stop.reason, got.stop.pos) == (3, bulk.END, len(buf))
+    for got in both(bulk.decode_records, buf, 0, end=20):  # a header cut at 20: its 20 bytes found
+        assert (got.count, got.stop.reason, got.stop.expected, got.stop.found) == (0, bulk.TRUNCATED_HEADER, 24, 20)
+    for message in both(lambda: pytest.raises(ValueError, bulk.decode_records, buf, 0, start=5, end=3)):
+        assert str(message.value) == "start must lie in [0, end]"
+
+
+def test_split_length_prefixed_takes_an_empty_record_in_the_last_4_bytes():
+    for got in both(bulk.split_length_prefixed, b"\0\0\0\0"):
+        assert (got.pairs(), got.next_pos) == ([(4, 0)], 4)
+    for got in both(bulk.split_length_prefixed, b"\0\0\0"):
+        assert (got.pairs(), got.next_pos) == ([], 0)
