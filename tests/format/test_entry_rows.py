@@ -3,6 +3,8 @@ for every entry iter_placed decodes, and None exactly where iter_placed raises (
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -76,3 +78,38 @@ def test_each_check_sends_the_entry_back_to_iter_placed(change):
         entry = obj.IndexEntry(3, 0, entry.end_offset_delta, entry.record_count + 1, 0, entry.block_size)
     assert obj.entry_rows(bytes(buf), entry) is None
     assert _reference(bytes(buf), entry, 0) is None
+
+
+def _batch(stream_id, base, count, payload=b"") -> bytes:
+    """A StreamRecordBatch's bytes, fields as given (even those B.encode would not write)."""
+    return struct.pack(">BqqqII", 0x22, stream_id, 0, base, count, len(payload)) + payload
+
+
+def _block(*batches, count=None, length=None) -> bytes:
+    body = b"".join(batches)
+    return struct.pack(">BBii", 0x5A, 0x02, len(batches) if count is None else count,
+                       len(body) if length is None else length) + body
+
+
+@pytest.mark.parametrize("buf, entry", [
+    # the entry's own fields out of range, with batches that match them
+    (_block(_batch(-1, 0, 1)), obj.IndexEntry(-1, 0, 1, 1, 0, 43)),
+    (_block(_batch(3, -1, 2)), obj.IndexEntry(3, -1, 2, 1, 0, 43)),
+    # an empty block (count 0, no bytes) after a good one
+    (_block(_batch(3, 0, 1)) + _block(count=0), obj.IndexEntry(3, 0, 1, 1, 0, 53)),
+    # the range ends inside a block header, or a block ends inside a batch header, at the buffer's end
+    (_block(_batch(3, 0, 1)) + b"\x5a\x02\x00", obj.IndexEntry(3, 0, 1, 1, 0, 46)),
+    (_block(_batch(3, 0, 1)[:5], count=1), obj.IndexEntry(3, 0, 1, 1, 0, 15)),
+    # a batch ending at 2^63, past the last offset a stream has
+    (_block(_batch(3, (1 << 63) - 2, 2)), obj.IndexEntry(3, (1 << 63) - 2, 2, 1, 0, 43)),
+], ids=["negative-stream", "negative-start", "empty-block", "header-cut", "batch-header-cut", "end-2^63"])
+def test_what_iter_placed_refuses_entry_rows_sends_back(buf, entry):
+    assert _reference(buf, entry, 0) is None
+    assert obj.entry_rows(buf, entry) is None
+
+
+def test_one_entry_over_several_blocks_gives_every_row():
+    blocks = _block(_batch(3, 0, 2, b"ab"), _batch(3, 2, 1)) + _block(_batch(3, 3, 4, b"xyz"))
+    entry = obj.IndexEntry(3, 0, 7, 3, 100, len(blocks))
+    want = [(3, 0, 2, 2, 0, 2, 100, 110), (3, 2, 3, 1, 0, 0, 100, 145), (3, 3, 7, 4, 0, 3, 178, 188)]
+    assert obj.entry_rows(blocks, entry, base_position=100) == want == _reference(blocks, entry, 100)

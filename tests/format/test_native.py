@@ -443,3 +443,88 @@ def test_rows_summary_refuses_an_empty_or_outside_range():
     for first, stop in ((0, 0), (1, 1), (-1, 1), (0, 3), (2, 1)):
         for answer in both(lambda *a: pytest.raises(ValueError, bulk.rows_summary, *a), buf, first, stop):
             assert "rows_summary" in str(answer.value)
+
+
+# ---- the twins on inputs the property tests rarely draw (issue 32, survivors of bulk.py) -------
+# several lines at once, a memoryview, the defaults, and the record body's size limit (checked
+# before any byte is copied, so a stand-in of 4 GiB is enough)
+
+LINES = b"a\nbb\n\nccc\nrest"
+
+
+def test_split_lines_gives_every_line_in_both():
+    for got in both(bulk.split_lines, LINES):
+        assert (got.pairs(), got.next_pos, got.count) == ([(0, 1), (2, 2), (5, 0), (6, 3)], 10, 4)
+    for got in both(bulk.split_lines, memoryview(LINES), 2, 3):
+        assert (got.pairs(), got.next_pos) == ([(2, 2), (5, 0), (6, 3)], 10)
+    for got in both(bulk.split_lines, bytearray(LINES), 0, 2):
+        assert (got.pairs(), got.next_pos) == ([(0, 1), (2, 2)], 5)
+    for got in both(bulk.split_lines, b"no newline"):
+        assert (got.pairs(), got.next_pos) == ([], 0)
+
+
+def test_split_length_prefixed_defaults_in_both():
+    data = b"\0\0\0\2ab\0\0\0\0\0\0\0\3xyz\0\0\0\5ab"
+    for got in both(bulk.split_length_prefixed, data):
+        assert (got.pairs(), got.next_pos) == ([(4, 2), (10, 0), (14, 3)], 17)
+    for got in both(bulk.split_length_prefixed, memoryview(data), 0, 1):
+        assert (got.pairs(), got.next_pos) == ([(4, 2)], 6)
+
+
+class Huge:
+    """A body that says it holds ``n`` bytes: the size check comes before any byte is read."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+
+def test_pack_takes_a_body_of_2_32_minus_1_bytes_and_refuses_one_more():
+    out = bytearray(100)
+    assert bulk._py_pack(out, 0, 100, 0, [Huge(0xFFFFFFFF)], 0, None) == (0, 0)  # fits no buffer: not packed
+    assert bulk._py_pack(out, 0, 100, 0, [Huge(0xFFFFFFFF - 33)], 0, (1, 0, 0)) == (0, 0)  # with its batch header
+    with pytest.raises(ValueError) as info:
+        bulk._py_pack(out, 0, 100, 0, [Huge(0xFFFFFFFF + 1)], 0, None)
+    assert str(info.value) == "record body of 4294967296 bytes out of bounds (1 .. 2^32 - 1)"
+    with pytest.raises(ValueError):
+        bulk._py_pack(out, 0, 100, 0, [Huge(0xFFFFFFFF - 32)], 0, (1, 0, 0))
+
+
+def test_bulk_crc32c_is_the_crc32c_in_both():
+    for got in both(bulk.crc32c, b"123456789"):
+        assert got == 0xE3069283
+    for got in both(bulk.crc32c, b"6789", crc.crc32c(b"12345")):
+        assert got == 0xE3069283
+
+
+def test_spans_of_pairs():
+    spans = bulk.Spans.of([(0, 5), (7, 0), (9, 3)], 12)
+    assert (spans.pairs(), spans.count, spans.next_pos) == ([(0, 5), (7, 0), (9, 3)], 3, 12)
+    assert spans.spans.format == "q" and list(spans.spans) == [0, 5, 7, 0, 9, 3]
+    empty = bulk.Spans.of([], 4)
+    assert (empty.pairs(), empty.count, empty.next_pos) == ([], 0, 4)
+
+
+def test_decode_limits_and_ends_in_both():
+    buf = rec.encode_record(0, b"abc") + rec.encode_record(27, b"defg") + rec.encode_record(55, b"h")
+    for got in both(bulk.decode_records, buf, 0, max_records=0):
+        assert (got.count, got.stop.reason, got.stop.pos) == (0, bulk.LIMIT, 0)
+    for got in both(bulk.decode_records, buf, 0, max_records=1):
+        assert (got.count, got.stop.reason, got.stop.pos) == (1, bulk.LIMIT, 27)
+    for got in both(bulk.decode_records, buf, 0, end=0):
+        assert (got.count, got.stop.reason, got.stop.pos) == (0, bulk.END, 0)
+    for got in both(bulk.decode_records, buf, 0, end=-1):  # negative: the whole buffer
+        assert (got.count, got.stop.reason, got.stop.pos) == (3, bulk.END, len(buf))
+    for got in both(bulk.decode_records, buf, 0, end=20):  # a header cut at 20: its 20 bytes found
+        assert (got.count, got.stop.reason, got.stop.expected, got.stop.found) == (0, bulk.TRUNCATED_HEADER, 24, 20)
+    for message in both(lambda: pytest.raises(ValueError, bulk.decode_records, buf, 0, start=5, end=3)):
+        assert str(message.value) == "start must lie in [0, end]"
+
+
+def test_split_length_prefixed_takes_an_empty_record_in_the_last_4_bytes():
+    for got in both(bulk.split_length_prefixed, b"\0\0\0\0"):
+        assert (got.pairs(), got.next_pos) == ([(4, 0)], 4)
+    for got in both(bulk.split_length_prefixed, b"\0\0\0"):
+        assert (got.pairs(), got.next_pos) == ([], 0)

@@ -74,7 +74,8 @@ def decode_composite(buf, object_size: int) -> CompositeObject:
     what = "composite object footer"
     checks.need(buf, 0, object_size, "composite object")
     fpos = object_size - FOOTER_SIZE
-    checks.need(buf, max(fpos, 0), FOOTER_SIZE, what)
+    # within the object: a longer buffer must not lend an object under 48 bytes a footer
+    checks.need(memoryview(buf)[:object_size], max(fpos, 0), FOOTER_SIZE, what)
     start, length, _, _, _, _, magic = FOOTER_STRUCT.unpack_from(buf, fpos)
     checks.magic(magic, COMPOSITE_FOOTER_MAGIC, fpos + 40, what, width=16)
     checks.bound(start >= OBJECTS_BLOCK_HEADER_SIZE, fpos, f"{what} indexStartPosition", start,
