@@ -89,7 +89,8 @@ def test_ranges_in_text_and_for_data_arguments(tmp_path):
     text = walctl("append", wal, "--input", "-", "--ack", "ranges", data=b"a\nbb\nccc\n").stdout.decode()
     assert text == "0 117 0 3\n"  # FIRST LAST BASE COUNT: 58 bytes for "a" (24 + 33 + 1), 59 for "bb"
     out = lines(walctl("append", wal, "x", "yy", "--ack", "ranges", "--json"))
-    assert out[0] == {"type": "range", "stream_id": 0, "first_offset": 4096, "last_offset": 4154, "base_offset": 3,
+    assert out[0] == {"type": "range", "stream_id": 0, "first_offset": 4096, "last_offset": 4154,
+                      "first_wal_offset": 4096, "last_wal_offset": 4154, "base_offset": 3,
                       "count": 2, "payload_bytes": 3}
 
 

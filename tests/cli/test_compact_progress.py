@@ -18,14 +18,15 @@ from storehelpers import append, make_wal
 KiB = 1 << 10
 
 _FILTER = r"""
-import subprocess, sys
+import os, subprocess, sys
 from walctl.spark.session import jvm_stderr_filtered
 with jvm_stderr_filtered(True):
     # as the JVM does: a child that inherits fd 2 and goes on writing after the block
     child = subprocess.Popen(["sh", "-c", "echo 'WARNING: Using incubator modules: jdk.incubator.vector' >&2; "
                               "sleep 0.2; echo 'ERROR SparkContext: it failed' >&2; printf 'WARNING: tail' >&2"])
-    print("ours, inside", file=sys.stderr, flush=True)
-print("ours, after", file=sys.stderr, flush=True)
+    # (one write: print's text and its newline can be two, and the child's line may land between)
+    os.write(2, b"ours, inside\n")
+os.write(2, b"ours, after\n")  # (one write, as above: the forwarder writes to this fd too)
 child.wait()
 """
 

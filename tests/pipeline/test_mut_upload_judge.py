@@ -42,7 +42,8 @@ def _run(*, findings=(), scan_findings=None, sealed=(), accept=(), salvage=False
          records=None, stream_gaps=None, start_offset=0, trim_entry=None):
     return SimpleNamespace(
         scan=SimpleNamespace(findings=list(findings) if scan_findings is None else scan_findings,
-                             sealed_holes=list(sealed), start_offset=start_offset, trim_entry=trim_entry),
+                             sealed_holes=list(sealed), start_offset=start_offset, trim_entry=trim_entry,
+                             durable="judged"),  # (as salvage's scan: judged by the durable points)
         findings=list(findings), opts=SimpleNamespace(accept_gaps=list(accept), salvage=salvage),
         result=UploadResult(), records=records or _Records(), wal_path="/dev/wal", live=live, damage=[],
         doc=SimpleNamespace(stream_gaps=stream_gaps), mark=mark, node_key="5", streams=None, after_gaps=None)

@@ -75,7 +75,10 @@ def _zero_block(path: str, offset: int) -> None:
 @pytest.fixture
 def damaged_wal(tmp_path):
     """A WAL of three streams, part of it uploaded already (not trimmed), then a bad record, more
-    records, and a crash hole: stream 3's block in the middle of its last three lost."""
+    records, and a crash hole: stream 3's block in the middle of its last three lost. The second
+    writer's header is left as it wrote it at open (a crash never writes another): its durable
+    points are where it began, so the hole is one a crash explains (below them it would be
+    corruption, which upload refuses, as recover does)."""
     wal = make_wal(tmp_path, capacity=8 << 20)
     store_dir = str(tmp_path / "store")
     ends = {1: 0, 2: 0, 3: 0}
@@ -87,6 +90,8 @@ def damaged_wal(tmp_path):
 
     opened = open_writer(wal)
     writer = opened.writer
+    with open(wal, "rb") as f:
+        crashed_header = f.read(HEADERS_SIZE)  # (what the open wrote: the header a crash leaves)
     _streams(writer, ends, rounds=3, per=100, size=700)
     writer.append(BAD)
     _streams(writer, ends, rounds=3, per=90, size=1100)
@@ -101,6 +106,8 @@ def damaged_wal(tmp_path):
     writer.close()
     assert lost % 4096 == 0
     _zero_block(wal, lost)
+    with open(wal, "r+b") as f:
+        f.write(crashed_header)
     mark_ungraceful(wal)
     return wal, store_dir
 
