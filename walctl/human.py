@@ -10,6 +10,8 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any, Iterable
 
+from walctl.sizes import plural  # noqa: F401 (re-exported: the rule lives in the leaf module)
+
 NONE = "-"
 
 # Words a plain capitalisation of the key would get wrong.
@@ -34,9 +36,6 @@ def label(key: str) -> str:
     return text or key
 
 
-def plural(count: int, word: str, plural_word: str | None = None) -> str:
-    """``1 record``, ``2 records``, ``0 records``."""
-    return f"{count:,} {word if count == 1 else (plural_word or word + 's')}"
 
 
 def size(n: int | None, exact: bool = False) -> str:

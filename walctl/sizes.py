@@ -49,3 +49,9 @@ def parse_duration(text: str) -> float:
     if not match:
         raise UsageError(f"bad duration {text!r}", hint="use seconds or a unit: 90s, 30m, 1h, 2d")
     return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def plural(count: int, word: str, plural_word: str | None = None) -> str:
+    """``1 record``, ``2 records``, ``0 records`` (docs/CLI.md's plural rule; a leaf, so every
+    layer's messages can follow it; walctl.human re-exports it)."""
+    return f"{count:,} {word if count == 1 else (plural_word or word + 's')}"

@@ -43,12 +43,31 @@ def _device_write(path: str, position: int, data: bytes) -> None:
 
 def _crash_hole(cli, dev: str) -> None:
     """The issue's recipe: three one-record blocks of stream 3 (offsets 0, 4096, 8192); the block at
-    4096 lost and the newest header slot ungraceful (what a power loss with it in flight leaves)."""
-    for data in ("rec-a", "rec-b", "rec-c"):
+    4096 lost and the newest header slot ungraceful (what a power loss with it in flight leaves).
+    The headers are those of the crash: the last ones written before the lost block (a crashed
+    writer writes none after), so no durable point (checkpoint, recorded end) covers it. Zeroing
+    a block below them would be corruption, which every command refuses (see below)."""
+    res = cli("append", dev, "--stream", "3", "rec-a")
+    assert res.exit_code == 0, res
+    headers = _device_read(dev, 0, HEADERS_SIZE)
+    for data in ("rec-b", "rec-c"):
         res = cli("append", dev, "--stream", "3", data)
         assert res.exit_code == 0, res
     _device_write(dev, HEADERS_SIZE + 4096, bytes(4096))
+    _device_write(dev, 0, headers)
     mark_ungraceful(dev)
+
+
+def _device_read(path: str, position: int, length: int) -> bytes:
+    from walctl.device.buffers import aligned_buffer
+
+    dev = open_device(path, writable=False)
+    try:
+        buf = aligned_buffer(length)
+        dev.pread_into(position, buf)
+        return bytes(buf)
+    finally:
+        dev.close()
 
 
 def _records(cli, dev: str) -> list[dict]:
@@ -135,6 +154,27 @@ def test_sealed_crash_hole_stays_explained_and_drains(cli, wal_dev, tmp_path):
     assert _records(cli, wal_dev) == []
 
 
+def test_a_lost_block_below_the_durable_points_is_corruption_the_writer_will_not_seal(cli, tmp_path):
+    """A block zeroed after the clean close that covered it (the checkpoint's log end is past it):
+    its records were acknowledged. recover, upload and append all call it corruption (exit 3); the
+    writer does not seal it as a crash hole (that hid acknowledged records as "never
+    acknowledged", and upload then trimmed them away), and writes nothing."""
+    dev = str(tmp_path / "wal.img")
+    assert cli("init", dev, "--capacity", "1MiB").exit_code == 0
+    for data in ("rec-a", "rec-b", "rec-c"):
+        assert cli("append", dev, "--stream", "3", data).exit_code == 0
+    _device_write(dev, HEADERS_SIZE + 4096, bytes(4096))
+    mark_ungraceful(dev)
+    before = open(dev, "rb").read()
+    res = cli("append", dev, "--stream", "3", "rec-d")
+    assert res.exit_code == 3 and "1 finding a crash does not explain" in res.stderr, res
+    assert "below the checkpoint's log end" in res.stderr, res
+    assert open(dev, "rb").read() == before
+    assert cli("recover", dev).exit_code == 3
+    assert cli("upload", dev, "--store", tmp_path / "store").exit_code == 3
+    assert open(dev, "rb").read() == before
+
+
 def test_crash_hole_before_sealing_uploads_too(cli, tmp_path):
     """Before the next writer opens, the hole finding itself explains the gap (as before this issue)."""
     dev = str(tmp_path / "wal.img")
@@ -153,9 +193,11 @@ def test_gap_at_the_store_boundary_after_a_crash_is_explained(cli, tmp_path):
     assert cli("init", dev, "--capacity", "1MiB").exit_code == 0
     assert cli("append", dev, "--stream", "3", "rec-a").exit_code == 0
     assert cli("upload", dev, "--store", store).exit_code == 0  # uploads rec-a, trims to it
+    headers = _device_read(dev, 0, HEADERS_SIZE)  # (the crash's headers: see _crash_hole)
     for data in ("rec-b", "rec-c"):
         assert cli("append", dev, "--stream", "3", data).exit_code == 0  # blocks at 4096 and 8192
     _device_write(dev, HEADERS_SIZE + 4096, bytes(4096))
+    _device_write(dev, 0, headers)
     mark_ungraceful(dev)
     assert cli("append", dev, "--stream", "3", "rec-d").exit_code == 0  # seals the hole
     res = cli("upload", dev, "--store", store, "--json")
@@ -264,7 +306,7 @@ def test_a_bad_batch_written_by_hand_does_not_stop_other_streams(cli, wal_dev, t
 
     res = cli("upload", wal_dev, "--store", store, "--json")
     assert res.exit_code == 3, res
-    assert "hold no StreamRecordBatch" in res.error_line()
+    assert "1 record holds no StreamRecordBatch" in res.error_line()
     out = res.json_lines()[-1]
     assert out["error"]["code"] == 3 and [b["offset"] for b in out["bad_records"]] == [bad_offset]
     assert out["records"] == 2 and out["trimmed_to"] == 0  # trimmed only up to the record before it

@@ -114,7 +114,7 @@ def test_the_evidence_file_and_the_warnings(tmp_path, monkeypatch):
     warnings: list[str] = []
     target = cr._keep_evidence(repair, path, False, warnings)
     assert target == path + ".repair-5.broken.json"
-    assert warnings == [f"crash repair overwrote 3 bytes in 2 range(s); the bytes they held are kept in {target}"]
+    assert warnings == [f"crash repair overwrote 3 bytes in 2 ranges; the bytes they held are kept in {target}"]
     with open(target, encoding="utf-8") as f:
         text = f.read()
     assert text == json.dumps({"wal": path, **repair.to_json(), "evidence_file": target}, indent=1) + "\n"
@@ -122,7 +122,7 @@ def test_the_evidence_file_and_the_warnings(tmp_path, monkeypatch):
     assert cr._keep_evidence(repair, path, False, None) == target  # no warnings list: none
     warnings.clear()
     assert cr._keep_evidence(repair, "/dev/loop9", True, warnings) is None
-    assert warnings == ["crash repair overwrote 3 bytes in 2 range(s); they are kept only in this run's result: "
+    assert warnings == ["crash repair overwrote 3 bytes in 2 ranges; they are kept only in this run's result: "
                         "set WALCTL_REPAIR_EVIDENCE_DIR to keep them in a file"]
     assert cr._keep_evidence(repair, None, False, None) is None
     monkeypatch.setenv(cr.EVIDENCE_DIR_ENV, str(tmp_path / "missing"))

@@ -148,13 +148,15 @@ class _NoMetrics:
 
 def _bad_records_error(result, device: str, out: dict):
     """The CorruptionError (exit 3) for records that hold no StreamRecordBatch, or None."""
+    from walctl import human
     from walctl.errors import CorruptionError
 
     if not result.bad_records:
         return None
     first = result.bad_records[0]
     return CorruptionError(
-        f"{len(result.bad_records)} record(s) hold no StreamRecordBatch (first at WAL offset {first['offset']}: "
+        f"{human.plural(len(result.bad_records), 'record')} {'holds' if len(result.bad_records) == 1 else 'hold'} "
+        f"no StreamRecordBatch (first at WAL offset {first['offset']}: "
         f"{first['reason']}); the other records were uploaded", where=device, offset=first["offset"],
         hint="the WAL is not trimmed past it; see the warning above for how to save and drop it", summary=out)
 

@@ -166,8 +166,11 @@ def _open(request: AppendRequest, hooks: AppendHooks) -> AppendRun:
     for message in opened.warnings:
         hooks.on_warning(message)
     if opened.sealed_ranges:
-        hooks.on_warning(f"{request.device}: the last writer did not close cleanly; sealed {opened.sealed_ranges} "
-                         f"damaged range(s) of its last window before appending")
+        from walctl import sizes
+
+        hooks.on_warning(f"{request.device}: the last writer did not close cleanly; sealed "
+                         f"{sizes.plural(opened.sealed_ranges, 'damaged range')} "
+                         f"of its last window before appending")
     writer = opened.writer
     writer.on_acks, writer.on_frames = hooks.on_acks, hooks.on_frames
     listener, uploader = _start_background(request, writer, hooks)

@@ -153,11 +153,14 @@ def evidence_path(path: str | None, repaired_at_ns: int, is_block_device: bool, 
 def _keep_evidence(repair: RepairResult, path: str | None, is_block_device: bool,
                    warnings: list[str] | None) -> str | None:
     """Write the evidence durably (before any patch) where evidence_path says; return that path."""
+    from walctl import sizes
+
     target = evidence_path(path, repair.repaired_at_ns, is_block_device)
     total = sum(len(o.data) for o in repair.evidence)
     if target is None:
         if warnings is not None:
-            warnings.append(f"crash repair overwrote {total} bytes in {repair.ranges} range(s); they are kept "
+            warnings.append(f"crash repair overwrote {sizes.plural(total, 'byte')} in {sizes.plural(repair.ranges, 'range')}; "
+                            f"they are kept "
                             f"only in this run's result: set {EVIDENCE_DIR_ENV} to keep them in a file")
         return None
     doc = {"wal": path, **repair.to_json()}
@@ -168,7 +171,8 @@ def _keep_evidence(repair: RepairResult, path: str | None, is_block_device: bool
         raise IOFailure(f"cannot keep the bytes crash repair would overwrite: {exc.strerror}", where=target,
                         hint=f"nothing was repaired; free space there (or set {EVIDENCE_DIR_ENV})") from exc
     if warnings is not None:
-        warnings.append(f"crash repair overwrote {total} bytes in {repair.ranges} range(s); the bytes they "
+        warnings.append(f"crash repair overwrote {sizes.plural(total, 'byte')} in {sizes.plural(repair.ranges, 'range')}; "
+                        f"the bytes they "
                         f"held are kept in {target}")
     return target
 

@@ -144,7 +144,7 @@ def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
         if scan_without_checkpoint and checkpoint is None:
             scan = True
         if scan or not header.clean:
-            result = _scan_for_writer(dev, header, path, keep_offsets)
+            result = _scan_for_writer(dev, state, path, keep_offsets)
             if not header.clean:
                 repair = repair_crash_damage(dev, header, result, path=path, warnings=warnings)
                 next_offset = result.next_block_offset
@@ -162,11 +162,17 @@ def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
                      checkpoint, repair)
 
 
-def _scan_for_writer(dev: Device, header: WalHeader, path: str, keep_offsets: bool) -> reader.ScanResult:
+def _scan_for_writer(dev: Device, state: HeaderState, path: str, keep_offsets: bool) -> reader.ScanResult:
     from walctl.wal import reader
-    from walctl.wal.verdict import unexplained_error
+    from walctl.wal.verdict import durable_points, judge_by_durable, unexplained_error
 
+    header = state.header
     result = reader.scan_report(dev, header, keep_offsets=keep_offsets)
+    if not header.clean:
+        # A hole below a durable point (the checkpoint's log end, the header's recorded end) held
+        # acknowledged records: corruption, as recover and upload call it, never a crash hole to
+        # seal, however far the crashed writer's window reached (FORMATS.md 1.4).
+        judge_by_durable(result.findings, durable_points(state))
     # A bad batch is a whole, valid record whose body is not a StreamRecordBatch: the log's
     # framing is intact, so writing after it overwrites no evidence (recover shows it).
     exc = unexplained_error(result.findings, path, framing_only=True,

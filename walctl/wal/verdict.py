@@ -45,8 +45,10 @@ def unexplained_error(findings: list[Finding], where: str, *, framing_only: bool
     corrupt = unexplained(findings, framing_only=framing_only)
     if not corrupt:
         return None
+    from walctl import sizes
+
     first = corrupt[0]
-    return CorruptionError(f"{len(corrupt)} finding(s) a crash does not explain; first: {first.kind} at offset "
+    return CorruptionError(f"{sizes.plural(len(corrupt), 'finding')} a crash does not explain; first: {first.kind} at offset "
                            f"{first.offset} ({first.reason}; {first.verdict_rule})", where=where,
                            offset=first.offset, hint=hint, summary=summary)
 
@@ -145,11 +147,13 @@ class RecoverRun:
         """The warning a run whose log moved under it owes its reader (docs/CLI.md), or None."""
         if self.log_moved is None or not self.held:
             return None
+        from walctl import sizes
+
         n = len(self.held)
-        what = f"{n} finding(s) seen after it moved"
+        what = f"{sizes.plural(n, 'finding')} seen after it moved"
         if not self.settled:
             return (f"the log moved during the read ({self.log_moved}) and kept moving under {self.rescans} "
-                    f"rescan(s): {what} were not judged (explained_by_log_move); run recover again when the "
+                    f"{'rescan' if self.rescans == 1 else 'rescans'}: {what} were not judged (explained_by_log_move); run recover again when the "
                     f"writer is idle for a verdict")
         if any(f.moved for f in self.held):
             return (f"the log moved during the read ({self.log_moved}): {what} are the writer's work in "

@@ -25,11 +25,15 @@ def trim_after_commit(wal_path: str, trim_offset: int, records: _Records, result
     trim_to = result.last_offset
     bad = records.bad
     if bad:
+        from walctl import sizes
+
         # Leave the first bad record live for 'recover': trim only to the last record before it.
         trim_to = records.good_before_bad
         first = bad[0]
         result.warnings.append(
-            f"{len(bad)} record(s) are not StreamRecordBatches and were not uploaded (first at WAL offset "
+            f"{sizes.plural(len(bad), 'record')} "
+            f"{'is not a StreamRecordBatch and was' if len(bad) == 1 else 'are not StreamRecordBatches and were'} "
+            f"not uploaded (first at WAL offset "
             f"{first.offset}); the WAL is not trimmed past it: save it with 'walctl recover {wal_path} "
             f"--from {first.offset} --to {first.offset + 1} --payload hex', then drop it with "
             f"'walctl trim {wal_path} {max(records.last_good or -1, bad[-1].offset)}'")
