@@ -218,3 +218,30 @@ def test_rows_summary_runs_the_c_loop_when_built_and_the_twin_without_it(monkeyp
     assert bulk.rows_summary(rows, 0, 2) == ("from C",) and calls == [(0, 2)]
     monkeypatch.setattr(bulk, "_native", None)  # WALCTL_NO_NATIVE: the twin, whatever else is loaded
     assert bulk.rows_summary(rows, 0, 2) == (False, True, 7, True, 11) and calls == [(0, 2)]
+
+
+# ---- inputs the property tests draw only by luck (a full run found them alive) -----------------
+
+def test_stop_error_reads_only_up_to_end():
+    buf = rec.encode_record(0, b"abc")  # intact, but `end` cuts its header at 20
+    err = bulk.decode_records(buf, 0, end=20).stop.error(buf, 20)
+    assert isinstance(err, TruncatedError) and (err.expected, err.found) == (24, 20)
+    err = bulk.Stop(bulk.TRUNCATED_BODY, 0, 0).error(buf, 26)
+    assert isinstance(err, TruncatedError) and (err.expected, err.found) == (3, 2)
+
+
+def test_pack_fills_up_to_the_limit_exactly_from_a_position():
+    for limit, want in ((36, (0, 10)), (37, (1, 37)), (64, (1, 37)), (65, (2, 65))):
+        for got in both(bulk.pack_records, bytearray(100), 10, limit, 500, [b"abc", b"defg"]):
+            assert got == want, limit
+    out = bytearray(100)
+    bulk.pack_records(out, 10, 65, 500, [b"abc", b"defg"])
+    assert bytes(out[10:65]) == rec.encode_record(500, b"abc") + rec.encode_record(527, b"defg")
+    assert not any(out[65:])
+
+
+def test_split_lines_with_max_records_zero_and_an_empty_first_line():
+    for got in both(bulk.split_lines, b"a\nb\n", 0, 0):
+        assert (got.pairs(), got.next_pos) == ([], 0)
+    for got in both(bulk.split_lines, b"\n\nx\n"):
+        assert (got.pairs(), got.next_pos) == ([(0, 0), (1, 0), (2, 1)], 4)
