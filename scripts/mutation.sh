@@ -28,7 +28,7 @@ selection() {
     walctl/format/object.py)   echo "tests/format/test_format_object.py tests/format/test_entry_rows.py tests/format/test_batch_shapes.py tests/format/test_object_messages.py" ;;
     walctl/format/record.py)   echo "tests/format/test_format_record.py tests/format/test_record_messages.py tests/format/test_format_batch.py" ;;
     walctl/format/batch.py)    echo "tests/format/test_format_batch.py tests/format/test_format_record.py tests/format/test_batch_shapes.py tests/format/test_batch_messages.py" ;;
-    walctl/format/bulk.py)     echo "tests/format/test_native.py" ;;
+    walctl/format/bulk.py)     echo "tests/format/test_native.py tests/format/test_bulk_units.py" ;;
     walctl/format/crc.py)      echo "tests/format/test_native.py tests/format/test_format_header.py tests/format/test_crc_loading.py" ;;
     walctl/format/footer.py)   echo "tests/format/test_format_object.py tests/format/test_object_structs.py tests/format/test_object_messages.py" ;;
     walctl/format/index.py)    echo "tests/format/test_format_object.py tests/format/test_object_structs.py tests/format/test_object_messages.py" ;;
@@ -38,7 +38,7 @@ selection() {
     walctl/format/checkpoint.py) echo "tests/format/test_format_checkpoint.py tests/format/test_checkpoint_messages.py" ;;
     walctl/format/composite.py) echo "tests/format/test_composite.py" ;;
     walctl/format/checks.py)   echo "tests/format/test_object_structs.py tests/format/test_object_messages.py tests/format/test_batch_messages.py tests/format/test_record_messages.py tests/format/test_format_object.py" ;;
-    walctl/format/framepack.py) echo "tests/format/test_framepack.py" ;;
+    walctl/format/framepack.py) echo "tests/format/test_framepack.py tests/format/test_framepack_units.py" ;;
     walctl/format/seal.py)     echo "tests/format/test_format_seal.py tests/format/test_seal_messages.py" ;;
     walctl/format/*.py)        echo "tests/format" ;;
     walctl/store/manifest.py)  echo "tests/store/test_manifest.py tests/store/test_manifest_race.py tests/store/test_manifest_edges.py tests/store/test_manifest_units.py" ;;
