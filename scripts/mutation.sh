@@ -45,10 +45,10 @@ selection() {
     walctl/store/manifest_schema.py) echo "tests/store/test_manifest_schema.py tests/store/test_manifest.py tests/store/test_manifest_edges.py" ;;
     walctl/wal/decoder.py)     echo "tests/wal/test_decoder.py tests/wal/test_decoder_units.py" ;;
     walctl/wal/findings.py)    echo "tests/wal/test_gaps_findings_units.py" ;;
-    walctl/wal/framing.py)     echo "tests/wal/test_framing_units.py tests/cli/test_append_framing.py" ;;
+    walctl/wal/framing.py)     echo "tests/wal/test_framing_units.py tests/wal/test_framing_units2.py tests/cli/test_append_framing.py" ;;
     walctl/wal/gaps.py)        echo "tests/wal/test_gaps_findings_units.py" ;;
-    walctl/wal/headers.py)     echo "tests/wal/test_headers_units.py" ;;
-    walctl/wal/reader.py)      echo "tests/wal/test_reader_units.py tests/wal/test_decoder.py" ;;
+    walctl/wal/headers.py)     echo "tests/wal/test_headers_units.py tests/wal/test_headers_units2.py" ;;
+    walctl/wal/reader.py)      echo "tests/wal/test_reader_units.py tests/wal/test_reader_units2.py tests/wal/test_decoder.py" ;;
     walctl/wal/crash_repair.py) echo "tests/wal/test_crash_repair_units.py tests/wal/test_wal_engine.py -k repair" ;;
     walctl/pipeline/upload/spool.py) echo "tests/pipeline/test_mut_upload_spool.py tests/store/test_upload_spool.py" ;;
     walctl/pipeline/upload/plan.py)  echo "tests/pipeline/test_mut_upload_plan.py" ;;
