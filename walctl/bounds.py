@@ -15,6 +15,7 @@ import re
 from walctl.errors import UsageError
 from walctl.format import record as rec
 from walctl.format.batch import HEADER_SIZE as BATCH_HEADER_SIZE
+from walctl.sizes import plural
 
 INT64_MAX = (1 << 63) - 1  # streamId, epoch, baseOffset: signed 64-bit (FORMATS.md 2)
 UINT32_MAX = (1 << 32) - 1  # count, payloadLength, bodyLength: unsigned 32-bit
@@ -39,7 +40,7 @@ def stream_id(value: int, option: str = "--stream") -> int:
 
 def base_offset(value: int, count: int = 1, option: str = "--base-offset") -> int:
     """A baseOffset from which ``count`` offsets follow: every batch end stays below 2^63."""
-    return check_range(value, option, f"StreamRecordBatch baseOffset (int64) with {count} record(s) after it",
+    return check_range(value, option, f"StreamRecordBatch baseOffset (int64) with {plural(count, 'record')} after it",
                        0, OFFSET_END_LIMIT - 1 - max(count, 1),
                        f"0..2^63-1-{max(count, 1)} (the last batch's end offset, base + count, must be < 2^63)")
 

@@ -215,7 +215,7 @@ def wal_status(path: str, *, scan: bool = False, progress=None, verify: VerifyRe
                     for f in scan.corrupt:
                         f.moved = True  # not judged: the log kept moving (docs/CLI.md)
                     warnings.append(f"the log moved during the scan ({moved}) and kept moving under {rescans} "
-                                    "rescan(s): its findings were not judged; run status --scan again when the "
+                                    f"{'rescan' if rescans == 1 else 'rescans'}: its findings were not judged; run status --scan again when the "
                                     "writer is idle")
                 elif not scan.corrupt:
                     warnings.append(f"the log moved during the scan ({moved}): rescanned the log as it is now "

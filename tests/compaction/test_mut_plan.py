@@ -108,7 +108,7 @@ def test_the_plan_s_json():
     doc = plan.to_json()
     so, sso = plan.outputs
     assert doc == {
-        "idle": False, "reason": "compact 2 stream set object(s) into 2 object(s) in 1 iteration(s), 1 range(s) dropped",
+        "idle": False, "reason": "compact 2 stream set objects into 2 objects in 1 iteration, 1 range dropped",
         "memory_limit_bytes": 1000, "split_size_bytes": 250, "read_cut_bytes": 150, "min_part_bytes": 3,
         "tasks": 2, "task_memory_bytes": 500, "input_count": 2, "input_ids": [1, 2],
         "input_bytes": a[0].size + b[0].size, "inputs": [a[0].to_json(), b[0].to_json()],
@@ -167,7 +167,7 @@ def test_an_input_without_its_index_is_named():
     del indexes[3], indexes[1]
     with pytest.raises(ValueError) as err:
         plan_compaction(manifest, indexes)
-    assert str(err.value) == "no index given for input object(s) [1, 3]"
+    assert str(err.value) == "no index given for input objects [1, 3]"
 
 
 def test_the_idle_reasons_and_the_dropped_reason():
@@ -179,7 +179,7 @@ def test_the_idle_reasons_and_the_dropped_reason():
     manifest, indexes = store(fake_sso(1, {1: blocks(0, 1, 10)}), fake_sso(2, {1: blocks(10, 1, 10)}), streams={})
     plan = plan_compaction(manifest, indexes)
     assert not plan.idle
-    assert plan.reason == "all data of the 2 input(s) is dropped: they are removed, nothing is written"
+    assert plan.reason == "all data of the 2 inputs is dropped: they are removed, nothing is written"
 
 
 def test_inputs_are_sorted_by_order_then_id_and_copied():

@@ -141,7 +141,7 @@ def test_a_problem_names_its_block_and_the_data_crc_is_explained_by_it():
     report = obj.verify_report(bytes(data))
     crc, bounds = report.problems
     assert located(crc) == (0, "ChecksumError", None, None, None, None, None)
-    assert crc.explanation == "explained by the damaged block(s) at [78, 128)"
+    assert crc.explanation == "explained by the damaged block at [78, 128)"
     assert located(bounds) == (105, "BoundsError", 78, 128, 3, 13, 17)
     assert bounds.message == "StreamRecordBatch baseOffset = 12 out of bounds (== 13, the index entry's startOffset)"
     assert bounds.explanation is None
@@ -158,7 +158,7 @@ def test_the_data_crc_explanation_lists_every_damaged_block():
         (0, "BadMagicError", 0, 78, 3, 10, 13),
         (139, "BoundsError", 128, 201, 7, 0, 5),
     ]
-    assert problems[0].explanation == "explained by the damaged block(s) at [0, 78), [128, 201)"
+    assert problems[0].explanation == "explained by the damaged blocks at [0, 78), [128, 201)"
     assert problems[1].message == "DataBlock header: bad magic 0x5B, expected 0x5A"
 
 
@@ -169,7 +169,7 @@ def test_damage_inside_a_payload_is_explained_as_such():
     assert (p.position, p.kind) == (0, "ChecksumError")
     assert p.message.startswith("object data [0, 201): crc mismatch")
     assert p.explanation == (
-        "every block checks out against its index entry and its batches, so the changed byte(s) lie inside a "
+        "every block checks out against its index entry and its batches, so the changed bytes lie inside a "
         "batch payload, which carries no checksum of its own: no check can name the block")
 
 

@@ -225,7 +225,7 @@ def test_hung_task_is_cancelled_at_the_task_timeout_and_rolled_back(tmp_path, tw
     assert proc.returncode == 6, stderr[-3000:]
     (line,) = error_lines(stderr)
     assert line.startswith("walctl: error: the Spark job did not finish within 20s and was cancelled: 1 of its 1 "
-                           "task(s) still running"), line
+                           "task still running"), line
     assert "local[1]" in line and "--task-timeout" in line and "nothing was committed" in line
     out = json.loads(stdout)
     assert out["error"]["code"] == 6 and out["commit_number"] is None and out["task_timeout_seconds"] == 20

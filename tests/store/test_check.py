@@ -206,7 +206,7 @@ def test_inspect_object_names_a_truncated_object(tmp_path):
         assert code == 3 and named in err and "TARGET" not in err, err
         code, out, err = cli("inspect-object", *args, "--deep")  # (was: "bad magic" and no verdict)
         assert code == 3, err
-        assert f"VERDICT: DAMAGED: 2 problem(s); first at byte {cut}: {named}" in out
+        assert f"VERDICT: DAMAGED: 2 problems; first at byte {cut}: {named}" in out
         code, out, _ = cli("inspect-object", *args, "--deep", "--json")
         summary = json.loads(out.strip().splitlines()[-1])
         assert summary["verdict"] == "damaged" and named in summary["verdict_line"]
@@ -257,7 +257,7 @@ def test_the_reported_case_a_9_mib_object_cut_to_5000000_bytes(tmp_path):
     os.truncate(tmp_path / "store" / o.key, 5_000_000)
     named = f"truncated: 5,000,000 of {o.size:,} bytes"
     code, out, err = cli("inspect-object", tmp_path / "store" / o.key, "--deep")
-    assert code == 3 and f"VERDICT: DAMAGED: 2 problem(s); first at byte 5000000: {named}" in out, err
+    assert code == 3 and f"VERDICT: DAMAGED: 2 problems; first at byte 5000000: {named}" in out, err
     code, out, err = cli("check", "--store", tmp_path / "store")
     assert code == 3 and named in out and named in err
 

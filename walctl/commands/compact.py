@@ -15,6 +15,7 @@ from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIME
                                      emit_json, s3_settings, stdout_console, warn)
 from walctl.errors import WalctlError
 from walctl.options import Duration, Rate, Size, spark_master, stream_offset
+from walctl.sizes import plural
 
 if TYPE_CHECKING:
     from walctl.store.base import Store
@@ -465,7 +466,7 @@ def _render(out: dict) -> None:
     budget = ", ".join(f"{what} {format_size(int(r))}/s" for what, r in
                        (("read", out["read_rate_bytes_per_s"]), ("write", out["write_rate_bytes_per_s"])) if r)
     if budget:
-        console.print(f"budget: {budget}, expected {out['expected_seconds']} s ({plan['tasks']} task(s) at once, "
+        console.print(f"budget: {budget}, expected {out['expected_seconds']} s ({plural(plan['tasks'], 'task')} at once, "
                       "each with its share)", markup=False)
     inputs = Table(title="inputs", title_justify="left")
     for col in ("id", "key", "size"):

@@ -120,8 +120,10 @@ def _inspect(target, store, deep, records, payload, namespace, stream, endpoint_
     if deep and not json_out:
         stdout_console().print(result.verdict(), markup=False)
     if problems:
+        from walctl import human
+
         first = primary_problem(problems)
-        raise CorruptionError(f"{len(problems)} problem(s); first at byte {first.position}: {first.message}",
+        raise CorruptionError(f"{human.plural(len(problems), 'problem')}; first at byte {first.position}: {first.message}",
                               where=key, offset=first.position, summary=summary if json_out else None)
     if json_out:
         emit_json(summary)

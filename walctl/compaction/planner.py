@@ -37,6 +37,7 @@ from walctl.compaction.plan import (
 )
 from walctl.errors import CorruptionError, UsageError
 from walctl.format.object import FOOTER_SIZE, INDEX_ENTRY_SIZE, IndexEntry
+from walctl.sizes import plural
 
 if TYPE_CHECKING:
     from walctl.store.manifest import LiveObject, Manifest, StreamSpan
@@ -219,7 +220,7 @@ def plan_compaction(manifest: Manifest, indexes: Mapping[int, Sequence[IndexEntr
         return make(True, "no stream set object to compact")
     missing = [o.id for o in inputs if o.id not in indexes]
     if missing:
-        raise ValueError(f"no index given for input object(s) {missing}")
+        raise ValueError(f"no index given for input {'object' if len(missing) == 1 else 'objects'} {missing}")
     kept, dropped = _kept_and_dropped(inputs, indexes, manifest.streams, dict(retention or {}),
                                       object_order)
     if len(inputs) < 2 and not dropped:
@@ -232,10 +233,11 @@ def plan_compaction(manifest: Manifest, indexes: Mapping[int, Sequence[IndexEntr
                             tuple(pieces_of[index]))
                for index, (kind, ranges) in enumerate(groups)]
     if not kept:
-        reason = f"all data of the {len(inputs)} input(s) is dropped: they are removed, nothing is written"
+        reason = (f"all data of the {plural(len(inputs), 'input')} is dropped: "
+                  f"{'it is' if len(inputs) == 1 else 'they are'} removed, nothing is written")
     else:
-        reason = (f"compact {len(inputs)} stream set object(s) into {len(outputs)} object(s) "
-                  f"in {len(iterations)} iteration(s), {len(dropped)} range(s) dropped")
+        reason = (f"compact {plural(len(inputs), 'stream set object')} into {plural(len(outputs), 'object')} "
+                  f"in {plural(len(iterations), 'iteration')}, {plural(len(dropped), 'range')} dropped")
     return make(False, reason, dropped, iterations, oversized, outputs)
 
 

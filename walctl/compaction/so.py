@@ -52,6 +52,7 @@ from walctl.errors import CorruptionError, UsageError
 from walctl.failpoints import failpoint
 from walctl.format.crc import crc32c_combine
 from walctl.format.index_entry import IndexEntry
+from walctl.sizes import plural
 from walctl.store import manifest as mf
 from walctl.store.base import MIN_PART_BYTES, CopySource
 from walctl.store.multipart import plan_compose_parts
@@ -184,7 +185,7 @@ def coverage_plan(so_plan: SoPlan, indexes: dict[int, ObjectIndex]):
         iterations.append(Iteration(n, (piece,), reads, data))
     dropped = tuple(Dropped(r, reason) for o, reason in so_plan.expired for r in ranges_of(o))
     return CompactionPlan(tuple(so_plan.inputs), dropped, tuple(iterations), False,
-                          f"merge {len(so_plan.groups)} group(s) of stream objects", 0, 0, outputs=tuple(outputs))
+                          f"merge {plural(len(so_plan.groups), 'group')} of stream objects", 0, 0, outputs=tuple(outputs))
 
 
 @dataclass
@@ -216,7 +217,7 @@ class SoResult:
             "level": "so", "idle": self.idle, "dry_run": self.dry_run,
             "reason": ("nothing to compact: no two consecutive stream objects of a stream fit the target, "
                        "none expired") if self.idle else
-                      f"merge {len(self.plan.groups)} group(s) of stream objects, drop {len(self.plan.expired)}",
+                      f"merge {plural(len(self.plan.groups), 'group')} of stream objects, drop {len(self.plan.expired)}",
             "target_size_bytes": self.plan.target_size,
             "objects_in": len(self.plan.inputs), "objects_out": len(self.plan.groups),
             "expired": [{"id": o.id, "key": o.key, "reason": why} for o, why in self.plan.expired],

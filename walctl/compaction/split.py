@@ -49,6 +49,7 @@ from walctl.errors import CorruptionError, RefusedError
 from walctl.failpoints import failpoint
 from walctl.format.crc import _CRC32C_POLY, _multmodp, crc32c, crc32c_combine
 from walctl.format.index_entry import IndexEntry
+from walctl.sizes import plural
 from walctl.store import manifest as mf
 from walctl.store.base import MIN_PART_BYTES, CopySource
 
@@ -121,7 +122,7 @@ def coverage_plan(inputs: list[mf.LiveObject], runs: list[Run],
         reads = (Read(run.sso.id, run.sso.key, run.start, run.end, ranges),)
         iterations.append(Iteration(n, (piece,), reads, run.size))
     gone = tuple(Dropped(rng(o, e), why) for o, e, why in dropped)
-    return CompactionPlan(tuple(inputs), gone, tuple(iterations), False, f"force split {len(inputs)} SSO(s)", 0, 0,
+    return CompactionPlan(tuple(inputs), gone, tuple(iterations), False, f"force split {plural(len(inputs), 'SSO')}", 0, 0,
                           outputs=tuple(outputs))
 
 
@@ -154,7 +155,7 @@ class SplitResult:
             "level": "split", "idle": self.idle, "dry_run": self.dry_run,
             "reason": "nothing to split: no stream set object" + (" older than the limit" if self.older_than_s
                                                                     else "") if self.idle else
-                      f"force split {len(self.inputs)} SSO(s) into {len(self.outputs)} SO(s)",
+                      f"force split {plural(len(self.inputs), 'SSO')} into {plural(len(self.outputs), 'SO')}",
             "older_than_s": self.older_than_s,
             "objects_in": len(self.inputs), "objects_out": len(self.outputs),
             "input_ids": [o.id for o in self.inputs], "outputs": self.outputs, "dropped": self.dropped,

@@ -649,10 +649,10 @@ def _locate(data, entries: list[IndexEntry], problems: list[Problem], index_star
         if p.kind == "ChecksumError" and p.position == 0 and p.message.startswith("object data"):
             if damaged:
                 blocks = ", ".join(f"[{a}, {b})" for a, b in damaged)
-                why = f"explained by the damaged block(s) at {blocks}"
+                why = f"explained by the damaged {'block' if len(damaged) == 1 else 'blocks'} at {blocks}"
             else:
                 why = ("every block checks out against its index entry and its batches, so the changed "
-                       "byte(s) lie inside a batch payload, which carries no checksum of its own: no check "
+                       "bytes lie inside a batch payload, which carries no checksum of its own: no check "
                        "can name the block")
             p = dataclasses.replace(p, explanation=why)
         located.append(p)

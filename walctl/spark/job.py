@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 from walctl.errors import IOFailure
+from walctl.sizes import plural
 from walctl.spark.classify import classify, task_error
 # The session's prerequisites, for the callers that ask the driver module (selftest, compact).
 from walctl.spark.session import (  # noqa: F401 - re-exported
@@ -337,7 +338,7 @@ def job_timeout(sc, group: str, timeout_s: float) -> JobTimeout:
     executors, running, total = state["executors"], state["running"], state["tasks"]
     if running:
         # (an executor that stops answering, not killed, counts as running until spark.network.timeout)
-        why = (f"{running} of its {total} task(s) still running on {executors} executor(s) (a hung task, an "
+        why = (f"{running} of its {plural(total, 'task')} still running on {plural(executors, 'executor')} (a hung task, an "
                "executor that stopped answering, or a compaction longer than the timeout?)")
         hint = ("look at the executors' logs for the task that hangs; if the compaction is only long, raise "
                 "--task-timeout (or its budgets); nothing was committed")
@@ -347,7 +348,7 @@ def job_timeout(sc, group: str, timeout_s: float) -> JobTimeout:
                 "'requires more resource than any of Workers could have' in its log; nothing was committed, "
                 "rerun then")
     else:
-        why = f"none of its {total} task(s) is running on the {executors} executor(s) (lost executors?)"
+        why = f"none of its {plural(total, 'task')} is running on the {plural(executors, 'executor')} (lost executors?)"
         hint = "check the executors' logs and the master's; nothing was committed, rerun then"
     return JobTimeout(f"the Spark job did not finish within {duration_text(timeout_s)} and was cancelled: {why}",
                       where=sc.master, hint=hint)

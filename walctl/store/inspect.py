@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from walctl.errors import BadMagicError, FormatError, NotFoundError, TruncatedError, UsageError, ZeroedError
+from walctl.sizes import plural
 from walctl.store.base import S3Settings, Store
 from walctl.store.manifest import DEFAULT_NAMESPACE, object_key
 
@@ -41,7 +42,7 @@ class InspectResult:
         first = primary_problem(r.problems)
         where = (f" in block [{first.block_position}, {first.block_end}) of stream {first.stream_id} offsets "
                  f"[{first.start_offset}, {first.end_offset})" if first.block_position is not None else "")
-        return f"VERDICT: DAMAGED: {len(r.problems)} problem(s); first at byte {first.position}{where}: {first.message}"
+        return f"VERDICT: DAMAGED: {plural(len(r.problems), 'problem')}; first at byte {first.position}{where}: {first.message}"
 
 
 def resolve(target: str, store_url: str | None, endpoint_url: str | None, namespace: str | None = None, *,
@@ -274,7 +275,7 @@ def _inspect_composite(store: Store, key: str, tail: bytes, size: int, before: i
     result = InspectResult(key, size, footer, comp.entries, store.stats.get - before, deep=deep, composite=comp)
     members = ", ".join(f"{m.object_id} ({member_key(key, m.object_id)})" for m in comp.members)
     result.notes.append(f"AutoMQ composite object: no data of its own; its {len(comp.entries)} index entries "
-                        f"point into {len(comp.members)} member object(s): {members}")
+                        f"point into {plural(len(comp.members), 'member object')}: {members}")
     if deep:
         problems: list = []
         blocks = batches = 0
