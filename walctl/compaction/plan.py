@@ -225,7 +225,9 @@ class CompactionPlan:
     def dropped_bytes(self) -> int:
         return sum(d.range.size for d in self.dropped)
 
-    def to_json(self) -> dict:
+    def summary_json(self) -> dict:
+        """The plan's settings, inputs and totals: what every rendering of it shares (to_json adds
+        every list; compact's --json, walctl.spark.compact.plan_json, bounded forms of them)."""
         return {
             "idle": self.idle, "reason": self.reason,
             "memory_limit_bytes": self.memory_limit, "split_size_bytes": self.split_size,
@@ -235,13 +237,18 @@ class CompactionPlan:
             "input_bytes": sum(o.size for o in self.inputs),
             "inputs": [o.to_json() for o in self.inputs],
             "dropped_count": len(self.dropped), "dropped_bytes": self.dropped_bytes,
-            "dropped": [d.to_json() for d in self.dropped],
-            "oversized": [r.to_json() for r in self.oversized],
             "iteration_count": len(self.iterations), "output_count": len(self.outputs),
             "so_count": sum(o.kind == SO for o in self.outputs),
             "sso_count": sum(o.kind == SSO for o in self.outputs),
             "gets": self.gets, "puts": self.puts,
             "bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
+        }
+
+    def to_json(self) -> dict:
+        return {
+            **self.summary_json(),
+            "dropped": [d.to_json() for d in self.dropped],
+            "oversized": [r.to_json() for r in self.oversized],
             "outputs": [o.to_json() for o in self.outputs],
             "iterations": [it.to_json(self.outputs) for it in self.iterations],
         }

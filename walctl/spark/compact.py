@@ -113,8 +113,6 @@ def plan_json(plan) -> dict:
     source ranges; each iteration carries counts and its outputs' indexes, never the outputs' or
     reads' lists again; dropped ranges are summed per source object, stream and reason.
     (compaction.plan's own to_json, with every list, is the planner's, for its tests.)"""
-    from walctl.compaction.plan import SO, SSO
-
     dropped: dict[tuple, dict] = {}
     for d in plan.dropped:
         r = d.range
@@ -129,23 +127,11 @@ def plan_json(plan) -> dict:
             got["size_bytes"] += r.size
             got["range_count"] += 1
     return {
-        "idle": plan.idle, "reason": plan.reason,
-        "memory_limit_bytes": plan.memory_limit, "split_size_bytes": plan.split_size,
-        "read_cut_bytes": plan.read_cut, "min_part_bytes": plan.min_part,
-        "tasks": plan.tasks, "task_memory_bytes": plan.task_memory,
-        "input_count": len(plan.inputs), "input_ids": [o.id for o in plan.inputs],
-        "input_bytes": sum(o.size for o in plan.inputs),
-        "inputs": [o.to_json() for o in plan.inputs],
-        "dropped_count": len(plan.dropped), "dropped_bytes": plan.dropped_bytes,
+        **plan.summary_json(),
         "dropped": list(dropped.values()),
         # (each oversized range is an iteration of its own: as many as those iterations)
         "oversized": [r.to_json() for r in plan.oversized],
         "oversized_count": len(plan.oversized), "oversized_bytes": sum(r.size for r in plan.oversized),
-        "iteration_count": len(plan.iterations), "output_count": len(plan.outputs),
-        "so_count": sum(o.kind == SO for o in plan.outputs),
-        "sso_count": sum(o.kind == SSO for o in plan.outputs),
-        "gets": plan.gets, "puts": plan.puts,
-        "bytes_read": plan.bytes_read, "bytes_written": plan.bytes_written,
         "outputs": [{"kind": o.kind, "data_bytes": o.data_bytes, "size_bytes": o.size_bytes, "puts": o.puts,
                      "parts": len(o.pieces), "range_count": len(o.ranges),
                      "streams": [{"stream_id": s, "start": a, "end": b, "bytes": n} for s, a, b, n in o.streams]}
