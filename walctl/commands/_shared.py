@@ -348,6 +348,24 @@ def silence_stdout() -> None:
         pass
 
 
+class StatusLine:
+    """One line of stderr rewritten in place (a terminal's live progress), cleared at the end."""
+
+    def __init__(self):
+        self.shown = False
+
+    def show(self, text: str) -> None:
+        sys.stderr.write("\r\033[K" + text)
+        sys.stderr.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+            self.shown = False
+
+
 def warn(message: str) -> None:
     """``walctl: warning: ...`` on stderr; nothing with --quiet."""
     if quiet_requested():

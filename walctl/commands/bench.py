@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from walctl.commands._shared import DeviceArg, JsonOpt, command, emit_json, stdout_console, warn
+from walctl.commands._shared import DeviceArg, JsonOpt, StatusLine, command, emit_json, stdout_console, warn
 from walctl.options import Duration, Size
 
 
@@ -169,11 +169,8 @@ def _render(report) -> None:
             console.print(f"wal blocks, p50/p99 µs: {parts} (budget is part of queued; budget: {budget_text})")
 
 
-class _Progress:
+class _Progress(StatusLine):
     """The live line on stderr (a terminal only): mode, elapsed time, rate so far."""
-
-    def __init__(self):
-        self.shown = False
 
     def __call__(self, label: str, count: int, nbytes: int, elapsed_s: float, duration_s: float) -> None:
         if elapsed_s <= 0:
@@ -181,15 +178,7 @@ class _Progress:
         unit = "records/s" if label.startswith("wal") else "IOPS"
         line = (f"{label}: {min(elapsed_s, duration_s):.1f}/{duration_s:g} s  {count / elapsed_s:,.0f} {unit}  "
                 f"{nbytes / (1 << 20) / elapsed_s:,.1f} MiB/s")
-        sys.stderr.write("\r\033[K" + line)
-        sys.stderr.flush()
-        self.shown = True
-
-    def clear(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
-            self.shown = False
+        self.show(line)
 
 
 def _progress() -> _Progress | None:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from walctl.commands._shared import JsonOpt, command, emit_json, quiet_requested, stdout_console, warn
+from walctl.commands._shared import JsonOpt, StatusLine, command, emit_json, quiet_requested, stdout_console, warn
 
 
 @command("selftest")
@@ -75,28 +75,13 @@ def selftest_cmd(
     raise exc
 
 
-class _Progress:
+class _Progress(StatusLine):
     """The check running now, on one line of stderr (a terminal) rewritten in place and cleared at the
     end: the table on stdout is the one list of checks (a line per check on stderr showed the list
     twice on a terminal)."""
 
-    def __init__(self):
-        self.shown = False
-
     def __call__(self, check) -> None:
-        import sys
-
-        sys.stderr.write(f"\r\033[Kselftest: {check.status.upper()} {check.name}")
-        sys.stderr.flush()
-        self.shown = True
-
-    def clear(self) -> None:
-        import sys
-
-        if self.shown:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
-            self.shown = False
+        self.show(f"selftest: {check.status.upper()} {check.name}")
 
 
 def _render(result) -> None:
