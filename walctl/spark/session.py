@@ -149,7 +149,13 @@ class jvm_stderr_filtered:
         os.dup2(write_end, 2)
         os.close(write_end)
         out = os.dup(self.saved)
-        threading.Thread(target=_forward, args=(read_end, out), name="walctl-jvm-stderr", daemon=True).start()
+        thread = threading.Thread(target=_forward, args=(read_end, out), name="walctl-jvm-stderr", daemon=True)
+        thread.start()
+        if not _FORWARDERS:
+            import atexit
+
+            atexit.register(_drain_forwarders)
+        _FORWARDERS.append(thread)
         return self
 
     def __exit__(self, *exc):
@@ -158,6 +164,17 @@ class jvm_stderr_filtered:
             os.dup2(self.saved, 2)
             os.close(self.saved)
         return False
+
+
+_FORWARDERS: list = []  # the forwarding threads started in this process
+FORWARD_DRAIN_S = 2.0  # at exit, how long to wait for the JVM's last lines (an error) to be forwarded
+
+
+def _drain_forwarders() -> None:
+    """At exit: let each forwarder copy what the JVM (now gone, or going) wrote last, so an error it
+    printed as it died is not lost with the daemon thread; bounded, in case a child holds the pipe."""
+    for thread in _FORWARDERS:
+        thread.join(FORWARD_DRAIN_S)
 
 
 def _forward(read_end: int, out: int) -> None:
