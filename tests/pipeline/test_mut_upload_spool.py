@@ -144,14 +144,16 @@ def test_close_drops_what_is_still_queued_and_refuses_more(monkeypatch):
     monkeypatch.setattr(spool, "SPOOL_WRITE_BLOCKS", 1)
     w = spool._SpoolWriter(blocks.block_buffers(4096))
     first, queued = _Seg(), _Seg()
-    release = threading.Event()
+    release, writing = threading.Event(), threading.Event()
 
     def slow(views):
+        writing.set()
         assert release.wait(10)
         first.spool.writes.append([bytes(v) for v in views])
 
     first.spool.write = slow
     _put(w, first, 5)  # being written
+    assert writing.wait(10)  # (the writer thread has taken it: close must not find it queued)
     _put(w, queued, 5)  # still queued when close starts
     closer = threading.Thread(target=w.close)
     closer.start()
