@@ -47,7 +47,7 @@ from walctl.compaction.plan import (
 from walctl.device.pacing import Pacer
 from walctl.errors import CorruptionError, RefusedError
 from walctl.failpoints import failpoint
-from walctl.format.crc import _CRC32C_POLY, _multmodp, crc32c, crc32c_combine
+from walctl.format.crc import crc32c, crc32c_combine, crc32c_unshift
 from walctl.format.index_entry import IndexEntry
 from walctl.sizes import plural
 from walctl.store import manifest as mf
@@ -290,30 +290,11 @@ def _derived_crcs(ssos: list[mf.LiveObject], runs: list[Run], indexes: dict,
     return derived
 
 
-def _div_x(v: int) -> int:
-    """v / x modulo the CRC polynomial (reflected bit order: x^0 is the top bit)."""
-    return (((v ^ _CRC32C_POLY) << 1) | 1) & 0xFFFFFFFF if v & (1 << 31) else (v << 1) & 0xFFFFFFFF
-
-
-def _unshift(crc: int, length: int) -> int:
-    """The inverse of ``crc32c_combine(crc, 0, length)``: crc times x^(-8 * length)."""
-    base = 1 << 31  # x^0
-    for _ in range(8):
-        base = _div_x(base)  # x^-8
-    result = 1 << 31
-    while length:
-        if length & 1:
-            result = _multmodp(base, result)
-        base = _multmodp(base, base)
-        length >>= 1
-    return _multmodp(result, crc)
-
-
 def derived_crc(whole: int, before_crc: int, size: int, after: int, after_crc: int) -> int:
     """crc32c of a run of ``size`` bytes from its object's data crc ``whole``, the crc of the bytes
     in front of it and the crc of the ``after`` bytes behind it:
     whole = shift(before_crc, size + after) ^ shift(run, after) ^ after_crc."""
-    return _unshift(whole ^ crc32c_combine(before_crc, 0, size + after) ^ after_crc, after)
+    return crc32c_unshift(whole ^ crc32c_combine(before_crc, 0, size + after) ^ after_crc, after)
 
 
 def _split_all(store: Store, runs: list[Run], prepared, indexes: dict, derived: set[int], recorded: dict[int, int],

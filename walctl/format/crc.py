@@ -106,6 +106,36 @@ def _crc32c_combine_py(crc_a: int, crc_b: int, length_b: int) -> int:
     return _multmodp(_x8nmodp(length_b), crc_a) ^ crc_b
 
 
+def _div_x(v: int) -> int:
+    """v / x modulo the CRC polynomial (reflected bit order: x^0 is the top bit)."""
+    return (((v ^ _CRC32C_POLY) << 1) | 1) & 0xFFFFFFFF if v & (1 << 31) else (v << 1) & 0xFFFFFFFF
+
+
+def _x_minus_8() -> int:
+    v = 1 << 31  # x^0
+    for _ in range(8):
+        v = _div_x(v)
+    return v
+
+
+_X_MINUS_8 = _x_minus_8()  # x^-8 (the polynomial has an x^0 term, so x has an inverse modulo it)
+
+
+def crc32c_unshift(crc: int, length: int) -> int:
+    """The inverse of ``crc32c_combine(crc, 0, length)``: ``crc`` times x^(-8 * length), so that
+    ``crc32c_unshift(crc32c_combine(c, 0, n), n) == c``. Split uses it to derive the crc of a run of
+    an object from the object's crc and the crcs of the bytes before and after the run."""
+    if length < 0:
+        raise ValueError(f"length must be >= 0, got {length}")
+    base, result = _X_MINUS_8, 1 << 31
+    while length:
+        if length & 1:
+            result = _multmodp(base, result)
+        base = _multmodp(base, base)
+        length >>= 1
+    return _multmodp(result, crc)
+
+
 _combine = None  # the implementation crc32c_combine calls, chosen on its first call
 
 
