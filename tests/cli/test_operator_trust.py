@@ -8,6 +8,7 @@ by introspecting the app, so an option added later is covered without touching t
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import os
 import re
@@ -306,7 +307,10 @@ def test_wal_offsets_and_stream_offsets_are_named_apart(cli, new_wal):
 
 # -- every option has WALCTL_<OPTION>, shown in --help and honoured --------------------------------
 
+@functools.cache
 def _app():
+    """walctl's click group, built once (0.7 s a test to build it again, for the same group: typer's
+    build is deterministic and these tests only make contexts from it, which leaves it as it was)."""
     from walctl.cli import app
 
     return typer.main.get_command(app)

@@ -44,8 +44,30 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
                                        HealthCheck.large_base_example, HealthCheck.function_scoped_fixture])
 ALLOWED = {0, 3, 4}
 CASES = {"recover": 0, "inspect": 0, "subprocess": 0, "records": 0, "exit": {}}
-WORK = Path(tempfile.mkdtemp(prefix="walctl-fuzz-"))
+
+
+def _work_dir() -> Path:
+    """Where each case's file is written and read back: in memory (/dev/shm) when its file system
+    takes O_DIRECT opens, as a disk's does (walctl then reads it the same way); else the temporary
+    directory. On disk, each case's write followed by recover's O_DIRECT read waited for the write to
+    reach the disk: 12-16 ms of wall time a case against 4-9 ms in memory, for the same 3-4 ms of CPU."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        work = Path(tempfile.mkdtemp(prefix="walctl-fuzz-", dir=shm))
+        probe = work / "probe"
+        probe.write_bytes(bytes(4096))
+        try:
+            os.close(os.open(probe, os.O_RDONLY | getattr(os, "O_DIRECT", 0)))
+            return work
+        except OSError:
+            shutil.rmtree(work, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix="walctl-fuzz-"))
+
+
+WORK = _work_dir()
+BUILD = Path(tempfile.mkdtemp(prefix="walctl-fuzz-"))  # (init refuses tmpfs: the base image is built on disk)
 atexit.register(shutil.rmtree, WORK, ignore_errors=True)
+atexit.register(shutil.rmtree, BUILD, ignore_errors=True)
 _COMMAND = typer.main.get_command(app)
 
 
@@ -63,7 +85,7 @@ class CliRunner(typer.testing.CliRunner):
 
 def _walctl_image() -> tuple[bytes, set[tuple[int, int]]]:
     """A 64 KiB walctl WAL in its second lap (trimmed, crashed), and every (offset, base) written."""
-    path = new_wal(WORK / "base.img", 64 << 10)
+    path = new_wal(BUILD / "base.img", 64 << 10)
     first = append_records(path, 10, size=2000, iodepth=1, flush_each=True)
     trim_wal(path, first[6][0])
     second = append_records(path, 30, size=300, iodepth=2, clean=False)  # batched: several per block

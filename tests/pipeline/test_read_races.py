@@ -9,6 +9,7 @@ the log longer than its clean header said: "WAL end_mismatch", exit 3, on a heal
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -19,10 +20,52 @@ from racehelpers import Stopped, clean_log, ndjson, start, walctl
 from walctl.errors import EXIT_OK
 
 APPENDS = 50
+FEED_LINES = 20_000  # records fed to the appender (and more while fewer than UPLOADS uploads have run)
+UPLOADS = 3
+CAP_S = 120  # the feed's bound: a run that has not done its work by then fails
+# A follower stops at --idle-timeout only if it never prints the last acknowledged record (then the
+# test fails); else the test ends it with Ctrl-C (exit 0) once it has. A short timeout ended
+# followers that waited longer than it for a writer starting on a loaded machine.
+IDLE_CAP = "30s"
 
 
-def _follower(wal: str, store: str, idle: str = "3s"):
-    return start("read", "--store", store, "--stream", "1", "--follow", "--wal", wal, "--json", "--idle-timeout", idle)
+class _Follower:
+    """``read --follow --wal --json``, its output read as it comes (a full pipe would stop it
+    polling); ``finish(end)``: once it has printed the record ending at ``end``, Ctrl-C."""
+
+    def __init__(self, wal: str, store: str):
+        self.proc = start("read", "--store", store, "--stream", "1", "--follow", "--wal", wal, "--json",
+                          "--idle-timeout", IDLE_CAP)
+        self.lines: list[str] = []
+        self.end = 0
+        self.changed = threading.Condition()
+        self.reader = threading.Thread(target=self._read)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            with self.changed:
+                self.lines.append(line)
+                if '"type":"record"' in line.replace(" ", ""):
+                    self.end = max(self.end, ndjson(line)[0]["end_offset"])
+                self.changed.notify_all()
+        with self.changed:
+            self.lines.append("")  # (its end)
+            self.changed.notify_all()
+
+    def finish(self, end: int) -> tuple[int, str, str]:
+        """(exit code, stdout, stderr) once it printed ``end`` and took Ctrl-C (or ended by itself)."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.end >= end or self.lines[-1:] == [""], timeout=CAP_S)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # "Ctrl-C ends it (exit 0)"
+        try:
+            self.proc.wait(60)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        self.reader.join()
+        return self.proc.returncode, "".join(self.lines), self.proc.stderr.read()
 
 
 def _served(out: str) -> tuple[list[int], list[dict]]:
@@ -44,10 +87,7 @@ def _seeded(tmp_path, capacity: str = "32MiB") -> tuple[str, str]:
 @pytest.mark.slow
 def test_follow_prints_every_acknowledged_record_once_while_uploads_commit_and_trim(tmp_path):
     wal, store = _seeded(tmp_path)
-    follower = _follower(wal, store, "4s")
-    followed: list[str] = []  # its output, read as it comes (a full pipe would stop it polling)
-    drain = threading.Thread(target=lambda: followed.append(follower.stdout.read()))
-    drain.start()
+    follower = _Follower(wal, store)
     append_log = open(tmp_path / "append.err", "w")  # (its warnings must not fill a pipe read at the end)
     appender = start("append", wal, "--stream", "1", "--iodepth", "16", "--batch-interval", "0", "--bandwidth", "12",
                      "--json", "-", stdin=-1, stderr=append_log)
@@ -59,9 +99,10 @@ def test_follow_prints_every_acknowledged_record_once_while_uploads_commit_and_t
             uploads.append(walctl("upload", wal, "--store", store)[0])
             stop.wait(0.2)
 
-    def feed() -> None:  # stdin, full speed for 5 s (in 100-line writes: the appender batches them)
-        end, i = time.monotonic() + 5, 0
-        while time.monotonic() < end:
+    def feed() -> None:  # stdin, full speed (in 100-line writes: the appender batches them)
+        # A fixed amount of work, not a time (5 s did 1 upload at load 17).
+        end, i = time.monotonic() + CAP_S, 0
+        while (i < FEED_LINES or len(uploads) < UPLOADS) and time.monotonic() < end:
             appender.stdin.write("".join(f"r{i + k}\n" for k in range(100)))
             appender.stdin.flush()
             i += 100
@@ -78,15 +119,13 @@ def test_follow_prints_every_acknowledged_record_once_while_uploads_commit_and_t
     append_err = (tmp_path / "append.err").read_text()
     stop.set()
     uploader.join()
-    follower.wait(60)
-    drain.join()
-    out, err = followed[0], follower.stderr.read()
     assert appender.returncode == 0, append_err
     acked = [0] + [x["stream_offset"] for x in ndjson(acks_text) if x["type"] == "record"]
+    code, out, err = follower.finish(acked[-1] + 1)
     served, found = _served(out)
-    assert found == [] and follower.returncode == EXIT_OK, err
+    assert found == [] and code == EXIT_OK, err
     assert served == acked  # each once, in order, none skipped
-    assert len(uploads) >= 3 and set(uploads) == {0}  # uploads committed and trimmed meanwhile
+    assert len(uploads) >= UPLOADS and set(uploads) == {0}  # uploads committed and trimmed meanwhile
     assert any(x["source"] == "store" for x in ndjson(out)[1:] if x["type"] == "record")
 
 
@@ -100,14 +139,14 @@ def test_follow_while_short_appends_run_one_after_another(tmp_path):
     from walctl.cli import app
 
     wal, store = _seeded(tmp_path)
-    follower = _follower(wal, store)
+    follower = _Follower(wal, store)
     runner = CliRunner()
     for i in range(APPENDS):
         result = runner.invoke(app, ["append", wal, "--stream", "1", f"a{i}", f"b{i}"])
         assert result.exit_code == 0, result.stderr
-    out, err = follower.communicate(timeout=60)
+    code, out, err = follower.finish(1 + 2 * APPENDS)
     served, found = _served(out)
-    assert found == [] and follower.returncode == EXIT_OK, err
+    assert found == [] and code == EXIT_OK, err
     assert served == list(range(1 + 2 * APPENDS))
 
 
