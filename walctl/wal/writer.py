@@ -150,6 +150,8 @@ class WalWriter(BlockBuilder, SubmissionWindow, RoomKeeper):
         self.full = FullWait()  # backpressure: how a full ring holds appends back
         # stats
         self.blocks_written = self.bytes_written = self.records_acked = self.header_writes = 0
+        # appends' time waiting for an I/O slot (run_ahead closed blocks queued, every slot busy; not drain's)
+        self.slot_wait_ns = 0
 
     # -- public API -----------------------------------------------------------------
     @property

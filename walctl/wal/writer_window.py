@@ -84,7 +84,14 @@ class SubmissionWindow:
                     return
             elif wait and len(ready) > keep:
                 # An interrupt (SIGTERM) here leaves the closed blocks queued: close() writes them.
-                self._lock.wait()
+                if not keep:  # a drain or close
+                    self._lock.wait()
+                    continue
+                waited = self._clock()
+                try:
+                    self._lock.wait()
+                finally:  # how long appends waited for the device (every slot busy): not packing time
+                    self.slot_wait_ns += self._clock() - waited
             else:
                 return
 
