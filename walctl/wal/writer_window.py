@@ -171,12 +171,7 @@ class SubmissionWindow:
         durable = []
         while self._inflight and self._inflight[0].done and self._inflight[0].error is None \
                 and self._failed is None:
-            head = self._inflight.popleft()
-            self.acked_end = head.log_end
-            for sid, end, offset in head.stream_marks:
-                self.stream_ends[sid] = end
-                self._stream_recency[sid] = offset
-            durable.append(head)
+            durable.append(self._inflight.popleft())
         try:
             if self._failed is None and not self._closed:
                 # The freed slot's next write starts before the acknowledgements are printed (their
@@ -190,6 +185,10 @@ class SubmissionWindow:
             # Durable, in log order: acknowledged whatever happens to later blocks, until a callback fails.
             failed = self._failed
             for head in durable:
+                self.acked_end = head.log_end
+                for sid, end, offset in head.stream_marks:
+                    self.stream_ends[sid] = end
+                    self._stream_recency[sid] = offset
                 self._ack_block(head)
                 if self._failed is not failed:
                     break
