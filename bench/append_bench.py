@@ -13,6 +13,12 @@ On a loop device (--direct-io=on) over a prewritten file, for each record size:
            --sync=dsync --ioengine=libaio` on the same device, right after;
   pipe     `cat FILE | <a bare reader>`: readinto a 1 MiB buffer, default pipe size, then with
            F_SETPIPE_SZ at 1 MiB: the ceiling of the pipe itself on this machine, this run;
+  bare     `cat FILE | python bench/aio_ceiling.py DEV --bs <fio's bs> --iodepth 4`: the same pipe read
+           into aligned buffers and written with the same O_DIRECT | O_DSYNC AIO, no walctl (no
+           framing, CRC or acknowledgements): walctl's ratio to it ("w/bare") is what the WAL logic
+           costs over the language and the system calls;
+  fresh    fio again with --refill_buffers: fio's default buffers repeat, and a virtio disk may
+           take repeated data faster; walctl's blocks never repeat;
   file     (--input-file) `walctl append DEV ... --input FILE` (no pipe).
 It prints walctl's payload MiB/s and records/s, the ratio to fio's MiB/s (payload / fio
 device bytes, as the issue's table), the pipe ceiling's ratio to fio, p99 of a block's
@@ -156,10 +162,10 @@ def _quote(s: str) -> str:
     return shlex.quote(s)
 
 
-def fio(dev: str, block_size: int, duration: float, size: int) -> dict:
+def fio(dev: str, block_size: int, duration: float, size: int, fresh: bool = False) -> dict:
     cmd = ["fio", "--name=append-bench", f"--filename={dev}", "--rw=write", f"--bs={block_size}", "--iodepth=4",
            "--ioengine=libaio", "--direct=1", "--sync=dsync", "--time_based", f"--runtime={duration}",
-           f"--size={size}", "--output-format=json"]
+           f"--size={size}", "--output-format=json", *(["--refill_buffers"] if fresh else [])]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"fio failed: {proc.stderr.strip()}")
@@ -175,6 +181,14 @@ def pipe_ceiling(inp: str, pipe_size: int) -> float:
     return int(out[0]) / MiB / float(out[1])
 
 
+def bare_ceiling(dev: str, inp: str, block_size: int) -> dict:
+    """`cat FILE | bench/aio_ceiling.py`: MiB/s and CPU s of the pipe written by bare AIO (see the module doc)."""
+    script = os.path.join(REPO_ROOT, "bench", "aio_ceiling.py")
+    cmd = f"cat {_quote(inp)} | {_quote(sys.executable)} {_quote(script)} {_quote(dev)} --bs {block_size} --iodepth 4"
+    out = subprocess.run(["bash", "-c", "set -o pipefail; " + cmd], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
 def stage_line(summary: dict) -> str:
     """µs per MiB of payload of each stage (feed: the append loop's; stages_us: the writer's per block)."""
     mib = max(summary["payload_bytes"] / MiB, 1e-9)
@@ -182,7 +196,7 @@ def stage_line(summary: dict) -> str:
     blocks = summary.get("stages_us") or {}
     n = blocks.get("blocks", 0)
     parts = []
-    for name in ("read", "frame", "pack", "ack"):
+    for name in ("read", "frame", "pack", "pack_cpu", "slot_wait", "ack"):
         if name in feed:
             parts.append(f"{name} {feed[name] / mib:.0f}")
     for name in ("queued", "write", "flush"):
@@ -224,7 +238,8 @@ def one_size(dev: str, workdir: str, record: int, opts, size: int) -> dict:
         f = fio(dev, bs, opts.duration, size)
         pipe_default, pipe_big = pipe_ceiling(inp, 0), pipe_ceiling(inp, MiB)
         row = {"summary": s, "fio": f, "fio_bs": bs, "pipe": pipe_default, "pipe_1m": pipe_big,
-               "profile": profile_top(prof) if prof else None}
+               "profile": profile_top(prof) if prof else None, "bare": bare_ceiling(dev, inp, bs),
+               "fio_fresh": fio(dev, bs, opts.duration, size, fresh=True)}
         if opts.compare:  # the other tree, same input, right after the same fio run
             row["compare"] = run_append(dev, inp, True, "records", None, root=opts.compare)
         if opts.input_file:
@@ -238,7 +253,8 @@ def report(results: list[dict], opts) -> None:
     print(f"\nloop device (--direct-io=on), {opts.data // MiB} MiB of records per run, --ack {opts.ack}; "
           f"fio --rw=write --iodepth=4 --direct=1 --sync=dsync --ioengine=libaio at walctl's write size")
     head = (f"{'records':>8} {'walctl MiB/s':>12} {'records/s':>10} {'avg write':>9} {'fio MiB/s':>9} {'ratio':>6} "
-            f"{'pipe':>6} {'pipe 1M':>7} {'p99 ms':>7} {'file':>6} {'CPU s/GiB':>9} {'own':>5}")
+            f"{'pipe':>6} {'pipe 1M':>7} {'p99 ms':>7} {'file':>6} {'CPU s/GiB':>9} {'own':>5} {'bare':>5} "
+            f"{'w/bare':>6} {'fresh':>5}")
     print(head)
     print("-" * len(head))
     for res in results:
@@ -253,7 +269,7 @@ def report(results: list[dict], opts) -> None:
             print(f"{_size(res['record']):>8} {mibs:>12.1f} {s['records'] / s['wall_s']:>10.0f} "
                   f"{_size(row['fio_bs']):>9} {f['mib_per_s']:>9.1f} {mibs / f['mib_per_s']:>6.2f} "
                   f"{row['pipe'] / f['mib_per_s']:>6.2f} {row['pipe_1m'] / f['mib_per_s']:>7.2f} {p99:>7.2f} "
-                  f"{file_ratio:>6} {_cpu(s):>9} {_own(s, f):>5}")
+                  f"{file_ratio:>6} {_cpu(s):>9} {_own(s, f):>5} {_bare(row, f)}")
             if "compare" in row:
                 c = row["compare"]
                 cm = c["payload_bytes"] / MiB / c["wall_s"]
@@ -261,16 +277,31 @@ def report(results: list[dict], opts) -> None:
                 print(f"{'(other)':>8} {cm:>12.1f} {c['records'] / c['wall_s']:>10.0f} "
                       f"{_size(c['bytes_written'] // max(1, c['blocks_written'])):>9} {'':>9} "
                       f"{cm / f['mib_per_s']:>6.2f} {'':>6} {'':>7} {cp99:>7.2f} {'':>6} {_cpu(c):>9} "
-                      f"{_own(c, f):>5}")
+                      f"{_own(c, f):>5} {'':>5} {_vs_bare(c, row):>6}")
     print("ratio, pipe, pipe 1M, file: MiB/s / fio MiB/s (pipe: a bare reader of the same pipe, default size "
           "and F_SETPIPE_SZ 1 MiB; file: --input FILE). p99: a block's first record to durable. CPU s/GiB: the "
           "walctl process's user + system seconds per GiB of payload (the machine's load moves it least). own: "
-          "the ratio over append's own seconds (its summary: from opening the WAL to the close), start-up left out.")
+          "the ratio over append's own seconds (its summary: from opening the WAL to the close), start-up left out. "
+          "bare: `cat | bench/aio_ceiling.py` (the pipe written by bare AIO at fio's bs and depth, no walctl) / fio; "
+          "w/bare: walctl's MiB/s / bare's (wall-clock); fresh: fio --refill_buffers / fio (data that never repeats).")
     for res in results:
         for row in res["rows"]:
             print(f"  {_size(res['record'])}: {stage_line(row['summary'])}")
             if row["profile"]:
                 print("    py-spy self time:\n      " + "\n      ".join(row["profile"]))
+
+
+def _bare(row: dict, fio_row: dict) -> str:
+    bare, fresh = row.get("bare"), row.get("fio_fresh")
+    if not bare:
+        return ""
+    return (f"{bare['mib_per_s'] / fio_row['mib_per_s']:>5.2f} {_vs_bare(row['summary'], row):>6} "
+            f"{fresh['mib_per_s'] / fio_row['mib_per_s'] if fresh else 0:>5.2f}")
+
+
+def _vs_bare(summary: dict, row: dict) -> str:
+    bare = row.get("bare")
+    return f"{summary['payload_bytes'] / MiB / summary['wall_s'] / bare['mib_per_s']:.2f}" if bare else ""
 
 
 def _own(summary: dict, fio_row: dict) -> str:

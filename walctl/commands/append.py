@@ -294,8 +294,9 @@ def _summary(device: str, stream_id: int, stats: dict, run) -> dict:
             "background_upload": run.uploader.stats.to_json() if run.uploader is not None else None,
             "full_waits": writer.full.waits, "full_wait_s": round(writer.full.total_s, 6),
             "stages_us": writer.stages.summary(),
-            "feed_us": {"read": feed.read_ns // 1000, "pack": feed.pack_ns // 1000, "ack": stats["ack_ns"] // 1000,
-                        "reads": feed.reads, "pipe_bytes": feed.pipe_bytes}}
+            "feed_us": {"read": feed.read_ns // 1000, "pack": feed.pack_ns // 1000,
+                        "pack_cpu": feed.pack_cpu_ns // 1000, "slot_wait": writer.slot_wait_ns // 1000,
+                        "ack": stats["ack_ns"] // 1000, "reads": feed.reads, "pipe_bytes": feed.pipe_bytes}}
 
 
 def _report(stats: dict, summary: dict, stream_id: int, json_out: bool) -> None:

@@ -196,6 +196,15 @@ class AioWriteQueue:
             return
         self._io_submit([slot])
 
+    def flush_submits(self) -> None:
+        """From a completion callback: submit now the writes that this thread's callbacks started so far
+        (held to be submitted together after the batch of completions), e.g. before slower work."""
+        plug = getattr(self._local, "plug", None)
+        if plug:
+            slots = plug[:]
+            plug.clear()
+            self._io_submit(slots)
+
     def poll(self) -> int:
         """Run the callbacks of writes that have completed, in this thread; never blocks on the device.
 

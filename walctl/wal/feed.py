@@ -36,10 +36,12 @@ Check = Callable[[], bool]
 @dataclass
 class FeedStats:
     """Where the appender's time went (ns): reading input, framing + packing + CRC (with queueing
-    and submitting the blocks it filled), and the bytes and reads it took."""
+    and submitting the blocks it filled, and waiting for a free I/O slot: the writer's slot_wait_ns),
+    the CPU time of the latter, and the bytes and reads it took."""
 
     read_ns: int = 0
-    pack_ns: int = 0
+    pack_ns: int = 0  # wall-clock, with the waits for a free I/O slot (the writer's slot_wait_ns)
+    pack_cpu_ns: int = 0  # the appender thread's CPU time in it
     reads: int = 0
     bytes_read: int = 0
     pipe_bytes: int = 0  # the stdin pipe's size after F_SETPIPE_SZ (0: not a pipe)
@@ -141,7 +143,7 @@ def feed_frames(writer, source: Source, spec, next_base: int, base_limit: int, c
     stats = stats if stats is not None else FeedStats()
     stats.pipe_bytes = source.pipe_bytes
     buf = _Buffer(BUFFER_BYTES)
-    clock = time.perf_counter_ns
+    clock, cpu_clock = time.perf_counter_ns, time.thread_time_ns
     while True:
         t0 = clock()
         with memoryview(buf.data) as view:
@@ -153,8 +155,10 @@ def feed_frames(writer, source: Source, spec, next_base: int, base_limit: int, c
         if not n:
             break
         buf.fill += n
+        c1 = cpu_clock()
         end = _pack_read(writer, buf, spec, next_base, base_limit, check)
         stats.pack_ns += clock() - t1
+        stats.pack_cpu_ns += cpu_clock() - c1
         next_base = end.next_base
         if end.stop != framepack.STOP_INPUT:
             return end

@@ -148,8 +148,8 @@ class WalWriter(BlockBuilder, SubmissionWindow, RoomKeeper):
         self._untracked = checkpoint is None  # records without a stream mark: stream ends unknown
         self.before_close: list[Callable[[], None]] = []  # e.g. stop the trim hand-off listener
         self.full = FullWait()  # backpressure: how a full ring holds appends back
-        # stats
-        self.blocks_written = self.bytes_written = self.records_acked = self.header_writes = 0
+        # stats; slot_wait_ns: appends' time waiting for an I/O slot (run_ahead blocks queued; not drain's)
+        self.blocks_written = self.bytes_written = self.records_acked = self.header_writes = self.slot_wait_ns = 0
 
     # -- public API -----------------------------------------------------------------
     @property

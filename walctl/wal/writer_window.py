@@ -84,7 +84,14 @@ class SubmissionWindow:
                     return
             elif wait and len(ready) > keep:
                 # An interrupt (SIGTERM) here leaves the closed blocks queued: close() writes them.
-                self._lock.wait()
+                if not keep:  # a drain or close
+                    self._lock.wait()
+                    continue
+                waited = self._clock()
+                try:
+                    self._lock.wait()
+                finally:  # how long appends waited for the device (every slot busy): not packing time
+                    self.slot_wait_ns += self._clock() - waited
             else:
                 return
 
@@ -161,19 +168,33 @@ class SubmissionWindow:
             flush_ns = min(flush_ns, written_ns)
             queued_ns = block.submitted_ns - block.opened_ns
             self.stages.add(queued_ns, min(block.budget_ns, queued_ns), written_ns - flush_ns, flush_ns)
+        durable = []
         while self._inflight and self._inflight[0].done and self._inflight[0].error is None \
                 and self._failed is None:
-            head = self._inflight.popleft()
-            self.acked_end = head.log_end
-            for sid, end, offset in head.stream_marks:
-                self.stream_ends[sid] = end
-                self._stream_recency[sid] = offset
-            self._ack_block(head)
+            durable.append(self._inflight.popleft())
+        try:
+            if self._failed is None and not self._closed:
+                # The freed slot's next write starts before the acknowledgements are printed (their
+                # write to stdout may take a while): the device is not left idle meanwhile. A write
+                # queue that batches the submissions of its completions (AIO's plug) submits now.
+                self._submit_cur(wait=False)  # may fail (a header write for the window): see _completed
+                flush = getattr(self._queue, "flush_submits", None)
+                if flush is not None:
+                    flush()
+        finally:
+            # Durable, in log order: acknowledged whatever happens to later blocks, until a callback fails.
+            failed = self._failed
+            for head in durable:
+                self.acked_end = head.log_end
+                for sid, end, offset in head.stream_marks:
+                    self.stream_ends[sid] = end
+                    self._stream_recency[sid] = offset
+                self._ack_block(head)
+                if self._failed is not failed:
+                    break
         if self._failed is not None:
             # Nothing at or after the failed block is acknowledged; let waiters see it.
             self._inflight = deque(b for b in self._inflight if not b.done)
-        elif not self._closed:
-            self._submit_cur(wait=False)  # may fail (a header write for the window): see _completed
 
     def _ack_block(self, head: Block) -> None:
         """Acknowledge the records of a durable block, in order; a callback's failure fails the writer."""
