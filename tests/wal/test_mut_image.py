@@ -279,3 +279,48 @@ def test_the_result_s_rate_and_json():
     assert image.ImageResult("s", "t", "h", "p", 5, "device", None, None, 5, 0.0).mib_per_s == 0.0
     assert image.ImageResult("s", "t", "h", "p", 5, "device", None, None, 5, -1.0).mib_per_s == 0.0
     assert slow.warnings == []
+
+
+def test_an_image_named_outside_ascii_gets_its_checksum_file(wal, tmp_path):
+    # was: UnicodeEncodeError (exit 1, "internal error") after the copy, and an empty .sha256
+    for name in ("bild-ä.img", os.fsdecode(b"img-\xff.bin")):
+        target = str(tmp_path / name)
+        got = image.image_device(wal, target)
+        with open(target + ".sha256", "rb") as f:
+            assert f.read() == got.sha256.encode() + b"  " + os.fsencode(name) + b"\n"
+        assert got.sha256 == _sha(open(target, "rb").read())
+
+
+def test_image_reads_a_device_a_writer_holds(wal, tmp_path):
+    import fcntl
+
+    fd = os.open(wal, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a running writer's lock: image takes none
+        got = image.image_device(wal, str(tmp_path / "c"))
+    finally:
+        os.close(fd)
+    assert got.size_bytes == CAPACITY
+
+
+def test_the_last_chunk_is_cut_at_the_copy_s_end(wal, tmp_path, monkeypatch):
+    monkeypatch.setattr(image, "COPY_CHUNK_BYTES", 24576)  # 64 KiB: two whole chunks and 16 KiB
+    seen = []
+    got = image.image_device(wal, str(tmp_path / "c"), progress=lambda d, t: seen.append(d))
+    assert seen == [24576, 49152, 65536]
+    assert open(tmp_path / "c", "rb").read() == open(wal, "rb").read()[:CAPACITY]
+    assert 0 <= got.elapsed_s < 60
+
+
+def test_an_automq_capacity_off_the_4k_grid_copies_exactly_the_capacity(tmp_path):
+    from test_automq_forensics import V1_MAGIC, amq_header
+
+    data = bytearray(b"\x33" * (80 * 1024))
+    data[:8192] = bytes(8192)
+    capacity = 70144  # 512-aligned, not 4096: its last 512 bytes come through the page cache
+    data[:4096] = amq_header(V1_MAGIC, capacity, -1, 1_000_000, 4096, 0, block=4096)
+    src = tmp_path / "amq.img"
+    src.write_bytes(bytes(data))
+    got = image.image_device(str(src), str(tmp_path / "c"))
+    assert (got.flavour, got.capacity_bytes, got.scope, got.size_bytes) == ("automq-v1", capacity, "capacity", capacity)
+    assert open(tmp_path / "c", "rb").read() == bytes(data[:capacity])
