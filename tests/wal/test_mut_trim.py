@@ -330,3 +330,89 @@ def test_refuse_past_end_without_records_near_asks_for_a_printed_offset(tmp_path
     assert str(err) == "no live record starts at offset 0: the log ends at 0"
     assert err.hint == "give an offset that append, upload or recover printed"
     assert rec.SIZE == 24
+
+
+def _no_checkpoint(path):
+    """The header slots of a WAL written before checkpoints: clean, no checkpoint (trim scans)."""
+    from walctl.device import open_device
+    from walctl.wal.headers import read_headers, write_header
+
+    dev = open_device(path, writable=True)
+    try:
+        state = read_headers(dev)
+        write_header(dev, state, state.header, None)
+    finally:
+        dev.close()
+
+
+def test_a_clean_log_without_a_checkpoint_is_scanned_and_counted(wal):
+    _no_checkpoint(wal)
+    r = trim.trim_wal(wal, 314)
+    assert (r.previous_trim_offset, r.trim_offset, r.records_deleted, r.records_left, r.end_offset, r.scanned) == \
+        (-1, 314, 3, 6, END, True)
+    assert r.header == header_of(wal).header and r.header.trim_offset == 314
+
+
+def test_a_scan_s_result_carries_the_header_written(wal):
+    r = trim.trim_wal(wal, 157, scan=True)
+    assert r.header == header_of(wal).header and r.header.trim_offset == 157
+
+
+def test_a_wal_whose_slots_do_not_read_is_named(tmp_path):
+    from walctl.errors import NotFoundError
+
+    path = tmp_path / "zeros.img"
+    path.write_bytes(bytes(CAPACITY))
+    with pytest.raises(NotFoundError) as err:
+        trim.trim_wal(str(path), 0)
+    assert err.value.where == str(path)
+
+
+def test_past_the_end_of_a_log_of_one_record_at_offset_0(tmp_path):
+    from walctl.device import open_device
+    from walctl.format.batch import StreamRecordBatch
+    from walctl.format.checkpoint import Checkpoint
+    from walctl.wal.headers import read_headers, write_header
+
+    path = new_wal(tmp_path / "w.img", CAPACITY)
+    poke(path, Ring(CAPACITY).physical(0), rec.encode_record(0, StreamRecordBatch(0, 0, 0, 1, bytes(100)).encode()))
+    dev = open_device(path, writable=True)
+    try:
+        state = read_headers(dev)
+        write_header(dev, state, state.header.with_(next_offset=4096), Checkpoint(log_end=157))
+    finally:
+        dev.close()
+    err = _usage(trim.trim_wal, path, 157)
+    assert str(err) == "no live record starts at offset 157: the log ends at 157"
+    assert err.hint == "nearest record offsets: 0"
+
+
+def test_records_near_passes_over_a_stale_lap_s_record(tmp_path):
+    from walctl.device import open_device
+    from walctl.format.batch import StreamRecordBatch
+
+    path = new_wal(tmp_path / "w.img", CAPACITY)
+    ring = Ring(CAPACITY)
+    body = StreamRecordBatch(0, 0, 0, 1, bytes(100)).encode()
+    for offset in (0, 157, 8192):
+        poke(path, ring.physical(offset), rec.encode_record(offset, body))
+    poke(path, ring.physical(4096), rec.encode_record(4096 + ring.size, body))  # another lap's record: not 4096's
+    dev = open_device(path, writable=False)
+    try:
+        assert trim._records_near(dev, ring, 5000, 0, 12288) == [157, 8192]
+    finally:
+        dev.close()
+
+
+def test_records_near_goes_on_at_the_next_block_after_a_record_ending_at_its_last_byte(tmp_path):
+    from walctl.device import open_device
+
+    path = new_wal(tmp_path / "w.img", CAPACITY)
+    ring = Ring(CAPACITY)
+    poke(path, ring.physical(0), rec.encode_record(0, bytes(4096 - 1 - rec.SIZE)))  # ends at 4095
+    poke(path, ring.physical(4096), rec.encode_record(4096, bytes(10)))
+    dev = open_device(path, writable=False)
+    try:
+        assert trim._records_near(dev, ring, 3000, 0, 8192) == [0, 4096]
+    finally:
+        dev.close()
