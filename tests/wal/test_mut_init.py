@@ -420,3 +420,65 @@ def test_the_safety_warnings_come_back(tmp_path):
         init.init_wal(str(fs), CAPACITY)
     r = init.init_wal(str(fs), CAPACITY, force=True)
     assert len(r.warnings) == 1 and "XFS filesystem" in r.warnings[0] and r.wiped_bytes == RING
+
+
+def test_timestamps_start_above_zero_on_a_clock_at_zero(tmp_path, monkeypatch):
+    monkeypatch.setattr(init.time, "time_ns", lambda: 0)
+    init.init_wal(str(tmp_path / "new"), CAPACITY)  # created: no previous header
+    assert [s.header.last_write_timestamp_ns for s in header_of(str(tmp_path / "new")).slots] == [1, 2]
+    path = tmp_path / "zeros"
+    path.write_bytes(bytes(CAPACITY))  # existing, all zeros: no previous header either
+    init.init_wal(str(path), None)
+    assert [s.header.last_write_timestamp_ns for s in header_of(str(path)).slots] == [1, 2]
+
+
+def test_the_result_says_whether_the_device_is_a_block_device(tmp_path, monkeypatch):
+    real = init.open_device
+
+    def as_block(path, writable):
+        dev = real(path, writable=writable)
+        dev.is_block_device = True
+        return dev
+
+    monkeypatch.setattr(init, "open_device", as_block)
+    r = init.init_wal(str(tmp_path / "w"), CAPACITY, prewrite=True)
+    assert r.is_block_device is True and r.wiped_bytes == 0  # a device allocates nothing: no prewrite
+
+
+def test_first_nonzero_reads_no_further_than_the_capacity_in_its_last_chunk(tmp_path):
+    path = tmp_path / "w"
+    data = bytearray(CAPACITY)
+    data[45000] = 1
+    path.write_bytes(bytes(data))
+    dev = open_device(str(path), writable=False)
+    try:
+        assert init._first_nonzero(dev, 40960, chunk=16384) is None  # chunks 0, 16384, then 8192 bytes
+        assert init._first_nonzero(dev, 49152, chunk=16384) == 45000
+    finally:
+        dev.close()
+
+
+def test_unuploaded_of_a_wal_trimmed_to_its_first_record_at_0(tmp_path):
+    path = str(tmp_path / "w")
+    init.init_wal(path, CAPACITY)
+    _records(path, [0], trim=0)
+    assert _unuploaded(path) == init.Unuploaded(0, 0, False)  # the trim record ends at the checkpoint's end
+
+
+def test_unuploaded_of_a_header_trimmed_at_0_with_an_empty_checkpoint_scans(tmp_path):
+    path = str(tmp_path / "w")
+    init.init_wal(path, CAPACITY)
+    _records(path, [], log_end=0, trim=0)  # an odd header: trimmed at 0, the log ending at 0
+    assert _unuploaded(path) == init.Unuploaded(0, 0, True)
+
+
+def test_an_automq_refusal_names_the_device(tmp_path):
+    img = AutoMQImage(256 * KiB, 1, stale=False)
+    img.block([100])
+    img.headers(trim=-1, clean=True)
+    path = img.save(tmp_path / "amq")
+    with pytest.raises(RefusedError) as err:
+        init.init_wal(path, None, force=True)
+    assert err.value.where == path
+    assert err.value.hint.startswith("keep a copy first")
+    assert str(err.value).startswith("the automq-v1 WAL holds 1 record (157 B) after its trim point")
