@@ -662,3 +662,89 @@ def test_an_automq_log_is_read_from_its_trim_point_whatever_the_from(tmp_path):
     assert run.report.durable is None and run.summary()["durable_end_offset"] is None
     run, c = _recover(path, stats=True)
     assert run.per_stream == {5: [3, 300]} and run.shown == 3
+
+
+def _wal_of(path, records, *, next_offset, clean=True, window=None, checkpoint=None) -> str:
+    """A WAL of ``records`` ((offset, stream or None, base)), its header written directly."""
+    from walctl.device import open_device
+    from walctl.format import record as rec
+    from walctl.format.batch import StreamRecordBatch
+    from walctl.wal.headers import read_headers, write_header
+
+    from walhelpers import new_wal, poke
+
+    new_wal(path, CAPACITY)
+    for offset, sid, base in records:
+        body = StreamRecordBatch(sid, 0, base, 1, bytes(100)).encode() if sid is not None else b"no batch"
+        poke(str(path), RING.physical(offset), rec.encode_record(offset, body))
+    dev = open_device(str(path), writable=True)
+    try:
+        state = read_headers(dev)
+        changes = {"next_offset": next_offset, "shutdown_type": 0 if clean else 1}
+        if window is not None:
+            changes["sliding_window_max_length"] = window
+        write_header(dev, state, state.header.with_(**changes), checkpoint)
+    finally:
+        dev.close()
+    return str(path)
+
+
+@pytest.fixture
+def probed(tmp_path):
+    """A crashed log whose 4 KiB window stops the scan at 4096, with valid records far past it."""
+    return _wal_of(tmp_path / "p.img", [(0, 1, 0), (12288, 1, 2), (16384, 1, 3)], next_offset=4096, clean=False,
+                   window=4096)
+
+
+def test_recover_probes_past_the_window_unless_told_not_to(probed):
+    run, c = _recover(probed)  # the records found past the window prove the hole before them corrupt
+    assert [(f.kind, f.offset, f.end_offset, f.explained) for f in c.findings] == [(Kind.HOLE, 4096, 12288, False)]
+    assert c.findings[0].verdict_rule == ("below the durable end 8,216 (a valid record at 12,288 lies one sliding "
+                                          "window of 4,096 bytes past it: a block is only written inside the window)")
+    assert [e.offset for e in c.records] == [0, 12288, 16384]
+    run, c = _recover(probed, probe=False)
+    assert c.findings == [] and [e.offset for e in c.records] == [0]
+
+
+def test_the_rescan_probes_only_without_a_running_writer(probed):
+    from walctl.device import open_device
+    from walctl.wal.headers import read_headers
+
+    _zero(probed, 0)  # damage, so that something is held
+    watch = _Watch(["x"], (ScanResult(HEADER, RING), True, 1))
+    _recover(probed, watch=watch)
+    [scan] = watch.scans
+    dev = open_device(probed, writable=False)
+    try:
+        session = SimpleNamespace(dev=dev, state=read_headers(dev), writer_pid=None)
+        assert [f.kind for f in scan(session).findings] == [Kind.BEYOND_WINDOW]
+        session.writer_pid = 4242
+        assert scan(session).findings == []
+    finally:
+        dev.close()
+
+
+def test_complete_is_false_not_just_falsy(wal, probed):
+    run, c = _recover(wal, filters=vd.RecoverFilter(from_offset=4096))
+    assert run.report.complete is False and run.summary()["complete"] is False
+    _zero(wal, 157)
+    still = ScanResult(HEADER, RING)
+    still.findings.append(_f())
+    run, c = _recover(wal, watch=_Watch(["x"], (still, False, 3)))
+    assert run.report.complete is False and run.summary()["complete"] is False
+
+
+def test_shown_counts_every_run_of_records(wal):
+    _zero(wal, 157)  # runs: [0], then [314, 4096], then 8192 (no batch) alone
+    runs = []
+    run, c = _recover(wal, on_run=runs.append)
+    assert [r.count for r in runs] == [1, 2] and run.shown == 4
+    run, c = _recover(wal, stats=True)
+    assert run.shown == 4 and run.per_stream == {1: [2, 200], 2: [1, 50], -1: [1, 11]}
+
+
+def test_stats_with_filters_count_each_record_without_a_batch(tmp_path):
+    path = _wal_of(tmp_path / "w.img", [(0, 1, 0), (4096, None, 0), (8192, None, 0), (12288, 1, 1)],
+                   next_offset=16384, checkpoint=Checkpoint(log_end=12288 + 157))
+    run, c = _recover(path, stats=True, filters=vd.RecoverFilter(from_offset=1))
+    assert run.per_stream == {-1: [2, 16], 1: [1, 100]} and run.shown == 3
