@@ -338,3 +338,46 @@ def test_wal_batch_boundaries(wal):
     assert tail._wal_batch(ev, -1) is b
     tail.next = 0
     assert tail._wal_batch(ev, -1) is b
+
+
+def test_moved_names_the_newest_manifest():
+    tail = Tail("w", numbers=(6, 7, 8, 9))
+    session = SimpleNamespace(moved=lambda: None, writer_now=lambda: None)
+    assert tail._moved(7, session, False) == "manifest 9 was committed"
+
+
+def test_from_offset_before_the_wal_s_first_batch_is_a_gap_from_there(wal):
+    tail = Tail(wal, from_offset=3)
+    events, _ = _pass(tail)
+    assert _records(events) == [(4096, 5), (8192, 6)]
+    assert tail.found == [ReadFinding(GAP, "stream 1: offsets [3, 5) are neither in the store nor in the WAL", 3, 5,
+                                      position=4096)]
+
+
+def test_no_damage_asks_nothing_of_the_slots(wal):
+    tail = Tail(wal, 2)
+    events, _ = _pass(tail, moved=lambda: "the writer stopped while it was read")
+    assert _records(events) == [(314, 0)] and tail._unsettled is None
+
+
+def test_the_scan_probes_past_a_crashed_window_only_without_a_writer(tmp_path):
+    path = tmp_path / "p.img"
+    init_wal(str(path), CAPACITY)
+    for offset, base in ((0, 0), (12288, 2), (16384, 3)):
+        _poke(str(path), offset, rec.encode_record(offset, StreamRecordBatch(1, 0, base, 1, bytes(100)).encode()))
+    dev = open_device(str(path), writable=True)
+    try:  # a crashed writer whose 4 KiB window ends at 4096: records far past it prove damage
+        state = read_headers(dev)
+        write_header(dev, state, state.header.with_(next_offset=4096, shutdown_type=1,
+                                                    sliding_window_max_length=4096), None)
+    finally:
+        dev.close()
+    tail = Tail(str(path))
+    events, _ = _pass(tail, moved=lambda: None)
+    assert _records(events) == [(0, 0)]
+    assert [(e.kind, e.position) for e in events if isinstance(e, ReadFinding)] == [(WAL_DAMAGE, 12288)]
+    tail = Tail(str(path))
+    session = tail._open_wal()
+    session.writer_pid = 4242  # a running writer: its window is its own, no probing
+    events, _ = _pass(tail, moved=lambda: None, session=session)
+    assert _records(events) == [(0, 0)] and tail.found == []
