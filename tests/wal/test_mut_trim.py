@@ -15,7 +15,7 @@ from walctl.format.header import SHUTDOWN_UNGRACEFUL
 from walctl.wal import trim
 from walctl.wal.layout import Ring
 
-from walhelpers import append_records, header_of, mark_ungraceful, new_wal, poke, physical
+from walhelpers import header_of, mark_ungraceful, new_wal, poke
 from test_automq_forensics import AutoMQImage, KiB
 
 CAPACITY = 256 * 1024
