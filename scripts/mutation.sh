@@ -50,6 +50,14 @@ selection() {
     walctl/wal/headers.py)     echo "tests/wal/test_headers_units.py tests/wal/test_headers_units2.py" ;;
     walctl/wal/reader.py)      echo "tests/wal/test_reader_units.py tests/wal/test_reader_units2.py tests/wal/test_decoder.py" ;;
     walctl/wal/crash_repair.py) echo "tests/wal/test_crash_repair_units.py tests/wal/test_wal_engine.py -k repair" ;;
+    walctl/wal/layout.py)      echo "tests/wal/test_mut_layout.py" ;;
+    walctl/wal/verdict.py)     echo "tests/wal/test_mut_verdict.py" ;;
+    walctl/wal/init.py)        echo "tests/wal/test_mut_init.py" ;;
+    walctl/wal/trim.py)        echo "tests/wal/test_mut_trim.py" ;;
+    walctl/wal/image.py)       echo "tests/wal/test_mut_image.py" ;;
+    walctl/wal/readsession.py) echo "tests/wal/test_mut_readsession.py" ;;
+    walctl/pipeline/readwal.py) echo "tests/pipeline/test_mut_readwal.py" ;;
+    walctl/pipeline/rowcopy.py) echo "tests/pipeline/test_rowcopy.py tests/pipeline/test_mut_rowcopy.py" ;;
     walctl/pipeline/upload/spool.py) echo "tests/pipeline/test_mut_upload_spool.py tests/store/test_upload_spool.py" ;;
     walctl/pipeline/upload/plan.py)  echo "tests/pipeline/test_mut_upload_plan.py" ;;
     walctl/pipeline/upload/commit.py) echo "tests/pipeline/test_mut_upload_commit.py" ;;

@@ -168,8 +168,9 @@ def _copy(dev: Device, source: str, target: str, size: int, progress=None) -> st
 
 def _write_checksum(path: str, digest: str, name: str) -> None:
     try:
-        with open(path, "w", encoding="ascii") as f:
-            f.write(f"{digest}  {name}\n")
+        # The name as the file system has it (any bytes: sha256sum -c reads it back so).
+        with open(path, "wb") as f:
+            f.write(f"{digest}  ".encode("ascii") + os.fsencode(name) + b"\n")
             f.flush()
             os.fsync(f.fileno())
         _fsync_dir(path)
