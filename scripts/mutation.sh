@@ -51,6 +51,7 @@ selection() {
     walctl/wal/reader.py)      echo "tests/wal/test_reader_units.py tests/wal/test_reader_units2.py tests/wal/test_decoder.py" ;;
     walctl/wal/ringread.py)    echo "tests/wal/test_mut_ringread.py" ;;
     walctl/wal/native_scan.py) echo "tests/wal/test_mut_native_scan.py" ;;
+    walctl/wal/automq_scan.py) echo "tests/wal/test_mut_automq_scan.py" ;;
     walctl/wal/verify.py)      echo "tests/wal/test_mut_verify.py" ;;
     walctl/wal/crash_repair.py) echo "tests/wal/test_crash_repair_units.py tests/wal/test_wal_engine.py -k repair" ;;
     walctl/pipeline/upload/spool.py) echo "tests/pipeline/test_mut_upload_spool.py tests/store/test_upload_spool.py" ;;

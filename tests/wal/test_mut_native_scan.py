@@ -545,3 +545,221 @@ def test_bytes_read_are_counted_into_the_report():
 def test_a_finding_is_a_finding():
     assert Finding  # (imported for the scan's event types)
     assert StreamRecordBatch
+
+
+# -- more boundaries --------------------------------------------------------------------------------------
+
+def _big_log():
+    """Records of 3000-byte bodies, three a block (across 4 KiB boundaries), four blocks."""
+    img = Image(128 * KiB, window=WINDOW)
+    n = 0
+    for _ in range(4):
+        img.block([body(2, n + i, 3000) for i in range(3)])
+        n += 3
+    return img
+
+
+def test_small_chunks_scan_the_same_and_read_each_byte_once(monkeypatch):
+    img = _big_log()
+    h = img.header(clean=True)
+    want, res = _events(img, h, bulk=True)
+    assert [e[:3] for e in want] == [("run", 0, 12)] and res.bytes_read == img.next + ALIGN
+    monkeypatch.setattr(ns_ringread(), "CHUNK_BYTES", ALIGN)
+    got, small = _events(img, h, bulk=False)
+    assert [e[1] for e in got] == img.offsets and small.findings == []
+    assert small.bytes_read == img.next + ALIGN  # a record across a chunk's end is not read twice
+    got, small = _events(img, h, bulk=True)
+    assert sum(e[2] for e in got) == 12 and small.bytes_read == img.next + ALIGN
+
+
+def ns_ringread():
+    from walctl.wal import ringread
+    return ringread
+
+
+def test_a_clean_log_is_read_to_its_next_offset_past_the_window():
+    img = _img(blocks=1)
+    _garbage(img, 4096)
+    far = 4096 + WINDOW + 4096
+    _far(img, far)
+    out, res = _events(img, img.header(clean=True, next_offset=far + 4096))
+    assert out[3] == ("finding", HOLE, 4096, far, False, "bad magic 0xA5A5A5A5", CLEAN_RULE)
+    assert out[4:] == [("entry", far)] and res.end_offset == far + 107
+
+
+def test_the_window_rule_without_a_durable_end_says_only_itself():
+    img = _img()
+    _garbage(img, 4096)
+    out, _ = _events(img, img.header(clean=False), durable=Durable(), probe=False)
+    assert out[3][6] == WINDOW_RULE
+    out, _ = _events(img, img.header(clean=False, trim=107), durable=Durable([(107, "x")]), probe=False)
+    assert out[1][6] == WINDOW_RULE  # a durable end at the start says nothing more
+    out, _ = _events(img, img.header(clean=False, trim=107), durable=Durable([(108, "x")]), probe=False)
+    assert out[1][6] == "past the durable end 108, " + WINDOW_RULE
+
+
+def test_no_lost_tail_when_the_durable_end_is_at_or_before_the_start():
+    img = _img()
+    out, _ = _events(img, img.header(clean=False, trim=9000), durable=Durable([(9000, "x")]))
+    assert [e[1] for e in out] == [TRIM_RECORD]  # (no record there), and no lost tail
+    out, _ = _events(img, img.header(clean=False, trim=8999), durable=Durable([(9000, "x")]))
+    assert out[-1][:4] == ("finding", END_MISMATCH, 8999, 9000)
+
+
+def test_a_seek_in_a_damaged_clean_log_with_nothing_after_ends_at_next_offset():
+    img = _img(blocks=2)
+    _garbage(img, 4096)
+    out, res = _events(img, img.header(clean=True, next_offset=12288), seek=4100)
+    assert res.read_from_offset == 12288 and out == []
+
+
+def test_the_probe_aside_counts_its_reads():
+    img = _img(blocks=1)
+    _garbage(img, 4096)
+    hit = 4096 + WINDOW + 8192
+    _far(img, hit)
+    _, res = _events(img, img.header(clean=False), durable=Durable())
+    _, plain = _events(img, img.header(clean=False), durable=Durable([(hit + 200, "x")]), probe=False)
+    assert res.bytes_read > plain.bytes_read
+
+
+def test_read_past_stops_at_the_known_record_or_the_durable_end():
+    img = _img(blocks=1)
+    _garbage(img, 4096)
+    for o in range(4096 + 24, 12288, 24):
+        img.raw(o, b"\xa5" * 24)
+    _far(img, 12288)
+    out, res = _events(img, img.header(clean=False), durable=Durable([(8192, "d")]), probe=False)
+    assert out[3][:5] == ("finding", HOLE, 4096, 12288, False) and out[4] == ("entry", 12288)
+    out, res = _events(img, img.header(clean=False), durable=Durable([(4097, "d")]), probe=False)
+    assert out[3][:5] == ("finding", HOLE, 4096, 12288, False)
+
+
+# -- what the scan keeps of each record and finding ----------------------------------------------------------
+
+def test_the_trim_record_s_stream_and_body_are_kept():
+    img = Image(64 * KiB, window=WINDOW)
+    trim_body = body(7, 40, count=2)
+    img.block([body(1, 0), trim_body, body(1, 1)])
+    for bulk in (False, True):
+        out, res = _events(img, img.header(trim=107), bulk=bulk)
+        assert res.trim_entry.body == trim_body and res.trim_entry.batch == StreamRecordBatch.decode(trim_body)
+        assert res.stream_ends == {7: 42, 1: 2} and res.streams.last[7] == (107, 42)
+
+
+def test_a_body_that_is_no_batch_is_a_finding_and_a_record():
+    img = Image(64 * KiB, window=WINDOW)
+    img.block([body(1, 0), b"not a batch", body(1, 1)])
+    for bulk in (False, True):
+        out, res = _events(img, img.header(), bulk=bulk)
+        [f] = res.findings
+        assert f.ring == img.ring and f.kind == BAD_BATCH and f.to_json()["offset"] == 107
+        assert res.record_offsets == [0, 107, 142] and res.records == 3
+
+
+def test_a_hole_closed_by_a_padding_record_ends_there():
+    img = _img(blocks=1)
+    _garbage(img, 4096)
+    img.padding(8192, 4096)
+    img.block([body(1, 9)], start=12288)
+    out, res = _events(img, img.header(clean=False), probe=False)
+    assert out[3] == ("finding", HOLE, 4096, 8192, True, "bad magic 0xA5A5A5A5", WINDOW_RULE)
+    assert out[4:] == [("entry", 12288)]
+
+
+def test_a_log_ending_with_a_padding_record_ends_after_it():
+    img = _img(blocks=1)
+    img.padding(4096, 4096)
+    out, res = _events(img, img.header(clean=False))
+    assert out == _entries(OFFS[:3]) and res.end_offset == 8192 and res.next_block_offset == 8192
+
+
+def test_damage_exactly_at_the_durable_end_is_past_it():
+    img = _img()
+    _garbage(img, 4096)
+    out, res = _events(img, img.header(clean=False), durable=Durable([(4096, "the end")]), probe=False)
+    assert out[3] == ("finding", HOLE, 4096, 8192, True, "bad magic 0xA5A5A5A5",
+                      "past the durable end 4,096, " + WINDOW_RULE)
+
+
+def test_without_the_probe_a_reader_s_scan_keeps_the_window_rule():
+    img = _img(blocks=1)
+    _garbage(img, 4096)
+    far = 4096 + WINDOW + 8192
+    _far(img, far)
+    for header, probe in [(img.header(clean=False), False), (img.header(clean=True, next_offset=4096), True)]:
+        d = Durable()
+        out, res = _events(img, header, durable=d, probe=probe)
+        assert out == _entries(OFFS[:3]) and d.points == [], (header, probe)
+
+
+def test_the_report_s_bytes_read_are_up_to_date_after_the_probe():
+    img = _img(blocks=1)
+    _garbage(img, 4096)
+    hit = 4096 + WINDOW + 8192
+    _far(img, hit)
+    res = img.result(img.header(clean=False))
+    res.durable = Durable()
+    scan = ns.NativeScan(img.dev, img.header(clean=False), res, probe=True, keep_offsets=False)
+    for e in scan.events():
+        if isinstance(e, Finding):
+            assert res.bytes_read == scan.reader.bytes_read > 0
+            break
+
+
+def test_resync_finds_a_record_ending_on_the_lap_end():
+    img = Image(64 * KiB)
+    size = img.ring.size
+    img.put(size - 107, body(1, 0))
+    assert ns.resync(LogReader(img.dev, img.ring), size - 1000, size) == size - 107
+
+
+def test_reading_past_a_torn_body_to_the_end_is_a_torn_tail_below_the_durable_end():
+    img = _img()
+    img.raw(8406 + 40, b"\xff\xff")
+    out, res = _events(img, img.header(clean=False), durable=Durable([(9000, "the end")]), probe=False)
+    torn = res.findings[0]
+    assert out[-2] == ("finding", TORN_TAIL, 8406, 12288, False, "body crc mismatch", "below the end 9,000")
+    assert torn.bytes_cause == Cause.CHECKSUM_MISMATCH and None not in (torn.expected_crc, torn.found_crc)
+    assert torn.expected_crc != torn.found_crc and res.torn_offsets == [8406]
+    assert out[-1][:4] == ("finding", END_MISMATCH, 8406, 9000)
+
+
+def test_reading_past_damage_inside_a_block_to_the_end():
+    img = _img(blocks=1)
+    img.raw(321, b"\x01\x02")
+    out, res = _events(img, img.header(clean=False), durable=Durable([(5000, "the end")]), probe=False)
+    f = res.findings[0]
+    assert out[3] == ("finding", TORN_TAIL, 321, 4096, False,
+                      "damaged record header inside a block (bad magic 0x01020000)", "below the end 5,000")
+    assert f.bytes_cause == Cause.GARBAGE and res.unaligned_damage == [321]
+
+
+def test_reading_past_a_damaged_block_header_to_the_next_record():
+    img = _img()
+    img.raw(4096 + 5, b"\x7f")  # bodyLength changed: the header's crc fails
+    head = rec.RecordHeader.decode(rec.encode_record(4096, body(1, 3)))
+    out, res = _events(img, img.header(clean=False), durable=Durable([(8513, "the end")]), probe=False)
+    f = res.findings[0]
+    assert out[3] == ("finding", HOLE, 4096, 4203, False, "header crc mismatch", "below the end 8,513")
+    assert f.bytes_cause == Cause.CHECKSUM_MISMATCH and f.expected_crc is not None and f.found_crc is not None
+    assert f.expected_crc != f.found_crc and head.body_length == 83
+    assert out[4:] == _entries(OFFS[4:]) and res.unaligned_damage == [] and res.torn_offsets == []
+
+
+def test_reading_past_finds_a_record_one_byte_on():
+    img = _img(blocks=1)
+    img.raw(321, b"\x99")
+    img.put(322, body(1, 3))
+    out, res = _events(img, img.header(clean=False), durable=Durable([(1000, "the end")]), probe=False)
+    assert out[3][:4] == ("finding", HOLE, 321, 322) and out[4] == ("entry", 322)
+
+
+def test_reading_past_to_the_record_the_probe_found_through_garbage():
+    img = _img(blocks=1)
+    hit = 4096 + WINDOW + 8192
+    img.raw(4096, b"\xa5" * (hit - 4096))
+    _far(img, hit)
+    out, res = _events(img, img.header(clean=False), durable=Durable())
+    assert out[3][:4] == ("finding", HOLE, 4096, hit) and out[4:] == [("entry", hit)]
+    assert res.unaligned_damage == [] and res.stopped_by == "one sliding window past the first invalid block"

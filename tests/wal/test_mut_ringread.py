@@ -696,3 +696,37 @@ def test_read_ahead_s_device_reads_count_as_the_reader_s_thread_s(small, tmp_pat
         assert bytes_read_total() - before == r.bytes_read == 88 * KiB  # (what was in flight counts too)
     finally:
         dev.close()
+
+
+def test_intact_run_at_its_bound_decodes_nothing_and_says_end():
+    img = _img()
+    r = LogReader(img.dev, img.ring)
+    for bound in (214, 0):
+        r.bound = bound
+        found = r.intact_run(214)
+        assert found.count == 0 and found.stop == bulk.Stop(bulk.END, 214, 214, 0, 0)
+
+
+def test_intact_run_refuses_a_record_crossing_the_lap_end():
+    img = _img()
+    size = img.ring.size
+    last = size - 107
+    img.raw(last, rec.RecordHeader.for_body(last, b"x" * 200).encode())
+    r = LogReader(img.dev, img.ring)
+    for n in (1, 1 << 30):
+        stop = r.intact_run(last, n).stop
+        assert (stop.reason, stop.offset, stop.expected, stop.found) == (bulk.CROSSES_LAP, last, size, last + 224)
+
+
+def test_a_first_read_longer_than_a_segment_is_assembled_in_a_new_buffer(small):
+    dev = Recording(128 * KiB)
+    ring = Ring(128 * KiB)
+    r = LogReader(dev, ring)
+    r.read_ahead(forward=True)
+    try:
+        assert bytes(r.read(0, 30000)) == _at(dev, ring, 0, 30000)
+        assert r.position() == (HEADERS_SIZE, 32 * KiB)
+    finally:
+        r.close()
+    assert sorted(o - HEADERS_SIZE for o, _ in dev.reads) == list(range(0, 48 * KiB, 8 * KiB))
+    assert r.bytes_read == 48 * KiB
