@@ -763,3 +763,57 @@ def test_reading_past_to_the_record_the_probe_found_through_garbage():
     out, res = _events(img, img.header(clean=False), durable=Durable())
     assert out[3][:4] == ("finding", HOLE, 4096, hit) and out[4:] == [("entry", hit)]
     assert res.unaligned_damage == [] and res.stopped_by == "one sliding window past the first invalid block"
+
+
+def test_a_record_exactly_one_window_past_the_damage_is_beyond_it():
+    img = _img(blocks=1)
+    _garbage(img, 4096)
+    _far(img, 4096 + WINDOW)
+    out, res = _events(img, img.header(clean=False))
+    assert out[:3] == _entries(OFFS[:3])
+    assert out[3:] == [("finding", BEYOND_WINDOW, 4096 + WINDOW, None, False, out[3][5], None)]
+
+
+def test_the_window_counts_from_a_torn_body():
+    img = _img()
+    img.raw(8406 + 40, b"\xff\xff")
+    far = 28672  # 20000 past the torn record at 8406 is 28406: past it; 20000 past 12288 is not
+    _far(img, far)
+    out, res = _events(img, img.header(clean=False, window=20000))
+    assert out[-2][:4] == ("finding", TORN_TAIL, 8406, 12288) and out[-1][:3] == ("finding", BEYOND_WINDOW, far)
+
+
+def test_a_hole_s_finding_carries_the_ring_and_the_crcs():
+    img = _img()
+    img.raw(4096 + 5, b"\x7f")  # the header's crc fails
+    out, res = _events(img, img.header(clean=False))
+    f = res.findings[0]
+    assert (f.kind, f.offset, f.end_offset, f.reason) == (HOLE, 4096, 8192, "header crc mismatch")
+    assert f.ring == img.ring and f.expected_crc is not None and f.found_crc is not None
+    assert f.expected_crc != f.found_crc and f.to_json()["physical_offset"] == img.ring.physical(4096)
+
+
+def test_block_at_or_before_needs_a_header_naming_its_offset():
+    img = Image(64 * KiB)
+    size = img.ring.size
+    img.put(size, body(1, 0))  # the next lap's record, physically at the ring's start
+    r = LogReader(img.dev, img.ring)
+    assert ns._block_at_or_before(r, 100, 0) is None
+    assert ns._block_at_or_before(r, size + 100, 0) == size
+
+
+def test_block_at_or_before_takes_a_record_ending_on_the_lap_end():
+    img = Image(64 * KiB)
+    size = img.ring.size
+    img.put(size - ALIGN, body(1, 0, ALIGN - 24 - 33))
+    r = LogReader(img.dev, img.ring)
+    assert ns._block_at_or_before(r, size - 1, 0) == size - ALIGN
+
+
+def test_block_at_or_before_looks_at_its_floor_in_the_next_step():
+    img = Image(128 * KiB)
+    img.put(ALIGN, body(1, 0))
+    r = LogReader(img.dev, img.ring)
+    top = ALIGN + ALIGN + 64 * KiB  # after 64 KiB, the next step starts exactly at the floor
+    assert ns._block_at_or_before(r, top, ALIGN) == ALIGN
+    assert ns._block_at_or_before(r, top + 5, ALIGN) == ALIGN
