@@ -730,3 +730,106 @@ def test_a_first_read_longer_than_a_segment_is_assembled_in_a_new_buffer(small):
         r.close()
     assert sorted(o - HEADERS_SIZE for o, _ in dev.reads) == list(range(0, 48 * KiB, 8 * KiB))
     assert r.bytes_read == 48 * KiB
+
+
+class Named(Recording):
+    """Notes each read's thread too."""
+
+    def pread_into(self, offset, buf):
+        self.names = getattr(self, "names", [])
+        self.names.append(threading.current_thread().name)
+        return super().pread_into(offset, buf)
+
+
+def test_read_ahead_kicked_after_a_seek_goes_on_from_the_carried_bytes(small):
+    dev = Named(128 * KiB)
+    ring = Ring(128 * KiB)
+    r = LogReader(dev, ring)
+    r.read(0, 100)  # (no read-ahead yet: a seek)
+    r.read_ahead(forward=True)
+    try:
+        assert bytes(r.read(8 * KiB - 100, 300)) == _at(dev, ring, 8 * KiB - 100, 300)
+    finally:
+        r.close()
+    assert [o - HEADERS_SIZE for o, _ in dev.reads] == [0, 8 * KiB, 16 * KiB, 24 * KiB]
+    assert dev.names == ["MainThread"] + ["walctl-scan-read"] * 3 and r.bytes_read == 32 * KiB
+
+
+def test_a_read_behind_read_ahead_is_read_here(small):
+    dev = Named(128 * KiB)
+    ring = Ring(128 * KiB)
+    r = LogReader(dev, ring)
+    r.bound = ring.size
+    r.read_ahead(forward=True)
+    try:
+        _forward(r, dev, ring, 8 * KiB, 100, 40 * KiB)
+        assert bytes(r.read(0, 100)) == _at(dev, ring, 0, 100)
+    finally:
+        r.close()
+    assert [o - HEADERS_SIZE for o, _ in dev.reads] == list(range(0, 56 * KiB, 8 * KiB)) + [0]
+    assert dev.names[-1] == "MainThread" and r.bytes_read == 64 * KiB
+
+
+def test_read_ahead_reads_up_to_the_bound_s_block(small):
+    dev = Named(128 * KiB)
+    ring = Ring(128 * KiB)
+    r = LogReader(dev, ring)
+    r.bound = 20 * KiB
+    r.read_ahead(forward=True)
+    try:
+        _forward(r, dev, ring, 4 * KiB, 100, 24 * KiB)
+    finally:
+        r.close()
+    assert [(o - HEADERS_SIZE, n) for o, n in dev.reads] == [(0, 8 * KiB), (8 * KiB, 8 * KiB), (16 * KiB, 4 * KiB),
+                                                           (20 * KiB, 8 * KiB)]
+    assert dev.names[-1] == "MainThread" and r.bytes_read == 28 * KiB
+
+
+def test_a_long_record_past_what_is_read_ahead_is_read_here(small):
+    dev = Named(128 * KiB)
+    ring = Ring(128 * KiB)
+    r = LogReader(dev, ring)
+    r.bound = 16 * KiB
+    r.read_ahead(forward=True)
+    try:
+        r.read(0, 100)
+        assert bytes(r.read(100, 30000)) == _at(dev, ring, 100, 30000)
+        assert bytes(r.read(30100, 100)) == _at(dev, ring, 30100, 100)
+    finally:
+        r.close()
+    assert [(o - HEADERS_SIZE, n) for o, n in dev.reads] == [(0, 8 * KiB), (8 * KiB, 8 * KiB), (16 * KiB, 16 * KiB)]
+    assert r.bytes_read == 32 * KiB
+
+
+def test_a_forward_scan_s_reads_are_made_on_the_read_ahead_thread(small):
+    dev = Named(128 * KiB)
+    ring = Ring(128 * KiB)
+    r = LogReader(dev, ring)
+    r.bound = ring.size
+    r.read_ahead(forward=True)
+    try:
+        _forward(r, dev, ring, 8 * KiB, 100, ring.size)
+    finally:
+        r.close()
+    assert dev.names == ["walctl-scan-read"] * (ring.size // (8 * KiB))
+
+
+def test_a_failed_read_while_assembling_a_long_record_is_read_here(small):
+    class Flaky(Named):
+        def pread_into(self, offset, buf):
+            if threading.current_thread().name == "walctl-scan-read" and offset == HEADERS_SIZE + 16 * KiB:
+                raise IOFailure("flaky", where="x")
+            return super().pread_into(offset, buf)
+
+    dev = Flaky(128 * KiB)
+    ring = Ring(128 * KiB)
+    r = LogReader(dev, ring)
+    r.bound = ring.size
+    r.read_ahead(forward=True)
+    try:
+        r.read(0, 100)
+        assert bytes(r.read(100, 30000)) == _at(dev, ring, 100, 30000)
+        _forward(r, dev, ring, 8 * KiB, 100, ring.size, 32 * KiB)
+    finally:
+        r.close()
+    assert sorted(o - HEADERS_SIZE for o, _ in dev.reads)[:4] == [0, 8 * KiB, 16 * KiB, 24 * KiB]
