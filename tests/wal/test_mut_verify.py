@@ -439,3 +439,23 @@ def test_verify_range_does_not_probe_past_damage():
     img.block([body(3, 0)], start=40960)  # ... then a valid record far past it: the probe would say so
     r = v.verify_range(img.dev, h, 0, 1 << 20)
     assert [(f.kind, f.offset) for f in r.findings] == [] and (r.records, r.reached_end) == (3, True)
+
+
+def test_the_state_file_is_utf_8_whatever_the_locale(tmp_path, monkeypatch):
+    import builtins
+    import codecs
+
+    seen = []
+
+    def spy(real):
+        def opener(*args, **kwargs):
+            seen.append(kwargs.get("encoding"))
+            return real(*args, **kwargs)
+        return opener
+
+    monkeypatch.setattr(v, "open", spy(builtins.open), raising=False)
+    monkeypatch.setattr(v.os, "fdopen", spy(os.fdopen))
+    path = str(tmp_path / "s")
+    v.save_state(path, {"/dev/disk/by-id/é": {"capacity": 1}})
+    assert v.load_state(path) == {"/dev/disk/by-id/é": {"capacity": 1}}
+    assert len(seen) == 2 and all(e is not None and codecs.lookup(e).name == "utf-8" for e in seen)
