@@ -442,3 +442,105 @@ def test_a_later_lap_s_record_clears_v0_s_first_invalid_block(version, monkeypat
         assert out == [("entry", size - 3 * BS), ("entry", size), ("entry", size + BS)]
     else:
         assert out == [("entry", size - 3 * BS)]
+
+
+# -- what each finding carries ---------------------------------------------------------------------------------
+
+def _crc_damage(img, offset):
+    """Flip a bit of bodyLength: the header's crc fails (expected and found crcs known)."""
+    p = img.ring.physical(offset) + 6
+    img.dev.data[p] ^= 0x01
+
+
+def test_a_hole_carries_the_ring_the_crcs_and_the_cause():
+    img, offs = _log(0)
+    _crc_damage(img, 4096)
+    out, res = _scan(img, img.header(clean=False), probe=False)
+    f = res.findings[0]
+    assert (f.kind, f.offset, f.end_offset, f.reason, f.ring) == (HOLE, 4096, 8192, "header crc mismatch", img.ring)
+    assert f.bytes_cause == Cause.CHECKSUM_MISMATCH and None not in (f.expected_crc, f.found_crc)
+    assert f.expected_crc != f.found_crc and f.to_json()["physical_offset"] == img.ring.physical(4096)
+
+
+def test_a_trim_record_finding_carries_its_cause_and_crcs():
+    img, offs = _log(0)
+    img.raw(107, bytes(24))
+    out, res = _scan(img, img.header(trim=107), probe=False)
+    assert res.findings[0].bytes_cause == Cause.ZERO_FILL and res.findings[0].ring == img.ring
+    img2, _ = _log(0)
+    img2.raw(107 + 50, b"\x00\x01")
+    out, res = _scan(img2, img2.header(trim=107), probe=False)
+    f = res.findings[0]
+    assert f.bytes_cause == Cause.CHECKSUM_MISMATCH and None not in (f.expected_crc, f.found_crc)
+    img3, _ = _log(1)
+    img3.raw(4096 + 50, b"\x00\x01")
+    out, res = _scan(img3, img3.header(trim=4096), probe=False)
+    f = res.findings[0]
+    assert f.bytes_cause == Cause.CHECKSUM_MISMATCH and None not in (f.expected_crc, f.found_crc)
+
+
+def test_a_torn_trim_record_in_a_later_block_goes_on_at_the_next_block():
+    img, offs = _log(0)
+    img.raw(4203 + 50, b"\x00\x01")
+    out, res = _scan(img, img.header(trim=4203), probe=False)
+    assert out == [("finding", TRIM_RECORD, 4203, None, True, "body crc mismatch")] + \
+        [("entry", o) for o in offs[6:]]
+
+
+def test_v1_discarded_blocks_name_the_first_invalid_block_s_reason():
+    img, offs = _log(1)
+    img.raw(4096 + 50, b"\x00\x01")  # a torn first record: V1 stops there
+    out, res = _scan(img, img.header(clean=False))
+    f = res.findings[-1]
+    assert (f.kind, f.offset, f.end_offset) == (DISCARDED, 4096, 8192)
+    assert f.reason == ("body crc mismatch; valid blocks follow at offset 8192: AutoMQ V1 recovers only the "
+                        "continuous log and discards them (not shown)")
+    assert f.bytes_cause == Cause.CHECKSUM_MISMATCH and f.ring == img.ring
+
+
+def test_a_padding_record_closes_a_v1_torn_gap_and_ends_the_lap():
+    img = Amq(1)
+    size = img.ring.size
+    start = size - 2 * BS
+    img.block([body(5, 0), body(5, 1)], start=start)
+    img.raw(start + 107 + 60, b"\x00\x01")  # the block's second record is torn
+    pad = bytearray(amq_record(size - BS, b"", magic=rec.PADDING_MAGIC, length=BS - rec.SIZE))
+    pad[23] ^= 1
+    img.raw(size - BS, bytes(pad))
+    img.raw(size, bytes(24))  # nothing in the next lap
+    out, res = _scan(img, img.header(trim=start - 1, clean=False), probe=False)
+    assert out[0] == ("entry", start)
+    assert out[1][:4] == ("finding", HOLE, start + 107, size - BS)
+    bad = res.findings[1]
+    assert (bad.kind, bad.offset, bad.end_offset) == (BAD_PADDING, size - BS, size)
+    assert bad.bytes_cause == Cause.CHECKSUM_MISMATCH and None not in (bad.expected_crc, bad.found_crc)
+    assert res.end_offset == size and res.stopped_by == am.V1_STOP
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_small_blocks_torn_records_go_on_at_the_next_small_block(version):
+    img = Amq(version, capacity=32 * KiB, bs=512)
+    offs = img.block([body(5, 0), body(5, 1)])
+    offs += img.block([body(5, 2)])
+    img.raw(107 + 60, b"\x00\x01")
+    out, res = _scan(img, img.header(clean=False), probe=False)
+    assert out[0] == ("entry", 0) and out[1][:4] == ("finding", HOLE, 107, 512) and out[2] == ("entry", 512)
+    img.raw(107 + 60, amq_record(107, body(5, 1))[60:62])
+    img.raw(107, bytes(24))  # now the trim record, zeroed
+    out, res = _scan(img, img.header(trim=107, clean=False), probe=False)
+    assert out[1:] == [("entry", 512)]
+    img.raw(107, amq_record(107, body(5, 1))[:24])
+    img.raw(107 + 60, b"\x00\x01")  # torn trim record
+    out, res = _scan(img, img.header(trim=107, clean=False), probe=False)
+    assert out[1:] == [("entry", 512)] and out[0][:3] == ("finding", TRIM_RECORD, 107)
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_a_full_ring_stops_one_ring_past_the_trim_point(version):
+    img = Amq(version, capacity=32 * KiB)
+    n = 0
+    while img.next < img.ring.size:
+        img.block([body(5, n, BS - 24 - 33)])
+        n += 1
+    out, res = _scan(img, img.header(clean=False))
+    assert len(out) == img.ring.size // BS and res.stopped_by == "one ring past the trim point"
