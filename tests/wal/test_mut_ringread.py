@@ -833,3 +833,73 @@ def test_a_failed_read_while_assembling_a_long_record_is_read_here(small):
     finally:
         r.close()
     assert sorted(o - HEADERS_SIZE for o, _ in dev.reads)[:4] == [0, 8 * KiB, 16 * KiB, 24 * KiB]
+
+
+@pytest.mark.parametrize("b", [StreamRecordBatch(0, 0, 0, 1, b""), StreamRecordBatch(0, -1, 0, 1, b"x"),
+                               StreamRecordBatch(3, 0, 0, 1, b"xy"), StreamRecordBatch(0, 0, 9, 1, b"")])
+def test_batch_of_takes_the_fast_path_for_every_intact_batch(b, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the slow path was taken")
+
+    monkeypatch.setattr(StreamRecordBatch, "decode", refuse)
+    assert rr.batch_of(b.encode()) == (b, None)
+
+
+def test_probe_passes_over_a_stale_record_of_an_earlier_lap():
+    img = Image(64 * KiB)
+    size = img.ring.size
+    img.put(3 * ALIGN, body(1, 0))
+    r = LogReader(img.dev, img.ring)
+    assert rr.probe(r, size, 2 * size) is None  # (physically there, but it names lap 0's offset)
+
+
+def test_probe_of_small_automq_blocks_starts_at_the_next_block():
+    cap = 64 * KiB + 1024
+    ring = Ring(cap, 512)
+    dev = MemoryDevice(cap)
+    from walctl.format.crc import automq_crc
+    b = body(1, 0)
+    raw = rec.STRUCT.pack(rec.DATA_MAGIC, len(b), 1536 + 24, automq_crc(b), 0)[:20]
+    raw += automq_crc(raw).to_bytes(4, "big") + b
+    p = ring.physical(1536)
+    dev.data[p:p + len(raw)] = raw
+    r = LogReader(dev, ring)
+    assert rr.probe(r, 1, 8192, automq=True) == 1536 and rr.probe(r, 1025, 8192, automq=True) == 1536
+    assert rr.probe(r, 1537, 8192, automq=True) is None
+
+
+def test_reads_in_a_row_at_any_offset_in_their_block_start_read_ahead(small):
+    dev = Recording(128 * KiB)
+    ring = Ring(128 * KiB)
+    r = LogReader(dev, ring, readahead=True)
+    r.bound = ring.size
+    try:
+        for o in (100, 8 * KiB + 200, 16 * KiB + 300):
+            assert bytes(r.read(o, 50)) == _at(dev, ring, o, 50)
+        assert r._following == 2 and r._ahead.reading()
+    finally:
+        r.close()
+
+
+def test_reads_carrying_the_chunk_s_tail_are_reads_in_a_row(small):
+    dev = Recording(128 * KiB)
+    ring = Ring(128 * KiB)
+    r = LogReader(dev, ring, readahead=True)
+    r.bound = ring.size
+    try:
+        r.read(0, 100)
+        assert bytes(r.read(8 * KiB - 100, 300)) == _at(dev, ring, 8 * KiB - 100, 300)
+        assert r._following == 1 and not r._ahead.reading()
+        assert bytes(r.read(12 * KiB - 100, 300)) == _at(dev, ring, 12 * KiB - 100, 300)
+        assert r._following == 2 and r._ahead.reading()
+    finally:
+        r.close()
+
+
+def test_a_device_shorter_than_its_ring_is_read_to_its_end():
+    dev = Recording(64 * KiB + 512)
+    ring = Ring(128 * KiB, 512)  # (a truncated image)
+    r = LogReader(dev, ring)
+    got = r.read(64 * KiB - 1024 - 300, 200)
+    assert bytes(got) == bytes(dev.data[64 * KiB - 300:64 * KiB - 100])
+    assert dev.reads == [(60 * KiB, 2 * ALIGN)]  # up to the device end, aligned: no more
