@@ -817,3 +817,105 @@ def test_block_at_or_before_looks_at_its_floor_in_the_next_step():
     top = ALIGN + ALIGN + 64 * KiB  # after 64 KiB, the next step starts exactly at the floor
     assert ns._block_at_or_before(r, top, ALIGN) == ALIGN
     assert ns._block_at_or_before(r, top + 5, ALIGN) == ALIGN
+
+
+# -- the fast path's unusual rows ------------------------------------------------------------------------------
+
+def test_unusual_rows_include_the_trim_record_as_the_last_row():
+    img = Image(64 * KiB)
+    img.block([body(1, 0), b"junk", body(1, 1)])
+    rows = LogReader(img.dev, img.ring).intact_run(0).rows
+    assert ns._unusual_rows(rows, 3, 135, False) == [1, 2]
+    assert ns._unusual_rows(rows, 3, 135, True) == [2]
+
+
+def test_bulk_runs_hold_the_records_bodies():
+    img = _img()
+    out, res = _events(img, img.header(), bulk=True, keep=True)
+    assert res.record_offsets == OFFS
+    r = res.durable  # (None)
+    res2 = img.result(img.header())
+    runs = [e for e in ns.NativeScan(img.dev, img.header(), res2, probe=False, keep_offsets=False).events(bulk=True)]
+    entries = runs[0].entries()
+    assert [e.offset for e in entries] == OFFS and entries[4].body == body(1, 4) and r is None
+    assert entries[4].batch == StreamRecordBatch.decode(body(1, 4))
+
+
+def test_entries_hold_the_records_bodies_and_batches():
+    img = Image(64 * KiB, window=WINDOW)
+    bodies = [body(1, 0, epoch=3), b"not a batch", body(2, 5, epoch=9)]
+    img.block(bodies)
+    res = img.result(img.header())
+    got = [e for e in ns.NativeScan(img.dev, img.header(), res, probe=False, keep_offsets=True).events()
+           if isinstance(e, Entry)]
+    assert [e.body for e in got] == bodies
+    assert got[0].batch == StreamRecordBatch.decode(bodies[0]) and got[0].batch.epoch == 3
+    assert got[1].batch is None and got[2].batch.epoch == 9
+
+
+@pytest.mark.parametrize("bulk", [False, True])
+def test_unusual_rows_first_and_last_in_bulk(bulk):
+    img = Image(64 * KiB, window=WINDOW)
+    img.block([b"junk first", body(1, 0), b"junk last"])
+    out, res = _events(img, img.header(), bulk=bulk)
+    kinds = [e[0] if e[0] != "finding" else e[1] for e in out]
+    if bulk:
+        assert out[1] == ("entry", 0) and out[2] == ("run", 34, 1) and out[4] == ("entry", 141)
+        assert kinds == [BAD_BATCH, "entry", "run", BAD_BATCH, "entry"]
+    else:
+        assert kinds == [BAD_BATCH, "entry", "entry", BAD_BATCH, "entry"]
+
+
+def test_a_hole_closed_by_a_record_that_is_no_batch():
+    img = _img(blocks=1)
+    _garbage(img, 4096)
+    img.block([b"junk after the hole", body(1, 5)], start=8192)
+    out, res = _events(img, img.header(clean=False), probe=False)
+    assert out[3][:4] == ("finding", HOLE, 4096, 8192) and out[4][:3] == ("finding", BAD_BATCH, 8192)
+
+
+def test_a_lap_end_padding_record_alone_in_a_decode():
+    img = Image(64 * KiB, window=WINDOW)
+    size = img.ring.size
+    img.block([body(1, 0), body(1, 1)], start=size - 2 * ALIGN)
+    img.padding(size - ALIGN, ALIGN)
+    img.block([body(1, 2)], start=size)
+    for bulk in (False, True):
+        out, res = _events(img, img.header(clean=False, trim=size - 2 * ALIGN + 107), bulk=bulk)
+        assert out == ([("entry", size)] if not bulk else [("run", size, 1)]) and res.findings == []
+
+
+def test_after_damage_records_are_looked_at_one_at_a_time():
+    img = _img(blocks=1)
+    _garbage(img, 4096)
+    n = 10
+    for start in range(8192, 28672, 4096):  # blocks from 8192 on, past the window (4096 + 16 KiB = 20480)
+        img.block([body(1, n + i) for i in range(20)], start=start)
+        n += 20
+    out, res = _events(img, img.header(clean=False), probe=False)
+    entries = [e[1] for e in out if e[0] == "entry"]
+    assert entries[-1] == 16384 + 19 * 107 and len(entries) == 3 + 60 and res.stopped_by.startswith("one sliding")
+    out, res = _events(img, img.header(clean=False), probe=False, bulk=True)
+    assert sum(e[2] for e in out if e[0] == "run") == 3 + 60
+
+
+def test_damage_inside_a_block_starts_the_window():
+    img = _img(blocks=1)
+    img.raw(321, b"\x01")
+    n = 10
+    for start in range(4096, 24576, 4096):
+        img.block([body(1, n + i) for i in range(3)], start=start)
+        n += 3
+    out, res = _events(img, img.header(clean=False))
+    assert out[-1] == ("finding", BEYOND_WINDOW, 20480, None, False, out[-1][5], None)
+    assert [e[1] for e in out if e[0] == "entry"][-1] == 16384 + 214
+
+
+def test_damage_inside_a_block_at_the_log_s_end_is_a_torn_tail():
+    img = _img(blocks=1)
+    img.raw(321, b"\x01\x02")
+    out, res = _events(img, img.header(clean=False))
+    f = res.findings[-1]
+    assert out[-1] == ("finding", TORN_TAIL, 321, 4096, True,
+                       "damaged record header inside a block (bad magic 0x01020000)", WINDOW_RULE)
+    assert f.bytes_cause == Cause.GARBAGE
