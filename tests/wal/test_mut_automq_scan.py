@@ -544,3 +544,69 @@ def test_a_full_ring_stops_one_ring_past_the_trim_point(version):
         n += 1
     out, res = _scan(img, img.header(clean=False))
     assert len(out) == img.ring.size // BS and res.stopped_by == "one ring past the trim point"
+
+
+def test_a_v1_log_s_discarded_blocks_after_a_zeroed_block_say_why():
+    img, offs = _log(1)
+    img.raw(4096, bytes(24))
+    out, res = _scan(img, img.header(clean=False))
+    assert res.findings[-1].reason.startswith("zero fill; valid blocks follow at offset 8192")
+    assert res.stream_ends == {5: 3} and res.streams.last == {5: (214, 3)}
+
+
+def test_a_damaged_trim_record_s_finding_says_why():
+    img, offs = _log(0)
+    img.raw(107, bytes(24))
+    out, res = _scan(img, img.header(trim=107), probe=False)
+    assert out[0] == ("finding", TRIM_RECORD, 107, None, True, "zero fill")
+    assert res.findings[0].bytes_cause == Cause.ZERO_FILL
+
+
+def test_the_trim_record_s_body_and_stream_are_kept():
+    img = Amq(0)
+    trim_body = body(9, 30, count=4)
+    offs = img.block([body(5, 0), trim_body, body(5, 1)])
+    out, res = _scan(img, img.header(trim=offs[1]))
+    assert res.trim_entry.body == trim_body and res.trim_entry.batch.stream_id == 9
+    assert res.stream_ends == {9: 34, 5: 2}
+
+
+def test_a_v0_torn_tail_in_small_blocks_ends_at_its_block():
+    img = Amq(0, capacity=32 * KiB, bs=512)
+    offs = img.block([body(5, 0), body(5, 1)])
+    img.raw(107 + 60, b"\x00\x01")
+    out, res = _scan(img, img.header(clean=False), probe=False)
+    assert out[-1][:4] == ("finding", TORN_TAIL, 107, 512)
+
+
+def test_a_torn_record_starting_just_before_a_block_boundary():
+    img = Amq(0)
+    offs = img.block([body(5, 0, 4095 - 24 - 33), body(5, 1)])
+    assert offs[1] == 4095
+    img.raw(4095 + 60, b"\x00\x01")
+    out, res = _scan(img, img.header(clean=False), probe=False)
+    assert out[-1][:4] == ("finding", TORN_TAIL, 4095, 4096)
+
+
+def test_a_v1_torn_gap_closed_by_a_valid_padding_record():
+    img = Amq(1)
+    size = img.ring.size
+    start = size - 2 * BS
+    img.block([body(5, 0), body(5, 1)], start=start)
+    img.raw(start + 107 + 60, b"\x00\x01")
+    img.raw(size - BS, amq_record(size - BS, b"", magic=rec.PADDING_MAGIC, length=BS - rec.SIZE))
+    img.block([body(5, 2)], start=size)
+    out, res = _scan(img, img.header(trim=start - 1, clean=False), probe=False)
+    assert out[1][:4] == ("finding", HOLE, start + 107, size - BS) and out[2:] == [("entry", size)]
+
+
+def test_a_v0_torn_gap_across_the_lap_end_is_a_hole():
+    img = Amq(0)
+    size = img.ring.size
+    start = size - 2 * BS
+    img.block([body(5, 0), body(5, 1)], start=start)
+    img.raw(start + 107 + 60, b"\x00\x01")
+    img.raw(size - BS, bytes(24))
+    img.block([body(5, 2)], start=size)
+    out, res = _scan(img, img.header(trim=start - 1, clean=False), probe=False)
+    assert out[1][:4] == ("finding", HOLE, start + 107, size) and out[2:] == [("entry", size)]
