@@ -903,3 +903,12 @@ def test_a_device_shorter_than_its_ring_is_read_to_its_end():
     got = r.read(64 * KiB - 1024 - 300, 200)
     assert bytes(got) == bytes(dev.data[64 * KiB - 300:64 * KiB - 100])
     assert dev.reads == [(60 * KiB, 2 * ALIGN)]  # up to the device end, aligned: no more
+
+
+def test_without_read_ahead_every_read_is_made_here(small):
+    dev = Named(128 * KiB)
+    ring = Ring(128 * KiB)
+    r = LogReader(dev, ring)
+    _forward(r, dev, ring, 8 * KiB, 100, 64 * KiB)
+    r.close()
+    assert r._ahead is None and dev.names == ["MainThread"] * 8 and r.bytes_read == 64 * KiB
