@@ -610,3 +610,28 @@ def test_a_v0_torn_gap_across_the_lap_end_is_a_hole():
     img.block([body(5, 2)], start=size)
     out, res = _scan(img, img.header(trim=start - 1, clean=False), probe=False)
     assert out[1][:4] == ("finding", HOLE, start + 107, size) and out[2:] == [("entry", size)]
+
+
+def test_a_damaged_record_at_trim_point_zero_is_a_trim_record():
+    img, offs = _log(0)
+    img.raw(0, bytes(24))
+    out, res = _scan(img, img.header(trim=0), probe=False)
+    assert out[0] == ("finding", TRIM_RECORD, 0, None, True, "zero fill")
+    assert out[1:] == [("entry", o) for o in offs[3:]]
+
+
+def test_a_v1_trim_record_with_a_bad_header_at_a_block_carries_its_crcs():
+    img, offs = _log(1)
+    _crc_damage(img, 4096)
+    out, res = _scan(img, img.header(trim=4096), probe=False)
+    f = res.findings[0]
+    assert (f.kind, f.offset, f.reason) == (TRIM_RECORD, 4096, "header crc mismatch; AutoMQ V1 recovery stops here")
+    assert f.bytes_cause == Cause.CHECKSUM_MISMATCH and None not in (f.expected_crc, f.found_crc)
+
+
+def test_a_v1_torn_trim_record_s_discarded_blocks_say_why():
+    img, offs = _log(1)
+    img.raw(4096 + 50, b"\x00\x01")
+    out, res = _scan(img, img.header(trim=4096))
+    assert out[-1][:4] == ("finding", DISCARDED, 4096, 8192)
+    assert out[-1][5].startswith("body crc mismatch; valid blocks follow at offset 8192")
