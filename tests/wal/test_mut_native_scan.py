@@ -919,3 +919,100 @@ def test_damage_inside_a_block_at_the_log_s_end_is_a_torn_tail():
     assert out[-1] == ("finding", TORN_TAIL, 321, 4096, True,
                        "damaged record header inside a block (bad magic 0x01020000)", WINDOW_RULE)
     assert f.bytes_cause == Cause.GARBAGE
+
+
+# -- the findings at the end, and the report while the scan runs ---------------------------------------------
+
+def test_a_damaged_trim_record_at_the_end_carries_its_crcs_and_cause():
+    img = _img(blocks=1)
+    img.raw(214 + 5, b"\x7f")  # the header's crc fails
+    out, res = _events(img, img.header(trim=214, clean=False))
+    [f] = res.findings
+    assert (f.kind, f.offset, f.end_offset, f.reason, f.ring) == (TRIM_RECORD, 214, None, "header crc mismatch",
+                                                                  img.ring)
+    assert f.bytes_cause == Cause.CHECKSUM_MISMATCH and None not in (f.expected_crc, f.found_crc)
+    assert f.expected_crc != f.found_crc
+
+
+def test_every_finding_at_the_end_is_in_the_log_s_ring():
+    img = _img()
+    img.raw(8406 + 40, b"\xff\xff")
+    _, res = _events(img, img.header(clean=True, next_offset=16384))
+    assert [f.kind for f in res.findings] == [TORN_TAIL, END_MISMATCH]
+    assert all(f.ring == img.ring for f in res.findings)
+    img2 = _img(blocks=1)
+    _garbage(img2, 4096)
+    _far(img2, 4096 + WINDOW + 8192)
+    _, res = _events(img2, img2.header(clean=False))
+    assert [f.kind for f in res.findings] == [BEYOND_WINDOW] and res.findings[0].ring == img2.ring
+    _, res = _events(_img(), _img().header(clean=False), durable=Durable([(9000, "x")]))
+    assert [f.kind for f in res.findings] == [END_MISMATCH] and res.findings[0].ring == img.ring
+
+
+def test_a_torn_tail_at_a_block_start_ends_at_the_next_block():
+    img = _img()
+    img.raw(8192 + 40, b"\xff\xff")
+    out, res = _events(img, img.header(clean=False))
+    assert out[-1][:4] == ("finding", TORN_TAIL, 8192, 12288)
+
+
+def test_a_torn_tail_just_before_a_block_boundary_ends_at_it():
+    img = Image(64 * KiB, window=WINDOW)
+    offs = img.block([body(1, 0, 4095 - 24 - 33), body(1, 1)])
+    assert offs[1] == 4095
+    img.raw(4095 + 40, b"\xff\xff")
+    out, res = _events(img, img.header(clean=False))
+    assert out[-1][:4] == ("finding", TORN_TAIL, 4095, 4096)
+
+
+def test_the_report_counts_bytes_read_as_the_scan_goes():
+    img = _img()
+    res = img.result(img.header())
+    scan = ns.NativeScan(img.dev, img.header(), res, probe=False, keep_offsets=False)
+    events = scan.events()
+    next(events)
+    assert res.bytes_read == scan.reader.bytes_read > 0
+    events.close()
+
+
+class _Named:
+    """A MemoryDevice's reads, with the name of the thread making each."""
+
+    def __init__(self, dev):
+        import threading
+        self.inner, self.names, self.threading = dev, [], threading
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def pread_into(self, offset, buf):
+        self.names.append(self.threading.current_thread().name)
+        return self.inner.pread_into(offset, buf)
+
+
+def test_a_scan_reads_ahead_only_when_asked(monkeypatch):
+    monkeypatch.setattr(ns_ringread(), "CHUNK_BYTES", ALIGN)
+    img = _big_log()
+    for readahead in (False, True):
+        dev = _Named(img.dev)
+        h = img.header()
+        res = img.result(h)
+        kw = {"readahead": True} if readahead else {}
+        got = [e for e in ns.NativeScan(dev, h, res, probe=False, keep_offsets=False, **kw).events(bulk=True)]
+        assert sum(e.count for e in got) == 12
+        assert ("walctl-scan-read" in dev.names) is readahead, dev.names
+
+
+def test_the_trim_record_last_in_its_block_then_the_next_blocks():
+    img = _img()
+    for bulk in (False, True):
+        out, res = _events(img, img.header(trim=214), bulk=bulk)
+        assert sum(1 if e[0] == "entry" else e[2] for e in out) == 6 and res.records == 6
+
+
+def test_block_at_or_before_passes_over_an_earlier_lap_s_record():
+    img = Image(64 * KiB)
+    size = img.ring.size
+    img.put(0, body(1, 0))
+    r = LogReader(img.dev, img.ring)
+    assert ns._block_at_or_before(r, size + 100, 0) == 0
