@@ -1016,3 +1016,11 @@ def test_block_at_or_before_passes_over_an_earlier_lap_s_record():
     img.put(0, body(1, 0))
     r = LogReader(img.dev, img.ring)
     assert ns._block_at_or_before(r, size + 100, 0) == 0
+
+
+def test_after_the_trim_record_and_the_block_s_padding_the_scan_goes_on():
+    img = _img(blocks=1)
+    _far(img, 4096 + WINDOW + 8192)
+    out, res = _events(img, img.header(trim=214, clean=False))
+    assert res.stopped_by == "one sliding window past the first invalid block"
+    assert [e[1] for e in out] == [BEYOND_WINDOW] and not res.complete
