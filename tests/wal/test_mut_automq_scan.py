@@ -576,7 +576,7 @@ def test_a_v0_torn_tail_in_small_blocks_ends_at_its_block():
     offs = img.block([body(5, 0), body(5, 1)])
     img.raw(107 + 60, b"\x00\x01")
     out, res = _scan(img, img.header(clean=False), probe=False)
-    assert out[-1][:4] == ("finding", TORN_TAIL, 107, 512)
+    assert offs == [0, 107] and out[-1][:4] == ("finding", TORN_TAIL, 107, 512)
 
 
 def test_a_torn_record_starting_just_before_a_block_boundary():
