@@ -49,6 +49,10 @@ selection() {
     walctl/wal/gaps.py)        echo "tests/wal/test_gaps_findings_units.py" ;;
     walctl/wal/headers.py)     echo "tests/wal/test_headers_units.py tests/wal/test_headers_units2.py" ;;
     walctl/wal/reader.py)      echo "tests/wal/test_reader_units.py tests/wal/test_reader_units2.py tests/wal/test_decoder.py" ;;
+    walctl/wal/ringread.py)    echo "tests/wal/test_mut_ringread.py" ;;
+    walctl/wal/native_scan.py) echo "tests/wal/test_mut_native_scan.py" ;;
+    walctl/wal/automq_scan.py) echo "tests/wal/test_mut_automq_scan.py" ;;
+    walctl/wal/verify.py)      echo "tests/wal/test_mut_verify.py" ;;
     walctl/wal/crash_repair.py) echo "tests/wal/test_crash_repair_units.py tests/wal/test_wal_engine.py -k repair" ;;
     walctl/wal/layout.py)      echo "tests/wal/test_mut_layout.py" ;;
     walctl/wal/verdict.py)     echo "tests/wal/test_mut_verdict.py" ;;
