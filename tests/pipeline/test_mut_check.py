@@ -393,3 +393,45 @@ def test_now_defaults_to_the_clock(local_store, monkeypatch):
     r = ck.check_store(local_store)
     assert [(p.kind, p.object_id) for p in r.problems] == [("stale_prepared", 4)]
     assert r.problems[0].detail.endswith("h ago; walctl gc forgets it")
+
+
+# -- the first run's survivors ------------------------------------------------------------------------
+
+
+def test_a_subset_still_checks_the_tails_of_the_other_objects(local_store):
+    o1, o2, o3 = build(local_store)
+    _rewrite(local_store, o3.key, lambda d: d.__setitem__(slice(len(d) - 8, len(d)), b"\0" * 8))
+    r = ck.check_store(local_store, subset=(1, 2), now=NOW)  # reads object 2's data; 1 and 3: tails
+    assert [(p.kind, p.object_id) for p in r.problems] == [("footer", 3)] and r.data_objects == 1
+
+
+def test_one_problem_in_an_object_without_a_data_crc_is_named_alone(local_store):
+    put_objects(local_store, [[(3, 4, 50)]], block_size=100, version=obj.VERSION_AUTOMQ)
+    o = mf.load_latest(local_store).objects[0]
+    e = _entries(local_store, o.key)[1]
+    _rewrite(local_store, o.key, lambda d: d.__setitem__(e.block_position, d[e.block_position] ^ 0xFF))
+    r = ck.check_store(local_store, read_data=True, now=NOW)
+    assert [(p.kind, p.object_id) for p in r.problems] == [("data", o.id)]
+    d = r.problems[0].detail
+    assert d.startswith(f"byte {e.block_position} in block [{e.block_position}, {e.block_end}) of stream 3 ")
+    assert "more" not in d and "every block checks out" not in d and not d.endswith("XX")
+
+
+def test_an_object_the_manifest_gives_overlapping_ranges_does_not_hide_the_next(local_store):
+    doc = _doc([_o(1, (2, 0, 4), (2, 2, 6)), _o(2, (1, 0, 3)), _o(3, (1, 5, 9))], {1: (0, 9), 2: (0, 6)})
+    assert cov(doc) == [
+        ("overlap", 1, "k1", "the manifest gives object 1 overlapping ranges of stream 2"),
+        ("coverage", None, None, "stream 1: offsets [3, 5) are in no live object (the stream holds [0, 9))"),
+        ("coverage", None, None, "stream 2: offsets [0, 6) are in no live object (the stream holds [0, 6))"),
+    ]
+
+
+def test_a_deleted_stream_does_not_hide_the_streams_after_it():
+    doc = _doc([_o(1, (0, 0, 4), (1, 0, 3)), _o(2, (1, 5, 9))], {1: (0, 9)})
+    assert cov(doc) == [
+        ("coverage", None, None, "stream 1: offsets [3, 5) are in no live object (the stream holds [0, 9))")]
+
+
+def test_hours_are_rounded_from_3600_seconds():
+    assert ck._ago(3600 * 20.5 + 1) == "21h"
+    assert ck._ago(60 * 20.5 + 1) == "21m"
