@@ -753,3 +753,56 @@ def test_open_for_read_never_creates_a_store(tmp_path):
 
     with pytest.raises(UsageError):
         open_for_read("nosuch://x")
+
+
+# -- a gap inside an object, the WAL's tail --------------------------------------------------------------------
+
+
+def test_offsets_an_object_s_index_does_not_start_at_are_a_gap_inside_it(local_store):
+    mf.commit(local_store, lambda m: m.streams.__setitem__(5, mf.StreamSpan(0, 2)), command="test: stream 5")
+    put_objects(local_store, [[(5, 3, 100)]])  # batches [2, 5)
+
+    def lower(m):
+        m.objects[0].ranges[0].start = 0
+    edit(local_store, lower)
+    o = objects(local_store)[1]
+    for rows in (False, True):
+        events, s = read_stream(local_store, 5, rows=rows)
+        assert finds(events) == [(GAP, "stream 5: offsets [0, 2) missing inside object 1", 0, 2, 1, o.key, 10)]
+        assert s.records == 3 and s.next_offset == 5 and s.corrupt_findings == 1
+        first = events[1]
+        assert (first.rows[0][1] if rows else first.batch.base_offset) == 2
+
+
+def test_the_wal_s_tail_follows_the_store(tmp_path, local_store):
+    from walctl.pipeline.upload import upload
+
+    from storehelpers import append as wal_append
+    from storehelpers import make_wal
+
+    wal = make_wal(tmp_path)
+    first = wal_append(wal, {1: (3, 50)})[1]
+    upload(wal, local_store)
+    more = wal_append(wal, {1: (2, 50)}, store=local_store)[1]
+    events, s = read_stream(local_store, 1, wal=wal)
+    assert [(e.batch.base_offset, e.source) for e in events] == [(0, "store"), (1, "store"), (2, "store"),
+                                                                 (3, "wal"), (4, "wal")]
+    assert [e.batch.payload for e in events] == first + more
+    assert s.wal_records == 2 and s.records == 5 and s.next_offset == 5
+    events, s = read_stream(local_store, 1, wal=wal, limit=3)
+    assert [e.source for e in events] == ["store"] * 3 and s.wal_records == 0
+    events, s = read_stream(local_store, 1, wal=wal, to_offset=4)
+    assert [e.batch.base_offset for e in events] == [0, 1, 2, 3]
+    # a stream only in the WAL: no error with a WAL
+    wal_append(wal, {2: (1, 10)}, store=local_store)
+    events, s = read_stream(local_store, 2, wal=wal)
+    assert [(e.batch.base_offset, e.source) for e in events] == [(0, "wal")]
+
+    def on_sleep(n):
+        if n == 1:
+            wal_append(wal, {1: (1, 50)}, store=local_store)
+
+    c = Clock(on_sleep)
+    events, s = read_stream(local_store, 1, wal=wal, follow=True, idle_timeout_s=0.3, poll_s=0.1, sleep=c.sleep,
+                            clock=c)
+    assert [(e.batch.base_offset, e.source) for e in events][-2:] == [(4, "wal"), (5, "wal")]
