@@ -357,15 +357,17 @@ def test_input_offsets_stop_at_the_last_one_a_batch_may_start_at(tmp_path, c_pat
     assert run.next_base == TOP and payloads_on(path)[-1] == (TOP - 1, b"e")
 
 
-def test_input_offsets_past_the_bound_write_nothing(tmp_path):
+@pytest.mark.parametrize("c_path", [False, True])
+def test_input_offsets_past_the_bound_write_nothing(tmp_path, c_path):
     path = make(tmp_path)
     inp = write_input(tmp_path, b"a\nb\n")
+    hooks = AppendHooks(on_frames=(lambda item: None) if c_path else None)
     with pytest.raises(UsageError) as e:
-        append(AppendRequest(path, 1, input_path=inp, base_offset=TOP + 5), AppendHooks())
+        append(AppendRequest(path, 1, input_path=inp, base_offset=TOP + 5), hooks)
     assert e.value.what.startswith(f"stream offset {TOP + 5} is out of bounds: ")
     assert on_device(path) == []
     with pytest.raises(UsageError) as e:
-        append(AppendRequest(path, 1, input_path=inp, base_offset=TOP), AppendHooks())
+        append(AppendRequest(path, 1, input_path=inp, base_offset=TOP), hooks)
     assert e.value.what.startswith(f"stream offset {TOP} is out of bounds: ")
     assert on_device(path) == []
 
@@ -651,3 +653,70 @@ def test_warnings_of_the_open_reach_the_hooks(tmp_path, monkeypatch):
     append(AppendRequest(path, 1, [b"a"]), AppendHooks(on_warning=warned.append))
     assert warned == ["first warning", f"{path}: the last writer did not close cleanly; sealed 2 damaged ranges "
                       "of its last window before appending"]
+
+
+# -- the first run's survivors, and a negative offset --------------------------------------------------
+
+
+@pytest.mark.parametrize("c_path", [False, True])
+def test_a_negative_stream_offset_writes_nothing(tmp_path, c_path):
+    """The engine refuses it itself (the CLI checks --base-offset first): a record of base offset -1
+    would be written, acknowledged and then refused by every reader."""
+    path = make(tmp_path)
+    inp = write_input(tmp_path, b"a\nb\n")
+    hooks = AppendHooks(on_frames=(lambda item: None) if c_path else None)
+    with pytest.raises(UsageError) as e:
+        append(AppendRequest(path, 1, input_path=inp, base_offset=-1), hooks)
+    assert e.value.what.startswith("stream offset -1 is out of bounds: ")
+    assert on_device(path) == []
+
+
+def test_a_record_exactly_the_largest_is_written_before_one_over_it(tmp_path):
+    path = make(tmp_path)
+    largest = largest_payload(append(AppendRequest(make(tmp_path, name="probe"), 1, [b"0"]), AppendHooks()).writer)
+    with pytest.raises(UsageError) as e:
+        append(AppendRequest(path, 1, [b"x" * largest, b"y" * (largest + 1)]), AppendHooks())
+    assert e.value.what == too_large(largest + 1, largest, "")[0]
+    assert payloads_on(path) == [(0, b"x" * largest)]
+
+
+def test_the_hint_of_a_framing_it_does_not_name(tmp_path):
+    path = make(tmp_path)
+    largest = largest_payload(append(AppendRequest(make(tmp_path, name="probe"), 1, [b"0"]), AppendHooks()).writer)
+    with pytest.raises(UsageError) as e:
+        append(AppendRequest(path, 1, [b"y" * (largest + 1)], framing="other"), AppendHooks())
+    assert e.value.hint == " Records before it are appended; a larger record needs a larger WAL (walctl init --capacity)"
+
+
+@pytest.mark.parametrize("c_path", [False, True])
+def test_a_line_over_the_format_s_bound_at_the_wal_s_largest(tmp_path, monkeypatch, c_path):
+    """The format's bound one below the WAL's largest record: a longer line is refused by the format's
+    bound (bounds.record_payload's words), not as larger than the WAL."""
+    from walctl.format import batch as batch_format
+    from walctl.format import record as rec
+
+    path = make(tmp_path)
+    largest = largest_payload(append(AppendRequest(make(tmp_path, name="probe"), 1, [b"0"]), AppendHooks()).writer)
+    monkeypatch.setattr(rec, "MAX_BODY_LENGTH", largest - 1 + batch_format.HEADER_SIZE)
+    inp = write_input(tmp_path, b"a\n" + b"x" * largest + b"\n")
+    hooks = AppendHooks(on_frames=(lambda item: None) if c_path else None)
+    with pytest.raises(UsageError) as e:
+        append(AppendRequest(path, 1, input_path=inp), hooks)
+    assert e.value.what.startswith(f"record payload {largest} is out of bounds: ")
+    assert payloads_on(path) == [(0, b"a")]
+
+
+def test_a_raw_input_one_byte_over_the_format_s_bound_is_read_to_its_end(tmp_path, monkeypatch):
+    from walctl.format import batch as batch_format
+    from walctl.format import record as rec
+
+    path = make(tmp_path, capacity=8 * MiB)
+    monkeypatch.setattr(rec, "MAX_BODY_LENGTH", MiB + batch_format.HEADER_SIZE)  # payloads of 1 MiB at most
+    inp = write_input(tmp_path, b"r" * (MiB + 1))
+    with pytest.raises(UsageError) as e:
+        append(AppendRequest(path, 1, input_path=inp, framing="raw"), AppendHooks())
+    assert e.value.what.startswith(f"record payload {MiB + 1} is out of bounds: ")
+    assert on_device(path) == []
+    inp = write_input(tmp_path, b"r" * MiB, "in2")
+    append(AppendRequest(path, 1, input_path=inp, framing="raw"), AppendHooks())
+    assert payloads_on(path) == [(0, b"r" * MiB)]
