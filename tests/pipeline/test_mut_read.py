@@ -806,3 +806,100 @@ def test_the_wal_s_tail_follows_the_store(tmp_path, local_store):
     events, s = read_stream(local_store, 1, wal=wal, follow=True, idle_timeout_s=0.3, poll_s=0.1, sleep=c.sleep,
                             clock=c)
     assert [(e.batch.base_offset, e.source) for e in events][-2:] == [(4, "wal"), (5, "wal")]
+
+
+# -- composite objects, closer ------------------------------------------------------------------------------------
+
+
+def member_entries(store, oid):
+    raw = store.read_all(gen_key(oid))
+    return obj.parse_tail(raw, len(raw))[1]
+
+
+def test_a_composite_read_whole_from_its_tail_costs_no_second_get(local_store):
+    composite_store(local_store)
+    events, s = read_stream(local_store, 9)
+    assert s.gets == 1 + 1 + 3 and s.block_gets == 3 and s.records == 15
+
+
+@pytest.mark.parametrize("lo, hi, members", [(7, None, 2), (5, None, 2), (4, None, 3), (0, 10, 2), (0, 11, 3),
+                                             (0, 5, 1), (5, 10, 1)])
+def test_a_composite_reads_only_the_members_holding_wanted_offsets(local_store, lo, hi, members):
+    composite_store(local_store)
+    events, s = read_stream(local_store, 9, from_offset=lo, to_offset=hi)
+    assert [e.batch.base_offset for e in events] == list(range(lo, 15 if hi is None else hi))
+    assert s.block_gets == members
+
+
+def test_a_composite_read_a_block_a_run(local_store):
+    composite_store(local_store)
+    n = sum(len(member_entries(local_store, m)) for m in (11, 12, 13))
+    assert n > 6  # several entries a member
+    events, s = read_stream(local_store, 9, run_bytes=1)
+    assert [e.batch.base_offset for e in events] == list(range(15)) and s.block_gets == n
+
+
+def test_a_composite_s_missing_member_is_one_finding_a_run(local_store):
+    composite_store(local_store)
+    local_store.delete(gen_key(12))
+    runs = member_entries(local_store, 13) and None
+    events, s = read_stream(local_store, 9, run_bytes=1)
+    f = finds(events)
+    assert [x[0] for x in f] == [MISSING] * len(f) and len(f) >= 2
+    assert f[0][2] == 5 and f[-1][3] == 10 and all(x[4:6] == (12, gen_key(12)) for x in f)
+    assert [e.batch.base_offset for e in events if isinstance(e, ReadRecord)] == [0, 1, 2, 3, 4] + list(range(10, 15))
+    assert runs is None
+
+
+def test_a_composite_s_short_member_names_its_blocks(local_store, monkeypatch):
+    composite_store(local_store)
+    entries = member_entries(local_store, 13)
+    real = local_store.read_range
+
+    def short(key, start, end):
+        data = real(key, start, end)
+        return data[:-3] if key == gen_key(13) else data
+
+    monkeypatch.setattr(local_store, "read_range", short)
+    events, s = read_stream(local_store, 9)
+    end = entries[-1].block_end
+    assert len(entries) >= 3
+    assert finds(events) == [(DAMAGE, f"member object ends inside blocks [0, {end})", 10, 15, 13, gen_key(13),
+                              end - 3)]
+    events, s = read_stream(local_store, 9, run_bytes=1)
+    f = finds(events)
+    assert len(f) == len(entries) and [x[0] for x in f] == [DAMAGE] * len(entries)
+    assert f[1][1] == f"member object ends inside blocks [{entries[1].block_position}, {entries[1].block_end})"
+    assert f[1][6] == entries[1].block_end - 3
+
+
+def test_a_damaged_composite_s_finding_has_its_position(local_store):
+    _, comp = composite_store(local_store)
+    local_store.put(gen_key(20), b"\0" + comp[1:])
+    events, s = read_stream(local_store, 9)
+    assert finds(events)[0][6] == 0
+
+
+def test_a_composite_holding_another_stream_than_the_manifest_says(local_store):
+    """A composite object holds one stream: the manifest naming another finds none of its batches."""
+    appended, comp = automq_store(local_store)
+
+    def add(m):
+        m.objects.append(mf.LiveObject(20, gen_key(20), "SO", len(comp), [mf.ObjectRange(7, 0, 15, 0)], order_id=20,
+                                       data_time=0))
+        m.streams[7] = mf.StreamSpan(0, 15)
+        m.next_object_id = 21
+    mf.commit(local_store, add, command="test: a composite under another stream")
+    events, s = read_stream(local_store, 7)
+    assert [f[:4] for f in finds(events)] == [(GAP, "stream 7: the manifest says the stream ends at 15, but no live "
+                                                    "object holds [0, 15)", 0, 15)]
+    assert s.records == 0 and s.block_gets == 0
+
+
+def test_the_newest_manifest_number_is_the_last(st, monkeypatch):
+    import walctl.store.manifest as m
+
+    r = StreamReader(st, 1)
+    r._manifest_number = 3
+    monkeypatch.setattr(m, "manifest_numbers", lambda store: [1, 2, 5])
+    assert r._manifest_moved() == "manifest 5 was committed"
