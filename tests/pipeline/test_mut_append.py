@@ -720,3 +720,14 @@ def test_a_raw_input_one_byte_over_the_format_s_bound_is_read_to_its_end(tmp_pat
     inp = write_input(tmp_path, b"r" * MiB, "in2")
     append(AppendRequest(path, 1, input_path=inp, framing="raw"), AppendHooks())
     assert payloads_on(path) == [(0, b"r" * MiB)]
+
+
+def test_how_long_a_full_ring_waits_by_default(tmp_path, fast_uploads):
+    """Quick checks of the waits the slower full-ring tests rely on (a mutant fails here first)."""
+    path = make(tmp_path)
+    assert append(AppendRequest(path, 1, [b"a"]), AppendHooks()).writer.full.wait_s == 0.0
+    assert append(AppendRequest(path, 1, [b"a"], full_wait_s=0.5), AppendHooks()).writer.full.wait_s == 0.5
+    run = append(AppendRequest(path, 1, [b"a"], store=str(tmp_path / "store"), upload_at_bytes=100 * KiB),
+                 AppendHooks())
+    assert run.writer.full.wait_s == 120.0 and run.uploader.upload_at == 100 * KiB
+    assert run.writer.full.why() == "the background upload freed no room in that time"
