@@ -903,3 +903,24 @@ def test_the_newest_manifest_number_is_the_last(st, monkeypatch):
     r._manifest_number = 3
     monkeypatch.setattr(m, "manifest_numbers", lambda store: [1, 2, 5])
     assert r._manifest_moved() == "manifest 5 was committed"
+
+
+def test_read_ahead_threads_are_named(st):
+    import threading
+
+    r = reader(st)
+    seen = []
+    r._submit(lambda: seen.append(threading.current_thread().name)).result()
+    r.close()
+    assert seen == ["walctl-read-ahead"]
+
+
+def test_an_object_without_a_data_crc_gets_no_run_crc(local_store):
+    put_objects(local_store, [[(1, 3, 1000)]], block_size=2000, version=obj.VERSION_AUTOMQ)
+    o = objects(local_store)[1]
+    p = reader(local_store)._prefetch(o, 0)
+    assert p.span is not None and p.span[0] == 0 and p.crc is None
+    p = reader(local_store, entries_guess=2)._prefetch(o, 0)
+    assert p.span is not None and p.crc is None
+    events, s = read_stream(local_store, 1)
+    assert finds(events) == [] and s.records == 3
