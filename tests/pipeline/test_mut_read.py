@@ -924,3 +924,22 @@ def test_an_object_without_a_data_crc_gets_no_run_crc(local_store):
     assert p.span is not None and p.crc is None
     events, s = read_stream(local_store, 1)
     assert finds(events) == [] and s.records == 3
+
+
+def test_a_data_crc_mismatch_is_said_once():
+    from types import SimpleNamespace
+
+    from walctl.format.crc import crc32c
+
+    footer = SimpleNamespace(checksummed=True, index_start_position=6, data_crc=crc32c(b"abcdef") ^ 1)
+    c = ro._DataCrc(footer)
+    assert c.add(b"abc", 0, 3, None) is False
+    assert c.add(b"xyz", 4, 7, None) is False  # a hole: no longer covered from 0
+    assert c.add(b"def", 3, 6, None) is True and c.covered == 6 and c.crc == crc32c(b"abcdef")
+    assert c.add(b"", 6, 6, None) is False  # said once
+    c = ro._DataCrc(footer)
+    assert c.add(b"abcdef", 0, 6, crc32c(b"abcdef")) is True
+    footer.data_crc ^= 1
+    assert ro._DataCrc(footer).add(b"abcdef", 0, 6, None) is False
+    footer.checksummed = False
+    assert ro._DataCrc(footer).add(b"abcdef", 0, 6, None) is False
