@@ -943,3 +943,16 @@ def test_a_data_crc_mismatch_is_said_once():
     assert ro._DataCrc(footer).add(b"abcdef", 0, 6, None) is False
     footer.checksummed = False
     assert ro._DataCrc(footer).add(b"abcdef", 0, 6, None) is False
+
+
+@pytest.mark.parametrize("guess", [1, 1000])
+def test_a_damaged_index_read_apart_names_its_position(st, guess):
+    import struct
+
+    o = objects(st)
+    rewrite(st, o[1].key, lambda d: struct.pack_into(">q", d, 7271 + 36 + 24, 99999))  # entry 1's blockPosition
+    events, s = read_stream(st, 1, entries_guess=guess)
+    f = finds(events)
+    assert len(f) == 1 and f[0][0] == DAMAGE and f[0][2:7] == (0, 4, 1, o[1].key, 7271)
+    assert f[0][1].startswith("footer or index: object index block: crc mismatch, stored 0x")
+    assert recs(events) == LAYOUT[4:]
