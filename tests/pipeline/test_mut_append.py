@@ -731,3 +731,17 @@ def test_how_long_a_full_ring_waits_by_default(tmp_path, fast_uploads):
                  AppendHooks())
     assert run.writer.full.wait_s == 120.0 and run.uploader.upload_at == 100 * KiB
     assert run.writer.full.why() == "the background upload freed no room in that time"
+
+
+def test_a_stream_not_in_the_log_continues_from_the_store(tmp_path):
+    store = LocalStore(tmp_path / "store")
+    put_objects(store, [[(3, 4, 10)]])
+    path = make(tmp_path)
+    warned = []
+    run = append(AppendRequest(path, 3, [b"x"], store=store.url), AppendHooks(on_warning=warned.append))
+    assert run.next_base == 5 and payloads_on(path) == [(4, b"x")] and warned == []
+    missing = str(tmp_path / "nostore")
+    run = append(AppendRequest(make(tmp_path, name="wal2"), 3, [b"y"], store=missing),
+                 AppendHooks(on_warning=warned.append))
+    assert run.next_base == 1
+    assert warned == [f"{missing}: the store does not exist yet, so stream 3 starts at offset 0"]
