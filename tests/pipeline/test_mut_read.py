@@ -956,3 +956,17 @@ def test_a_damaged_index_read_apart_names_its_position(st, guess):
     assert len(f) == 1 and f[0][0] == DAMAGE and f[0][2:7] == (0, 4, 1, o[1].key, 7271)
     assert f[0][1].startswith("footer or index: object index block: crc mismatch, stored 0x")
     assert recs(events) == LAYOUT[4:]
+
+
+@pytest.mark.parametrize("read_ahead", [True, False])
+def test_runs_partly_and_wholly_in_a_larger_tail(st, read_ahead):
+    """A tail of 3648 bytes (100 entries guessed) starts at 3815 in object 1: stream 1's run [0, 4152)
+    is read apart (it starts before the tail), stream 2's [4152, 7271) is in the tail."""
+    assert obj.tail_length_hint(100, 7463) == 3648
+    events, s = read_stream(st, 1, entries_guess=100, read_ahead=read_ahead, to_offset=4)
+    assert recs(events) == LAYOUT[:4] and s.block_gets == 1 and s.gets == 1 + 2
+    events, s = read_stream(st, 2, entries_guess=100, read_ahead=read_ahead)
+    assert [(e.batch.base_offset, e.block_position) for e in events] == [(0, 4152), (1, 4152), (2, 6228)]
+    assert finds(events) == [] and s.block_gets == 0 and s.gets == 1 + 1
+    events, s = read_stream(st, 1, entries_guess=1, read_ahead=read_ahead, run_bytes=2500, to_offset=7)
+    assert s.block_gets == 4 and recs(events) == LAYOUT[:7]
