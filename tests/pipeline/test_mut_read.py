@@ -264,6 +264,8 @@ def test_an_object_starting_inside_the_one_before_overlaps(st):
     assert finds(events)[-1] == (OVERLAP, "stream 1: object 5 holds [8, 11), overlapping offsets another live "
                                  "object holds", 8, 9, 5, key5, None)
     assert len(finds(events)) == 3 and s.records == 9
+    assert s.findings == 3 and s.corrupt_findings == 3
+    assert s.findings_list == [e for e in events if isinstance(e, ReadFinding)]
 
 
 def test_ranges_of_equal_start_are_read_in_order_id_order(st):
@@ -970,3 +972,19 @@ def test_runs_partly_and_wholly_in_a_larger_tail(st, read_ahead):
     assert finds(events) == [] and s.block_gets == 0 and s.gets == 1 + 1
     events, s = read_stream(st, 1, entries_guess=1, read_ahead=read_ahead, run_bytes=2500, to_offset=7)
     assert s.block_gets == 4 and recs(events) == LAYOUT[:7]
+
+
+def test_follow_goes_on_after_the_end_gap(st):
+    def extend(m):
+        m.streams[1].end = 12
+    edit(st, extend)
+
+    def on_sleep(n):
+        if n == 1:
+            put_objects(st, [[(1, 2, 10)]])  # [12, 14)
+
+    c = Clock(on_sleep)
+    events, s = read_stream(st, 1, follow=True, poll_s=0.1, idle_timeout_s=0.3, sleep=c.sleep, clock=c)
+    assert [e.batch.base_offset for e in events if isinstance(e, ReadRecord)] == list(range(9)) + [12, 13]
+    assert [f[2:4] for f in finds(events)] == [(9, 12)]
+    assert s.next_offset == 14
