@@ -988,3 +988,25 @@ def test_follow_goes_on_after_the_end_gap(st):
     assert [e.batch.base_offset for e in events if isinstance(e, ReadRecord)] == list(range(9)) + [12, 13]
     assert [f[2:4] for f in finds(events)] == [(9, 12)]
     assert s.next_offset == 14
+
+
+def test_payload_views_of_a_lending_store_are_views_everywhere(st):
+    assert st.capabilities.lends_views
+    for kw in ({}, {"entries_guess": 1}, {"entries_guess": 1, "run_bytes": 2500, "read_ahead": False}):
+        events, _ = read_stream(st, 1, payload_views=True, **kw)
+        assert len(events) == 9 and all(isinstance(e.batch.payload, memoryview) for e in events)
+
+
+def test_runs_of_one_block_a_batch(local_store):
+    put_objects(local_store, [[(1, 6, 1000)]], block_size=1)  # six blocks of 1043 bytes
+    raw = local_store.read_all(mf.object_key(1))
+    wanted = obj.find_entries(obj.parse_tail(raw, len(raw))[1], 1, 0)
+    assert [e.block_size for e in wanted] == [1043] * 6
+    assert [len(reader(local_store, run_bytes=2500)._next_run(wanted, i)) for i in (0, 2, 4, 5)] == [2, 2, 2, 1]
+    assert len(reader(local_store, run_bytes=3129)._next_run(wanted, 0)) == 3
+    assert len(reader(local_store, limit=3)._next_run(wanted, 0)) == 3
+    r = reader(local_store, limit=5)
+    r.summary.records = 1
+    assert len(r._next_run(wanted, 1)) == 4
+    events, s = read_stream(local_store, 1, run_bytes=2500, entries_guess=1, read_ahead=False)
+    assert s.records == 6 and s.block_gets == 3
