@@ -1010,3 +1010,35 @@ def test_runs_of_one_block_a_batch(local_store):
     assert len(r._next_run(wanted, 1)) == 4
     events, s = read_stream(local_store, 1, run_bytes=2500, entries_guess=1, read_ahead=False)
     assert s.records == 6 and s.block_gets == 3
+
+
+def test_a_gap_before_to_offset_is_said_once_without_reading_past_it(st):
+    def drop(m):
+        m.objects = [o for o in m.objects if o.id != 2]
+    edit(st, drop)
+    events, s = read_stream(st, 1, to_offset=7)
+    assert finds(events) == [(GAP, "stream 1: the manifest says the stream ends at 9, but no live object holds "
+                              "[4, 7)", 4, 7, None, None, None)]
+    assert s.objects == 1 and s.next_offset == 4
+
+
+def test_an_object_inside_an_earlier_longer_one_still_overlaps_the_next(st):
+    add_copy(st, 2, 4, [mf.ObjectRange(1, 4, 9, 3119)])  # says [4, 9); its batches are [4, 7)
+
+    def first(m):
+        for o in m.objects:
+            if o.id == 4:
+                o.order_id = 1  # read before object 2
+    edit(st, first)
+    events, s = read_stream(st, 1)
+    assert [(f[0], f[4]) for f in finds(events)] == [(OVERLAP, 2), (OVERLAP, 3)]
+    assert [e.object_id for e in events if isinstance(e, ReadRecord)] == [1, 1, 1, 1, 4, 4, 4, 3, 3]
+
+
+def test_a_manifest_that_does_not_parse_names_its_key(st):
+    from walctl.errors import CorruptionError
+
+    st.put(mf.manifest_key(2), b"{not json")
+    with pytest.raises(CorruptionError) as e:
+        read_stream(st, 1)
+    assert e.value.where == mf.manifest_key(2)
