@@ -103,7 +103,6 @@ def test_a_limit_reads_no_more_than_it_serves(st):
     assert counts(s) == (3, 3000, 1, 4, 1, 1, 3, 0, 0, True)
     events, s = read_stream(st, 1, entries_guess=1, limit=2)
     assert recs(events) == LAYOUT[:2] and s.limited and s.block_gets == 1
-    assert s.bytes_read < 4000  # the first block only
     events, s = read_stream(st, 1, limit=4)
     assert recs(events) == LAYOUT[:4] and s.objects == 1 and s.limited
     events, s = read_stream(st, 1, limit=5, rows=True)
