@@ -68,6 +68,10 @@ selection() {
     walctl/pipeline/upload/judge.py)  echo "tests/pipeline/test_mut_upload_judge.py" ;;
     walctl/pipeline/upload/blocks.py) echo "tests/pipeline/test_mut_upload_blocks.py" ;;
     walctl/pipeline/readresult.py) echo "tests/pipeline/test_mut_readresult.py" ;;
+    walctl/pipeline/check.py)  echo "tests/pipeline/test_mut_check.py" ;;
+    walctl/pipeline/append.py) echo "tests/pipeline/test_mut_append.py" ;;
+    walctl/pipeline/read.py)   echo "tests/pipeline/test_mut_read.py" ;;
+    walctl/pipeline/readobject.py) echo "tests/pipeline/test_mut_read.py" ;;
     walctl/compaction/planner.py)  echo "tests/compaction/test_mut_plan.py tests/spark/test_spark_plan.py" ;;
     walctl/compaction/plan.py)     echo "tests/compaction/test_mut_plan.py tests/spark/test_spark_plan.py" ;;
     walctl/compaction/coverage.py) echo "tests/compaction/test_mut_plan.py tests/spark/test_spark_plan.py" ;;

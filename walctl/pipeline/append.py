@@ -191,6 +191,8 @@ def _feed(request: AppendRequest, hooks: AppendHooks, run: AppendRun, source) ->
     epoch = max(writer.header.epoch, 0)
     if request.data:
         bounds.base_offset(run.next_base, count=len(request.data), option="stream offset")
+    else:  # input: its first record's offset (the loops check the next ones); nothing is read before
+        bounds.base_offset(run.next_base, option="stream offset")
     base_limit, payload_limit = _limits()
     # A record never outgrows the WAL's largest (issue 30): input without a record end in sight
     # (/dev/zero, a line longer than the ring, a garbage length prefix) stops there, exit 2.
