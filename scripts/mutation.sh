@@ -61,6 +61,7 @@ selection() {
     walctl/pipeline/upload/state.py) echo "tests/pipeline/test_mut_upload_state.py" ;;
     walctl/pipeline/upload/scanindex.py) echo "tests/pipeline/test_mut_upload_scanindex.py" ;;
     walctl/pipeline/upload/run.py) echo "tests/pipeline/test_mut_upload_run.py" ;;
+    walctl/pipeline/upload/walread.py) echo "tests/pipeline/test_mut_upload_walread.py" ;;
     walctl/pipeline/readresult.py) echo "tests/pipeline/test_mut_readresult.py" ;;
     walctl/compaction/planner.py)  echo "tests/compaction/test_mut_plan.py tests/spark/test_spark_plan.py" ;;
     walctl/compaction/plan.py)     echo "tests/compaction/test_mut_plan.py tests/spark/test_spark_plan.py" ;;
