@@ -566,3 +566,62 @@ def test_upload_mark_is_the_record_s_offset_batch_and_body_crc():
     assert upload_mark(SimpleNamespace(offset=8192, batch=_b(7, 42), body=body)) == mf.UploadMark(
         8192, 7, 42, crc32c(body))
     assert upload_mark(SimpleNamespace(offset=8192, batch=None, body=b"x")) is None
+
+
+# -- what the first run's survivors asked for -----------------------------------------------------
+
+def test_by_default_nothing_is_kept_and_a_one_byte_budget_is_a_budget():
+    r = _Records(_doc(), None, SimpleNamespace(trim_entry=None))
+    assert r.kept is None and r.spools is None
+    r = _records(keep=1)
+    assert r.kept == {}
+    r.add(_Log([_b(1, 0)]).entries()[0])
+    assert r.kept is None
+
+
+def test_a_one_stream_run_is_taken_in_one_go_with_its_bodies():
+    spools = _Spools()
+    log = _Log([_b(1, 0), _b(1, 1), _b(1, 2)])
+    r = _records(spools=spools)
+    r.add_run(log.run())
+    assert r.events_sorted is True and r.segments[1][0].stream_id == 1
+    assert spools.made[0].got == [b"".join(log.bodies)] and spools.dropped == []
+
+
+def test_a_one_stream_run_after_the_mark_is_taken_in_one_go():
+    spools = _Spools()
+    log = _Log([_b(2, 0), _b(1, 0), _b(1, 1), _b(1, 2)])
+    mark = mf.UploadMark(log.offsets[1], 1, 0, 0)
+    r = _records(_doc({1: (0, 1), 2: (0, 1)}, [(1, 0, 1), (2, 0, 1)]), mark, spools=spools)
+    r.add_run(log.run())
+    assert r.events_sorted is True and list(r.skipped) == log.offsets[:2]
+    assert [(s.stream_id, s.start, s.end) for s in r.segments[1]] == [(1, 1, 3)] and 2 not in r.segments
+    assert spools.made[0].got == [b"".join(log.bodies[2:])]
+
+
+def test_each_segment_is_its_stream_s():
+    log = _Log([_b(4, 0), _b(9, 3), _b(4, 5)])
+    for how in ("add", "run"):
+        r = _records()
+        _feed(r, log, how)
+        assert [(sid, s.stream_id) for sid, segs in sorted(r.segments.items()) for s in segs] == [
+            (4, 4), (4, 4), (9, 9)]
+
+
+def test_an_earlier_overlap_is_refused_before_a_later_unexplained_gap():
+    # in log order: stream 2's overlap (record 2), then stream 1's gap (record 3); the run takes
+    # stream 1 first, so its events are noted gap first
+    log = _Log([_b(1, 0), _b(2, 0, 3), _b(2, 1), _b(1, 5)])
+    for how in ("add", "run"):
+        r = _records()
+        _feed(r, log, how)
+        with pytest.raises(CorruptionError) as err:
+            r.streams([], set(), "/w", [], [])
+        assert err.value.what == "stream 2: offsets overlap in the WAL (0..3 then 1)" and err.value.where == "/w"
+    # an overlap against the store (record 1) before stream 2's gap (record 2), noted the other way round
+    log = _Log([_b(2, 0), _b(1, 5, 3), _b(2, 9)])
+    r = _records(_doc({1: (0, 6)}))
+    r.add_run(log.run())
+    with pytest.raises(CorruptionError) as err:
+        r.streams([], set(), "/w", [], [])
+    assert err.value.what.startswith("stream 1: offset overlap against the store")
