@@ -465,7 +465,7 @@ def test_the_safe_span_chooses_the_one_by_one_path_at_its_boundary(tmp_path, wal
     real = walread._Cutter._take_one_by_one
 
     def spy(self, *a):
-        calls.append(len(a[0]) if False else len(a[1]))
+        calls.append(len(a[1]))  # the records taken one by one
         return real(self, *a)
 
     monkeypatch.setattr(walread._Cutter, "_take_one_by_one", spy)
@@ -475,6 +475,22 @@ def test_the_safe_span_chooses_the_one_by_one_path_at_its_boundary(tmp_path, wal
     monkeypatch.setattr(walread, "_SAFE_SPAN", total)
     assert _got(w.fetch().blocks(seg, 1 << 20)) == _expected(es, 1 << 20) and calls == [5]
     calls.clear()
-    monkeypatch.setattr(walread, "_SAFE_SPAN", 50)  # the offset span (50) reaches it, the bytes do not
-    monkeypatch.setattr(walread, "_SAFE_SPAN", max(total, 50) if total < 50 else 50)
+    monkeypatch.setattr(walread, "_SAFE_SPAN", 50)  # the offset span (50) reaches it, the bytes too
+    assert _got(w.fetch().blocks(seg, 1 << 20)) == _expected(es, 1 << 20) and calls == [5]
+
+
+def test_the_offset_span_alone_chooses_the_one_by_one_path_at_its_boundary(tmp_path, wals, monkeypatch):
+    w = _mk(wals, tmp_path, [(1, 1000 * i, 1000, 10) for i in range(5)])  # 215 bytes, offsets 0..5000
+    seg, es = w.segment(1)
+    calls = []
+    real = walread._Cutter._take_one_by_one
+
+    def spy(self, *a):
+        calls.append(len(a[1]))
+        return real(self, *a)
+
+    monkeypatch.setattr(walread._Cutter, "_take_one_by_one", spy)
+    monkeypatch.setattr(walread, "_SAFE_SPAN", 5001)
+    assert _got(w.fetch().blocks(seg, 1 << 20)) == _expected(es, 1 << 20) and calls == []
+    monkeypatch.setattr(walread, "_SAFE_SPAN", 5000)
     assert _got(w.fetch().blocks(seg, 1 << 20)) == _expected(es, 1 << 20) and calls == [5]
