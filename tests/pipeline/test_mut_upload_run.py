@@ -712,3 +712,157 @@ def test_the_trim_gets_the_header_s_trim_point_and_the_options(wal, store, monke
     (path, trim_offset, records, res), kw = calls[0]
     assert (path, trim_offset, res) == (wal, -1, result) and kw == {"trim": False, "timeout_s": 7.5}
     assert records.todo_count == 1
+
+
+# -- what the first run's survivors asked for -----------------------------------------------------
+
+def test_a_file_that_holds_no_wal_is_named_in_the_error(tmp_path, store):
+    path = str(tmp_path / "zeros")
+    with open(path, "wb") as f:
+        f.truncate(1 << 20)
+    for call in (lambda: upload_run.check_wal(path), lambda: upload(path, store, trim=False)):
+        with pytest.raises(Exception) as err:
+            call()
+        assert getattr(err.value, "where", None) == path
+
+
+def test_another_flavour_is_refused_naming_the_wal_by_check_wal_and_upload(wal, store, monkeypatch):
+    from walctl.wal import lifecycle
+
+    real = lifecycle.read_wal_state
+
+    def as_automq(dev, path):
+        state = real(dev, path)
+        return SimpleNamespace(header=SimpleNamespace(flavour="automq", clean=True), real=state)
+
+    monkeypatch.setattr(lifecycle, "read_wal_state", as_automq)
+    for call in (lambda: upload_run.check_wal(wal), lambda: upload(wal, store, trim=False)):
+        with pytest.raises(RefusedError) as err:
+            call()
+        assert err.value.what == "automq WAL: upload reads only walctl's WALs" and err.value.where == wal
+
+
+def test_a_dry_run_s_seconds_are_its_own(wal, store):
+    _write(wal, [(1, 0, 10)])
+    result = upload(wal, store, dry_run=True)
+    assert 0 < result.seconds < 60
+
+
+class _ScanSpy:
+    """reader.Scan, recording how upload opened it (its report and options)."""
+
+    def __init__(self, monkeypatch):
+        from walctl.wal import reader
+
+        self.calls = []
+        real = reader.Scan
+
+        def scan(*a, **k):
+            if "report" in k:  # upload's own scan (not the test's helpers')
+                self.calls.append(k)
+            return real(*a, **k)
+
+        monkeypatch.setattr(reader, "Scan", scan)
+
+
+def test_a_quiet_log_is_scanned_in_bulk_with_read_ahead_and_probing(wal, store, monkeypatch):
+    spy = _ScanSpy(monkeypatch)
+    _write(wal, [(1, 0, 10)])
+    upload(wal, store, trim=False)
+    (k,) = spy.calls
+    assert (k["probe"], k["bulk"], k["readahead"]) == (True, True, True)
+    assert k["report"].durable is None and k["report"].header == _header(wal)
+
+
+def test_a_live_writer_s_log_is_scanned_without_probing(wal, store, monkeypatch):
+    spy = _ScanSpy(monkeypatch)
+    _write(wal, [(1, 0, 10)], crash=True)
+    monkeypatch.setattr(upload_run, "_writer_holds", lambda path: True)
+    upload(wal, store, trim=False)
+    (k,) = spy.calls
+    assert (k["probe"], k["bulk"], k["readahead"]) == (False, True, True)
+
+
+def test_salvage_scans_with_the_header_slots_durable_points(wal, store, monkeypatch):
+    from walctl.device import open_device
+    from walctl.wal.lifecycle import read_wal_state
+    from walctl.wal.verdict import durable_points
+
+    spy = _ScanSpy(monkeypatch)
+    _write(wal, [(1, 0, 10), (1, 1, 10)], crash=True)
+    dev = open_device(wal, writable=False)
+    try:
+        want = durable_points(read_wal_state(dev, wal))
+    finally:
+        dev.close()
+    upload(wal, store, trim=False, salvage=True)
+    (k,) = spy.calls
+    got = k["report"].durable
+    assert type(got) is type(want) and repr(got) == repr(want)
+
+
+def test_a_finding_in_a_quiet_log_that_did_not_move_is_judged_in_one_pass(wal, store, monkeypatch):
+    from walctl.wal import reader
+
+    _write(wal, [(1, 0, 10)])
+    passes = []
+    real_read = upload_run._read_log
+
+    def read_log(u, events):
+        passes.append(u.live)
+        real_read(u, events)
+        u.findings.append(SimpleNamespace(kind=reader.HOLE))
+
+    monkeypatch.setattr(upload_run, "_read_log", read_log)
+    monkeypatch.setattr(upload_run, "judge", lambda u: None)  # (judge would refuse the fake finding)
+    result = upload(wal, store, trim=False)
+    assert passes == [None] and result.warnings == [] and result.records == 1
+
+
+def test_the_failpoints_in_order(wal, store, monkeypatch):
+    """The crash tests (tests/store/test_store_upload.py) kill upload at these names."""
+    seen = []
+    monkeypatch.setattr(upload_run, "failpoint", seen.append)
+    _write(wal, [(1, 0, 10)])
+    upload(wal, store)
+    assert seen == ["upload-scan", "upload-after-prepare", "upload-before-commit", "upload-after-commit"]
+
+
+def test_read_log_s_cap_counts_from_offset_0_before_any_trim():
+    events = [SimpleNamespace(offset=0, end=299), SimpleNamespace(offset=299, end=400)]
+    u = _reading(max_bytes=300, trim_offset=-1, todo=1)
+    upload_run._read_log(u, events)
+    assert u.records.got == [("add", 0), ("add", 299)]  # 299 starts before the cap at 300
+
+
+def test_findings_after_a_run_ending_at_the_cap_are_still_read():
+    from walctl.wal.findings import Kind
+
+    run = _run_of([0, 100], length=10)  # ends at 134
+    hole = _finding(Kind.HOLE, 134)
+    u = _reading(max_bytes=134, trim_offset=-1, todo=1)
+    upload_run._read_log(u, [run, hole, SimpleNamespace(offset=134, end=200)])
+    assert u.records.got == [("run", 0, 2)] and u.findings == [hole]
+
+
+def test_records_after_an_accepted_gap_go_to_an_object_of_their_own_and_the_gap_to_the_manifest(wal, store):
+    _write(wal, [(1, 0, 10), (1, 1, 10), (1, 5, 10)])
+    result = upload(wal, store, accept_gaps=[(1, 2, 5)])
+    assert [[(r["start"], r["end"]) for r in o["streams"]] for o in result.objects] == [[(0, 2)], [(5, 6)]]
+    assert [(g["stream_id"], g["from"], g["to"], g["cause"]) for g in result.gaps] == [(1, 2, 5, "accepted")]
+    doc = mf.load_latest(store)
+    assert [(g.stream_id, g.from_offset, g.to_offset) for g in doc.stream_gaps or []] == [(1, 2, 5)]
+    assert [b.base_offset for b in read_back_batches(store)[1]] == [0, 1, 5]
+
+
+def test_a_roll_back_s_warnings_go_to_the_result(tmp_path, monkeypatch):
+    from walctl.pipeline.upload import commit
+
+    got = []
+    monkeypatch.setattr(commit, "put_objects", lambda *a: (_ for _ in ()).throw(IOFailure("disk gone")))
+    monkeypatch.setattr(commit, "roll_back", lambda st, prepared, warnings: got.append(warnings))
+    wal = make_wal(tmp_path, capacity=1 << 20)
+    _write(wal, [(1, 0, 10)])
+    with pytest.raises(IOFailure):
+        upload(wal, LocalStore(str(tmp_path / "store")))
+    assert got == [[]] and type(got[0]) is list

@@ -121,7 +121,8 @@ def test_kept_bodies_are_not_read_again_and_one_missing_reads_the_log(tmp_path, 
     assert _got(w.fetch(kept).blocks(seg, 500)) == _expected(es, 500) and reads == []
     del kept[es[2].offset]
     assert _got(w.fetch(kept).blocks(seg, 500)) == _expected(es, 500)
-    assert reads == [(0, 4096)]  # the 4 KiB blocks holding the segment
+    # the 4 KiB blocks holding the segment (where the writer put the records depends on its timing)
+    assert reads == [(es[0].offset // 4096 * 4096, -(-seg.wal_end // 4096) * 4096)]
 
 
 def test_the_second_read_stops_at_the_block_holding_the_scanned_end(tmp_path, wals, monkeypatch):
