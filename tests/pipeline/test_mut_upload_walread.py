@@ -495,3 +495,49 @@ def test_the_offset_span_alone_chooses_the_one_by_one_path_at_its_boundary(tmp_p
     assert _got(w.fetch().blocks(seg, 1 << 20)) == _expected(es, 1 << 20) and calls == []
     monkeypatch.setattr(walread, "_SAFE_SPAN", 5000)
     assert _got(w.fetch().blocks(seg, 1 << 20)) == _expected(es, 1 << 20) and calls == [5]
+
+
+# -- what the first run's survivors asked for -----------------------------------------------------
+
+@pytest.mark.parametrize("safe_span", [None, 0])  # the batched cuts, and one by one
+def test_blocks_close_at_the_block_size_exactly_and_start_again_from_zero(tmp_path, wals, monkeypatch, safe_span):
+    if safe_span is not None:
+        monkeypatch.setattr(walread, "_SAFE_SPAN", safe_span)
+    w = _mk(wals, tmp_path, [(1, i, 1, 100) for i in range(9)])
+    seg, es = w.segment(1)
+    body = len(es[0].body)
+    for block_size in (2 * body, 2 * body + 1, 3 * body):
+        got = _got(w.fetch().blocks(seg, block_size))
+        assert got == _expected(es, block_size)
+        per = 2 if block_size == 2 * body else 3
+        assert [len(parts) for _, _, parts in got] == [per] * (9 // per) + ([9 % per] if 9 % per else [])
+
+
+def test_the_one_by_one_path_fills_a_block_to_the_int32_limit_exactly(tmp_path, wals, monkeypatch):
+    monkeypatch.setattr(walread, "_SAFE_SPAN", 0)
+    w = _mk(wals, tmp_path, [(1, 1000 + i, 1, 100) for i in range(6)])  # blocks start at offset 1000 and up
+    seg, es = w.segment(1)
+    body = len(es[0].body)
+    monkeypatch.setattr(obj, "INT32_MAX", 2 * body + obj.DATA_BLOCK_HEADER_SIZE)  # two bodies fit exactly
+    got = _got(w.fetch().blocks(seg, 1 << 20))
+    assert got == _expected(es, 1 << 20) and [len(p) for _, _, p in got] == [2, 2, 2]
+    monkeypatch.setattr(obj, "INT32_MAX", body + obj.DATA_BLOCK_HEADER_SIZE)  # one body fits exactly
+    got = _got(w.fetch().blocks(seg, 1 << 20))
+    assert got == _expected(es, 1 << 20) and [len(p) for _, _, p in got] == [1] * 6
+
+
+def test_the_one_by_one_offset_span_counts_from_the_block_s_first_offset(tmp_path, wals, monkeypatch):
+    monkeypatch.setattr(walread, "_SAFE_SPAN", 0)
+    monkeypatch.setattr(obj, "INT32_MAX", 1000)  # far above 6 bodies' bytes and their offset span
+    w = _mk(wals, tmp_path, [(1, 5000 + i, 1, 10) for i in range(6)])
+    seg, es = w.segment(1)
+    got = _got(w.fetch().blocks(seg, 1 << 20))
+    assert got == _expected(es, 1 << 20) and [(a, b) for a, b, _ in got] == [(5000, 5006)]
+
+
+def test_refuse_s_last_resort_words():
+    cutter = walread._Cutter(None, Segment(1, 0), None, 1)
+    cutter.seg.add(0, 1, 40, 7)
+    with pytest.raises(AssertionError) as err:
+        cutter._refuse([0], [1], [0], [1], [7])
+    assert str(err.value) == "a run of records failed a check and none of them fails it"
