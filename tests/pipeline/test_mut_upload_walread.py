@@ -541,3 +541,20 @@ def test_refuse_s_last_resort_words():
     with pytest.raises(AssertionError) as err:
         cutter._refuse([0], [1], [0], [1], [7])
     assert str(err.value) == "a run of records failed a check and none of them fails it"
+
+
+def test_the_decoder_s_guess_follows_a_stream_s_share_of_an_interleaved_log(tmp_path, wals, monkeypatch):
+    from walctl.format import bulk
+
+    items, bases = [], {1: 0, 2: 0}
+    for _ in range(30):
+        for sid in (1, 1, 1, 2):
+            items.append((sid, bases[sid], 1, 20))
+            bases[sid] += 1
+    w = _mk(wals, tmp_path, items)
+    seg, es = w.segment(1)
+    asked = []
+    real = bulk.decode_records
+    monkeypatch.setattr(bulk, "decode_records", lambda *a, **k: (asked.append(k.get("max_records")), real(*a, **k))[1])
+    assert _got(w.fetch().blocks(seg, 1 << 20)) == _expected(es, 1 << 20)
+    assert asked == [256] + [6] * 29  # three of ours, then stream 2's: twice three rows are asked next
