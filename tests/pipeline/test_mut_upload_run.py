@@ -342,12 +342,12 @@ def test_objects_are_the_same_kept_read_again_or_spooled(tmp_path, monkeypatch, 
 # -- the --upload-at cap --------------------------------------------------------------------------
 
 def test_the_cap_uploads_the_records_that_start_before_it(wal, store):
+    # (caps from the records' own offsets: where the writer puts them depends on its timing)
     _write(wal, [(1, i, 100) for i in range(10)])
     offsets, _ = _offsets(wal)
-    size = offsets[1] - offsets[0]
-    result = upload(wal, store, max_bytes=3 * size)  # from 0: records at 0, size, 2*size start before it
+    result = upload(wal, store, max_bytes=offsets[3])  # from 0: the records at offsets[0..2] start before it
     assert result.records == 3 and result.last_offset == offsets[2]
-    result = upload(wal, store, max_bytes=3 * size + 1)  # from the trim point (offsets[2]): up to offsets[5]
+    result = upload(wal, store, max_bytes=offsets[6] - offsets[2])  # from the trim point: up to offsets[5]
     assert result.records == 3 and result.last_offset == offsets[5]
     result = upload(wal, store, max_bytes=1)  # at least one record
     assert result.records == 1 and result.last_offset == offsets[6]
@@ -358,10 +358,9 @@ def test_the_cap_uploads_the_records_that_start_before_it(wal, store):
 def test_the_cap_counts_from_the_upload_mark_when_the_wal_was_not_trimmed(wal, store):
     _write(wal, [(1, i, 100) for i in range(10)])
     offsets, _ = _offsets(wal)
-    size = offsets[1] - offsets[0]
-    result = upload(wal, store, trim=False, max_bytes=2 * size)
+    result = upload(wal, store, trim=False, max_bytes=offsets[2])
     assert result.records == 2 and result.last_offset == offsets[1]
-    result = upload(wal, store, trim=False, max_bytes=3 * size)  # from the mark's record (offsets[1])
+    result = upload(wal, store, trim=False, max_bytes=offsets[4] - offsets[1])  # from the mark's record
     assert result.records == 2 and result.last_offset == offsets[3]
 
 
