@@ -558,3 +558,23 @@ def test_the_decoder_s_guess_follows_a_stream_s_share_of_an_interleaved_log(tmp_
     monkeypatch.setattr(bulk, "decode_records", lambda *a, **k: (asked.append(k.get("max_records")), real(*a, **k))[1])
     assert _got(w.fetch().blocks(seg, 1 << 20)) == _expected(es, 1 << 20)
     assert asked == [256] + [6] * 29  # three of ours, then stream 2's: twice three rows are asked next
+
+
+def test_the_chunks_are_read_on_the_upload_read_thread(monkeypatch):
+    import threading
+
+    monkeypatch.setattr(walread, "CHUNK_READ_BYTES", 4096)
+
+    class Dev:
+        def __init__(self):
+            self.threads = set()
+
+        def pread_into(self, offset, buf):
+            self.threads.add(threading.current_thread().name)
+            return len(buf)
+
+    dev = Dev()
+    r = walread._ChunkReader(dev, Ring(8192 + 65536), 0, 5 * 4096)
+    assert [o for o, _ in r] == [0, 4096, 8192, 12288, 16384]
+    r.close()
+    assert dev.threads == {"walctl-upload-read"}
