@@ -578,3 +578,15 @@ def test_the_chunks_are_read_on_the_upload_read_thread(monkeypatch):
     assert [o for o, _ in r] == [0, 4096, 8192, 12288, 16384]
     r.close()
     assert dev.threads == {"walctl-upload-read"}
+
+
+def test_the_decoder_s_guess_is_at_least_two_rows(tmp_path, wals, monkeypatch):
+    from walctl.format import bulk
+
+    w = _mk(wals, tmp_path, [(1 + i % 2, i // 2, 1, 20) for i in range(40)])  # streams 1 and 2 alternate
+    seg, es = w.segment(1)
+    asked = []
+    real = bulk.decode_records
+    monkeypatch.setattr(bulk, "decode_records", lambda *a, **k: (asked.append(k.get("max_records")), real(*a, **k))[1])
+    assert _got(w.fetch().blocks(seg, 1 << 20)) == _expected(es, 1 << 20)
+    assert asked == [256] + [2] * 19  # one of ours at a time: two rows asked (ours and the next)
