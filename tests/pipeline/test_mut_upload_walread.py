@@ -590,3 +590,24 @@ def test_the_decoder_s_guess_is_at_least_two_rows(tmp_path, wals, monkeypatch):
     monkeypatch.setattr(bulk, "decode_records", lambda *a, **k: (asked.append(k.get("max_records")), real(*a, **k))[1])
     assert _got(w.fetch().blocks(seg, 1 << 20)) == _expected(es, 1 << 20)
     assert asked == [256] + [2] * 19  # one of ours at a time: two rows asked (ours and the next)
+
+
+def test_a_decode_cut_by_the_chunk_s_end_asks_twice_what_it_found_next(tmp_path, wals, small_chunks, monkeypatch):
+    from walctl.format import bulk
+
+    w = _mk(wals, tmp_path, [(1, i, 1, 20) for i in range(200)])  # ~53 records a 4 KiB chunk
+    seg, es = w.segment(1)
+    asked, found = [], []
+    real = bulk.decode_records
+
+    def spy(*a, **k):
+        got = real(*a, **k)
+        asked.append(k.get("max_records"))
+        found.append(got.count)
+        return got
+
+    monkeypatch.setattr(bulk, "decode_records", spy)
+    assert _got(w.fetch().blocks(seg, 1 << 20)) == _expected(es, 1 << 20)
+    assert asked[0] == 256 and 0 < found[0] < 256
+    later = [a for a in asked[1:] if a != 1]  # (1: a record gathered across chunks)
+    assert later[0] == 2 * found[0]
