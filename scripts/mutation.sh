@@ -67,6 +67,13 @@ selection() {
     walctl/pipeline/upload/commit.py) echo "tests/pipeline/test_mut_upload_commit.py" ;;
     walctl/pipeline/upload/judge.py)  echo "tests/pipeline/test_mut_upload_judge.py" ;;
     walctl/pipeline/upload/blocks.py) echo "tests/pipeline/test_mut_upload_blocks.py" ;;
+    walctl/pipeline/upload/handoff.py) echo "tests/pipeline/test_mut_upload_handoff.py" ;;
+    walctl/pipeline/upload/salvage.py) echo "tests/pipeline/test_mut_upload_salvage.py" ;;
+    walctl/pipeline/upload/background.py) echo "tests/pipeline/test_mut_upload_background.py" ;;
+    walctl/pipeline/upload/state.py) echo "tests/pipeline/test_mut_upload_state.py" ;;
+    walctl/pipeline/upload/scanindex.py) echo "tests/pipeline/test_mut_upload_scanindex.py" ;;
+    walctl/pipeline/upload/run.py) echo "tests/pipeline/test_mut_upload_run.py" ;;
+    walctl/pipeline/upload/walread.py) echo "tests/pipeline/test_mut_upload_walread.py" ;;
     walctl/pipeline/readresult.py) echo "tests/pipeline/test_mut_readresult.py" ;;
     walctl/pipeline/check.py)  echo "tests/pipeline/test_mut_check.py" ;;
     walctl/pipeline/append.py) echo "tests/pipeline/test_mut_append.py" ;;

@@ -189,7 +189,8 @@ class _Records:
     def _take_run(self, offsets, lengths, sids, bases, ends, crcs, first: int, bodies) -> None:
         """A run's records [first, ...) to upload: one stream's in one go, several one stream after the other."""
         n = len(offsets)
-        if sids.count(sids[first]) == n - first:
+        # (counted from ``first``: the skipped records before it may be of any stream)
+        if sids[first:].count(sids[first]) == n - first:
             self._take(sids[first], offsets, lengths, bases, ends, crcs, first, n, bodies)
             return
         by_stream: dict[int, list[int]] = {}  # in order of first appearance; each in log order
