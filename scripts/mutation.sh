@@ -50,6 +50,14 @@ selection() {
     walctl/wal/headers.py)     echo "tests/wal/test_headers_units.py tests/wal/test_headers_units2.py" ;;
     walctl/wal/reader.py)      echo "tests/wal/test_reader_units.py tests/wal/test_reader_units2.py tests/wal/test_decoder.py" ;;
     walctl/wal/crash_repair.py) echo "tests/wal/test_crash_repair_units.py tests/wal/test_wal_engine.py -k repair" ;;
+    walctl/wal/pacing.py)      echo "tests/wal/test_mut_pacing.py" ;;
+    walctl/wal/writer_room.py) echo "tests/wal/test_mut_writer.py" ;;
+    walctl/wal/writer.py)      echo "tests/wal/test_mut_writer.py" ;;
+    walctl/wal/writer_blocks.py) echo "tests/wal/test_mut_writer.py" ;;
+    walctl/wal/writer_window.py) echo "tests/wal/test_mut_writer.py" ;;
+    walctl/wal/feed.py)        echo "tests/wal/test_mut_feed.py" ;;
+    walctl/wal/handoff.py)     echo "tests/wal/test_mut_handoff.py" ;;
+    walctl/wal/lifecycle.py)   echo "tests/wal/test_mut_lifecycle.py" ;;
     walctl/pipeline/upload/spool.py) echo "tests/pipeline/test_mut_upload_spool.py tests/store/test_upload_spool.py" ;;
     walctl/pipeline/upload/plan.py)  echo "tests/pipeline/test_mut_upload_plan.py" ;;
     walctl/pipeline/upload/commit.py) echo "tests/pipeline/test_mut_upload_commit.py" ;;
