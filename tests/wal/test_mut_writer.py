@@ -220,7 +220,7 @@ def test_submit_open_block_closes_it_at_once(tmp_path):
 
 
 def test_a_block_waits_for_its_batch_interval_then_the_timer_writes_it(tmp_path):
-    w = make_writer(new_wal(tmp_path), batch_interval_s=0.05)
+    w = make_writer(new_wal(tmp_path), batch_interval_s=0.3)
     acked = threading.Event()
     w.on_ack = lambda offset, token: acked.set()
     w.append(b"x" * 10)
@@ -228,7 +228,7 @@ def test_a_block_waits_for_its_batch_interval_then_the_timer_writes_it(tmp_path)
     assert acked.wait(10)  # no drain: the timer thread wrote it
     assert w.blocks_written == 1
     summary = w.stages.summary()
-    assert summary["blocks"] == 1 and summary["queued"]["p50"] >= 40000  # >= 40 ms queued
+    assert summary["blocks"] == 1 and summary["queued"]["p50"] >= 300000  # >= 300 ms queued
     w.close()
 
 
