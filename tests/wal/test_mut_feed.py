@@ -277,3 +277,97 @@ def test_stdin_that_is_not_a_pipe_is_left_as_it_is(monkeypatch, tmp_path):
 def test_constants():
     assert feed.BUFFER_BYTES == 4 << 20 and feed.PIPE_BYTES == 1 << 20 and feed.F_SETPIPE_SZ == 1031
     assert FeedEnd(3) == FeedEnd(3, framepack.STOP_INPUT, -1)
+
+
+class Asked(Chunks):
+    """Chunks that records how many bytes each read asked for."""
+
+    def __init__(self, data: bytes, step: int):
+        super().__init__(data, step)
+        self.asked = []
+
+    def readinto(self, view):
+        self.asked.append(len(view))
+        return super().readinto(view)
+
+
+def test_a_file_is_read_unbuffered_straight_into_the_buffer(tmp_path):
+    path = tmp_path / "in.bin"
+    path.write_bytes(b"x")
+    src = open_source(str(path))
+    try:
+        assert type(src.stream) is io.FileIO
+    finally:
+        src.close()
+
+
+def test_a_pipe_that_cannot_be_enlarged_keeps_its_size(monkeypatch):
+    monkeypatch.setattr(feed, "PIPE_BYTES", (1 << 31) - 1)  # over any pipe-max-size: F_SETPIPE_SZ fails
+    r, w = os.pipe()
+    try:
+        with io.FileIO(r, "rb", closefd=False) as f:
+            assert feed._enlarge_pipe(f) == 65536  # F_GETPIPE_SZ: the default pipe
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_the_first_read_fills_the_whole_buffer(writer, monkeypatch):
+    monkeypatch.setattr(feed, "BUFFER_BYTES", 16)
+    stats = FeedStats()
+    spec = FrameSpec(True, STREAM, 0, 1000)
+    src = Asked(b"a\n" * 8, 1 << 20)
+    assert feed_frames(writer, Source(src, True), spec, 0, 1 << 40, lambda: False, stats) == FeedEnd(8)
+    assert src.asked == [16, 16]
+    assert stats.reads == 2 and stats.bytes_read == 16
+
+
+def test_a_length_prefixed_record_larger_than_the_buffer_is_taken_in_one_more_read(writer, monkeypatch):
+    monkeypatch.setattr(feed, "BUFFER_BYTES", 16)
+    spec = FrameSpec(False, STREAM, 0, 1000)
+    src = Asked(prefixed(b"r" * 100, b"s"), 1 << 20)
+    assert feed_frames(writer, Source(src, True), spec, 0, 1 << 40, lambda: False) == FeedEnd(2)
+    # 16 bytes, then the buffer grows to the record's 104 bytes (not by doubling) for its other 88
+    assert src.asked == [16, 88, 104, 104]
+    writer.drain()
+    assert writer.records_acked == 2
+
+
+def test_the_time_spent_reading_and_packing_adds_up(writer, monkeypatch):
+    ticks = iter(range(0, 10 ** 9, 10))
+    monkeypatch.setattr(feed.time, "perf_counter_ns", lambda: next(ticks))
+    stats = FeedStats()
+    end = run(writer, b"a\nb\nc\n", step=2, stats=stats)
+    assert end == FeedEnd(3)
+    assert stats.reads == 4  # three reads of a line, then the end
+    assert stats.read_ns == 40 and stats.pack_ns == 30
+
+
+def test_a_line_is_refused_once_its_unfinished_part_passes_the_largest_record(writer):
+    end = run(writer, b"a" * 30, step=7, max_payload=20)
+    assert end == FeedEnd(0, framepack.STOP_TOO_LARGE, 21)
+    end = run(writer, b"b" * 20 + b"\n", step=10, max_payload=20)  # 20 unfinished bytes: may still end
+    assert end == FeedEnd(1, framepack.STOP_INPUT, -1)
+
+
+def test_no_record_is_taken_past_the_stream_offset_limit(writer):
+    assert run(writer, b"a\nb\n", next_base=7, base_limit=6) == FeedEnd(7, framepack.STOP_MAX, -1)
+    assert writer.records_acked == 0
+
+
+def test_a_truncated_tail_after_full_blocks_names_its_input_byte(writer):
+    big = [bytes([i]) * 100_000 for i in range(3)]  # a block takes two: the third starts a new one
+    with pytest.raises(UsageError) as info:
+        run(writer, prefixed(*big) + b"\0\0", lines=False, max_payload=200_000)
+    assert info.value.what == "truncated length prefix at input byte 300012"
+
+
+def test_a_check_stopping_at_a_too_large_record_keeps_its_length(writer):
+    assert run(writer, prefixed(b"c" * 50), lines=False, max_payload=10, check=lambda: True) == FeedEnd(0, None, 50)
+
+
+def test_the_last_line_is_one_record_whatever_the_buffer_held_before(writer):
+    end = run(writer, b"ab\n\ncd")
+    assert end == FeedEnd(3)
+    assert writer.records_acked == 3
+    assert sum(p for _, _, p in writer.got) == 4
