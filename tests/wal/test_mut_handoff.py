@@ -317,3 +317,47 @@ def test_the_hand_off_retries_until_the_lock_is_free(wal, monkeypatch):
 
 def test_constants():
     assert (handoff.ACCEPT_POLL_S, handoff.REQUEST_TIMEOUT_S, handoff.RETRY_PAUSE_S) == (0.2, 5.0, 0.1)
+
+
+def test_the_listener_runs_in_a_named_daemon_thread(listening):
+    _, _, listener, _ = listening
+    assert listener._thread.name == "walctl-trim-listener"
+    assert listener._thread.daemon is True  # never keeps a finished writer's process alive
+
+
+def test_an_idle_listener_keeps_listening_past_its_poll(listening):
+    import time
+
+    wal, writer, _, _ = listening
+    time.sleep(handoff.ACCEPT_POLL_S * 2)  # idle across two accept polls
+    assert request_trim(wal, 3) == ("OK", "0")
+
+
+def test_a_client_that_never_asks_does_not_hold_the_listener(listening, monkeypatch):
+    wal, writer, _, _ = listening
+    monkeypatch.setattr(handoff, "REQUEST_TIMEOUT_S", 0.1)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.connect(address(wal))  # says nothing: the listener gives up on it
+        assert ask(wal, b"TRIM 4\n") == b"OK 0\n"
+    assert writer.calls == [(4, False)]
+
+
+def test_close_wakes_the_listener_at_once(wal, monkeypatch):
+    import time
+
+    monkeypatch.setattr(handoff, "ACCEPT_POLL_S", 60.0)  # only the wake-up can end its accept in time
+    listener = TrimListener(wal, StandIn())
+    started = time.monotonic()
+    listener.close()
+    assert time.monotonic() - started < 30
+    assert not listener._thread.is_alive()
+
+
+def test_start_listener_passes_the_trim_callback(wal):
+    trims = []
+    listener = start_listener(wal, StandIn(), on_trim=trims.append)
+    try:
+        assert request_trim(wal, 6) == ("OK", "0")
+        assert trims == [6]
+    finally:
+        listener.close()
