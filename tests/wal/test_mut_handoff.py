@@ -361,3 +361,39 @@ def test_start_listener_passes_the_trim_callback(wal):
         assert trims == [6]
     finally:
         listener.close()
+
+
+def test_a_request_sent_in_pieces_is_joined(listening):
+    import time
+
+    wal, writer, _, _ = listening
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        sock.connect(address(wal))
+        sock.sendall(b"TRIM 1")
+        time.sleep(0.05)  # (a second segment; joined or not, the answer is the same)
+        sock.sendall(b"5 UPLOADED\n")
+        assert sock.recv(256) == b"OK 0\n"
+    assert writer.calls == [(15, True)]
+
+
+def test_a_request_is_read_up_to_256_bytes(listening):
+    wal, writer, _, _ = listening
+    line = b"TRIM 5 " + b"x" * 241 + b" UPLOADED"  # 257 bytes: its last one is never read
+    assert len(line) == 257
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        sock.connect(address(wal))
+        sock.sendall(line)
+        try:
+            sock.recv(256)  # the answer, or a reset (the listener left a byte unread)
+        except OSError:
+            pass
+    assert writer.calls == [(5, False)]  # "UPLOADE": not an uploaded trim
+
+
+def test_a_request_with_bytes_that_are_not_ascii_is_answered(listening):
+    wal, writer, _, _ = listening
+    assert ask(wal, b"TRIM 5 \xff\n") == b"OK 0\n"
+    assert ask(wal, b"TRIM \xff5\n") == b"ERR 2 bad request\n"
+    assert request_trim(wal, 6) == ("OK", "5")  # the listener is still there
