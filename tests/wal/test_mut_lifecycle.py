@@ -378,3 +378,96 @@ def test_the_moved_names_load_from_their_rooms():
     assert lifecycle.RESCANS is readsession.RESCANS
     with pytest.raises(AttributeError):
         lifecycle.no_such_name
+
+
+def crashed_with_a_hole(path) -> list[int]:
+    """Three blocks written by a writer that then crashed, the middle one never reached the disk."""
+    opened = open_writer(path, batch_interval_s=3600.0)
+    w = opened.writer
+    offs = []
+    for i in range(3):
+        offs.append(w.append(StreamRecordBatch(1, 0, i, 1, b"h" * 100).encode(), None, (1, i + 1)))
+        w.submit_open_block()
+    w.drain()
+    w.abort()
+    with open(path, "r+b") as f:
+        f.seek(HEADERS_SIZE + offs[1])
+        f.write(bytes(4096))
+    return offs
+
+
+def test_a_crash_hole_is_sealed_and_its_bytes_kept_beside_the_wal(tmp_path):
+    path = new_wal(tmp_path)
+    offs = crashed_with_a_hole(path)
+    assert offs == [0, 4096, 8192]
+    opened = open_writer(path)
+    try:
+        assert opened.repair is not None and opened.repair.ranges == 1 and opened.sealed_ranges == 1
+        evidence = opened.repair.evidence_file
+        assert evidence is not None and evidence.startswith(path + ".repair-") and os.path.exists(evidence)
+        assert any(w.startswith("crash repair overwrote") and evidence in w for w in opened.warnings)
+        assert opened.writer.next_block == 12288
+        assert headers(path).header.next_offset == 12288  # the scan's next block, in the running header
+    finally:
+        opened.writer.close()
+
+
+def test_too_many_scanned_streams_still_keep_the_one_the_caller_writes():
+    h = WalHeader(capacity=1 << 20, trim_offset=-1)
+    scanned = {sid: 1 for sid in range(1000, 1001 + MAX_STREAMS)}  # one more than fit
+    got = checkpoint_after_scan(state_of(h, Checkpoint(0, {5: 4}, True)),
+                                SimpleNamespace(end_offset=10, stream_ends=scanned), keep=5)
+    assert got.streams[5] == 4 and len(got.streams) == MAX_STREAMS
+    assert 1000 not in got.streams and 1001 not in got.streams  # the smallest scanned ids give way
+
+
+def test_refusals_at_open_name_the_path(tmp_path, monkeypatch):
+    small = tmp_path / "small"
+    small.write_bytes(bytes(4096))
+    with pytest.raises(NotFoundError) as info:
+        open_writer(str(small))
+    assert info.value.where == str(small)
+    path = new_wal(tmp_path)
+    real = lifecycle.read_wal_state
+    monkeypatch.setattr(lifecycle, "read_wal_state", lambda dev, p: state_of(
+        WalHeader(capacity=real(dev, p).header.capacity, flavour="automq-v0"), None))
+    with pytest.raises(RefusedError) as info:
+        open_writer(path)
+    assert info.value.where == path
+
+
+def test_a_scan_keeps_record_offsets_only_when_asked(tmp_path):
+    path = new_wal(tmp_path)
+    offs = write_records(path, 2)
+    opened = open_writer(path, scan=True)
+    assert not opened.scan.record_offsets
+    opened.writer.close()
+    opened = open_writer(path, scan=True, keep_offsets=True)
+    assert list(opened.scan.record_offsets) == offs
+    opened.writer.close()
+
+
+def test_an_untrusted_checkpoint_is_kept_in_the_header_the_open_writes(tmp_path):
+    path = new_wal(tmp_path)
+    write_records(path, 1)
+    dev = open_device(path, writable=True)
+    st = read_headers(dev)
+    stale = Checkpoint(5000, {1: 7}, True)  # ends past the header's next offset: not trusted
+    write_header(dev, st, st.header, stale)
+    dev.close()
+    opened = open_writer(path)
+    try:
+        assert opened.checkpoint is None and opened.scan is None
+        assert headers(path).checkpoint == stale
+    finally:
+        opened.writer.abort()
+
+
+def test_the_budget_reaches_the_writer(tmp_path):
+    from walctl.wal.pacing import Budget
+
+    opened = open_writer(new_wal(tmp_path), budget=Budget(iops=100))
+    try:
+        assert opened.writer.budget == Budget(iops=100)
+    finally:
+        opened.writer.close()
