@@ -471,3 +471,20 @@ def test_the_budget_reaches_the_writer(tmp_path):
         assert opened.writer.budget == Budget(iops=100)
     finally:
         opened.writer.close()
+
+
+def test_a_scan_at_open_keeps_the_stream_the_caller_needs_among_too_many(tmp_path):
+    path = new_wal(tmp_path)
+    write_records(path, 1, stream=5)
+    dev = open_device(path, writable=True)
+    st = read_headers(dev)
+    old = {1: 9, **{1000 + i: 1 for i in range(MAX_STREAMS - 1)}}  # full: with stream 5, one too many
+    write_header(dev, st, st.header, Checkpoint(st.checkpoint.log_end, old, False))
+    dev.close()
+    opened = open_writer(path, scan=True, need_stream=1)
+    try:
+        streams = opened.checkpoint.streams
+        assert len(streams) == MAX_STREAMS and streams[1] == 9 and streams[5] == 1
+        assert 1000 not in streams
+    finally:
+        opened.writer.close()
