@@ -93,9 +93,19 @@ def test_the_batch_interval_is_kept_in_seconds_and_a_negative_or_nan_one_is_refu
         assert w.batch_interval_s == 0.0
     finally:
         w.close()
-    d = WalWriter.__init__.__kwdefaults__
-    assert d["batch_interval_s"] == 0.002 and d["iodepth"] == 4 and d["block_soft_limit_bytes"] == 256 * KiB
-    assert d["window_upper_limit_bytes"] == 512 * MiB
+
+
+def test_a_writer_s_defaults(tmp_path):
+    path = new_wal(tmp_path, ring=1 * MiB)
+    dev = open_device(path, writable=True)
+    w = WalWriter(dev, read_headers(dev), 0)
+    try:
+        assert w.batch_interval_s == 0.002 and w.iodepth == 4 and w.block_soft_limit_bytes == 256 * KiB
+        assert w.window_cap_bytes == 1 * MiB  # the ring: below the 512 MiB upper limit
+        assert w.on_ack is None and w.budget is None
+        assert w.checkpoint() == Checkpoint(0, {}, False, -1)  # opened without a checkpoint
+    finally:
+        w.close()
 
 
 def test_a_new_writer_reports_its_ring_and_header(tmp_path):
