@@ -425,8 +425,9 @@ def test_check_record_at_reads_the_record_header_it_names(tmp_path):
             check_record_at(dev, ring, RING - rec.SIZE + 1)
         assert info.value.what == f"no live record starts at offset {RING - rec.SIZE + 1}"
         assert info.value.hint == "it is too close to the end of a lap"
-        with pytest.raises(UsageError):  # exactly a header before the lap end: read, and not a record
+        with pytest.raises(UsageError) as info:  # exactly a header before the lap end: read, and not a record
             check_record_at(dev, ring, RING - rec.SIZE)
+        assert info.value.what.startswith(f"no live record starts at offset {RING - rec.SIZE} (")
     finally:
         dev.close()
 
@@ -912,3 +913,69 @@ def test_a_block_the_timer_closed_during_a_wait_for_room_is_not_reused(tmp_path)
     assert out == [RING + 16 * KiB]  # a new block after the written one
     w.drain()
     w.close()
+
+
+
+def test_check_record_at_reads_a_header_that_crosses_a_4_kib_boundary(tmp_path):
+    path = new_wal(tmp_path)
+    w = make_writer(path)
+    assert w.append(b"a" * (4080 - rec.SIZE)) == 0
+    assert w.append(b"b" * 7) == 4080  # its header: bytes 4080..4104
+    w.drain()
+    w.close()
+    from walctl.wal.layout import Ring
+
+    dev = open_device(path, writable=False)
+    try:
+        assert check_record_at(dev, Ring(RING + HEADERS_SIZE), 4080).body_length == 7
+    finally:
+        dev.close()
+
+
+def test_a_writer_without_a_checkpoint_starts_its_acknowledged_log_at_its_next_offset(tmp_path):
+    path = new_wal(tmp_path)
+    dev = open_device(path, writable=True)
+    w = WalWriter(dev, read_headers(dev), 8192, batch_interval_s=LONG_S)
+    try:
+        assert w.checkpoint() == Checkpoint(8192, {}, False, -1)
+        assert w.acked_end == 8192 and w.next_block == 8192
+        with pytest.raises(UsageError, match=r"^offset 8192 is not in the acknowledged log \(it ends at 8192\)$"):
+            w.trim_to(8192)
+        assert w.append(b"x", None, (1, 1)) == 8192
+        w.drain()
+        assert w.checkpoint() == Checkpoint(8217, {}, False, -1)  # stream ends unknown: none claimed
+    finally:
+        w.close()
+
+
+def test_the_opening_checkpoint_carries_on(tmp_path):
+    w = make_writer(new_wal(tmp_path), checkpoint=Checkpoint(0, {3: 5}, False, 77))
+    try:
+        assert w.checkpoint() == Checkpoint(0, {3: 5}, False, 77)
+        w.append(b"x", None, (4, 1))
+        w.drain()
+        assert w.checkpoint() == Checkpoint(25, {3: 5, 4: 1}, False, 77)
+        assert w.uploaded_offset == 77
+    finally:
+        w.close()
+
+
+def test_without_a_budget_no_block_is_held_and_no_wait_is_set_up(tmp_path):
+    w = make_writer(new_wal(tmp_path))
+    assert w.budget is None and w.full.wait_s == 0 and w.before_close == []
+    for i in range(3):
+        w.append(b"x" * 100, i)
+        w.submit_open_block()
+    w.drain()
+    assert w.stages.count == 3
+    assert w.stages.sums["budget"] == 0
+    assert w.stages.sums["total"] == w.stages.sums["queued"] + w.stages.sums["write"] + w.stages.sums["flush"]
+    w.close()
+
+
+def test_close_and_abort_release_the_device(tmp_path):
+    path = new_wal(tmp_path)
+    make_writer(path).close()
+    w = make_writer(path)  # the lock is free again
+    w.abort()
+    make_writer(path).close()
