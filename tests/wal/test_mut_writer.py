@@ -979,3 +979,92 @@ def test_close_and_abort_release_the_device(tmp_path):
     w = make_writer(path)  # the lock is free again
     w.abort()
     make_writer(path).close()
+
+
+def lp(*payloads: bytes) -> bytes:
+    return b"".join(len(p).to_bytes(4, "big") + p for p in payloads)
+
+
+@frames_only
+def test_append_frames_on_a_closed_or_failed_writer_is_refused(tmp_path):
+    path = new_wal(tmp_path)
+    spec = FrameSpec(True, 4, 0, 1 << 20)
+    w = make_writer(path)
+    w.close()
+    with pytest.raises(RuntimeError, match="^writer is closed$"):
+        w.append_frames(b"a\n", 0, 2, spec, 0, 10)
+    dev = FaultyDevice(open_device(path, writable=True), fail_writes_after=0)
+    w = make_writer(path, dev=dev)
+    w.append(b"x")
+    with pytest.raises(IOFailure):
+        w.drain()
+    with pytest.raises(IOFailure, match="injected EIO"):
+        w.append_frames(b"a\n", 0, 2, spec, 0, 10)
+    w.abort()
+
+
+@frames_only
+def test_append_frames_counts_max_records_across_blocks(tmp_path):
+    w = make_writer(new_wal(tmp_path), block_soft_limit_bytes=4096)
+    data = lp(*[bytes([i]) * 1000 for i in range(10)])
+    spec = FrameSpec(False, 4, 0, 1 << 20)
+    total, pos, stop, _ = w.append_frames(data, 0, len(data), spec, 0, 5)
+    assert (total, pos, stop) == (5, 5 * 1004, framepack.STOP_MAX)  # 3 in the first block, 2 in the next
+    w.drain()
+    assert w.records_acked == 5
+    w.close()
+
+
+@frames_only
+def test_append_frames_keeps_the_block_open_for_its_batch_interval(tmp_path):
+    w = make_writer(new_wal(tmp_path))
+    got = []
+    w.on_frames = lambda f: got.append((f.offset, f.count))
+    spec = FrameSpec(True, 4, 0, 1 << 20)
+    assert w.append_frames(b"a\n", 0, 2, spec, 0, 10)[0] == 1
+    assert w.append_frames(b"bb\n", 0, 3, spec, 1, 10)[0] == 1
+    w.drain()
+    assert got == [(0, 1), (58, 1)]  # one block: the second call's record follows the first's
+    w.close()
+
+
+@frames_only
+def test_append_frames_with_no_batch_interval_writes_at_once(tmp_path):
+    w = make_writer(new_wal(tmp_path), batch_interval_s=0)
+    acked = threading.Event()
+    w.on_frames = lambda f: acked.set()
+    w.append_frames(b"a\n", 0, 2, FrameSpec(True, 4, 0, 1 << 20), 0, 10)
+    assert acked.wait(10)  # no drain
+    w.close()
+
+
+@frames_only
+def test_append_frames_size_limits_at_their_edges(tmp_path):
+    spec = FrameSpec(False, 4, 0, 1 << 30)
+    w = make_writer(new_wal(tmp_path))
+    whole = b"r" * (RING - MANY_OVERHEAD)  # a record of exactly the ring: fits
+    assert w.append_frames(lp(whole), 0, 4 + len(whole), spec, 0, 10)[0] == 1
+    w.close()
+    w = make_writer(new_wal(tmp_path, name="b.img"), window_upper_limit_bytes=8192)
+    exact = b"e" * (8192 - MANY_OVERHEAD)  # exactly the window limit: fits
+    assert w.append_frames(lp(exact), 0, 4 + len(exact), spec, 0, 10)[0] == 1
+    w.close()
+    w = make_writer(new_wal(tmp_path, name="c.img"), window_upper_limit_bytes=8192)
+    over = exact + b"!"
+    with pytest.raises(UsageError, match=r"^record of 8169 bytes does not fit this WAL \(ring 65536 bytes, "
+                                         r"window limit 8192 bytes\)$"):
+        w.append_frames(lp(over), 0, 4 + len(over), spec, 0, 10)
+    w.close()
+
+
+@frames_only
+def test_append_frames_with_one_io_slot_runs_ahead_of_the_device(tmp_path):
+    w = make_writer(new_wal(tmp_path, ring=1 * MiB), block_soft_limit_bytes=4096, iodepth=1)
+    acks = []
+    w.on_frames = lambda f: acks.append(f.count)
+    data = lp(*[bytes([i % 251]) * 1000 for i in range(200)])
+    total, _, stop, _ = w.append_frames(data, 0, len(data), FrameSpec(False, 4, 0, 1 << 20), 0, 1000)
+    assert (total, stop) == (200, framepack.STOP_INPUT)
+    w.drain()
+    assert sum(acks) == 200 and w.blocks_written == 67
+    w.close()
