@@ -1068,3 +1068,49 @@ def test_append_frames_with_one_io_slot_runs_ahead_of_the_device(tmp_path):
     w.drain()
     assert sum(acks) == 200 and w.blocks_written == 67
     w.close()
+
+
+@frames_only
+def test_append_frames_renders_the_acknowledgements_it_was_asked_for(tmp_path):
+    w = make_writer(new_wal(tmp_path))
+    got = []
+    w.on_frames = lambda f: got.append((f.offset, f.count, f.acks))
+    w.append_frames(b"a\nbb\n", 0, 5, FrameSpec(True, 4, 0, 1 << 20, 1), 7, 10)
+    w.append_frames(b"c\n", 0, 2, FrameSpec(True, 4, 0, 1 << 20, 0), 9, 10)
+    w.drain()
+    assert got == [(0, 2, b"0\n58\n"), (117, 1, None)]
+    w.close()
+
+
+@frames_only
+def test_append_frames_stops_a_block_at_the_lap_end(tmp_path):
+    w = make_writer(new_wal(tmp_path))
+    got = []
+    w.on_frames = lambda f: got.append((f.offset, f.count))
+    spec = FrameSpec(True, 4, 0, 1 << 20)
+    line = b"l" * 1000 + b"\n"  # 1057-byte records
+    data = line * 30
+    assert w.append_frames(data, 0, len(data), spec, 0, 100)[0] == 30
+    w.drain()
+    w.trim_to(29 * 1057)  # room up to 29 * 1057 + 64K
+    got.clear()
+    data = line * 40
+    assert w.append_frames(data, 0, len(data), spec, 30, 100)[0] == 40
+    w.drain()
+    # from 32K: 31 records end at 65535, one byte before the lap end; the next lap takes the rest
+    assert got == [(32 * KiB, 31), (RING, 9)]
+    w.close()
+
+
+@frames_only
+def test_append_frames_stops_a_block_at_the_room_the_trim_point_leaves(tmp_path):
+    w = make_writer(new_wal(tmp_path))
+    offs = fill_ring(w)
+    w.trim_to(offs[1])  # room up to 80K; the next lap's block may take 16K of it
+    spec = FrameSpec(True, 4, 0, 1 << 20)
+    data = (b"m" * 1000 + b"\n") * 40
+    with pytest.raises(FullError):
+        w.append_frames(data, 0, len(data), spec, 0, 100)
+    w.drain()
+    assert w.acked_end == RING + 15 * 1057  # 15 records fit 16K; nothing was written past the room
+    w.close()
