@@ -1114,3 +1114,46 @@ def test_append_frames_stops_a_block_at_the_room_the_trim_point_leaves(tmp_path)
     w.drain()
     assert w.acked_end == RING + 15 * 1057  # 15 records fit 16K; nothing was written past the room
     w.close()
+
+
+def test_append_many_stream_recency_keeps_the_streams_written_last(tmp_path):
+    w = make_writer(new_wal(tmp_path, ring=1 * MiB))
+    w.append_many([b"X" * 5000], 1, 0, 0)  # the stream written first, with a large record
+    w.append_many([b"y"], 2, 0, 0)
+    for sid in range(3, MAX_STREAMS + 2):
+        w.append_many([b"z"], sid, 0, 0)
+    w.drain()
+    cp = w.checkpoint()
+    assert len(cp.streams) == MAX_STREAMS and not cp.complete
+    assert 1 not in cp.streams  # the least recently written gives way
+    assert 2 in cp.streams and MAX_STREAMS + 1 in cp.streams
+    w.close()
+
+
+def test_append_many_into_the_open_block_stops_at_the_room_left(tmp_path):
+    w = make_writer(new_wal(tmp_path))
+    offs = [w.append(b"f" * (4096 - rec.SIZE)) for _ in range(16)]
+    w.drain()
+    w.trim_to(offs[5])  # room up to 20K + 64K
+    assert w.append(b"o", "open") == RING  # an open block in the next lap, 20K of room after it
+    payloads = [b"m" * (1057 - MANY_OVERHEAD)] * 40
+    assert w.append_many(payloads, 1, 0, 0) == 19  # (20K - 25) // 1057
+    with pytest.raises(FullError):
+        w.append_many(payloads, 1, 0, 19, index=19)
+    w.drain()
+    assert w.acked_end == RING + 25 + 19 * 1057
+    w.close()
+
+
+def test_append_many_on_a_failed_writer_is_refused(tmp_path):
+    path = new_wal(tmp_path)
+    dev = FaultyDevice(open_device(path, writable=True), fail_writes_after=0)
+    w = make_writer(path, dev=dev)
+    w.append(b"x")
+    with pytest.raises(IOFailure):
+        w.drain()
+    with pytest.raises(IOFailure, match="injected EIO"):
+        w.append_many([b"a"], 1, 0, 0)
+    with pytest.raises(IOFailure, match="injected EIO"):
+        w.append(b"a")
+    w.abort()
