@@ -1157,3 +1157,53 @@ def test_append_many_on_a_failed_writer_is_refused(tmp_path):
     with pytest.raises(IOFailure, match="injected EIO"):
         w.append(b"a")
     w.abort()
+
+
+def test_append_many_into_an_open_block_writes_its_batches_where_it_says(tmp_path):
+    path = new_wal(tmp_path)
+    w = make_writer(path)
+    got = []
+    w.on_acks = lambda offsets, token, first: got.append((offsets, token, first))
+    assert w.append(b"o" * 7, None, (9, 1)) == 0
+    assert w.append_many([b"skip", b"p" * 40, b"q" * 3], 7, 3, 100, "T", index=1) == 2
+    w.drain()
+    assert got == [([31, 31 + 97], "T", 1)]
+    assert w.checkpoint().streams == {9: 1, 7: 102}
+    w.close()
+    for offset, base, payload in ((31, 100, b"p" * 40), (128, 101, b"q" * 3)):
+        raw = read_at(path, offset, MANY_OVERHEAD + len(payload))
+        head = rec.RecordHeader.decode(raw[:rec.SIZE], expected_offset=offset)
+        assert head.body_length == MANY_OVERHEAD - rec.SIZE + len(payload)
+        b = StreamRecordBatch.decode(raw[rec.SIZE:])
+        assert (b.stream_id, b.epoch, b.base_offset, b.count, b.payload) == (7, 3, base, 1, payload)
+
+
+def test_append_many_refuses_a_payload_over_the_window_limit(tmp_path):
+    w = make_writer(new_wal(tmp_path), window_upper_limit_bytes=8192)
+    with pytest.raises(UsageError, match=r"^record of 8201 bytes does not fit this WAL \(ring 65536 bytes, "
+                                         r"window limit 8192 bytes\)$"):
+        w.append_many([b"w" * (8201 - (MANY_OVERHEAD - rec.SIZE))], 1, 0, 0)
+    w.close()
+
+
+def test_append_many_in_a_new_block_stops_at_the_lap_end_and_the_room(tmp_path):
+    w = make_writer(new_wal(tmp_path))
+    got = []
+    w.on_acks = lambda offsets, token, first: got.append((offsets[0], len(offsets)))
+    payloads = [b"l" * (1057 - MANY_OVERHEAD)] * 70
+    done = 0
+    while done < 30:
+        done += w.append_many(payloads[:30], 1, 0, done, index=done)
+    w.drain()
+    w.trim_to(29 * 1057)
+    got.clear()
+    while done < 70:
+        done += w.append_many(payloads, 1, 0, done, index=done)
+    w.drain()
+    assert got == [(32 * KiB, 31), (RING, 9)]  # 31 records end a byte before the lap end
+    w.close()
+    w = make_writer(new_wal(tmp_path, name="r.img"))
+    offs = fill_ring(w)
+    w.trim_to(offs[1])  # room up to 80K: a new block at 64K may take 16K
+    assert w.append_many(payloads, 1, 0, 0) == 15
+    w.close()
