@@ -1207,3 +1207,29 @@ def test_append_many_in_a_new_block_stops_at_the_lap_end_and_the_room(tmp_path):
     w.trim_to(offs[1])  # room up to 80K: a new block at 64K may take 16K
     assert w.append_many(payloads, 1, 0, 0) == 15
     w.close()
+
+
+def test_append_many_calls_share_the_open_block_and_are_written_at_once_without_an_interval(tmp_path):
+    w = make_writer(new_wal(tmp_path))
+    got = []
+    w.on_acks = lambda offsets, token, first: got.append((offsets, token))
+    assert w.append_many([b"a"], 1, 0, 0, "x") == 1
+    assert w.append_many([b"b"], 1, 0, 1, "y") == 1
+    w.drain()
+    assert got == [([0], "x"), ([58], "y")]  # one block
+    w.close()
+    w = make_writer(new_wal(tmp_path, name="n.img"), batch_interval_s=0)
+    acked = threading.Event()
+    w.on_acks = lambda offsets, token, first: acked.set()
+    w.append_many([b"a"], 1, 0, 0)
+    assert acked.wait(10)  # no drain
+    w.close()
+
+
+def test_append_many_in_a_new_block_takes_the_room_to_the_4_kib_below_it(tmp_path):
+    w = make_writer(new_wal(tmp_path))
+    offs = [w.append(b"f" * (4096 - rec.SIZE)) for _ in range(16)]
+    w.drain()
+    w.trim_to(offs[5])  # room up to 84K: a new block at 64K may take 20K
+    assert w.append_many([b"m" * (1057 - MANY_OVERHEAD)] * 40, 1, 0, 0) == 19
+    w.close()
