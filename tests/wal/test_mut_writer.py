@@ -1233,3 +1233,22 @@ def test_append_many_in_a_new_block_takes_the_room_to_the_4_kib_below_it(tmp_pat
     w.trim_to(offs[5])  # room up to 84K: a new block at 64K may take 20K
     assert w.append_many([b"m" * (1057 - MANY_OVERHEAD)] * 40, 1, 0, 0) == 19
     w.close()
+
+
+def test_check_record_at_refuses_a_record_of_an_earlier_lap(tmp_path):
+    path = new_wal(tmp_path)
+    w = make_writer(path)
+    w.append(b"x" * 100)
+    w.drain()
+    w.close()
+    from walctl.wal.layout import Ring
+
+    dev = open_device(path, writable=False)
+    try:
+        ring = Ring(RING + HEADERS_SIZE)
+        assert check_record_at(dev, ring, 0).body_length == 100
+        with pytest.raises(UsageError) as info:  # the same bytes, one lap later: they say offset 0
+            check_record_at(dev, ring, RING)
+        assert info.value.what.startswith(f"no live record starts at offset {RING} (")
+    finally:
+        dev.close()
