@@ -1252,3 +1252,24 @@ def test_check_record_at_refuses_a_record_of_an_earlier_lap(tmp_path):
         assert info.value.what.startswith(f"no live record starts at offset {RING} (")
     finally:
         dev.close()
+
+
+def test_close_turns_a_running_header_graceful(tmp_path):
+    path = new_wal(tmp_path)
+    from walctl.wal.headers import write_header
+
+    dev = open_device(path, writable=True)
+    state = read_headers(dev)
+    state = write_header(dev, state, state.header.with_(shutdown_type=SHUTDOWN_UNGRACEFUL))
+    w = WalWriter(dev, state, 0, batch_interval_s=LONG_S, checkpoint=Checkpoint(0, complete=True))
+    w.append(b"x")
+    w.close()
+    assert read_state(path).header.shutdown_type == SHUTDOWN_GRACEFUL
+
+
+def test_an_untracked_checkpoint_keeps_the_upload_mark(tmp_path):
+    w = make_writer(new_wal(tmp_path), checkpoint=Checkpoint(0, {}, False, 77))
+    w.append(b"x")  # no stream: ends unknown
+    w.drain()
+    assert w.checkpoint() == Checkpoint(25, {}, False, 77)
+    w.close()
