@@ -1273,3 +1273,13 @@ def test_an_untracked_checkpoint_keeps_the_upload_mark(tmp_path):
     w.drain()
     assert w.checkpoint() == Checkpoint(25, {}, False, 77)
     w.close()
+
+
+def test_the_timer_runs_in_a_named_daemon_thread(tmp_path):
+    w = make_writer(new_wal(tmp_path), batch_interval_s=0.3)
+    w.append(b"x")  # its batch interval arms the timer
+    try:
+        assert w._timer_thread.name == "walctl-timer"
+        assert w._timer_thread.daemon is True  # never keeps a finished process alive
+    finally:
+        w.close()
