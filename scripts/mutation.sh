@@ -62,6 +62,14 @@ selection() {
     walctl/wal/readsession.py) echo "tests/wal/test_mut_readsession.py" ;;
     walctl/pipeline/readwal.py) echo "tests/pipeline/test_mut_readwal.py" ;;
     walctl/pipeline/rowcopy.py) echo "tests/pipeline/test_rowcopy.py tests/pipeline/test_mut_rowcopy.py" ;;
+    walctl/wal/pacing.py)      echo "tests/wal/test_mut_pacing.py" ;;
+    walctl/wal/writer_room.py) echo "tests/wal/test_mut_writer.py" ;;
+    walctl/wal/writer.py)      echo "tests/wal/test_mut_writer.py" ;;
+    walctl/wal/writer_blocks.py) echo "tests/wal/test_mut_writer.py" ;;
+    walctl/wal/writer_window.py) echo "tests/wal/test_mut_writer.py" ;;
+    walctl/wal/feed.py)        echo "tests/wal/test_mut_feed.py" ;;
+    walctl/wal/handoff.py)     echo "tests/wal/test_mut_handoff.py" ;;
+    walctl/wal/lifecycle.py)   echo "tests/wal/test_mut_lifecycle.py" ;;
     walctl/pipeline/upload/spool.py) echo "tests/pipeline/test_mut_upload_spool.py tests/store/test_upload_spool.py" ;;
     walctl/pipeline/upload/plan.py)  echo "tests/pipeline/test_mut_upload_plan.py" ;;
     walctl/pipeline/upload/commit.py) echo "tests/pipeline/test_mut_upload_commit.py" ;;
