@@ -93,15 +93,21 @@ class TrimListener:
             with conn:
                 try:
                     conn.settimeout(REQUEST_TIMEOUT_S)
-                    conn.sendall(self._answer(conn).encode())
+                    answer = self._answer(conn)
+                    conn.sendall(answer.encode())
+                    if answer.startswith(_REFUSED):
+                        # the request was not read: read it now (or the client's close), so the
+                        # client's send never meets a closed socket (EPIPE) before it reads the refusal
+                        conn.shutdown(socket.SHUT_WR)
+                        _read_line(conn)
                 except OSError:
                     continue  # the client went away: it will ask again
 
     def _answer(self, conn) -> str:
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         _, uid, _ = struct.unpack("3i", creds)
-        if uid not in (0, os.getuid()):
-            return f"ERR 5 refused: uid {uid} may not trim this WAL\n"
+        if uid not in (0, os.getuid()):  # refused before its request is read
+            return f"{_REFUSED}uid {uid} may not trim this WAL\n"
         line = _read_line(conn)
         parts = line.split()
         if len(parts) < 2 or parts[0] != "TRIM" or not parts[1].isdigit():
@@ -117,6 +123,9 @@ class TrimListener:
         if self.on_trim is not None:
             self.on_trim(offset)
         return f"OK {previous}\n"
+
+
+_REFUSED = "ERR 5 refused: "
 
 
 def _read_line(conn) -> str:
