@@ -1,0 +1,158 @@
+"""Placement and packing edges of walctl/wal/writer_blocks.py asked for by its mutation survivors.
+
+In-process writers on a 64 KiB ring in a file (tests/wal/test_mut_writer.py's helpers), no timer
+(blocks close when full, at drain or close), no sleeps.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from walctl.errors import FullError
+from walctl.format import framepack
+from walctl.format import record as rec
+from walctl.format.batch import StreamRecordBatch
+from walctl.format.checkpoint import MAX_STREAMS
+from walctl.wal.pacing import Budget
+from walctl.wal.writer_blocks import MANY_OVERHEAD, FrameSpec
+from walctl.wal.writer_room import FullWait
+
+from test_mut_writer import KiB, MiB, RING, acking, make_writer, new_wal, read_at
+
+frames_only = pytest.mark.skipif(not framepack.AVAILABLE, reason="walctl.format._native is not built here")
+
+LINE = b"l" * 1000 + b"\n"  # a 1057-byte record in line framing
+PAYLOAD = b"m" * (1057 - MANY_OVERHEAD)  # a 1057-byte record from append_many
+
+
+def four_k_records_trimmed_to_20k(path):
+    """A writer whose ring holds 16 records of 4 KiB, trimmed to the sixth: room up to 84K."""
+    w = make_writer(path)
+    offs = [w.append(b"f" * (4096 - rec.SIZE)) for _ in range(16)]
+    w.drain()
+    w.trim_to(offs[5])
+    return w, offs
+
+
+def test_a_record_ending_exactly_at_an_unaligned_soft_limit_joins_the_block(tmp_path):
+    w = make_writer(new_wal(tmp_path), block_soft_limit_bytes=8192)
+    acks = acking(w)
+    assert w.append(b"a" * (4000 - rec.SIZE), 0) == 0
+    assert w.append(b"b" * (4192 - rec.SIZE), 1) == 4000  # 4000 + 4192 = 8192: the same block
+    assert w.append(b"c", 2) == 8192
+    w.drain()
+    assert acks == [(0, 0), (4000, 1), (8192, 2)]
+    assert w.blocks_written == 2
+    w.close()
+
+
+def test_a_record_ending_exactly_at_the_lap_end_joins_an_unaligned_block(tmp_path):
+    w = make_writer(new_wal(tmp_path), block_soft_limit_bytes=RING)
+    assert w.append(b"a" * (60000 - rec.SIZE)) == 0
+    assert w.append(b"b" * (RING - 60000 - rec.SIZE)) == 60000  # ends at the lap end: no padding
+    w.drain()
+    assert w.blocks_written == 1
+    assert w.acked_end == RING and w.next_block == RING
+    w.close()
+
+
+def test_append_many_into_an_open_block_takes_the_aligned_room_below_an_unaligned_trim(tmp_path):
+    w = make_writer(new_wal(tmp_path))
+    done = 0
+    while done < 30:
+        done += w.append_many([PAYLOAD] * 30, 1, 0, done, index=done)
+    w.drain()
+    w.trim_to(29 * 1057)  # room up to 29 * 1057 + 64K = 96189: not 4 KiB-aligned
+    assert w.append(b"o") == 32 * KiB  # an open block; the lap ends 32K after it, the room 61440 after
+    # the lap's end limits it: (32K - 25) // 1057 records, not the 1981 bytes the room passes a 4K boundary by
+    assert w.append_many([PAYLOAD] * 40, 1, 0, 30) == 30
+    w.drain()
+    assert w.acked_end == 32 * KiB + 25 + 30 * 1057
+    w.close()
+
+
+def test_append_many_waiting_for_room_packs_into_the_open_block_after_its_records(tmp_path):
+    path = new_wal(tmp_path)
+    w, offs = four_k_records_trimmed_to_20k(path)
+    assert w.append(b"o") == RING  # an open block at 64K with 25 bytes in it, room for 20K - 25 more
+    started = threading.Event()
+    w.full = FullWait(wait_s=30, on_full=lambda waiting: waiting and started.set())
+    got = []
+    w.on_acks = lambda offsets, token, first: got.append((offsets, token, first))
+    payload = b"p" * (21000 - MANY_OVERHEAD)  # passes the room: waits, then joins the open block
+    t = threading.Thread(target=lambda: got.append(w.append_many([payload], 5, 2, 70, "T")))
+    t.start()
+    assert started.wait(10)
+    w.trim_to(offs[7])  # room up to 92K
+    t.join(10)
+    assert got == [1]
+    w.drain()
+    assert got == [1, ([RING + 25], "T", 0)]
+    assert w.full.waits == 1
+    w.close()
+    raw = read_at(path, RING + 25, 21000)
+    head = rec.RecordHeader.decode(raw[:rec.SIZE], expected_offset=RING + 25)
+    assert head.body_length == 21000 - rec.SIZE
+    b = StreamRecordBatch.decode(raw[rec.SIZE:])
+    assert (b.stream_id, b.epoch, b.base_offset, b.count, b.payload) == (5, 2, 70, 1, payload)
+
+
+@frames_only
+def test_append_frames_in_a_new_block_takes_an_odd_number_of_4_kib_of_room(tmp_path):
+    w, _ = four_k_records_trimmed_to_20k(new_wal(tmp_path))
+    got = []
+    w.on_frames = lambda f: got.append((f.offset, f.count))
+    spec = FrameSpec(True, 4, 0, 1 << 20)
+    data = LINE * 40
+    with pytest.raises(FullError):
+        w.append_frames(data, 0, len(data), spec, 0, 100)
+    w.drain()
+    assert got == [(RING, 19)]  # 20K of room (5 x 4 KiB) at 64K: 20480 // 1057 records
+    assert w.acked_end == RING + 19 * 1057
+    w.close()
+
+
+def test_a_block_opened_while_the_budget_holds_the_last_one_starts_its_own_stall_count(tmp_path):
+    w = make_writer(new_wal(tmp_path), batch_interval_s=0, budget=Budget(iops=20), block_soft_limit_bytes=8192)
+    acks = acking(w)
+    assert w.append(b"a" * 100, 0) == 0  # the burst's one write: at once
+    assert w.append(b"b" * (4000 - rec.SIZE), 1) == 4096  # held open: the budget stalls the writer 50 ms
+    assert w.append(b"c" * (5000 - rec.SIZE), 2) == 8192  # closes the held block, opens the next mid-stall
+    w.drain()
+    assert acks == [(0, 0), (4096, 1), (8192, 2)]
+    assert w.stages.count == 3 and w.stages.sums["budget"] > 0
+    w.close()
+
+
+def test_append_many_ranks_its_stream_by_its_record_s_offset_beside_append_s(tmp_path):
+    w = make_writer(new_wal(tmp_path, ring=1 * MiB))
+    assert w.append_many([b"a"], 1, 0, 0) == 1  # at 0: the least recently written stream
+    assert w.append(b"b", None, (2, 1)) == MANY_OVERHEAD + 1  # right after it, by append
+    for sid in range(3, MAX_STREAMS + 2):
+        w.append(b"z", None, (sid, 1))
+    w.drain()
+    cp = w.checkpoint()
+    assert len(cp.streams) == MAX_STREAMS and not cp.complete
+    assert 1 not in cp.streams and cp.streams[2] == 1
+    w.close()
+
+
+def test_the_latency_breakdown_of_budgeted_blocks_stays_inside_the_time_they_took(tmp_path):
+    started = time.perf_counter_ns()
+    w = make_writer(new_wal(tmp_path), batch_interval_s=0, budget=Budget(iops=20), block_soft_limit_bytes=8192)
+    w.append(b"a" * 100)
+    w.append(b"b" * (4000 - rec.SIZE))  # held by the budget
+    w.append(b"c" * (5000 - rec.SIZE))
+    w.drain()
+    elapsed = time.perf_counter_ns() - started
+    st = w.stages
+    assert st.count == 3
+    for stage in ("queued", "budget", "write", "flush", "total"):
+        assert len(st.samples[stage]) == 3
+        assert all(0 <= ns <= elapsed for ns in st.samples[stage]), stage
+    assert [b <= q for b, q in zip(st.samples["budget"], st.samples["queued"])] == [True] * 3
+    assert st.sums["total"] == st.sums["queued"] + st.sums["write"] + st.sums["flush"]
+    assert st.sums["budget"] >= 40_000_000  # the second block waited for the budget (50 ms at 20 IOPS)
+    w.close()
