@@ -220,7 +220,7 @@ def test_a_peer_of_another_uid_may_not_trim(listening):
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(5)
                 sock.connect(name)
-                # the refusal comes before the request is read (sending first races a reset)
+                # the refusal comes before the request is read (test_handoff_refusal.py sends first)
                 os.write(w, sock.recv(256))
         finally:
             os._exit(0)

@@ -306,7 +306,7 @@ class AioWriteQueue:
                 return 0
         if not got:
             return 0
-        local.plug = plug = []
+        local.plug = []
         try:
             nbytes = self._nbytes
             for i in range(0, 4 * got, 4):
@@ -316,9 +316,10 @@ class AioWriteQueue:
                 else:
                     self._completed(slot, res)
         finally:
-            local.plug = None
-            if plug:
-                self._io_submit(plug)
+            try:
+                self.flush_submits()
+            finally:
+                local.plug = None
         return got
 
     def _reap_loop(self) -> None:
