@@ -384,7 +384,7 @@ class NativeScan:
         """Where reading starts for ``seek`` (recover --from): the first record at or after ``seek``.
 
         Found by following the record headers from the block holding ``seek`` (the last 4 KiB
-        boundary at or before it with a valid record header naming its offset, at most 1 MiB
+        boundary at or before it with a valid record header naming its offset, at most 1.375 MiB
         back): ``seek`` itself when a record starts there, else the next record boundary after
         it (a record that starts before ``seek`` is not asked for; one after it in that block
         is not skipped). When that chain breaks first (damage): the first block at or after
@@ -477,15 +477,15 @@ def resync(reader: LogReader, start: int, bound: int) -> int | None:
     return None
 
 
-SEEK_BACK_BYTES = 1 << 20  # a seek looks this far back for the block holding its offset,
-SEEK_BACK_FIRST_BYTES = 64 << 10  # in two steps: this far first
+SEEK_BACK_BYTES = 1 << 20  # a seek's last step looks this much further back for its block,
+SEEK_BACK_FIRST_BYTES = 64 << 10  # its first this far, its second five times this (1.375 MiB in all)
 
 
 def _block_at_or_before(reader: LogReader, offset: int, floor: int) -> int | None:
-    """The last 4 KiB boundary at or before ``offset`` (not below ``floor``, at most 1 MiB back)
-    holding a valid record header that names it."""
+    """The last 4 KiB boundary at or before ``offset`` (not below ``floor``, at most 1.375 MiB
+    back: 64 KiB, then 320 KiB, then 1 MiB more) holding a valid record header that names it."""
     top = align_down(offset)
-    # Most blocks are small: look near first, then one block's span (the writer's soft limit), then 1 MiB.
+    # Most blocks are small: look near first, then one block's span (the writer's soft limit), then 1 MiB more.
     for back in (SEEK_BACK_FIRST_BYTES, 5 * SEEK_BACK_FIRST_BYTES, SEEK_BACK_BYTES):
         lowest = max(floor, top - back)
         reader.read(lowest, top + rec.SIZE - lowest)  # one read of the range, then walk it back in memory
