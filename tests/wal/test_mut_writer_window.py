@@ -208,6 +208,19 @@ def test_slot_waits_of_appends_add_up_and_drain_s_do_not_count(tmp_path):
     w.close()
 
 
+def test_submit_open_block_returns_once_the_block_s_write_has_started(tmp_path):
+    clock = FakeClock()
+    w, q = held_writer(new_wal(tmp_path), clock, iodepth=1)
+    w.append(SMALL, "a")  # block 1 written
+    w.append(SMALL, "b")  # block 2 opens: the slot is busy
+    # the first wake-up changes nothing (a header write's notify_all), the second is block 1's completion
+    w._lock.steps.extend([lambda: None, lambda: q.complete(0)])
+    w.submit_open_block()
+    assert w._lock.waits == [None, None]
+    assert len(q.submitted) == 2 and w._cur is None and not w._ready
+    w.abort()
+
+
 def test_a_completion_writes_the_queued_block_and_leaves_the_open_one_batching(tmp_path):
     clock = FakeClock()
     w, q = held_writer(new_wal(tmp_path), clock, iodepth=1, block_soft_limit_bytes=8192)
