@@ -5,6 +5,7 @@
     python bench/fio_compare.py --file /var/tmp/walctl.img    # a regular file (created, removed after)
     python bench/fio_compare.py --device /dev/nvme1n1         # an existing device (destroys its data)
         [--duration 5] [--rounds 3] [--iodepth 4] [--fio-ioengine libaio] [--json] [--only iops]
+        [--compare OTHER_TREE]
 
 Each round runs, with the order of the pair flipped every other round so drift and
 warm-up hit both sides alike:
@@ -18,6 +19,13 @@ warm-up hit both sides alike:
     block), with its default buffers and with fresh contents per write (--refill_buffers,
     as a WAL's blocks are): three informational rows split the WAL's gap into its write
     size, the cost of fresh data on this device, and the WAL path itself.
+The 4 KiB pair also gives each side's CPU time per write (user + system, µs): fio's from its
+own report (usr_cpu, sys_cpu over the job's runtime), walctl's from its report
+(cpu_us_per_write: os.times around the run), or for a tree without it (--compare with an older
+checkout) from the rusage of its process less that of a 1 ms run of the same command.
+On a shared machine, compare these more than the IOPS. --compare OTHER_TREE runs that tree's
+walctl bench (python -m walctl from there, e.g. main's checkout) in the same round, in
+turn with this tree's and fio, and prints its rows as "(other)".
 fio uses the same durability as walctl: --direct=1 --sync=dsync (O_DIRECT | O_DSYNC,
 each write on stable media when it completes). Ratios are walctl / fio within a
 round; the table shows their median and spread (min..max) over the rounds.
@@ -30,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -51,6 +60,7 @@ TARGETS = (
     ("bandwidth 256KiB seq", "MiB/s / MiB/s", 0.95),
     ("bandwidth 1MiB seq", "MiB/s / MiB/s", 0.95),
     ("wal 64KiB records", "payload MiB/s / fio 256KiB MiB/s", 0.80),
+    ("cpu/write 4KiB", "CPU µs per write, fio / walctl", 0.95),
     # Group commit (append --batch-interval) fills a 1 KiB WAL's blocks (~255 KiB under load), so
     # its writes are compared with fio's at the same write size, fresh contents, as the 64 KiB WAL's.
     ("wal 1KiB/fio fresh", "WAL device MiB/s / fio fresh", 0.50),
@@ -59,6 +69,8 @@ TARGETS = (
 # the 1 KiB WAL's blocks/s against 4 KiB IOPS (its target before group commit, when each block
 # held a few records: it drops as blocks grow, while records/s rise; shown for comparison).
 INFO = (
+    ("(other) iops 4KiB", "--compare tree's IOPS / fio IOPS"),
+    ("(other) cpu/write 4KiB", "CPU µs per write, fio / other"),
     ("fio WAL size/256KiB", "fio MiB/s, WAL write size/256K"),
     ("fio fresh/default", "--refill_buffers/default buffers"),
     ("wal 64KiB/fio fresh", "WAL device MiB/s / fio fresh"),
@@ -81,21 +93,45 @@ def fio(target: str, *, rw: str, block_size: int, iodepth: int, duration: float,
     if proc.returncode != 0:
         raise SystemExit(f"fio failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
     text = proc.stdout[proc.stdout.index("{"):]  # fio may print notes before the JSON
-    write = json.loads(text)["jobs"][0]["write"]
+    job = json.loads(text)["jobs"][0]
+    write = job["write"]
     clat = write.get("clat_ns", {}).get("percentile", {})
+    cpu_s = (job.get("usr_cpu", 0) + job.get("sys_cpu", 0)) / 100 * job.get("job_runtime", 0) / 1000
     return {"iops": write["iops"], "mib_per_s": write["bw_bytes"] / MiB,
-            "latency_us_p99": clat.get("99.000000", 0) / 1000}
+            "latency_us_p99": clat.get("99.000000", 0) / 1000,
+            "cpu_us_per_write": cpu_s / write["total_ios"] * 1e6 if write.get("total_ios") else 0.0}
 
 
-def walctl(target: str, *args: str) -> dict:
-    """One ``walctl bench --json`` run; returns the object of its only mode."""
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def walctl(target: str, *args: str, root: str = REPO_ROOT) -> dict:
+    """One ``walctl bench --json`` run of the tree at ``root``; returns the object of its only mode,
+    with "cpu_s": the process's user + system CPU seconds."""
     cmd = [sys.executable, "-m", "walctl", "bench", target, "--json", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=REPO_ROOT)
+    before = _children_cpu_s()
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=root)
+    cpu_s = _children_cpu_s() - before
     if proc.returncode != 0:
         raise SystemExit(f"walctl bench failed ({proc.returncode}): {proc.stderr.strip()}")
     modes = json.loads(proc.stdout)["modes"]
     (result,) = modes.values()
+    result["cpu_s"] = cpu_s
     return result
+
+
+def walctl_iops(target: str, common: list[str], root: str) -> dict:
+    """The 4 KiB random-write run of the tree at ``root``, with "cpu_us_per_write": its own figure, or
+    its CPU time less that of a 1 ms run (startup, opening, exit) over the writes in between."""
+    full = walctl(target, "--mode", "iops", *common, root=root)
+    if "cpu_us_per_write" in full:  # measured by walctl itself around the run (os.times)
+        return full
+    base = walctl(target, "--mode", "iops", *common[2:], "--duration", "0.001", root=root)
+    writes = full["writes"] - base["writes"]
+    full["cpu_us_per_write"] = (full["cpu_s"] - base["cpu_s"]) / writes * 1e6 if writes > 0 else 0.0
+    return full
 
 
 def one_round(target: str, opts, size: int, flip: bool) -> dict[str, tuple[float, float]]:
@@ -113,9 +149,18 @@ def one_round(target: str, opts, size: int, flip: bool) -> dict[str, tuple[float
         return w, f
 
     out = {}
-    w, f4k = pair(lambda: fio(target, rw="randwrite", block_size=4 * KiB, **fio_args),
-                  lambda: walctl(target, "--mode", "iops", *common))
+    runs = [("fio", lambda: fio(target, rw="randwrite", block_size=4 * KiB, **fio_args)),
+            ("walctl", lambda: walctl_iops(target, common, REPO_ROOT))]
+    if opts.compare:
+        runs.append(("other", lambda: walctl_iops(target, common, opts.compare)))
+    got = {name: call() for name, call in (reversed(runs) if flip else runs)}
+    w, f4k = got["walctl"], got["fio"]
     out["iops 4KiB randwrite"] = (w["iops"], f4k["iops"])
+    # Lower is better: the ratio is fio's CPU per write over walctl's (>= 1: walctl spends less).
+    out["cpu/write 4KiB"] = (w["cpu_us_per_write"], f4k["cpu_us_per_write"])
+    if opts.compare:
+        out["(other) iops 4KiB"] = (got["other"]["iops"], f4k["iops"])
+        out["(other) cpu/write 4KiB"] = (got["other"]["cpu_us_per_write"], f4k["cpu_us_per_write"])
     if opts.only == "iops":
         return out
     w, f256 = pair(lambda: fio(target, rw="write", block_size=256 * KiB, **fio_args),
@@ -143,6 +188,13 @@ def one_round(target: str, opts, size: int, flip: bool) -> dict[str, tuple[float
     return out
 
 
+def _ratios(name: str, pairs) -> list[float]:
+    """walctl / fio, but fio / walctl for CPU per write (lower is better there)."""
+    if "cpu/write" in name:
+        return [p[1] / p[0] for p in pairs if p[0]]
+    return [p[0] / p[1] for p in pairs if p[1]]
+
+
 def report(rounds: list[dict], opts, where: str) -> dict:
     print(f"\n{where}: {len(rounds)} rounds of {opts.duration:g} s per run, iodepth {opts.iodepth}, "
           f"fio --ioengine={opts.fio_ioengine} --direct=1 --sync=dsync")
@@ -154,7 +206,7 @@ def report(rounds: list[dict], opts, where: str) -> dict:
         if name not in rounds[0]:
             continue
         pairs = [r[name] for r in rounds]
-        ratios = [p[0] / p[1] for p in pairs if p[1]]
+        ratios = _ratios(name, pairs)
         med = statistics.median(ratios)
         line = (f"{name:<22} {unit:<34} {statistics.median(p[0] for p in pairs):>10.1f} "
                 f"{statistics.median(p[1] for p in pairs):>10.1f} {med:>6.2f} "
@@ -162,15 +214,21 @@ def report(rounds: list[dict], opts, where: str) -> dict:
         print(line)
         summary[name] = {"walctl": [p[0] for p in pairs], "fio": [p[1] for p in pairs], "ratios": ratios,
                          "ratio_median": med, "target": goal}
-    for name, unit in INFO if opts.only is None else ():
+    for name, unit in INFO:
+        if name not in rounds[0]:
+            continue
         pairs = [r[name] for r in rounds]
-        ratios = [p[0] / p[1] for p in pairs if p[1]]
+        ratios = _ratios(name, pairs)
         print(f"{name:<22} {unit:<34} {statistics.median(p[0] for p in pairs):>10.1f} "
               f"{statistics.median(p[1] for p in pairs):>10.1f} {statistics.median(ratios):>6.2f} "
               f"{min(ratios):>6.2f}..{max(ratios):<5.2f} {'(info)':>6}")
         summary[name] = {"a": [p[0] for p in pairs], "b": [p[1] for p in pairs], "ratios": ratios}
-    if opts.only == "iops":
-        print(f"  iops pairs (walctl, fio): {[tuple(round(v) for v in r['iops 4KiB randwrite']) for r in rounds]}")
+    print(f"  iops pairs (walctl, fio): {[tuple(round(v) for v in r['iops 4KiB randwrite']) for r in rounds]}")
+    print(f"  CPU µs per write (walctl, fio): "
+          f"{[tuple(round(v, 2) for v in r['cpu/write 4KiB']) for r in rounds]}")
+    if "(other) iops 4KiB" in rounds[0]:
+        print(f"  --compare tree {opts.compare}: iops {[round(r['(other) iops 4KiB'][0]) for r in rounds]}, "
+              f"CPU µs per write {[round(r['(other) cpu/write 4KiB'][0], 2) for r in rounds]}")
     for name in ("wal 64KiB records", "wal 1KiB records") if opts.only is None else ():
         details = [r[name][2] for r in rounds]
         print(f"  {name}: records/s {[round(d['records_per_s']) for d in details]}, payload MiB/s "
@@ -202,6 +260,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--iodepth", type=int, default=4)
     parser.add_argument("--fio-ioengine", default="libaio", help="fio's --ioengine (libaio, io_uring, ...)")
+    parser.add_argument("--compare", metavar="OTHER_TREE", help="another walctl checkout (its C extensions "
+                        "built): its 4 KiB random-write run in the same rounds, printed as '(other)' rows")
     parser.add_argument("--json", help="also write the raw numbers to this file")
     parser.add_argument("--only", choices=("iops",), help="run only this pair (iops: 4 KiB random writes), "
                         "for many cheap rounds on a busy machine")

@@ -3,7 +3,10 @@
 Writes go through the same WriteQueue as the WAL writer (walctl.device.blockio:
 native AIO on the O_DIRECT | O_DSYNC fd, or threads), so each one is as durable
 as a WAL block when it completes. Each I/O slot resubmits from its own completion,
-keeping ``iodepth`` writes in flight until the duration is over, like fio.
+keeping ``iodepth`` writes in flight until the duration is over, like fio. With the
+aio engine this thread reaps and resubmits itself through walctl.device.aio.ClosedLoop
+(fio's loop: a few lines of Python per write, one io_submit per batch of completions);
+with threads, each slot's completion callback submits its next write.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import time
 from typing import Callable
 
 from walctl.bench.stats import LatencyRecorder, LatencySummary, ModeResult
+from walctl.device.aio import ClosedLoop
 from walctl.device.buffers import aligned_buffer
 from walctl.device.signals import signals_deferred
 
@@ -109,16 +113,39 @@ class _Run:
                 self.finished.set()
 
 
-def _reap_held(queue, finished, until: float) -> None:
-    """Reap and resubmit (AioWriteQueue.wait) until ``until`` (time.monotonic) or ``finished`` is set,
-    SIGINT/SIGTERM held meanwhile (raised as it ends)."""
-    wait, clock, is_set = queue.wait, time.monotonic, finished.is_set
-    with signals_deferred():
-        while not is_set():
-            left = until - clock()
-            if left <= 0:
-                return
-            wait(left, held=True)
+def _offset_function(run: _Run, slot: int) -> Callable[[], int]:
+    """Slot ``slot``'s next write offset, as one call (the closed loop makes one per write)."""
+    if run.sequential:
+        return lambda: run.offset(slot)
+    rand, blocks, block_size, region_start = run.rngs[slot].random, run.blocks, run.block_size, run.region_start
+    return lambda: region_start + int(rand() * blocks) * block_size
+
+
+def _run_closed_loop(run: _Run, queue, started: int, progress: Progress | None) -> None:
+    """The aio engine: this thread reaps and resubmits (ClosedLoop), as fio does; SIGINT/SIGTERM held
+    once per HOLD_S of reaps, not twice per reap (a signal waits at most that long)."""
+    loop = ClosedLoop(queue, run.buffers, [_offset_function(run, slot) for slot in range(len(run.buffers))],
+                      [r.samples for r in run.recorders], run.counts)
+    clock = time.perf_counter_ns
+    next_progress = clock() + int(PROGRESS_INTERVAL_S * 1e9)
+    try:
+        loop.start()
+        while loop.in_flight:
+            with signals_deferred():
+                loop.run(run.deadline_ns, clock() + int(HOLD_S * 1e9))
+            if progress is not None and clock() >= next_progress:
+                next_progress = clock() + int(PROGRESS_INTERVAL_S * 1e9)
+                writes = sum(run.counts)
+                progress(writes, writes * run.block_size, (clock() - started) / 1e9)
+    except BaseException:
+        # Ctrl-C or a failed first submit: let what is in flight finish, submitting nothing more.
+        while loop.in_flight:
+            with signals_deferred():
+                loop.run(0, clock() + int(PROGRESS_INTERVAL_S * 1e9))
+        raise
+    finally:
+        run.last_done_ns = loop.last_done_ns
+    run.error = loop.error
 
 
 def run_raw(queue, mode: str, *, block_size: int, region_start: int, region_bytes: int, iodepth: int,
@@ -130,8 +157,28 @@ def run_raw(queue, mode: str, *, block_size: int, region_start: int, region_byte
     """
     run = _Run(queue, block_size=block_size, region_start=region_start, region_bytes=region_bytes,
                sequential=(mode == "bandwidth"), iodepth=iodepth, seed=seed)
+    cpu_before = os.times()
     started = time.perf_counter_ns()
     run.deadline_ns = started + int(duration_s * 1e9)
+    if queue.engine == "aio" and getattr(queue, "_reaper", None) is None:
+        _run_closed_loop(run, queue, started, progress)
+    else:
+        _run_callbacks(run, queue, started, iodepth, progress)
+    if run.error is not None:
+        raise run.error
+    cpu_after = os.times()
+    writes = sum(run.counts)
+    seconds = (max(run.last_done_ns, started + 1) - started) / 1e9
+    latency = LatencySummary.from_ns(itertools.chain.from_iterable(r.samples for r in run.recorders))
+    # The process's CPU time (user + system, every thread) per write during the run: on a shared
+    # machine a steadier figure than IOPS (bench/fio_compare.py sets it beside fio's).
+    cpu_s = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
+    extra = {"cpu_us_per_write": round(cpu_s / writes * 1e6, 2) if writes else 0.0}
+    return ModeResult(mode, queue.engine, block_size, iodepth, seconds, writes, writes * block_size, latency, extra)
+
+
+def _run_callbacks(run: _Run, queue, started: int, iodepth: int, progress: Progress | None) -> None:
+    """Each slot's completion callback submits its next write (the threads engine, or aio with a reaper)."""
     submitted = 0
     try:
         for slot in range(iodepth):
@@ -139,29 +186,16 @@ def run_raw(queue, mode: str, *, block_size: int, region_start: int, region_byte
             submitted += 1
         next_progress = time.monotonic() + PROGRESS_INTERVAL_S
         while not run.finished.is_set():
-            if queue.engine == "aio":
-                # This thread reaps and resubmits itself, as fio does: no hand-off to another thread.
-                # SIGINT/SIGTERM are held once per HOLD_S of reaps, not twice per reap (a signal
-                # waits at most that long; the reaps' callbacks never raise it mid-booking).
-                _reap_held(queue, run.finished, time.monotonic() + HOLD_S)
-            else:
-                run.finished.wait(PROGRESS_INTERVAL_S)
+            run.finished.wait(PROGRESS_INTERVAL_S)
             if progress is not None and time.monotonic() >= next_progress:
                 next_progress = time.monotonic() + PROGRESS_INTERVAL_S
                 writes = sum(run.counts)
-                progress(writes, writes * block_size, (time.perf_counter_ns() - started) / 1e9)
+                progress(writes, writes * run.block_size, (time.perf_counter_ns() - started) / 1e9)
     except BaseException:
         run.stop = True  # Ctrl-C or a failed first submit: let what is in flight finish
         with run.lock:
             run.in_flight -= iodepth - submitted
             if run.in_flight == 0:
                 run.finished.set()
-        while not run.finished.wait(0 if queue.engine == "aio" else None):
-            queue.wait(PROGRESS_INTERVAL_S)
+        run.finished.wait()
         raise
-    if run.error is not None:
-        raise run.error
-    writes = sum(run.counts)
-    seconds = (max(run.last_done_ns, started + 1) - started) / 1e9
-    latency = LatencySummary.from_ns(itertools.chain.from_iterable(r.samples for r in run.recorders))
-    return ModeResult(mode, queue.engine, block_size, iodepth, seconds, writes, writes * block_size, latency)

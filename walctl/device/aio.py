@@ -1,4 +1,10 @@
-"""Linux native AIO (io_submit / io_getevents through ctypes): ``AioWriteQueue``.
+"""Linux native AIO (io_submit / io_getevents): ``AioWriteQueue``.
+
+The system calls go through walctl.device._aio, a small optional C extension (issue 31: iocbs
+filled in C, completions handed back as one list per reap, no ctypes object per write), or,
+when it is not built or WALCTL_NO_NATIVE is set, through ctypes (libc's syscall()). Both
+backends offer the same calls (``_CtypesContext`` here is the twin of ``_aio.Context``);
+``AioWriteQueue.backend`` says which one a queue uses.
 
 See walctl.device.writequeue for the WriteQueue contract it keeps.
 """
@@ -12,6 +18,8 @@ import os
 import platform
 import sys
 import threading
+import time
+from typing import Callable
 
 from walctl.device.base import WriteDone, io_failure
 from walctl.device.buffers import ALIGN, buffer_address, check_aligned, check_buffer
@@ -24,6 +32,18 @@ _AIO_SYSCALLS = {"x86_64": (206, 207, 208, 209), "aarch64": (0, 1, 4, 2)}
 _IOCB_CMD_PWRITE = 1
 # Buffers whose checked view an AioWriteQueue keeps (the WAL writer reuses a few).
 _VIEW_CACHE_SIZE = 64
+
+
+def native_aio():
+    """walctl.device._aio, or None: not built, or WALCTL_NO_NATIVE set (the rule of
+    walctl.format.extension, which this layer cannot import)."""
+    if os.environ.get("WALCTL_NO_NATIVE", "") not in ("", "0"):
+        return None
+    try:
+        from walctl.device import _aio
+    except ImportError:
+        return None
+    return _aio
 
 
 class _IoCb(ctypes.Structure):
@@ -62,6 +82,112 @@ def _aio_syscall():
     return _libc.syscall
 
 
+class _CtypesContext:
+    """The ctypes twin of walctl.device._aio.Context: one AIO context, one pwrite iocb per slot.
+
+    submit / submit_slots return the number submitted or -errno (EINTR retried); getevents
+    returns [(slot, res), ...] and raises OSError.
+    """
+
+    def __init__(self, depth: int, fd: int, resfd: int):
+        syscall = _aio_syscall()
+        nr_setup, self._nr_destroy, nr_getevents, nr_submit = _AIO_SYSCALLS[platform.machine()]
+        self._syscall = syscall
+        self.depth = depth
+        ctx = ctypes.c_ulong(0)
+        if syscall(ctypes.c_long(nr_setup), ctypes.c_long(depth), ctypes.byref(ctx)) < 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"io_setup: {os.strerror(code)}")
+        self.ctx = ctx.value
+        self._ctx = ctypes.c_ulong(ctx.value)
+        self._cbs = (_IoCb * depth)()
+        self._cb_ptrs = [(ctypes.POINTER(_IoCb) * 1)(ctypes.pointer(cb)) for cb in self._cbs]
+        self._cb_addrs = [ctypes.addressof(cb) for cb in self._cbs]
+        # The syscall numbers as ctypes values, built once: these calls are made per write.
+        self._c_submit = ctypes.c_long(nr_submit)
+        self._c_getevents = ctypes.c_long(nr_getevents)
+        self._c_counts = [ctypes.c_long(n) for n in range(depth + 1)]
+        for slot, cb in enumerate(self._cbs):
+            cb.aio_data = slot
+            cb.aio_lio_opcode = _IOCB_CMD_PWRITE
+            cb.aio_fildes = fd
+            if resfd >= 0:
+                cb.aio_flags = _IOCB_FLAG_RESFD
+                cb.aio_resfd = resfd
+        self._no_wait = _Timespec(0, 0)
+        self._timeout: tuple[float, _Timespec] | None = None  # the last timeout, converted
+        self._local = threading.local()  # per thread: its io_event and io_submit arrays
+
+    def prepare(self, slot: int, addr: int, nbytes: int, offset: int) -> None:
+        cb = self._cbs[slot]
+        cb.aio_buf = addr
+        cb.aio_nbytes = nbytes
+        cb.aio_offset = offset
+
+    def submit(self, slot: int, addr: int, nbytes: int, offset: int) -> int:
+        cb = self._cbs[slot]
+        cb.aio_buf = addr
+        cb.aio_nbytes = nbytes
+        cb.aio_offset = offset
+        return self._submit(self._c_counts[1], self._cb_ptrs[slot])
+
+    def submit_slots(self, slots: list[int], start: int) -> int:
+        local = self._local
+        array = getattr(local, "batch", None)
+        if array is None:
+            array = local.batch = (ctypes.c_void_p * self.depth)()
+        addrs = self._cb_addrs
+        for i, slot in enumerate(slots[start:]):
+            array[i] = addrs[slot]
+        return self._submit(self._c_counts[len(slots) - start], array)
+
+    def _submit(self, count, array) -> int:
+        while True:
+            got = self._syscall(self._c_submit, self._ctx, count, array)
+            if got > 0:
+                return got
+            code = ctypes.get_errno() if got < 0 else errno.EAGAIN
+            if code != errno.EINTR:
+                return -code
+
+    def iocb(self, slot: int) -> tuple[int, int, int]:
+        cb = self._cbs[slot]
+        return cb.aio_buf, cb.aio_nbytes, cb.aio_offset
+
+    def getevents(self, min_nr: int, timeout_s: float | None) -> list[tuple[int, int]]:
+        local = self._local
+        events = getattr(local, "events", None)
+        if events is None:
+            events = local.events = (_IoEvent * self.depth)()
+            # The same memory as int64s: 4 per io_event (data, obj, res, res2), read without
+            # building a ctypes object per event.
+            local.words = memoryview(events).cast("B").cast("q")
+        if min_nr == 0:
+            timeout = self._no_wait
+        elif timeout_s is None:
+            timeout = None
+        else:
+            cached = self._timeout
+            if cached is None or cached[0] != timeout_s:
+                cached = self._timeout = (timeout_s, _Timespec(int(timeout_s), int((timeout_s % 1) * 1e9)))
+            timeout = cached[1]
+        while True:
+            # ctypes releases the GIL for the call: other threads run while this one waits.
+            got = self._syscall(self._c_getevents, self._ctx, self._c_counts[min_nr], self._c_counts[self.depth],
+                                events, ctypes.byref(timeout) if timeout is not None else None)
+            if got >= 0:
+                break
+            code = ctypes.get_errno()
+            if code != errno.EINTR:
+                raise OSError(code, os.strerror(code))
+        words = local.words
+        return [(words[i], words[i + 2]) for i in range(0, 4 * got, 4)]
+
+    def destroy(self) -> None:
+        if self.ctx:
+            self._syscall(ctypes.c_long(self._nr_destroy), self._ctx)
+            self.ctx = 0
+
 
 class _AioRing(ctypes.Structure):
     """The head of the completion ring the kernel maps at the AIO context's address (fs/aio.c)."""
@@ -91,47 +217,38 @@ class AioWriteQueue:
 
     engine = "aio"
 
-    def __init__(self, dev: "DirectDevice", depth: int, *, reaper: bool = True):
+    def __init__(self, dev: "DirectDevice", depth: int, *, reaper: bool = True, native: bool | None = None):
         """Args:
             reaper: run a thread that calls ``done`` as writes complete. Without it, the caller
                 runs them by calling ``wait`` (or ``poll``): one thread does everything, as fio does.
+            native: make the system calls through walctl.device._aio (True; it must be built), through
+                ctypes (False), or the first where it is built and WALCTL_NO_NATIVE is unset (None).
         """
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
-        syscall = _aio_syscall()
-        self._nr_setup, self._nr_destroy, self._nr_getevents, self._nr_submit = _AIO_SYSCALLS[platform.machine()]
-        self._syscall = syscall
+        module = native_aio() if native is None else None
+        if native:
+            from walctl.device import _aio as module
+        self.backend = "native" if module is not None else "ctypes"
         self.dev = dev
         self.depth = depth
         self._fd = dev.fileno()
         self._efd = os.eventfd(0, os.EFD_CLOEXEC)
-        ctx = ctypes.c_ulong(0)
-        if syscall(ctypes.c_long(self._nr_setup), ctypes.c_long(depth), ctypes.byref(ctx)) < 0:
-            code = ctypes.get_errno()
+        try:
+            resfd = self._efd if reaper else -1
+            io = module.Context(depth, self._fd, resfd) if module is not None else _CtypesContext(depth, self._fd, resfd)
+        except OSError as exc:
             os.close(self._efd)
-            raise OSError(code, f"io_setup: {os.strerror(code)}")
-        self._ctx = ctypes.c_ulong(ctx.value)
+            raise OSError(exc.errno, f"io_setup: {os.strerror(exc.errno)}") from exc
+        except BaseException:
+            os.close(self._efd)
+            raise
+        self._io = io
         # The context id is the address of the kernel's completion ring, mapped read-only
         # into this process: head != tail means completions wait there (libaio reads it too).
-        ring = _AioRing.from_address(ctx.value)
+        ring = _AioRing.from_address(io.ctx)
         self._ring = ring if ring.magic == _AIO_RING_MAGIC else None
-        self._cbs = (_IoCb * depth)()
-        self._cb_ptrs = [(ctypes.POINTER(_IoCb) * 1)(ctypes.pointer(cb)) for cb in self._cbs]
-        self._cb_addrs = [ctypes.addressof(cb) for cb in self._cbs]
         self._nbytes = [0] * depth  # per slot: the length of its write in flight (to check completions)
-        # The syscall numbers as ctypes values, built once: these calls are made per write.
-        self._c_submit = ctypes.c_long(self._nr_submit)
-        self._c_getevents = ctypes.c_long(self._nr_getevents)
-        self._c_counts = [ctypes.c_long(n) for n in range(depth + 1)]
-        for slot, cb in enumerate(self._cbs):
-            cb.aio_data = slot
-            cb.aio_lio_opcode = _IOCB_CMD_PWRITE
-            cb.aio_fildes = self._fd
-            if reaper:
-                cb.aio_flags = _IOCB_FLAG_RESFD
-                cb.aio_resfd = self._efd
-        self._no_wait = _Timespec(0, 0)
-        self._wait_timeout: tuple[float, _Timespec] | None = None  # wait()'s last timeout, converted
         # Buffers seen before, by id: (buffer, checked view, address). The view stays exported,
         # so the buffer can neither move nor be closed while the queue may DMA from it; checking
         # and locating a buffer once, not per write, is a good part of the per-write cost.
@@ -142,7 +259,7 @@ class AioWriteQueue:
         self._outstanding = 0
         self._closing = False
         self._release_by_reaper = False
-        # Per reaping thread: its io_event array, io_submit array and plug (see _reap).
+        # Per reaping thread: its plug (see _reap).
         self._local = threading.local()
         self._reaper = None
         if reaper:
@@ -184,17 +301,16 @@ class AioWriteQueue:
             self._outstanding += 1
         self._slots[slot] = (done, entry, offset, length)
         self._nbytes[slot] = length
-        cb = self._cbs[slot]
-        cb.aio_buf = entry[2]
-        cb.aio_nbytes = length
-        cb.aio_offset = offset
         plug = getattr(self._local, "plug", None)
         if plug is not None:
             # A completion callback submitting its successor: the thread reaping submits all
             # the writes its batch of completions started with one io_submit, as a plug would.
+            self._io.prepare(slot, entry[2], length, offset)
             plug.append(slot)
             return
-        self._io_submit([slot])
+        got = self._io.submit(slot, entry[2], length, offset)
+        if got < 0:
+            self._refused(slot, -got)
 
     def flush_submits(self) -> None:
         """From a completion callback: submit now the writes that this thread's callbacks started so far
@@ -225,15 +341,9 @@ class AioWriteQueue:
         """
         if self._outstanding == 0:
             return 0
-        timeout = None
-        if timeout_s is not None:
-            cached = self._wait_timeout
-            if cached is None or cached[0] != timeout_s:
-                cached = self._wait_timeout = (timeout_s, _Timespec(int(timeout_s), int((timeout_s % 1) * 1e9)))
-            timeout = cached[1]
         if held:
-            return self._reap_and_finish(1, timeout)
-        return self._reap(min_nr=1, timeout=timeout)
+            return self._reap_and_finish(1, timeout_s)
+        return self._reap(min_nr=1, timeout_s=timeout_s)
 
     def _remember(self, buf) -> tuple:
         view = check_buffer(buf)
@@ -246,33 +356,23 @@ class AioWriteQueue:
         return entry
 
     def _io_submit(self, slots: list[int]) -> None:
-        """io_submit the slots' iocbs; a slot the kernel refuses is finished with an IOFailure."""
-        if len(slots) == 1:
-            array = self._cb_ptrs[slots[0]]
-        else:
-            local = self._local
-            array = getattr(local, "batch", None)
-            if array is None:
-                array = local.batch = (ctypes.c_void_p * self.depth)()
-            addrs = self._cb_addrs
-            for i, slot in enumerate(slots):
-                array[i] = addrs[slot]
+        """io_submit the slots' (prepared) iocbs; a slot the kernel refuses is finished with an IOFailure."""
         done = 0
+        submit_slots = self._io.submit_slots
         while done < len(slots):
-            ptr = ctypes.byref(array, done * ctypes.sizeof(ctypes.c_void_p)) if done else array
-            got = self._syscall(self._c_submit, self._ctx, self._c_counts[len(slots) - done], ptr)
+            got = submit_slots(slots, done)
             if got > 0:
                 done += got
                 continue
-            code = ctypes.get_errno() if got < 0 else errno.EAGAIN
-            if code == errno.EINTR:
-                continue
-            slot = slots[done]
-            self._finish(slot, io_failure(f"write failed: io_submit: {os.strerror(code)}", where=self.dev.path,
-                                           offset=self._cbs[slot].aio_offset, exc=OSError(code, os.strerror(code))))
+            self._refused(slots[done], -got)
             done += 1
 
-    def _reap(self, min_nr: int = 0, timeout: _Timespec | None = None) -> int:
+    def _refused(self, slot: int, code: int) -> None:
+        """Finish ``slot``, whose io_submit failed with errno ``code``."""
+        self._finish(slot, io_failure(f"write failed: io_submit: {os.strerror(code)}", where=self.dev.path,
+                                      offset=self._io.iocb(slot)[2], exc=OSError(code, os.strerror(code))))
+
+    def _reap(self, min_nr: int = 0, timeout_s: float | None = None) -> int:
         """Collect completions (by default those waiting, without blocking) and finish them.
 
         SIGINT/SIGTERM are held meanwhile (signals_deferred): the exception they raise must not
@@ -280,38 +380,38 @@ class AioWriteQueue:
         completions are lost and a drain after the interrupt waits for them forever.
         """
         with signals_deferred():
-            return self._reap_and_finish(min_nr, timeout)
+            return self._reap_and_finish(min_nr, timeout_s)
 
-    def _reap_and_finish(self, min_nr: int, timeout: _Timespec | None) -> int:
-        local = self._local
-        events = getattr(local, "events", None)
-        if events is None:
-            events = local.events = (_IoEvent * self.depth)()
-            # The same memory as int64s: 4 per io_event (data, obj, res, res2), read without
-            # building a ctypes object per event.
-            local.event_words = memoryview(events).cast("B").cast("q")
-        words = local.event_words
-        if min_nr == 0:
-            timeout = self._no_wait
-        while True:
-            # ctypes releases the GIL for the call: other threads run while this one waits.
-            got = self._syscall(self._c_getevents, self._ctx, self._c_counts[min_nr], self._c_counts[self.depth],
-                                events, ctypes.byref(timeout) if timeout is not None else None)
-            if got >= 0:
-                break
-            code = ctypes.get_errno()
-            if code != errno.EINTR:
-                self._fail_all(io_failure(f"io_getevents failed: {os.strerror(code)}", where=self.dev.path,
-                                           exc=OSError(code, os.strerror(code))))
-                return 0
-        if not got:
+    def _reap_and_finish(self, min_nr: int, timeout_s: float | None) -> int:
+        try:
+            # The GIL is released while the kernel waits: other threads run meanwhile.
+            events = self._io.getevents(min_nr, timeout_s)
+        except OSError as exc:
+            self._fail_all(io_failure(f"io_getevents failed: {os.strerror(exc.errno)}", where=self.dev.path,
+                                      exc=exc))
             return 0
+        if not events:
+            return 0
+        local = self._local
         local.plug = []
         try:
-            nbytes = self._nbytes
-            for i in range(0, 4 * got, 4):
-                slot, res = words[i], words[i + 2]
-                if res == nbytes[slot]:  # the usual case: all of it written
+            # The usual case, every write of the batch done in full: its slots freed under one
+            # lock, then the callbacks in order (per write, the least Python there can be).
+            nbytes, slots, dones = self._nbytes, self._slots, []
+            for slot, res in events:
+                if res != nbytes[slot]:
+                    break
+                dones.append(slots[slot][0])
+                slots[slot] = None
+            if dones:
+                self._free_slots([slot for slot, _ in events[:len(dones)]])
+                for done in dones:
+                    try:
+                        done(None, 0)
+                    except Exception:  # as in _finish
+                        logging.getLogger(__name__).exception("write completion callback failed")
+            for slot, res in events[len(dones):]:
+                if res == nbytes[slot]:
                     self._finish(slot, None)
                 else:
                     self._completed(slot, res)
@@ -320,7 +420,7 @@ class AioWriteQueue:
                 self.flush_submits()
             finally:
                 local.plug = None
-        return got
+        return len(events)
 
     def _reap_loop(self) -> None:
         try:
@@ -341,40 +441,41 @@ class AioWriteQueue:
     def _release(self) -> None:
         self._ring = None  # unmapped by io_destroy: poll() must not look at it any more
         with self._lock:  # a _finish may be signalling the eventfd right now
-            self._syscall(ctypes.c_long(self._nr_destroy), self._ctx)
+            self._io.destroy()
             os.close(self._efd)
         for entry in self._views.values():
             entry[1].release()
         self._views.clear()
 
     def _completed(self, slot: int, res: int) -> None:
-        cb = self._cbs[slot]
-        if 0 < res < cb.aio_nbytes and not res % ALIGN:
+        addr, nbytes, offset = self._io.iocb(slot)
+        if 0 < res < nbytes and not res % ALIGN:
             # A short transfer: write the rest, as pwrite loops.
-            cb.aio_buf += res
-            cb.aio_nbytes -= res
-            cb.aio_offset += res
+            self._io.prepare(slot, addr + res, nbytes - res, offset + res)
             self._nbytes[slot] -= res
             self._io_submit([slot])
             return
         error = None
         if res < 0:
-            error = io_failure(f"write failed: {os.strerror(-res)}", where=self.dev.path, offset=cb.aio_offset,
+            error = io_failure(f"write failed: {os.strerror(-res)}", where=self.dev.path, offset=offset,
                                 exc=OSError(-res, os.strerror(-res)))
-        elif res != cb.aio_nbytes:
-            error = io_failure(f"short write: wrote {res} of {cb.aio_nbytes} bytes", where=self.dev.path,
-                                offset=cb.aio_offset + res)
+        elif res != nbytes:
+            error = io_failure(f"short write: wrote {res} of {nbytes} bytes", where=self.dev.path,
+                                offset=offset + res)
         self._finish(slot, error)
+
+    def _free_slots(self, slots: list[int]) -> None:
+        """Return finished slots to the free list (before their callbacks: those may submit at once)."""
+        with self._lock:
+            self._free.extend(slots)
+            self._outstanding -= len(slots)
+            if self._closing and self._outstanding == 0:
+                os.eventfd_write(self._efd, 1)  # the reaper may be asleep: tell it to stop
 
     def _finish(self, slot: int, error: IOFailure | None) -> None:
         done = self._slots[slot][0]
         self._slots[slot] = None
-        with self._lock:
-            # Free the slot before ``done``: it may submit the next write at once.
-            self._free.append(slot)
-            self._outstanding -= 1
-            if self._closing and self._outstanding == 0:
-                os.eventfd_write(self._efd, 1)  # the reaper may be asleep: tell it to stop
+        self._free_slots([slot])
         try:
             done(error, 0)
         except Exception:  # like a ThreadPoolExecutor callback: the caller's bug must not stop the reaper
@@ -401,3 +502,117 @@ class AioWriteQueue:
             while self._outstanding:
                 self.wait()
         self._release()
+
+
+class ClosedLoop:
+    """fio's loop on the calling thread, for walctl bench's raw modes over an AioWriteQueue without a reaper.
+
+    One write of each buffer is in flight; each completion books its latency and count and, while the
+    clock is before ``stop_ns``, writes the same buffer again at ``offsets[i]()`` in the same queue slot:
+    no slot freed and taken, no callback, one io_submit per batch of completions (issue 31: the Python
+    per write is a few lines). The writes are as durable as any of the queue's (the same O_DSYNC fd).
+    Offsets must be aligned and inside the device (the kernel refuses others, as a failed write).
+
+    Args:
+        bufs: one aligned buffer per write in flight (at most the queue's depth), written whole.
+        offsets: per buffer, a function giving its next write's offset.
+        samples: per buffer, where its writes' latencies (ns) are appended (empty at the start).
+        counts: per buffer, its writes done (set in place as each ``run`` returns).
+    """
+
+    def __init__(self, queue: AioWriteQueue, bufs: list, offsets: list[Callable[[], int]], samples: list,
+                 counts: list[int]):
+        if queue._reaper is not None:
+            raise ValueError("a closed loop needs a queue without a reaper thread")
+        self.queue = queue
+        self.entries = [queue._views.get(id(b)) or queue._remember(b) for b in bufs]
+        self.length = self.entries[0][1].nbytes
+        if any(e[1].nbytes != self.length for e in self.entries) or self.length % ALIGN:
+            raise ValueError("a closed loop's buffers are all of one size, a multiple of 4096")
+        self.offsets, self.samples, self.counts = offsets, samples, counts
+        self.started = [0] * len(bufs)
+        self.owner: dict[int, int] = {}  # queue slot -> buffer index, for the writes in flight
+        self.error: BaseException | None = None
+        self.last_done_ns = 0
+        self._dones = [self._generic_done(i) for i in range(len(bufs))]
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.owner)
+
+    def start(self) -> None:
+        """Submit each buffer's first write (like AioWriteQueue.submit, which checks them)."""
+        queue = self.queue
+        for i, entry in enumerate(self.entries):
+            self.started[i] = time.perf_counter_ns()
+            done = self._dones[i]
+            queue.submit(self.offsets[i](), entry[0], done)
+            for slot, held in enumerate(queue._slots):  # (none: a refused io_submit finished it already)
+                if held is not None and held[0] is done:
+                    self.owner[slot] = i
+
+    def _generic_done(self, i: int):
+        """The write's callback when the queue itself finishes it (a refused io_submit, or a drain by
+        AioWriteQueue.wait): book it, resubmit nothing."""
+        def done(error, flush_ns: int = 0) -> None:
+            now = time.perf_counter_ns()
+            for slot, owner in list(self.owner.items()):
+                if owner == i:
+                    del self.owner[slot]
+            if error is None:
+                self.samples[i].append(now - self.started[i])
+                self.counts[i] = len(self.samples[i])
+                self.last_done_ns = max(self.last_done_ns, now)
+            elif self.error is None:
+                self.error = error
+        return done
+
+    def run(self, stop_ns: int, until_ns: int) -> int:
+        """Reap and resubmit until ``until_ns`` (time.perf_counter_ns) passes or nothing is in flight;
+        a write completing at or after ``stop_ns`` (or after a failure) is not followed by another.
+        Returns the writes still in flight. Hold SIGINT/SIGTERM around it (signals_deferred), as
+        AioWriteQueue.wait(held=True) needs."""
+        queue = self.queue
+        io, owner, started, samples, counts, offsets = queue._io, self.owner, self.started, self.samples, \
+            self.counts, self.offsets
+        getevents, prepare, clock, length = io.getevents, io.prepare, time.perf_counter_ns, self.length
+        addrs = [e[2] for e in self.entries]
+        while owner:
+            now = clock()
+            if now >= until_ns:
+                break
+            try:
+                events = getevents(1, (until_ns - now) / 1e9)
+            except OSError as exc:
+                queue._fail_all(io_failure(f"io_getevents failed: {os.strerror(exc.errno)}", where=queue.dev.path,
+                                           exc=exc))
+                break
+            if not events:
+                continue
+            now = clock()
+            self.last_done_ns = now
+            again = []
+            go = now < stop_ns and self.error is None
+            for slot, res in events:
+                i = owner[slot]
+                if res == length:
+                    samples[i].append(now - started[i])
+                    if go:
+                        started[i] = now
+                        prepare(slot, addrs[i], length, offsets[i]())
+                        again.append(slot)
+                        continue
+                elif self.error is None:
+                    offset = io.iocb(slot)[2]
+                    self.error = (io_failure(f"write failed: {os.strerror(-res)}", where=queue.dev.path, offset=offset,
+                                             exc=OSError(-res, os.strerror(-res))) if res < 0 else
+                                  io_failure(f"short write: wrote {res} of {length} bytes", where=queue.dev.path,
+                                             offset=offset + res))
+                del owner[slot]
+                queue._slots[slot] = None
+                queue._free_slots([slot])
+            if again:
+                queue._io_submit(again)  # a slot refused there is finished through its _generic_done
+        for i, booked in enumerate(samples):  # counted here, not per write
+            counts[i] = len(booked)
+        return len(owner)
