@@ -110,7 +110,8 @@ def append_cmd(
     # SIGTERM and SIGINT (walctl.cli boundary) drain and close: queued records still become durable.
     _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
             iops, bandwidth, upload_at, batch_interval, full_wait,
-            s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout), ack_mode=ack)
+            s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout) if store is not None else None,
+            ack_mode=ack)
 
 
 def _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
