@@ -13,7 +13,7 @@ import sys
 import pytest
 
 ABSENT = ("pydantic", "walctl.wal.crash_repair", "walctl.wal.reader", "walctl.wal.native_scan", "walctl.wal.gaps",
-          "walctl.store", "walctl.store.base", "importlib.metadata")
+          "walctl.store", "walctl.store.base", "importlib.metadata", "base64")
 
 PROBE = """import json, sys
 sys.argv = ['walctl', *{argv!r}]
