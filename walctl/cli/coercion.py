@@ -115,11 +115,8 @@ def _plain(value: Any, annotation: Any, info, ctx=None) -> Any:
             return parser(value)
         except Exception:  # typer calls it again and words the error
             return _TYPER
-    if type(value) is int and annotation is int and not getattr(info, "clamp", None):  # an int default
-        low, high = getattr(info, "min", None), getattr(info, "max", None)
-        if (low is None or value >= low) and (high is None or value <= high):
-            return value
-        return _TYPER
+    if type(value) is int and annotation is int:  # an int option's default (append's --iodepth)
+        return _int_default(value, info)
     if isinstance(value, Enum):  # typer's choice: one of the Enum's own members is itself
         if isinstance(annotation, type) and issubclass(annotation, Enum) and any(value is m for m in annotation):
             return value
@@ -140,3 +137,11 @@ def _plain(value: Any, annotation: Any, info, ctx=None) -> Any:
         if (low is None or number >= low) and (high is None or number <= high):
             return number
     return _TYPER
+
+
+def _int_default(value: int, info) -> Any:
+    """An int within the parameter's bounds is typer's answer for an int parameter; the rest is typer's."""
+    low, high = getattr(info, "min", None), getattr(info, "max", None)
+    if getattr(info, "clamp", None) or (low is not None and value < low) or (high is not None and value > high):
+        return _TYPER
+    return value
