@@ -19,7 +19,8 @@ On a loop device (--direct-io=on) over a prewritten file, for each record size:
            costs over the language and the system calls;
   fresh    fio again with --refill_buffers: fio's default buffers repeat, and a virtio disk may
            take repeated data faster; walctl's blocks never repeat;
-  file     (--input-file) `walctl append DEV ... --input FILE` (no pipe).
+  file     (--input-file) `walctl append DEV ... --input FILE` (no pipe);
+  start-up an empty piped append's CPU seconds, of this tree and of --compare's (median of 5).
 It prints walctl's payload MiB/s and records/s, the ratio to fio's MiB/s (payload / fio
 device bytes, as the issue's table), the pipe ceiling's ratio to fio, p99 of a block's
 time from its first record to durable (the acknowledgement latency, ack rendering aside),
@@ -154,6 +155,25 @@ def run_append(dev: str, inp: str, piped: bool, ack: str, profile: str | None, r
             summary["cpu_s"] = sum(map(float, f.read().split()[-2:]))
         os.remove(cpu_file)
     return summary
+
+
+def startup_cpu(dev: str, roots: list[str], runs: int = 5) -> list[float]:
+    """The CPU seconds (user + system, median of ``runs``, the trees alternating) of an empty piped
+    append of each tree in ``roots``: its start-up, imports and the WAL's open and close (issue 31)."""
+    seen: list[list[float]] = [[] for _ in roots]
+    cpu_file = ACKS + ".cpu"
+    for _ in range(runs):
+        for i, root in enumerate(roots):
+            init(dev, root)
+            cmd = (f"/usr/bin/time -f '%U %S' -o {_quote(cpu_file)} "
+                   + " ".join(map(_quote, walctl_cmd("append", dev, "--stream", "1", "--input", "-", "--framing",
+                                                     "length-prefixed", "--json")))
+                   + " < /dev/null > /dev/null")
+            subprocess.run(["bash", "-c", cmd], check=True, capture_output=True, cwd=root, env=WALCTL_ENV)
+            with open(cpu_file) as f:
+                seen[i].append(sum(map(float, f.read().split()[-2:])))
+            os.remove(cpu_file)
+    return [sorted(v)[len(v) // 2] for v in seen]
 
 
 def _quote(s: str) -> str:
@@ -359,11 +379,16 @@ def main() -> int:
         WALCTL_ENV = walctl_env(os.path.join(tmpdir, "pycache"))
         for root in (REPO_ROOT, opts.compare) if opts.compare else (REPO_ROOT,):
             warm_up(loop, root)
+        roots = [REPO_ROOT, opts.compare] if opts.compare else [REPO_ROOT]
+        startup = startup_cpu(loop, roots) if os.path.exists("/usr/bin/time") else []
         results = []
         for record in (parse_size(s) for s in opts.records.split(",")):
             print(f"{_size(record)} ...", file=sys.stderr, flush=True)
             results.append(one_size(loop, tmpdir, record, opts, size))
         report(results, opts)
+        if startup:
+            print("start-up: an empty piped append, CPU s (user + system, median of 5): "
+                  + ", ".join(f"{name} {cpu:.3f}" for name, cpu in zip(("this tree", "other"), startup)))
         if opts.json:
             with open(opts.json, "w") as f:
                 json.dump(results, f, indent=1)

@@ -47,6 +47,9 @@ class PlainFirst:
         if value is None:  # typer's RuntimeParam.coerce, before it looks at the type
             return () if multiple else None
         descriptor = param.type_descriptor
+        if multiple and descriptor.annotation == list[str] and type(value) in (tuple, list) \
+                and getattr(descriptor.parameter_info, "parser", None) is None and all(type(v) is str for v in value):
+            return list(value)  # typer: a list of the strings (append's DATA)
         if not multiple and descriptor.file_annotation is None:
             if descriptor.annotation in (int, float) and type(value) is str \
                     and getattr(descriptor.parameter_info, "parser", None) is None:
@@ -112,6 +115,8 @@ def _plain(value: Any, annotation: Any, info, ctx=None) -> Any:
             return parser(value)
         except Exception:  # typer calls it again and words the error
             return _TYPER
+    if type(value) is int and annotation is int:  # an int option's default (append's --iodepth)
+        return _int_default(value, info)
     if isinstance(value, Enum):  # typer's choice: one of the Enum's own members is itself
         if isinstance(annotation, type) and issubclass(annotation, Enum) and any(value is m for m in annotation):
             return value
@@ -132,3 +137,11 @@ def _plain(value: Any, annotation: Any, info, ctx=None) -> Any:
         if (low is None or number >= low) and (high is None or number <= high):
             return number
     return _TYPER
+
+
+def _int_default(value: int, info) -> Any:
+    """An int within the parameter's bounds is typer's answer for an int parameter; the rest is typer's."""
+    low, high = getattr(info, "min", None), getattr(info, "max", None)
+    if getattr(info, "clamp", None) or (low is not None and value < low) or (high is not None and value > high):
+        return _TYPER
+    return value

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import enum
+import os
 import sys
+import threading
 import time
 from typing import Annotated
 
@@ -110,7 +112,8 @@ def append_cmd(
     # SIGTERM and SIGINT (walctl.cli boundary) drain and close: queued records still become durable.
     _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
             iops, bandwidth, upload_at, batch_interval, full_wait,
-            s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout), ack_mode=ack)
+            s3=s3_settings(retry_for, s3_connect_timeout, s3_read_timeout) if store is not None else None,
+            ack_mode=ack)
 
 
 def _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
@@ -196,6 +199,9 @@ class _Acks:
                       "stdout_closed": False, "interrupt": None, "ack_ns": 0}
 
     def emit(self, text: str | bytes) -> None:
+        if type(text) is bytes and threading.current_thread() is not threading.main_thread():
+            self._emit_off_main(text)
+            return
         try:
             # One write for the block's records, once it is durable (from the appender or the reaper
             # thread), whole: a signal never cuts an acknowledgement line short (write_lines).
@@ -207,6 +213,25 @@ class _Acks:
         except BrokenPipeError:
             # The reader of our acknowledgements went away (e.g. `| head`): stop taking input,
             # close cleanly (queued records still become durable), exit as SIGPIPE would.
+            self.stats["stdout_closed"] = True
+            silence_stdout()
+
+    def _emit_off_main(self, data: bytes) -> None:
+        """emit from the reaper thread: straight to the descriptor (issue 31: a tenth of write_lines'
+        cost a block). Python runs signal handlers on the main thread only, so no SIGTERM/SIGINT
+        is raised into this write (an interrupted write(2) is resumed), which write_lines' deferral
+        is for; the lines still go out whole, in order, after what sys.stdout held."""
+        try:
+            fd = sys.stdout.fileno()
+        except (AttributeError, ValueError, OSError):  # not a file (a test's capture): write_lines' own way
+            write_lines(data)
+            return
+        try:
+            sys.stdout.flush()
+            view, done = memoryview(data), 0
+            while done < len(data):
+                done += os.write(fd, view[done:])
+        except BrokenPipeError:
             self.stats["stdout_closed"] = True
             silence_stdout()
 

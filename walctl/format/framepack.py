@@ -19,7 +19,6 @@ newline: what ``bytes.hex()`` / ``base64.b64encode()`` give, one call for many p
 
 from __future__ import annotations
 
-import base64 as _base64
 import binascii
 import struct
 
@@ -60,8 +59,10 @@ def base64_lines(buf, spans, first: int = 0, stop: int = -1) -> bytes:
     """Each span's bytes in standard base64 (padded), one per line."""
     if _native is not None and hasattr(_native, "base64_lines"):
         return _native.base64_lines(buf, spans, first, stop if stop >= 0 else 1 << 62)
+    import base64  # the twin only (append, which imports this module, never encodes base64)
+
     view = memoryview(buf)
-    return b"".join(_base64.b64encode(view[p:p + n]) + b"\n" for p, n in _spans_list(spans, first, stop))
+    return b"".join(base64.b64encode(view[p:p + n]) + b"\n" for p, n in _spans_list(spans, first, stop))
 
 
 RECORD_LINE_MODES = {"hex": 0, "base64": 1, "text": 2}

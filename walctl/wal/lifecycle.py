@@ -126,7 +126,6 @@ def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
         NotFoundError: no valid header. RefusedError: another writer, or an AutoMQ WAL.
         CorruptionError: damage a crash cannot explain (walctl will not write over evidence).
     """
-    from walctl.wal.crash_repair import repair_crash_damage
     from walctl.wal.writer import WalWriter
 
     dev, state = _open_own_wal(path)
@@ -146,6 +145,8 @@ def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
         if scan or not header.clean:
             result = _scan_for_writer(dev, state, path, keep_offsets)
             if not header.clean:
+                from walctl.wal.crash_repair import repair_crash_damage  # a crashed writer's log only
+
                 repair = repair_crash_damage(dev, header, result, path=path, warnings=warnings)
                 next_offset = result.next_block_offset
             checkpoint = checkpoint_after_scan(state, result, need_stream)
