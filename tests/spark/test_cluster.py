@@ -1,5 +1,5 @@
-"""compact on a real Spark standalone cluster: a master and one worker from the installed pyspark,
-on 127.0.0.1 only, always stopped at teardown; the store is S3 (moto over HTTP)."""
+"""compact on a real Spark standalone cluster: a master (the session's) and one worker from the installed
+pyspark, on 127.0.0.1 only, always stopped at teardown; the store is S3 (moto over HTTP)."""
 
 from __future__ import annotations
 
@@ -8,27 +8,24 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
+from walctl.spark.session import JVM_CONF
 from walctl.store import S3Store, open_store
 from walctl.store import manifest as mf
 
-from clusterhelpers import Standalone
 from storehelpers import put_objects, read_back
 
 
 @pytest.fixture
-def standalone(tmp_path, s3_server):
-    """spark://127.0.0.1:PORT with one worker (1 core, 1 GiB); its processes inherit the moto
-    server's fake credentials from os.environ, as executors would get an instance role's."""
-    cluster = Standalone(tmp_path)
-    try:
-        cluster.start_master()
-        cluster.start_worker()
-        yield cluster
-    finally:
-        cluster.stop()
+def standalone(standalone_cluster, tmp_path):
+    """spark://127.0.0.1:PORT with one worker (1 core, 1 GiB) of this test's, its work directory
+    ``work_dir``; its processes inherit the moto server's fake credentials from os.environ, as
+    executors would get an instance role's."""
+    standalone_cluster.start_worker(tmp_path)
+    return SimpleNamespace(url=standalone_cluster.url, env=standalone_cluster.env, work_dir=tmp_path / "work")
 
 
 @pytest.mark.slow
@@ -57,6 +54,8 @@ def test_compact_s3_store_on_a_standalone_cluster(standalone, s3_server, s3_buck
     main_py = os.path.join(os.path.dirname(walctl.__file__), "__main__.py")
     submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
     proc = subprocess.run([submit, "--master", standalone.url, "--conf", f"spark.pyspark.python={sys.executable}",
+                           # (its driver JVM: the options walctl gives the JVM it starts itself, ~half the CPU)
+                           "--driver-java-options", JVM_CONF["spark.driver.extraJavaOptions"],
                            main_py, "compact", "--store", f"s3://{s3_bucket}/walctl-test", "--endpoint-url",
                            s3_server, "--master", standalone.url, "--level", "sso", "--json"],
                           capture_output=True, env=standalone.env, timeout=600)

@@ -22,7 +22,6 @@ from walctl.errors import EXIT_IO
 from walctl.store import S3Store
 from walctl.store import manifest as mf
 
-from clusterhelpers import Standalone
 from storehelpers import put_objects, read_back
 
 pytestmark = pytest.mark.slow
@@ -33,14 +32,9 @@ RUN_LIMIT_S = 240  # the subprocess's own timeout: a run that hangs (main) fails
 
 
 @pytest.fixture
-def cluster(tmp_path, s3_server):
-    """A master with no worker yet (tests start theirs)."""
-    cluster = Standalone(tmp_path)
-    try:
-        cluster.start_master()
-        yield cluster
-    finally:
-        cluster.stop()
+def cluster(standalone_cluster):
+    """The session's master with no worker yet (tests start theirs)."""
+    return standalone_cluster
 
 
 def _store(s3_server, s3_bucket):
@@ -116,8 +110,8 @@ def test_worker_killed_mid_job_fails_within_the_task_timeout(cluster, tmp_path, 
     store = _store(s3_server, s3_bucket)
     before, data = mf.load_latest(store), read_back(store)
     paused = tmp_path / "task-paused"
-    worker = cluster.start_worker({"WALCTL_FAILPOINT": "compact-task-after-piece:pause",
-                                   "WALCTL_FAILPOINT_READY": str(paused)})
+    worker = cluster.start_worker(tmp_path, {"WALCTL_FAILPOINT": "compact-task-after-piece:pause",
+                                             "WALCTL_FAILPOINT_READY": str(paused)})
     timeout_s = 60  # (from the job's start: the executor, its Python worker and the task start within it)
     proc = _compact(cluster, s3_server, s3_bucket, f"{timeout_s}s")
     started = time.monotonic()

@@ -15,6 +15,7 @@ import pytest
 
 from walctl.store import manifest as mf
 from walctl.store import open_store
+from walctl.spark.session import JVM_CONF
 
 from storehelpers import expect, read_back
 from test_spark_compact import fill
@@ -180,7 +181,10 @@ def test_spark_submit_master_is_respected_and_no_temp_dir_is_left(tmp_path, two_
     script.write_text("from walctl.cli import main\nmain()\n")
     submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
     env = env_with(TMPDIR=str(tmpdir), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    proc = subprocess.run([submit, "--master", "local[2]", str(script), "compact", "--store", url, "--json"],
+    # (the driver JVM spark-submit starts gets the options walctl gives the JVM it starts itself: ~half
+    # the CPU time of the default compilers and collector for the same job; the master stays local[2])
+    proc = subprocess.run([submit, "--master", "local[2]", "--driver-java-options",
+                           JVM_CONF["spark.driver.extraJavaOptions"], str(script), "compact", "--store", url, "--json"],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -3,7 +3,11 @@
 An outage is a TCP proxy in front of moto that is stopped (its port closed: connections
 refused, live ones reset) and started again on the same port, as the reports did it. A
 silent endpoint accepts connections and never answers. Commands run as subprocesses
-against real sockets; every wait is bounded, so a command that hangs fails the test.
+against real sockets; every wait is bounded, so a command that hangs fails the test. Where a test
+checks only that a command's options reach its store (each command's --retry-for, the usage errors
+of bad values), the command runs in this process (typer's CliRunner: the same command, its exit
+code and stderr, over the same sockets); the process path of the same options, from the command
+line and from the environment, is the subprocess tests' (read, ls, upload, append).
 """
 
 from __future__ import annotations
@@ -129,6 +133,22 @@ def _reset(sock: socket.socket) -> None:
         sock.close()
     except OSError:
         pass
+
+
+def in_process(*args) -> tuple[int, list[str], float]:
+    """``walctl ARGS`` in this process, as a process with no WALCTL_* variable would run it:
+    (exit code, stderr lines, seconds)."""
+    from typer.testing import CliRunner
+
+    from walctl.cli import app
+
+    env = {k: None for k in os.environ if k.startswith("WALCTL_")}
+    started = time.monotonic()
+    result = CliRunner().invoke(app, [str(a) for a in args], env=env)
+    elapsed = time.monotonic() - started
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stderr.splitlines(), elapsed
 
 
 class Walctl:
@@ -338,10 +358,10 @@ def test_every_store_command_takes_the_retry_budget(tmp_path, s3_server, command
         port = sock.getsockname()[1]
     wal = make_wal(tmp_path)
     args = [a.format(wal=wal) for a in command]
-    run = Walctl(*args, "--store", "s3://b/p", "--endpoint-url", f"http://127.0.0.1:{port}", "--retry-for", "300ms")
-    code, elapsed = run.wait(30)
-    assert code == 6, run.stderr
-    assert "(--retry-for 0.3s) to 127.0.0.1:" in run.err[-1] and elapsed >= 0.3
+    code, err, elapsed = in_process(*args, "--store", "s3://b/p", "--endpoint-url", f"http://127.0.0.1:{port}",
+                                    "--retry-for", "300ms")
+    assert code == 6, err
+    assert "(--retry-for 0.3s) to 127.0.0.1:" in err[-1] and elapsed >= 0.3
 
 
 @pytest.mark.parametrize("option, value, message", [
@@ -350,10 +370,9 @@ def test_every_store_command_takes_the_retry_budget(tmp_path, s3_server, command
     ("--s3-read-timeout", "0s", "'0s' is below the minimum 1ms"),
     ("--s3-connect-timeout", "-1s", "'-1s' is not a duration")])
 def test_bad_retry_options_are_usage_errors(s3_bucket, proxy, option, value, message):
-    res = subprocess.run([sys.executable, "-m", "walctl", "ls", *_store_args(s3_bucket, proxy.url),
-                          f"{option}={value}"], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2, res.stderr
-    assert f"invalid value for {option}: {message}" in res.stderr
+    code, err, _ = in_process("ls", *_store_args(s3_bucket, proxy.url), f"{option}={value}")
+    assert code == 2, err
+    assert f"invalid value for {option}: {message}" in "\n".join(err)
 
 
 # -- a silent endpoint (accepts, never answers) --------------------------------------------------

@@ -35,7 +35,7 @@ from walctl.format.header import HEADERS_SIZE
 from walctl.wal import reader
 from walctl.wal.findings import BEYOND_WINDOW
 
-from walhelpers import header_of, mark_ungraceful, run_walctl
+from walhelpers import header_of, mark_ungraceful
 
 KiB, MiB = 1 << 10, 1 << 20
 RECORD_OVERHEAD = 24 + 33  # record header + StreamRecordBatch header
@@ -61,7 +61,7 @@ def append_clean(tmp_path, dev: str, stream: int, count: int) -> list[dict]:
     """``append --input FILE`` (closed cleanly at the end of its input); its acknowledgements."""
     data = tmp_path / f"in-{stream}.bin"
     data.write_bytes(_framed(stream, count))
-    proc = run_walctl("append", dev, "--stream", stream, "--input", data, "--framing", "length-prefixed", "--json")
+    proc = in_process("append", dev, "--stream", stream, "--input", data, "--framing", "length-prefixed", "--json")
     assert proc.returncode == 0, proc.stderr
     acks = _acks(proc.stdout.decode())
     assert len(acks) == count
@@ -158,7 +158,9 @@ def lost_ranges(lost: list[dict]) -> set[tuple[int, int, int]]:
 
 def in_process(*args) -> subprocess.CompletedProcess:
     """``walctl ARGS`` in this process (typer's CliRunner: the same command, its exit code, stdout and
-    stderr; the readers' checks run four times a case, and a process start costs 0.3 s of CPU)."""
+    stderr; the readers' checks run four times a case, the writes and salvages ~60 times in the file,
+    and a process start costs 0.3 s of CPU). The crashed writers are processes (append_crash: SIGKILL);
+    tests/wal/test_salvage.py runs salvage as its own process."""
     from typer.testing import CliRunner
 
     from walctl.cli import app
@@ -231,7 +233,7 @@ def images(tmp_path_factory):
 
     def init(name: str, capacity: str) -> str:
         dev = str(root / f"{name}.img")
-        assert run_walctl("init", dev, "--capacity", capacity, "--no-prewrite").returncode == 0
+        assert in_process("init", dev, "--capacity", capacity, "--no-prewrite").returncode == 0
         return dev
 
     dev = init("clean", "16MiB")
@@ -317,7 +319,7 @@ def check_salvage(dev: str, acks: list[dict], damaged: list[tuple[int, int]], st
     from storehelpers import read_back
 
     intact, lost = oracle(acks, damaged)
-    proc = run_walctl("salvage", dev, "--store", store, "--json")
+    proc = in_process("salvage", dev, "--store", store, "--json")
     assert proc.returncode == 0, proc.stderr
     got = read_back(open_store(store))
     want: dict[int, list] = {}
@@ -327,8 +329,8 @@ def check_salvage(dev: str, acks: list[dict], damaged: list[tuple[int, int]], st
     gaps = mf.load_latest(open_store(store)).stream_gaps or []
     assert {(g.stream_id, g.from_offset, g.to_offset) for g in gaps} == lost_ranges(lost)
     assert all(g.cause == "corruption" for g in gaps)
-    assert run_walctl("recover", dev, "--json").returncode == 0  # the damage is behind the trim point
-    assert run_walctl("append", dev, "--stream", 1, "--store", store, "after").returncode == 0
+    assert in_process("recover", dev, "--json").returncode == 0  # the damage is behind the trim point
+    assert in_process("append", dev, "--stream", 1, "--store", store, "after").returncode == 0
 
 
 def test_the_rule_names_the_fact_that_decided(copy_of):
@@ -344,7 +346,7 @@ def test_the_rule_names_the_fact_that_decided(copy_of):
     assert rules[0] == f"below the checkpoint's log end {log_end:,}"
     assert rules[1].startswith("below the durable end ") and "sliding window" in rules[1]
     assert code == 3 and out["summary"][0]["durable_end_offset"] > log_end
-    proc = run_walctl("recover", dev, "--stats")
+    proc = in_process("recover", dev, "--stats")
     assert f"[CORRUPTION: below the checkpoint's log end {log_end:,}]" in proc.stdout.decode()
     assert "crash damage" not in proc.stdout.decode() and "never acknowledged" not in proc.stdout.decode()
 
@@ -372,9 +374,9 @@ def test_damage_at_the_end_of_a_lap_is_read_past_into_the_next(tmp_path):
     """The last block before the ring's end and the first after it damaged: reading goes on
     across the lap's end (its padding record) to the records of the next lap."""
     dev = str(tmp_path / "lap.img")
-    assert run_walctl("init", dev, "--capacity", "1MiB", "--no-prewrite").returncode == 0
+    assert in_process("init", dev, "--capacity", "1MiB", "--no-prewrite").returncode == 0
     first = append_clean(tmp_path, dev, 1, 700)
-    assert run_walctl("trim", dev, first[600]["wal_offset"]).returncode == 0
+    assert in_process("trim", dev, first[600]["wal_offset"]).returncode == 0
     second = append_clean(tmp_path, dev, 2, 700)
     ring = _ring(dev)
     assert second[0]["wal_offset"] < ring < second[-1]["wal_offset"]
@@ -417,7 +419,7 @@ def test_a_writers_scan_keeps_its_rule_and_says_what_it_did_not_read(copy_of):
         d.close()
     assert BEYOND_WINDOW in [f.kind for f in report.findings] and report.corrupt
     assert report.complete is False and report.stopped_by == "one sliding window past the first invalid block"
-    proc = run_walctl("append", dev, "--stream", 4, "more")
+    proc = in_process("append", dev, "--stream", 4, "more")
     assert proc.returncode == 3, proc.stderr
 
 
@@ -425,7 +427,7 @@ def test_the_reported_scenario_scaled_down(tmp_path):
     """Issue 28's report at 32 MiB: three streams closed cleanly, a fourth crashed (SIGKILL) after
     its records were acknowledged, then 4 KiB of random bytes 2 MiB in (dd seek=512)."""
     dev = str(tmp_path / "w.img")
-    assert run_walctl("init", dev, "--capacity", "32MiB", "--no-prewrite").returncode == 0
+    assert in_process("init", dev, "--capacity", "32MiB", "--no-prewrite").returncode == 0
     acks = sum((append_clean(tmp_path, dev, s, 3000) for s in (1, 2, 3)), [])
     acks += append_crash(dev, 4, 9000)
     damaged = [dd_random(dev, 512 * 4096, 7)]
@@ -443,7 +445,7 @@ def test_the_reported_scenario_scaled_down(tmp_path):
     assert (gauges["walctl_wal_used_percent"], gauges["walctl_wal_free_bytes"]) == (st["used_percent"],
                                                                                     st["free_bytes"])
     assert gauges["walctl_wal_records"] == len(intact) and gauges["walctl_wal_corrupt_findings"] == 1
-    text = run_walctl("recover", dev, "--stats").stdout.decode()
+    text = in_process("recover", dev, "--stats").stdout.decode()
     assert "crash damage" not in text and "never acknowledged" not in text
     assert "mid-log" not in text and "not shown" not in text
 
@@ -451,7 +453,7 @@ def test_the_reported_scenario_scaled_down(tmp_path):
 def test_a_loop_device(loop_device, tmp_path):
     """The same on a block device (a loop device, direct I/O): a crash after a clean close, two places."""
     dev = loop_device(16 << 20)
-    assert run_walctl("init", dev, "--force").returncode == 0
+    assert in_process("init", dev, "--force").returncode == 0
     acks = sum((append_clean(tmp_path, dev, s, 1500) for s in (1, 2)), [])
     acks += append_crash(dev, 4, 6000)
     damaged = [dd_random(dev, at(acks, 1, 0.5), 1), dd_random(dev, at(acks, 4, 0.2, decidable(dev, acks)), 2)]

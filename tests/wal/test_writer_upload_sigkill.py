@@ -19,9 +19,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 
@@ -32,6 +29,7 @@ from walctl.store import open_store
 from walctl.pipeline.upload import upload
 from walctl.wal.lifecycle import init_wal
 
+from forkhelpers import ForkServer, alive
 from storehelpers import read_back
 
 KILLS = int(os.environ.get("WALCTL_UPLOAD_KILLS", "50"))
@@ -42,65 +40,11 @@ ACKS_BEFORE_KILL = (40, 240)
 PROGRESS_TIMEOUT_S = 120.0  # a writer that gets no further for this long fails the test
 INTERRUPTING_FAILPOINTS = ("upload-after-prepare", "upload-before-commit")
 
-_SERVER = textwrap.dedent("""
-    import json, os, sys
-    import walctl.cli, walctl.commands.append  # imported once, here, before the forks
-    import walctl.pipeline.upload, walctl.store.local, walctl.format.object
-    print("ready", flush=True)
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        if cmd["op"] == "spawn":
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    os.environ.update(cmd.get("env", {}))
-                    for fd, path, flags in ((0, cmd["stdin"], os.O_RDONLY),
-                                            (1, cmd["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
-                                            (2, cmd["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
-                        os.dup2(os.open(path, flags, 0o644), fd)
-                    sys.stdin = open(0, "r", closefd=False)
-                    sys.stdout = open(1, "w", closefd=False)
-                    sys.stderr = open(2, "w", closefd=False)
-                    sys.argv = ["walctl", *cmd["args"]]
-                    try:
-                        walctl.cli.main()
-                        code = 0
-                    except SystemExit as exc:
-                        code = exc.code if isinstance(exc.code, int) else 1
-                finally:
-                    sys.stdout.flush()
-                    os._exit(code)
-            print(pid, flush=True)
-        elif cmd["op"] == "wait":
-            _, status = os.waitpid(cmd["pid"], 0)
-            print(status, flush=True)
-""")
-
-
 @pytest.fixture
 def fork_server():
-    proc = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
-    assert proc.stdout.readline().strip() == "ready"
-
-    def call(**cmd) -> int:
-        proc.stdin.write(json.dumps(cmd) + "\n")
-        proc.stdin.flush()
-        return int(proc.stdout.readline())
-
-    yield call
-    proc.stdin.close()
-    proc.wait(timeout=30)
-
-
-def _alive(pid: int) -> bool:
-    """The fork server's child still runs (not yet a zombie waiting for the server's waitpid)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    server = ForkServer()
+    yield server
+    server.close()
 
 
 def _acked_lines(path) -> int:
@@ -115,7 +59,7 @@ def wait_for_progress(pid: int, out, store, acks: int, commits_before: int) -> N
     """Until the writer has acknowledged ``acks`` records and committed a manifest of its own
     (or has ended): where the kill may land."""
     deadline = time.monotonic() + PROGRESS_TIMEOUT_S
-    while _alive(pid):
+    while alive(pid):
         if _acked_lines(out) >= acks and mf.manifest_numbers(store)[-1:] > [commits_before]:
             return
         if time.monotonic() > deadline:
@@ -141,11 +85,10 @@ def test_sigkill_during_writer_side_uploads_loses_and_duplicates_nothing(tmp_pat
         out, err = tmp_path / "out.ndjson", tmp_path / "err.txt"
         env = {"WALCTL_FAILPOINT": rng.choice(INTERRUPTING_FAILPOINTS)} if kill in failpoint_runs else {}
         commits_before = (mf.manifest_numbers(open_store(store_dir)) or [0])[-1]
-        pid = fork_server(op="spawn", stdin=fifo, stdout=str(out), stderr=str(err), env=env,
-                          args=["append", wal, "--input", "-", "--json", "--store", store_dir,
-                                "--upload-at", "32KiB", "--iodepth", str(rng.choice([1, 4])),
-                                # no group commit: blocks of one or two records, an upload every ~8 blocks
-                                "--batch-interval", "0"])
+        pid = fork_server.spawn(["append", wal, "--input", "-", "--json", "--store", store_dir,
+                                 "--upload-at", "32KiB", "--iodepth", str(rng.choice([1, 4])),
+                                 # no group commit: blocks of one or two records, an upload every ~8 blocks
+                                 "--batch-interval", "0"], stdin=fifo, stdout=out, stderr=err, env=env)
         payloads = [f"run{kill}-{i}-".encode().ljust(1000, b"p") for i in range(RECORDS_PER_RUN)]
         stop = threading.Event()
 
@@ -166,7 +109,7 @@ def test_sigkill_during_writer_side_uploads_loses_and_duplicates_nothing(tmp_pat
         wait_for_progress(pid, out, open_store(store_dir), rng.randint(*ACKS_BEFORE_KILL), commits_before)
         time.sleep(rng.uniform(0.0, 0.1))
         os.kill(pid, signal.SIGKILL)
-        status = fork_server(op="wait", pid=pid)
+        status = fork_server.wait(pid)
         stop.set()
         feeder.join(timeout=10)
         text = out.read_text()
