@@ -461,12 +461,12 @@ def test_progress_bar_on_a_terminal_only(tmp_path, wal, command, label, run):
 
 @pytest.mark.parametrize("command,label", [("status", "scanning the WAL"), ("read", "reading the stream"),
                                            ("inspect-object", "verifying the object")])
-def test_progress_bar_of_long_reads_on_a_terminal_only(tmp_path, wal, command, label, run):
+def test_progress_bar_of_long_reads_on_a_terminal_only(tmp_path, wal, command, label, run, cli):
     """status --scan, read and inspect-object --deep: a bar on a terminal's stderr; none with --json
     or on a pipe (read's data goes to stdout, never through the bar)."""
-    store = tmp_path / "store"
-    assert run("upload", wal, "--store", store, "--no-trim").exit_code == 0
-    object_id = json.loads(run("ls", "--store", store, "--json").stdout)["objects"][0]["id"]
+    store = tmp_path / "store"  # (made in-process: only the reads below are about the process)
+    assert cli("upload", wal, "--store", store, "--no-trim").exit_code == 0
+    object_id = json.loads(cli("ls", "--store", store, "--json").stdout)["objects"][0]["id"]
     args = {"status": [wal, "--scan"], "read": ["--store", store, "--stream", "1"],
             "inspect-object": [object_id, "--store", store, "--deep"]}[command]
     code, out, err = _with_tty_stderr([command, *args])
@@ -786,13 +786,13 @@ def test_gc_removes_the_temp_files_a_killed_upload_left(run, cli, tmp_path, new_
 
 @pytest.mark.parametrize("args", [["bench", "{dev}", "--size", "8MiB", "--duration", "100ms", "--mode", "iops"],
                                   ["bench", "{dev}", "--duration", "100ms"], ["init", "{dev}"]])
-def test_a_missing_device_under_dev_is_not_found_for_bench_and_init(run, args):
+def test_a_missing_device_under_dev_is_not_found_for_bench_and_init(cli, args):
     """`walctl bench /dev/nvme9n9 --size 8MiB` (a disk name typo) created a regular file under /dev
     (devtmpfs: RAM), benchmarked it and exited 0, a RAM figure reported as the disk's (--keep left
     the file in /dev); `init /dev/typo` without --capacity asked for --capacity instead of saying
     the device is not there. As CLI.md says for init: exit 4, nothing created under /dev."""
     dev = "/dev/walctl-test-no-such-disk"
-    res = run(*(a.format(dev=dev) for a in args), "--json")
+    res = cli(*(a.format(dev=dev) for a in args), "--json")  # (bench and init as processes: test_examples)
     line = error_with_hint(res, 4)
     assert "no such device" in line and "/dev" in line
     assert json.loads(res.stdout.strip().splitlines()[-1])["error"]["code"] == 4

@@ -1,27 +1,30 @@
 """Issue 30's output polish, over the invocations tests/cli/test_examples.py runs (every command's
 --help examples, walctl/cli/examples.py, in the same folder): ``--quiet`` on every command, docs/CLI.md's
 JSON rules (numbers, nulls, names, times, WAL offsets) over every command's JSON, progress bars in one
-unit family, and selftest's check list shown once on a terminal."""
+unit family, and selftest's check list shown once on a terminal.
+
+Every example runs as a real process with and without -q in test_examples.py's test_example_runs;
+here, what is about a command's output (its JSON, which spelling of --quiet silences what) runs
+in-process (the cli fixture), and what is about a terminal runs under script(1)."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.cli.test_examples import COMMANDS, EXAMPLES, REPO, _env, _sh, template  # noqa: F401 (a fixture)
-
-# Examples that are not one run of a command: --help screens; selftest runs everything (tested below).
-_SKIP = ("--help", "walctl selftest")
+from tests.cli.test_examples import (COMMANDS, EXAMPLES, NOT_ONE_RUN, REPO, _env, _sh, output_problems,  # noqa: F401
+                                     template)  # (template: a fixture)
 
 
 def _runs(only_simple: bool = False) -> list[tuple[str, str]]:
     return [(name, line) for name in COMMANDS for _, line in EXAMPLES[name]
-            if not any(s in line for s in _SKIP) and not (only_simple and ("|" in line or "&&" in line))]
+            if not any(s in line for s in NOT_ONE_RUN) and not (only_simple and ("|" in line or "&&" in line))]
 
 
 @pytest.fixture
@@ -31,46 +34,41 @@ def folder(template, tmp_path):  # noqa: F811
     return work, _env(tmp_path)
 
 
-def _quiet(line: str) -> str:
-    """``line`` with -q given to each walctl it runs (before the command name: it works on either side)."""
-    return line.replace("walctl ", "walctl -q ")
+@pytest.fixture
+def walctl(folder, cli, monkeypatch):
+    """``walctl(line, env=None) -> Run``: one `walctl ...` line of the examples' kind, in-process
+    (the cli fixture) in the examples' folder."""
+    work, _ = folder
+    monkeypatch.chdir(work)
+
+    def line_run(line: str, env: dict | None = None):
+        args = shlex.split(line)
+        assert args[0] == "walctl" and "|" not in args and "&&" not in args, line
+        return cli(*args[1:], env=env)
+
+    return line_run
 
 
-# -- 1. --quiet -------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, line", _runs())
-def test_quiet_prints_nothing_on_stderr_but_keeps_stdout(folder, name, line):
-    """Every example with -q: exit 0, stderr empty; stdout's lines as many as without it."""
-    work, env = folder
-    loud_dir = work.parent / "loud"
-    shutil.copytree(work, loud_dir)
-    loud = _sh(line, loud_dir, env)
-    quiet = _sh(_quiet(line), work, env)
-    assert quiet.returncode == loud.returncode == 0, (quiet.stderr, loud.stderr)
-    assert quiet.stderr == "", f"$ {_quiet(line)}\n{quiet.stderr}"
-    assert len(quiet.stdout.splitlines()) == len(loud.stdout.splitlines()), (loud.stdout, quiet.stdout)
-
-
-def test_quiet_silences_what_each_kind_of_command_says_on_stderr(folder):
+# -- 1. --quiet (each example as a process with and without -q: test_examples.py) --------------
+def test_quiet_silences_what_each_kind_of_command_says_on_stderr(walctl):
     """What -q removes: append's summary line, recover's --limit warning, read's summary line (each
     asserted present without -q), also as --quiet before the command and as WALCTL_QUIET."""
-    work, env = folder
     lines = ("walctl append wal.img --stream 7 again", "walctl recover wal.img --limit 1 --json",
              "walctl read --store store --stream 7")
     for line in lines:
-        assert _sh(line, work, env).stderr.strip(), line
-        assert _sh(line + " -q", work, env).stderr == "", line
-        assert _sh(line.replace("walctl ", "walctl --quiet ", 1), work, env).stderr == "", line
-        assert _sh(line, work, {**env, "WALCTL_QUIET": "1"}).stderr == "", line
+        assert walctl(line).stderr.strip(), line
+        assert walctl(line + " -q").stderr == "", line
+        assert walctl(line.replace("walctl ", "walctl --quiet ", 1)).stderr == "", line
+        assert walctl(line, env={"WALCTL_QUIET": "1"}).stderr == "", line
 
 
-def test_quiet_still_prints_errors(folder):
-    work, env = folder
-    done = _sh("walctl -q recover missing.img", work, env)
-    assert done.returncode == 4 and done.stderr.startswith("walctl: error: no such device"), done.stderr
-    done = _sh("walctl upload wal.img --store nowhere --dry-run -q --json", work, env)
-    assert done.returncode == 0 and done.stderr == ""  # the "store does not exist yet" warning: not an error
-    done = _sh("walctl ls --store nowhere -q --json", work, env)
-    assert done.returncode == 4 and done.stderr.count("walctl: error:") == 1
+def test_quiet_still_prints_errors(walctl):
+    done = walctl("walctl -q recover missing.img")
+    assert done.exit_code == 4 and done.stderr.startswith("walctl: error: no such device"), done.stderr
+    done = walctl("walctl upload wal.img --store nowhere --dry-run -q --json")
+    assert done.exit_code == 0 and done.stderr == ""  # the "store does not exist yet" warning: not an error
+    done = walctl("walctl ls --store nowhere -q --json")
+    assert done.exit_code == 4 and done.stderr.count("walctl: error:") == 1
     assert json.loads(done.stdout)["error"]["code"] == 4
 
 
@@ -121,32 +119,33 @@ def json_rule_problems(obj, path: str = "") -> list[str]:
 
 
 @pytest.mark.parametrize("name, line", _runs(only_simple=True))
-def test_every_commands_json_follows_the_rules(folder, name, line):
-    work, env = folder
-    done = _sh(line if " --json" in line else line + " --json", work, env)
-    assert done.returncode == 0, done.stderr
-    docs = [json.loads(text) for text in done.stdout.splitlines() if text.strip()]
+def test_every_commands_json_follows_the_rules(walctl, name, line):
+    """Each example's --json (selftest's: test_selftest_lists_its_checks_once_on_a_terminal): exit 0,
+    every stdout line JSON, stderr by the output rules, and docs/CLI.md's JSON rules."""
+    done = walctl(line if " --json" in line else line + " --json")
+    assert done.exit_code == 0, done
+    docs = [json.loads(text) for text in done.stdout.splitlines()]  # NDJSON or one document: every line JSON
     assert docs
+    assert output_problems(done.stderr) == []
     problems = [p for doc in docs for p in json_rule_problems(doc)]
     assert problems == [], f"$ {line} --json\n" + "\n".join(problems)
     # the document (or the closing summary) says when it was rendered; per-record lines need not
     assert "time" in docs[-1]
 
 
-def test_json_rules_over_a_trimmed_wal_an_error_and_append(folder):
+def test_json_rules_over_a_trimmed_wal_an_error_and_append(walctl):
     """Documents the examples do not make: trim of a never-trimmed WAL (previous_trim_offset), an
     error object, append's summary (its WAL offsets), init's header (node id and epoch unset)."""
-    work, env = folder
     for line in ("walctl trim wal.img 0 --json", "walctl status missing.img --json",
                  "walctl append wal.img --stream 7 x y --json", "walctl init fresh.img --capacity 64KiB --json",
                  "walctl upload wal.img --store store --json"):
-        done = _sh(line, work, env)
+        done = walctl(line)
         docs = [json.loads(text) for text in done.stdout.splitlines() if text.strip()]
         problems = [p for doc in docs for p in json_rule_problems(doc)]
         assert docs and problems == [], f"$ {line}\n" + "\n".join(problems)
-    trim = json.loads(_sh("walctl trim wal.img 4096 --json", work, env).stdout)
+    trim = json.loads(walctl("walctl trim wal.img 4096 --json").stdout)
     assert trim["previous_trim_offset"] == 0 and trim["trim_offset"] == 4096
-    init = json.loads(_sh("walctl init fresh2.img --capacity 64KiB --json", work, env).stdout)
+    init = json.loads(walctl("walctl init fresh2.img --capacity 64KiB --json").stdout)
     assert init["header"]["node_id"] is None and init["header"]["epoch"] is None and init["header"]["trim_offset"] is None
 
 
@@ -213,11 +212,10 @@ def test_selftest_lists_its_checks_once_on_a_terminal(tmp_path):
 
 
 # -- 6. per-record lines carry no time; the summary does (docs/CLI.md says why) ----------------
-def test_record_lines_carry_no_time_the_summary_does(folder):
-    work, env = folder
+def test_record_lines_carry_no_time_the_summary_does(walctl):
     for line in ("walctl append wal.img --stream 7 x y --json", "walctl append wal.img --stream 7 z --ack ranges --json",
                  "walctl recover wal.img --json", "walctl read --store store --stream 7 --wal wal.img --json"):
-        docs = [json.loads(text) for text in _sh(line, work, env).stdout.splitlines()]
+        docs = [json.loads(text) for text in walctl(line).stdout.splitlines()]
         rows, summary = docs[:-1], docs[-1]
         assert rows and all(d["type"] in ("record", "range") and "time" not in d for d in rows), line
         assert summary["type"] == "summary" and _ISO_MS.match(summary["time"]), line
@@ -225,7 +223,7 @@ def test_record_lines_carry_no_time_the_summary_does(folder):
     assert "per-record lines (`append`'s acknowledgements" in text and "by design" in text
 
 
-def test_ls_json_times_are_iso_like_every_json_time(folder):
+def test_ls_json_times_are_iso_like_every_json_time(folder, walctl):
     """The manifest keeps times as seconds since the epoch; ls --json shows them as every JSON time:
     a commit's ``time``, a prepared id's ``prepared_at`` and ``expires_at`` (here one hand-added)."""
     work, env = folder
@@ -235,8 +233,8 @@ def test_ls_json_times_are_iso_like_every_json_time(folder):
                         "expires_at": 1795879075.5}]
     doc["next_object_id"] = 3
     path.write_text(json.dumps(doc))
-    done = _sh("walctl ls --store store --json", work, env)
-    assert done.returncode == 0, done.stderr
+    done = walctl("walctl ls --store store --json")
+    assert done.exit_code == 0, done
     out = json.loads(done.stdout)
     assert out["prepared"] == [{"id": 2, "key": "20000000/default/2", "prepared_at": "2026-11-28T14:17:55.250Z",
                                 "expires_at": "2026-11-28T15:17:55.500Z"}]

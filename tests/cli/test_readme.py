@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import manpage  # tools/manpage.py (pyproject's pytest pythonpath)
+from tests.cli.conftest import with_bytecode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 README = REPO_ROOT / "README.md"
@@ -85,7 +86,7 @@ def readme_env(tmp_path_factory):
     shim = bin_dir / "walctl"
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m walctl "$@"\n', encoding="utf-8")
     shim.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WALCTL_", "AWS_", "PYSPARK_"))}
+    env = with_bytecode({k: v for k, v in os.environ.items() if not k.startswith(("WALCTL_", "AWS_", "PYSPARK_"))})
     env.update({
         "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
         "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p),

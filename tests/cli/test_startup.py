@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import subprocess
 import sys
 
@@ -17,6 +18,8 @@ import pytest
 from walctl.cli import app as app_module_app  # the whole app (every command)
 from walctl.cli.app import COMMAND_MODULE_OF, modules_for
 
+from tests.cli.conftest import with_bytecode
+
 HEAVY = ("boto3", "botocore", "pyspark", "py4j", "rich", "hypothesis")
 
 
@@ -24,7 +27,8 @@ def _probe(code: str, marker: str, argv: tuple = ()) -> tuple[object, str]:
     """Run ``code`` in a fresh Python (sys.argv: walctl and ``argv``; json and sys imported), which
     prints ``marker`` and a JSON value last: (that value, what it printed before it)."""
     probe = f"import json, sys\nsys.argv = ['walctl', *{list(argv)!r}]\n{code}\n"
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          env=with_bytecode(dict(os.environ)))
     line = [x for x in proc.stdout.splitlines() if x.startswith(marker)]
     assert line, proc.stderr
     return json.loads(line[-1].removeprefix(marker)), proc.stdout.rsplit(marker, 1)[0]
@@ -237,7 +241,8 @@ def small_wal_and_store(tmp_path_factory):
     wal, store = str(root / "wal.img"), str(root / "store")
 
     def walctl(*args: str) -> None:
-        subprocess.run([sys.executable, "-m", "walctl", *args], check=True, capture_output=True, timeout=120)
+        subprocess.run([sys.executable, "-m", "walctl", *args], check=True, capture_output=True, timeout=120,
+                   env=with_bytecode(dict(os.environ)))
 
     walctl("init", wal, "--capacity", "4MiB")
     walctl("append", wal, "-s", "0", "a", "b", "c")

@@ -34,6 +34,7 @@ from walctl.format.header import WalHeader
 from test_automq_forensics import AutoMQImage, automq_object, amq_header
 from test_fuzz_decoders import mutated
 from walhelpers import append_records, new_wal, payload_for
+from tests.cli.conftest import with_bytecode
 from walctl.wal.trim import trim_wal
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -237,7 +238,7 @@ def test_subprocess_cases(seed):
         image[pos] ^= 1 << rng.randrange(8)
     path = WORK / f"sub{seed}.img"
     path.write_bytes(bytes(image))
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    env = with_bytecode(dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
     for args in (["recover", str(path), "--json", "--hexdump"], ["inspect-object", str(path), "--json", "--deep"]):
         proc = subprocess.run([sys.executable, "-m", "walctl", *args], capture_output=True, text=True,
                               timeout=120, env=env)
