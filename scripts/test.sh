@@ -17,6 +17,10 @@ if [ -z "${JAVA_HOME:-}" ] && ! command -v java >/dev/null 2>&1 && [ "$(id -u)" 
   { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; } >/dev/null 2>&1 \
     || echo "walctl: warning: could not install openjdk-17-jre-headless; compaction tests will fail" >&2
 fi
+# Bytecode is kept: with PYTHONDONTWRITEBYTECODE set (this machine sets it), every walctl process a
+# test starts, and every worker's collection, compiles the same modules again (~40 % of a short
+# run's CPU). The files go to __pycache__, which git ignores.
+unset PYTHONDONTWRITEBYTECODE
 # Two workers (pytest-xdist): most tests wait on subprocesses, devices and Spark, so two
 # share 2 cores well; each worker has its own moto server and Spark session. WALCTL_TEST_WORKERS=0
 # runs in one process (pytest -s output, pdb).
