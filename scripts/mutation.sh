@@ -84,7 +84,7 @@ selection() {
     walctl/pipeline/upload/walread.py) echo "tests/pipeline/test_mut_upload_walread.py" ;;
     walctl/pipeline/readresult.py) echo "tests/pipeline/test_mut_readresult.py" ;;
     walctl/pipeline/check.py)  echo "tests/pipeline/test_mut_check.py" ;;
-    walctl/pipeline/append.py) echo "tests/pipeline/test_mut_append.py tests/pipeline/test_mut_append2.py" ;;
+    walctl/pipeline/append.py) echo "tests/pipeline/test_mut_append.py tests/pipeline/test_mut_append2.py tests/pipeline/test_mut_append3.py" ;;
     walctl/pipeline/read.py)   echo "tests/pipeline/test_mut_read.py tests/pipeline/test_mut_read2.py tests/pipeline/test_mut_read3.py" ;;
     walctl/pipeline/readobject.py) echo "tests/pipeline/test_mut_read.py" ;;
     walctl/compaction/planner.py)  echo "tests/compaction/test_mut_plan.py tests/spark/test_spark_plan.py" ;;
