@@ -65,7 +65,7 @@ selection() {
     walctl/wal/pacing.py)      echo "tests/wal/test_mut_pacing.py" ;;
     walctl/wal/writer_room.py) echo "tests/wal/test_mut_writer.py" ;;
     walctl/wal/writer.py)      echo "tests/wal/test_mut_writer.py" ;;
-    walctl/wal/writer_blocks.py) echo "tests/wal/test_mut_writer.py tests/wal/test_mut_writer2.py" ;;
+    walctl/wal/writer_blocks.py) echo "tests/wal/test_mut_writer.py tests/wal/test_mut_writer2.py tests/wal/test_mut_writer3.py" ;;
     walctl/wal/writer_window.py) echo "tests/wal/test_mut_writer.py tests/wal/test_mut_writer2.py tests/wal/test_mut_writer_window.py" ;;
     walctl/wal/feed.py)        echo "tests/wal/test_mut_feed.py" ;;
     walctl/wal/handoff.py)     echo "tests/wal/test_mut_handoff.py" ;;
@@ -84,8 +84,8 @@ selection() {
     walctl/pipeline/upload/walread.py) echo "tests/pipeline/test_mut_upload_walread.py" ;;
     walctl/pipeline/readresult.py) echo "tests/pipeline/test_mut_readresult.py" ;;
     walctl/pipeline/check.py)  echo "tests/pipeline/test_mut_check.py" ;;
-    walctl/pipeline/append.py) echo "tests/pipeline/test_mut_append.py tests/pipeline/test_mut_append2.py" ;;
-    walctl/pipeline/read.py)   echo "tests/pipeline/test_mut_read.py tests/pipeline/test_mut_read2.py" ;;
+    walctl/pipeline/append.py) echo "tests/pipeline/test_mut_append.py tests/pipeline/test_mut_append2.py tests/pipeline/test_mut_append3.py" ;;
+    walctl/pipeline/read.py)   echo "tests/pipeline/test_mut_read.py tests/pipeline/test_mut_read2.py tests/pipeline/test_mut_read3.py" ;;
     walctl/pipeline/readobject.py) echo "tests/pipeline/test_mut_read.py" ;;
     walctl/compaction/planner.py)  echo "tests/compaction/test_mut_plan.py tests/spark/test_spark_plan.py" ;;
     walctl/compaction/plan.py)     echo "tests/compaction/test_mut_plan.py tests/spark/test_spark_plan.py" ;;

@@ -389,8 +389,8 @@ def _hold_back_when_full(request: AppendRequest, writer, uploader, on_note: Call
         if uploader is None:
             return "no uploader is running"
         stats = uploader.stats
-        if stats.failures and stats.last_error:
-            return f"the background upload is failing: {stats.last_error}"
+        if stats.failures:  # an error's text may be empty (str(RuntimeError())): it is failing all the same
+            return f"the background upload is failing: {stats.last_error or 'an error without a message'}"
         return "the background upload freed no room in that time"
 
     writer.full.wait_s, writer.full.on_full, writer.full.why = full_wait_s, on_full, why
