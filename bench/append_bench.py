@@ -19,7 +19,8 @@ On a loop device (--direct-io=on) over a prewritten file, for each record size:
            costs over the language and the system calls;
   fresh    fio again with --refill_buffers: fio's default buffers repeat, and a virtio disk may
            take repeated data faster; walctl's blocks never repeat;
-  file     (--input-file) `walctl append DEV ... --input FILE` (no pipe);
+  file     (--input-file) `walctl append DEV ... --input FILE` (no pipe), its CPU s/GiB and stages
+           printed below the table; with --compare, the other tree's right after (A/B);
   start-up an empty piped append's CPU seconds, of this tree and of --compare's (median of 5).
 It prints walctl's payload MiB/s and records/s, the ratio to fio's MiB/s (payload / fio
 device bytes, as the issue's table), the pipe ceiling's ratio to fio, p99 of a block's
@@ -264,6 +265,8 @@ def one_size(dev: str, workdir: str, record: int, opts, size: int) -> dict:
             row["compare"] = run_append(dev, inp, True, "records", None, root=opts.compare)
         if opts.input_file:
             row["file"] = run_append(dev, inp, False, opts.ack, None)
+            if opts.compare:  # the other tree's --input FILE, right after this tree's (A/B alternating)
+                row["compare_file"] = run_append(dev, inp, False, opts.ack, None, root=opts.compare)
         rows.append(row)
     os.remove(inp)
     return {"record": record, "count": count, "rows": rows}
@@ -282,10 +285,7 @@ def report(results: list[dict], opts) -> None:
             s, f = row["summary"], row["fio"]
             mibs = s["payload_bytes"] / MiB / s["wall_s"]
             p99 = (s.get("stages_us") or {}).get("total", {}).get("p99", 0) / 1000
-            file_ratio = ""
-            if "file" in row:
-                fs = row["file"]
-                file_ratio = f"{fs['payload_bytes'] / MiB / fs['wall_s'] / f['mib_per_s']:.2f}"
+            file_ratio = _file_ratio(row.get("file"), f)
             print(f"{_size(res['record']):>8} {mibs:>12.1f} {s['records'] / s['wall_s']:>10.0f} "
                   f"{_size(row['fio_bs']):>9} {f['mib_per_s']:>9.1f} {mibs / f['mib_per_s']:>6.2f} "
                   f"{row['pipe'] / f['mib_per_s']:>6.2f} {row['pipe_1m'] / f['mib_per_s']:>7.2f} {p99:>7.2f} "
@@ -296,7 +296,8 @@ def report(results: list[dict], opts) -> None:
                 cp99 = (c.get("stages_us") or {}).get("total", {}).get("p99", 0) / 1000
                 print(f"{'(other)':>8} {cm:>12.1f} {c['records'] / c['wall_s']:>10.0f} "
                       f"{_size(c['bytes_written'] // max(1, c['blocks_written'])):>9} {'':>9} "
-                      f"{cm / f['mib_per_s']:>6.2f} {'':>6} {'':>7} {cp99:>7.2f} {'':>6} {_cpu(c):>9} "
+                      f"{cm / f['mib_per_s']:>6.2f} {'':>6} {'':>7} {cp99:>7.2f} "
+                      f"{_file_ratio(row.get('compare_file'), f):>6} {_cpu(c):>9} "
                       f"{_own(c, f):>5} {'':>5} {_vs_bare(c, row):>6}")
     print("ratio, pipe, pipe 1M, file: MiB/s / fio MiB/s (pipe: a bare reader of the same pipe, default size "
           "and F_SETPIPE_SZ 1 MiB; file: --input FILE). p99: a block's first record to durable. CPU s/GiB: the "
@@ -306,9 +307,22 @@ def report(results: list[dict], opts) -> None:
           "w/bare: walctl's MiB/s / bare's (wall-clock); fresh: fio --refill_buffers / fio (data that never repeats).")
     for res in results:
         for row in res["rows"]:
+            if "file" in row:  # --input FILE: its CPU and stages beside the piped run's
+                other = f", other tree {_cpu(row['compare_file'])}" if "compare_file" in row else ""
+                print(f"  {_size(res['record'])} --input FILE: CPU s/GiB {_cpu(row['file'])}{other}; "
+                      f"{stage_line(row['file'])}")
+    for res in results:
+        for row in res["rows"]:
             print(f"  {_size(res['record'])}: {stage_line(row['summary'])}")
             if row["profile"]:
                 print("    py-spy self time:\n      " + "\n      ".join(row["profile"]))
+
+
+def _file_ratio(summary: dict | None, fio_row: dict) -> str:
+    """--input FILE's MiB/s (wall-clock) / fio's ('' without that run)."""
+    if not summary:
+        return ""
+    return f"{summary['payload_bytes'] / MiB / summary['wall_s'] / fio_row['mib_per_s']:.2f}"
 
 
 def _bare(row: dict, fio_row: dict) -> str:
@@ -348,7 +362,8 @@ def main() -> int:
     parser.add_argument("--dir", default="/var/tmp")
     parser.add_argument("--ack", default="records", help="append's --ack mode (records, ranges)")
     parser.add_argument("--profile", help="a directory for py-spy profiles of the walctl runs")
-    parser.add_argument("--input-file", action="store_true", help="also time --input FILE (no pipe)")
+    parser.add_argument("--input-file", action="store_true", help="also time --input FILE (no pipe; with "
+                                                                  "--compare, the other tree's too, right after)")
     parser.add_argument("--compare", help="another walctl tree (a checkout with its C extension built): its piped "
                                           "append runs right after this tree's, against the same fio run (--ack "
                                           "records), printed as '(other)' rows")
