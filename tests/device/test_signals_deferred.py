@@ -50,3 +50,31 @@ def test_outside_a_block_the_interrupt_is_raised_at_once():
                           cwd=str(REPO_ROOT), timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["Interrupted", "15"], proc.stdout
+
+
+_MASK_SCRIPT = textwrap.dedent('''
+    import signal
+    from walctl.cli.boundary import signals_interrupt
+    from walctl.device.signals import signals_deferred
+
+    def blocked():
+        return sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, []) if int(s) in (2, 15))
+
+    with signals_deferred():  # default handlers: only the mask holds a signal
+        plain = blocked()
+    with signals_interrupt():
+        with signals_deferred():  # the CLI's handler holds it: no mask, no system call
+            cli = blocked()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # one handler that does not hold: the mask again
+        with signals_deferred():
+            mixed = blocked()
+    print(plain, cli, mixed)
+''')
+
+
+def test_under_the_clis_handler_a_block_holds_signals_without_the_mask():
+    # The WAL writer enters a few blocks per block it writes; the mask cost two system calls each.
+    proc = subprocess.run([sys.executable, "-c", _MASK_SCRIPT], capture_output=True, text=True, env=_env({}),
+                          cwd=str(REPO_ROOT), timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[2, 15] [] [2, 15]", proc.stdout

@@ -178,9 +178,13 @@ class signals_interrupt:
         import threading
 
         if threading.current_thread() is threading.main_thread():
+            from walctl.device.signals import holding_handler
+
+            handler = self._handler
+            holding_handler(handler)  # it asks hold_interrupt first: signals_deferred needs no mask
             for name in self.SIGNALS:
                 num = getattr(signal, name)
-                self.previous[num] = signal.signal(num, self._handler)
+                self.previous[num] = signal.signal(num, handler)
         return self
 
     def __exit__(self, *exc):

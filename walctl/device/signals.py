@@ -15,6 +15,11 @@ starts a child process (compact starts Spark's JVM inside one: a child inherits 
 and a JVM that cannot be interrupted outlives us). Its handlers hand the signal to the handler they
 replaced while the block is open, so the CLI's handler holds its interrupt as above; a default
 handler's KeyboardInterrupt is kept for the end of the block the same way.
+
+While both signals' handler is one that holds (``holding_handler``: the CLI's), a block needs no
+mask: that handler runs in the main thread between Python statements, whichever thread took the
+signal, and keeps the interrupt for the block's end. Such a block costs no system call (the WAL
+writer enters a few per block it writes; the mask took two pthread_sigmask calls each).
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ from __future__ import annotations
 import signal
 import threading
 
-try:  # the C function behind signal.pthread_sigmask, without its conversion of the mask to enums
+try:  # the C functions behind signal.pthread_sigmask and getsignal, without their conversions to enums
+    from _signal import getsignal as _getsignal  # (getsignal's raises and catches a ValueError for a function)
     from _signal import pthread_sigmask as _sigmask  # (twice as fast: it runs twice per block)
 except ImportError:  # pragma: no cover - other Pythons
+    from signal import getsignal as _getsignal
     from signal import pthread_sigmask as _sigmask
 
 _HELD_SIGNALS = {int(signal.SIGINT), int(signal.SIGTERM)}
+_SIGINT, _SIGTERM = int(signal.SIGINT), int(signal.SIGTERM)
 
 
 class _Held:
@@ -36,6 +44,13 @@ class _Held:
 
     depth = 0
     interrupt: BaseException | None = None
+    holder = None  # a handler that asks hold_interrupt first (holding_handler)
+
+
+def holding_handler(handler) -> None:
+    """Say that ``handler`` (as installed with signal.signal) asks ``hold_interrupt`` before it raises:
+    while it handles both SIGINT and SIGTERM, signals_deferred blocks hold them without the mask."""
+    _Held.holder = handler
 
 
 def hold_interrupt(interrupt: BaseException) -> bool:
@@ -70,16 +85,20 @@ class signals_deferred:
     A class rather than a generator context manager: it runs twice per block.
     """
 
-    __slots__ = ("previous", "mask", "handlers")
+    __slots__ = ("previous", "mask", "handlers", "held")
 
     def __init__(self, *, mask: bool = True):
         self.mask = mask
 
     def __enter__(self):
         self.previous = self.handlers = None
+        self.held = False
         if threading.get_ident() == threading.main_thread().ident:
+            self.held = True
             if self.mask:
-                self.previous = _sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+                holder = _Held.holder
+                if holder is None or _getsignal(_SIGTERM) is not holder or _getsignal(_SIGINT) is not holder:
+                    self.previous = _sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
             else:
                 self.handlers = {sig: signal.getsignal(sig) for sig in _HELD_SIGNALS}
                 for sig, handler in self.handlers.items():
@@ -88,11 +107,11 @@ class signals_deferred:
         return self
 
     def __exit__(self, *exc):
-        if self.previous is None and self.handlers is None:
+        if not self.held:
             return False
         if self.previous is not None:
             _sigmask(signal.SIG_SETMASK, self.previous)  # (a signal the mask held: handled from here,
-        else:                                            # still held until the depth is down)
+        elif self.handlers is not None:                  # still held until the depth is down)
             for sig, handler in self.handlers.items():
                 signal.signal(sig, handler)
         _Held.depth -= 1
