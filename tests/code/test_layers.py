@@ -53,6 +53,7 @@ MAY_IMPORT = {
 LAYER_OF = {
     "walctl": "base", "walctl.errors": "base", "walctl.defaults": "base", "walctl.sizes": "base",
     "walctl.failpoints": "base", "walctl.percentile": "base", "walctl.lazynames": "base",
+    "walctl.native": "base",
     "walctl.format": "format",
     "walctl.device": "device",
     "walctl.wal": "wal",

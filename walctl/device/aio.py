@@ -26,6 +26,7 @@ from walctl.device.buffers import ALIGN, buffer_address, check_aligned, check_bu
 from walctl.device.fdio import DirectDevice
 from walctl.device.signals import signals_deferred
 from walctl.errors import IOFailure
+from walctl.native import load_extension
 
 # (io_setup, io_destroy, io_getevents, io_submit) syscall numbers per architecture.
 _AIO_SYSCALLS = {"x86_64": (206, 207, 208, 209), "aarch64": (0, 1, 4, 2)}
@@ -35,15 +36,9 @@ _VIEW_CACHE_SIZE = 64
 
 
 def native_aio():
-    """walctl.device._aio, or None: not built, or WALCTL_NO_NATIVE set (the rule of
-    walctl.format.extension, which this layer cannot import)."""
-    if os.environ.get("WALCTL_NO_NATIVE", "") not in ("", "0"):
-        return None
-    try:
-        from walctl.device import _aio
-    except ImportError:
-        return None
-    return _aio
+    """walctl.device._aio, or None: not built, or WALCTL_NO_NATIVE set (walctl.native's rule, the
+    format extension's too)."""
+    return load_extension("walctl.device._aio")
 
 
 class _IoCb(ctypes.Structure):
