@@ -450,14 +450,18 @@ class AioWriteQueue:
             self._nbytes[slot] -= res
             self._io_submit([slot])
             return
-        error = None
+        self._finish(slot, self._write_error(res, nbytes, offset))
+
+    def _write_error(self, res: int, nbytes: int, offset: int) -> IOFailure | None:
+        """A completion's result ``res`` for a write of ``nbytes`` at ``offset``: None when whole,
+        else the IOFailure (the kernel's error, or a short write)."""
         if res < 0:
-            error = io_failure(f"write failed: {os.strerror(-res)}", where=self.dev.path, offset=offset,
-                                exc=OSError(-res, os.strerror(-res)))
-        elif res != nbytes:
-            error = io_failure(f"short write: wrote {res} of {nbytes} bytes", where=self.dev.path,
-                                offset=offset + res)
-        self._finish(slot, error)
+            return io_failure(f"write failed: {os.strerror(-res)}", where=self.dev.path, offset=offset,
+                              exc=OSError(-res, os.strerror(-res)))
+        if res != nbytes:
+            return io_failure(f"short write: wrote {res} of {nbytes} bytes", where=self.dev.path,
+                              offset=offset + res)
+        return None
 
     def _free_slots(self, slots: list[int]) -> None:
         """Return finished slots to the free list (before their callbacks: those may submit at once)."""
@@ -598,11 +602,7 @@ class ClosedLoop:
                         again.append(slot)
                         continue
                 elif self.error is None:
-                    offset = io.iocb(slot)[2]
-                    self.error = (io_failure(f"write failed: {os.strerror(-res)}", where=queue.dev.path, offset=offset,
-                                             exc=OSError(-res, os.strerror(-res))) if res < 0 else
-                                  io_failure(f"short write: wrote {res} of {length} bytes", where=queue.dev.path,
-                                             offset=offset + res))
+                    self.error = queue._write_error(res, length, io.iocb(slot)[2])
                 del owner[slot]
                 queue._slots[slot] = None
                 queue._free_slots([slot])
