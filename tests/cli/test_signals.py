@@ -114,20 +114,27 @@ def test_sigterm_while_recover_waits_on_a_full_pipe_cuts_no_line(tmp_path, new_w
 
 
 def test_sigterm_while_append_prints_acks_to_a_full_pipe(tmp_path, new_wal, cli):
-    """The signal lands while append's acknowledgements wait on a slow reader (the pipe is full):
+    """The signal lands while append's acknowledgements wait on a slow reader (the pipe is full) and
+    its input is still open:
     exit 143 with the interruption's line (it once reached the writer as its ack callback's error:
     exit 6, 'write failed: SIGTERM'), every line whole, the summary last, and every record the
     summary counts (and every offset printed) in the WAL."""
     dev = new_wal("32MiB")
-    data = tmp_path / "in.bin"
-    data.write_bytes(b"".join(len(p).to_bytes(4, "big") + p for p in (os.urandom(100) for _ in range(60000))))
-    code, out, err = signalled(tmp_path, ["append", dev, "--stream", "1", "--input", data, "--framing",
-                                          "length-prefixed", "--json"], full_pipe=True)
+    record = (100).to_bytes(4, "big") + os.urandom(100)
+    fed = [0]  # chunks of 64 records handed to stdin
+
+    def endless():  # the input never ends: the signal always lands mid-work, acks held by the full pipe
+        while True:
+            fed[0] += 1
+            yield record * 64
+
+    code, out, err = signalled(tmp_path, ["append", dev, "--stream", "1", "--input", "-", "--framing",
+                                          "length-prefixed", "--json"], full_pipe=True, feed=endless())
     _check_interrupted(code, err)
     lines = ndjson(out)
     acks, summary = lines[:-1], lines[-1]
     assert [x["type"] for x in acks] == ["record"] * len(acks) and summary["type"] == "summary"
-    assert 0 < len(acks) <= summary["records"] < 60000 and summary["error"]["signal"] == "SIGTERM"
+    assert 0 < len(acks) <= summary["records"] <= 64 * fed[0] and summary["error"]["signal"] == "SIGTERM"
     stats = cli("recover", dev, "--stats", "--json").json_lines()[-1]
     assert stats["records"] >= summary["records"] and stats["findings"] == 0
     wal_offsets = {x["offset"] for x in cli("recover", dev, "--json").json_lines() if x["type"] == "record"}
