@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import select
 import signal
 import subprocess
 import sys
