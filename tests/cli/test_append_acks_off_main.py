@@ -1,6 +1,6 @@
 """append's acknowledgements written from the reaper thread (issue 31): straight to stdout's
-descriptor, whole and in order, without write_lines' signal deferral (Python raises signals on
-the main thread only); a reader that left still stops the input (stdout_closed)."""
+descriptor by write_lines, whole and in order, without its signal deferral (Python raises signals
+on the main thread only); a reader that left still stops the input (stdout_closed)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+import walctl.device.signals
 from walctl.commands import append as append_cmd
 
 
@@ -43,10 +44,11 @@ def test_acks_from_the_reaper_thread_go_to_the_descriptor_whole_and_after_what_s
     r, out = stdout_pipe
     monkeypatch.setattr("sys.stdout", out)
 
-    def no_write_lines(text):
-        raise AssertionError("write_lines called off the main thread")
+    class no_deferral:
+        def __init__(self, *args, **kwargs):
+            raise AssertionError("signals deferred off the main thread")
 
-    monkeypatch.setattr(append_cmd, "write_lines", no_write_lines)
+    monkeypatch.setattr(walctl.device.signals, "signals_deferred", no_deferral)
     acks = append_cmd._Acks(1, True, False)
     out.write("held\n")  # written the usual way before: it must come first
     lines = [b'{"type":"record","offset":%d}\n' % i for i in range(1000)]  # under a pipe's 64 KiB

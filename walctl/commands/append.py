@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import enum
-import os
 import sys
-import threading
 import time
 from typing import Annotated
 
@@ -199,12 +197,10 @@ class _Acks:
                       "stdout_closed": False, "interrupt": None, "ack_ns": 0}
 
     def emit(self, text: str | bytes) -> None:
-        if type(text) is bytes and threading.current_thread() is not threading.main_thread():
-            self._emit_off_main(text)
-            return
         try:
             # One write for the block's records, once it is durable (from the appender or the reaper
-            # thread), whole: a signal never cuts an acknowledgement line short (write_lines).
+            # thread), whole: a signal never cuts an acknowledgement line short (write_lines; from
+            # the reaper thread straight to the descriptor, nothing to defer there).
             write_lines(text)
         except KeyboardInterrupt as exc:
             # SIGTERM/SIGINT while the main thread printed these: kept for the append loop to raise, not
@@ -213,25 +209,6 @@ class _Acks:
         except BrokenPipeError:
             # The reader of our acknowledgements went away (e.g. `| head`): stop taking input,
             # close cleanly (queued records still become durable), exit as SIGPIPE would.
-            self.stats["stdout_closed"] = True
-            silence_stdout()
-
-    def _emit_off_main(self, data: bytes) -> None:
-        """emit from the reaper thread: straight to the descriptor (issue 31: a tenth of write_lines'
-        cost a block). Python runs signal handlers on the main thread only, so no SIGTERM/SIGINT
-        is raised into this write (an interrupted write(2) is resumed), which write_lines' deferral
-        is for; the lines still go out whole, in order, after what sys.stdout held."""
-        try:
-            fd = sys.stdout.fileno()
-        except (AttributeError, ValueError, OSError):  # not a file (a test's capture): write_lines' own way
-            write_lines(data)
-            return
-        try:
-            sys.stdout.flush()
-            view, done = memoryview(data), 0
-            while done < len(data):
-                done += os.write(fd, view[done:])
-        except BrokenPipeError:
             self.stats["stdout_closed"] = True
             silence_stdout()
 
