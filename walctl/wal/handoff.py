@@ -25,7 +25,7 @@ import struct
 import threading
 import time
 
-from walctl.errors import UsageError, WalctlError
+from walctl.errors import EXIT_REFUSED, UsageError, WalctlError
 
 PREFIX = "walctl-trim/"
 ACCEPT_POLL_S = 0.2  # how often the listener thread looks whether it should stop
@@ -93,21 +93,29 @@ class TrimListener:
             with conn:
                 try:
                     conn.settimeout(REQUEST_TIMEOUT_S)
-                    answer = self._answer(conn)
-                    conn.sendall(answer.encode())
-                    if answer.startswith(_REFUSED):
-                        # the request was not read: read it now (or the client's close), so the
-                        # client's send never meets a closed socket (EPIPE) before it reads the refusal
-                        conn.shutdown(socket.SHUT_WR)
-                        _read_line(conn)
+                    refusal = self._refusal(conn)
+                    if refusal is None:
+                        conn.sendall(self._answer(conn).encode())
+                        continue
+                    conn.sendall(refusal.encode())
+                    # refused before its request was read: read it now (or the client's close), so
+                    # the client's send never meets a closed socket (EPIPE) before it reads the refusal
+                    conn.shutdown(socket.SHUT_WR)
+                    _read_line(conn)
                 except OSError:
                     continue  # the client went away: it will ask again
 
-    def _answer(self, conn) -> str:
+    @staticmethod
+    def _refusal(conn) -> str | None:
+        """The answer to a peer that may not trim (its uid is neither root's nor ours), else None."""
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         _, uid, _ = struct.unpack("3i", creds)
-        if uid not in (0, os.getuid()):  # refused before its request is read
-            return f"{_REFUSED}uid {uid} may not trim this WAL\n"
+        if uid not in (0, os.getuid()):
+            return f"ERR {EXIT_REFUSED} refused: uid {uid} may not trim this WAL\n"
+        return None
+
+    def _answer(self, conn) -> str:
+        """Read the peer's request and carry it out: the answer line."""
         line = _read_line(conn)
         parts = line.split()
         if len(parts) < 2 or parts[0] != "TRIM" or not parts[1].isdigit():
@@ -123,9 +131,6 @@ class TrimListener:
         if self.on_trim is not None:
             self.on_trim(offset)
         return f"OK {previous}\n"
-
-
-_REFUSED = "ERR 5 refused: "
 
 
 def _read_line(conn) -> str:
