@@ -67,6 +67,14 @@ class _Run:
             index = int(self.rngs[slot].random() * self.blocks)
         return self.region_start + index * self.block_size
 
+    def offset_function(self, slot: int) -> Callable[[], int]:
+        """Slot ``slot``'s next write offset as one call (made once per write): ``offset`` with the
+        random case's names bound once."""
+        if self.sequential:
+            return lambda: self.offset(slot)
+        rand, blocks, block_size, region_start = self.rngs[slot].random, self.blocks, self.block_size, self.region_start
+        return lambda: region_start + int(rand() * blocks) * block_size
+
     def start(self, slot: int) -> None:
         self.started_ns[slot] = time.perf_counter_ns()
         self.queue.submit(self.offset(slot), self.buffers[slot], self.callbacks[slot])
@@ -81,9 +89,7 @@ class _Run:
         started = self.started_ns
         submit = self.queue.submit
         buf = self.buffers[slot]
-        offset = self.offset
-        sequential, rand = self.sequential, self.rngs[slot].random
-        blocks, block_size, region_start = self.blocks, self.block_size, self.region_start
+        next_offset = self.offset_function(slot)
 
         def done(error: BaseException | None, flush_ns: int = 0) -> None:
             now = clock()
@@ -93,8 +99,7 @@ class _Run:
                 if not self.stop and now < self.deadline_ns:
                     try:
                         started[slot] = now
-                        submit(offset(slot) if sequential else region_start + int(rand() * blocks) * block_size,
-                               buf, done)
+                        submit(next_offset(), buf, done)
                         return
                     except BaseException as exc:  # a submit refused: stop like an I/O error
                         if self.error is None:
@@ -113,18 +118,10 @@ class _Run:
                 self.finished.set()
 
 
-def _offset_function(run: _Run, slot: int) -> Callable[[], int]:
-    """Slot ``slot``'s next write offset, as one call (the closed loop makes one per write)."""
-    if run.sequential:
-        return lambda: run.offset(slot)
-    rand, blocks, block_size, region_start = run.rngs[slot].random, run.blocks, run.block_size, run.region_start
-    return lambda: region_start + int(rand() * blocks) * block_size
-
-
 def _run_closed_loop(run: _Run, queue, started: int, progress: Progress | None) -> None:
     """The aio engine: this thread reaps and resubmits (ClosedLoop), as fio does; SIGINT/SIGTERM held
     once per HOLD_S of reaps, not twice per reap (a signal waits at most that long)."""
-    loop = ClosedLoop(queue, run.buffers, [_offset_function(run, slot) for slot in range(len(run.buffers))],
+    loop = ClosedLoop(queue, run.buffers, [run.offset_function(slot) for slot in range(len(run.buffers))],
                       [r.samples for r in run.recorders], run.counts)
     clock = time.perf_counter_ns
     next_progress = clock() + int(PROGRESS_INTERVAL_S * 1e9)
