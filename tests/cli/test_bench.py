@@ -230,6 +230,7 @@ def test_bench_on_a_loop_device(cli, loop_device):
 def test_aio_queue_writes_what_it_was_given_and_reports_errors(tmp_path):
     import threading
 
+    from tests.aiohelpers import submit_when_free
     from walctl.device import aligned_buffer, open_device
     from walctl.device.blockio import AioWriteQueue, open_write_queue
 
@@ -255,17 +256,8 @@ def test_aio_queue_writes_what_it_was_given_and_reports_errors(tmp_path):
                 buf[:] = bytes([i + (16 if reaper else 0)]) * 8192
                 bufs.append(buf)
             for i, buf in enumerate(bufs):
-                while True:
-                    try:
-                        queue.submit(i * 8192, buf, callback, length=4096 if i % 2 else None)
-                        break
-                    except ValueError:  # every slot busy: let one complete
-                        if not reaper:
-                            queue.wait(1.0)
-                        else:
-                            done.acquire()
-                            done.release()
-                            threading.Event().wait(0.001)
+                submit_when_free(queue, i * 8192, buf, callback, done, reaper=reaper,
+                                 length=4096 if i % 2 else None)
             queue.close()
             assert errors == [None] * 8
             data = path.read_bytes()

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from tests.aiohelpers import submit_when_free
 from walctl.bench import raw
 from walctl.device import aligned_buffer, open_device
 from walctl.device import aio as aio_mod
@@ -87,17 +88,7 @@ def test_writes_land_where_asked_and_every_callback_runs_once(dev, backend, reap
         done.release()
 
     for i, buf in enumerate(bufs):
-        while True:
-            try:
-                queue.submit(i * 8192, buf, callback, length=4096 if i % 2 else None)
-                break
-            except ValueError:  # every slot busy: let one complete
-                if reaper:
-                    done.acquire()
-                    done.release()
-                    time.sleep(0.0005)
-                else:
-                    queue.wait(1.0)
+        submit_when_free(queue, i * 8192, buf, callback, done, reaper=reaper, length=4096 if i % 2 else None)
     queue.close()
     assert results == [(None, 0)] * 12
     data = open(dev.path, "rb").read(12 * 8192)
