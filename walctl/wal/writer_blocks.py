@@ -276,7 +276,7 @@ class BlockBuilder:
             # Run ahead by at most iodepth closed blocks while every slot is busy.
             self._pump(wait=True, keep=self.run_ahead)
         start = self.next_block
-        lap_end = self.ring.lap_end(start)
+        lap_end = (start // self._ring_bytes + 1) * self._ring_bytes  # Ring.lap_end
         if start + record_bytes > lap_end:
             # The record would cross the ring's end: pad the rest of the lap.
             if self._make_room(lap_end):
@@ -297,8 +297,9 @@ class BlockBuilder:
     def _open_block(self, start: int, end: int, record_bytes: int) -> Block:
         """A new, empty block at ``start`` whose first record takes ``record_bytes`` bytes; its clock starts now."""
         now = self._clock()
+        ring_bytes = self._ring_bytes
         return Block(start, end, buf=self._take_buffer(record_bytes), opened_ns=now,
-                      stall_at_open_ns=self._stalled_ns(now), lap_end=self.ring.lap_end(start))
+                     stall_at_open_ns=self._stalled_ns(now), lap_end=(start // ring_bytes + 1) * ring_bytes)
 
     def _take_buffer(self, record_bytes: int):
         """An aligned buffer for a new block whose first record takes ``record_bytes`` bytes."""

@@ -23,6 +23,7 @@ from walctl.wal.layout import align_up
 from walctl.wal.writer_blocks import MANY_OVERHEAD, Block, Frames, Many
 
 WINDOW_SCALE_UNIT_BYTES = 4 << 20  # the sliding window grows by 4 MiB steps (walctl.wal.writer)
+_ZEROS = memoryview(bytes(4096))  # a block's padding to 4 KiB, sliced without a copy
 
 
 class SubmissionWindow:
@@ -60,7 +61,10 @@ class SubmissionWindow:
         """Queue the open block for writing; the next block starts where it ends."""
         cur = self._cur
         # Blocks are written zero-padded to 4 KiB (a reused buffer holds an older block's bytes).
-        cur.buf[cur.length:align_up(cur.length)] = bytes(align_up(cur.length) - cur.length)
+        length = cur.length
+        pad = -length % 4096
+        if pad:
+            cur.buf[length:length + pad] = _ZEROS[:pad]
         if not cur.log_end:  # data blocks; a padding block's record ends at the lap end (set by _place)
             cur.log_end = cur.start + cur.length
             cur.end = cur.start + align_up(cur.length)
@@ -117,7 +121,7 @@ class SubmissionWindow:
             # and the queue calls back only when the write returned from the device, with the
             # block on stable media. This is what lets _completed acknowledge the block's records.
             try:
-                self._queue.submit(self.ring.physical(block.start), buf,
+                self._queue.submit(self._ring_head + block.start % self._ring_bytes, buf,  # Ring.physical
                                    lambda error, flush_ns=0, b=block, buf=buf: self._completed(b, error, buf, flush_ns),
                                    length=padded)
             except BaseException:  # refused before it started: no completion will come
