@@ -66,8 +66,8 @@ class SubmissionWindow:
         if pad:
             cur.buf[length:length + pad] = _ZEROS[:pad]
         if not cur.log_end:  # data blocks; a padding block's record ends at the lap end (set by _place)
-            cur.log_end = cur.start + cur.length
-            cur.end = cur.start + align_up(cur.length)
+            cur.log_end = cur.start + length
+            cur.end = cur.start + length + pad
         with _signals_deferred():
             # Both or neither: an interrupt in between would lose or duplicate the block.
             block, self._cur = self._cur, None
@@ -78,10 +78,15 @@ class SubmissionWindow:
         """Start the writes of closed blocks while slots are free; with ``wait``, until at most ``keep`` wait."""
         ready = self._ready
         while ready:
-            self._check_usable()
-            if self._busy < self.iodepth and self._fits_window(ready[0]):
-                if self._pacer is None or self._budget_allows(ready[0]):
-                    self._submit(ready[0])
+            if self._failed is not None or self._closed:
+                self._check_usable()
+            block = ready[0]
+            if self._busy < self.iodepth and (
+                    # _fits_window's usual case inline: the block ends inside the persisted window
+                    block.end - (self._inflight[0].start if self._inflight else block.start)
+                    <= self.state.header.sliding_window_max_length or self._fits_window(block)):
+                if self._pacer is None or self._budget_allows(block):
+                    self._submit(block)
                 elif wait and len(ready) > keep:
                     self._lock.wait((self._timer_due_ns - self._clock()) / 1e9)
                 else:
@@ -102,7 +107,7 @@ class SubmissionWindow:
     def _submit(self, block: Block) -> None:
         """Start the durable write of ``block``, the first closed one (a slot is free, the window fits)."""
         buf = block.buf
-        padded = align_up(block.length)
+        padded = (block.length + 4095) & -4096  # align_up
         now = self._clock()
         if self._pacer is not None:
             self._pacer.take(padded, now)
@@ -146,7 +151,7 @@ class SubmissionWindow:
 
     def _completed(self, block: Block, error: BaseException | None, buf=None, flush_ns: int = 0) -> None:
         """A write queue's completion (walctl.device.base.WriteDone): ``flush_ns`` of the write went to fdatasync."""
-        with self._lock:
+        with self._mutex:  # the condition's lock, taken directly (Condition.__enter__ is a Python call)
             try:
                 self._finish_block(block, error, buf, flush_ns)
             except BaseException as exc:  # never leave waiters hanging on a bug here
@@ -166,7 +171,7 @@ class SubmissionWindow:
                 self._failed = error
         else:
             self.blocks_written += 1
-            self.bytes_written += align_up(block.length)
+            self.bytes_written += (block.length + 4095) & -4096  # align_up
             # The write returned now; on the buffered fallback its fdatasync is part of it.
             written_ns = self._clock() - block.submitted_ns
             flush_ns = min(flush_ns, written_ns)
