@@ -126,17 +126,28 @@ def test_record_larger_than_the_ring_is_refused(tmp_path):
 
 
 def test_sliding_window_grows_durably_before_a_block_passes_it(tmp_path, monkeypatch):
-    """Five 208 KiB blocks in flight pass the 1 MiB window. The device's first completions are held
-    back until five blocks are in flight (or 5 s passed), so the window must grow whatever the disk's
-    speed (a fast disk completed blocks before five were in flight: the test depended on timing)."""
+    """Six 204 KiB blocks in flight pass the 1 MiB window (five fit in it). The device's completions
+    are held back until the sixth block's write completed (or 5 s passed), so when the sixth block
+    was submitted the five before it were still in flight: the window must have grown first,
+    whatever the disk's speed.
+
+    Holding only until the fifth completion (as this test did) left a race: once the fifth block's
+    write completed before the appender submitted the sixth block, the five were released, the sixth
+    fitted the 1 MiB window and it never grew (2 of 30 runs; 16 of 100 in a tighter loop)."""
     import threading
 
+    from walctl.wal.layout import align_up
     from walctl.wal.writer import WalWriter
 
+    block_bytes = align_up(rec.SIZE + len(StreamRecordBatch(0, 0, 0, 1, bytes(200 * KiB)).encode()))
+    assert block_bytes == 204 * KiB
+    passing = 1 * MiB // block_bytes + 1  # blocks in flight that span more than the window: 6
     real, held, lock = WalWriter._completed, [], threading.Lock()
 
     def release() -> None:
         with lock:
+            if held[:1] == [None]:  # released already (the timer fired after the last completion)
+                return
             pending, held[:] = list(held), [None]
         for args in pending:
             real(*args)
@@ -145,7 +156,7 @@ def test_sliding_window_grows_durably_before_a_block_passes_it(tmp_path, monkeyp
         with lock:
             if not held or held[0] is not None:
                 held.append((self, *args))
-                if len(held) < 5:
+                if len(held) < passing:
                     return
             else:
                 return real(self, *args, **kwargs)

@@ -97,6 +97,7 @@ class WalWriter(BlockBuilder, SubmissionWindow, RoomKeeper):
         self.state = state
         self.ring = Ring(state.header.capacity)
         self._ring_bytes = self.ring.size
+        self._ring_head = self.ring.headers_size  # physical offset of logical 0 (Ring.physical, per block)
         self._room_end = max(state.header.trim_offset, 0) + self._ring_bytes  # the log ends before it (_set_room_end)
         self.next_block = next_offset
         self.iodepth = iodepth

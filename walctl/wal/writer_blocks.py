@@ -10,7 +10,7 @@ walctl.wal.writer_window's, waiting for room walctl.wal.writer_room's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from walctl.device.buffers import aligned_buffer
@@ -62,30 +62,45 @@ class Many:
         self.offset, self.payloads, self.index, self.count, self.token = offset, payloads, index, count, token
 
 
-@dataclass
 class Block:
-    start: int
-    end: int  # logical end of the block's extent (padding blocks extend to the lap end)
-    records: list = field(default_factory=list)  # (offset, token) per append, a Many per append_many
-    # (stream id, next stream offset, record offset) of the records that carry a stream batch
-    stream_marks: list[tuple[int, int, int]] = field(default_factory=list)
-    log_end: int = 0  # end of its last record (padding blocks: the lap end), set when closed
-    lap_end: int = 0  # where the lap holding the block ends: its records stop there
-    # Records are encoded straight into the aligned buffer that is written (zero-padded to
-    # 4 KiB when closed): no intermediate copy of the block.
-    buf: Any = None
-    length: int = 0  # bytes of records (or of the padding record's header) in buf
-    done: bool = False
-    error: BaseException | None = None
-    # For the latency breakdown (perf_counter_ns): the first record came, the writer's
-    # budget-stall clock at that moment (see WalWriter._stalled_ns), the write started.
-    opened_ns: int = 0
-    stall_at_open_ns: int = 0
-    submitted_ns: int = 0
-    budget_ns: int = 0  # of its queued time, how long the budget stalled the writer
-    min_limit: int = 0  # append_frames: a record this large was placed in it and must fit
+    """One block of the log: its extent, the records in it and its write's progress.
 
+    A class with __slots__ and a plain __init__ rather than a dataclass: one is made per block
+    (thousands a second), and the dataclass's default factories and instance dict cost a few
+    microseconds each and feed the garbage collector."""
 
+    __slots__ = ("start", "end", "records", "stream_marks", "log_end", "lap_end", "buf", "length", "done",
+                 "error", "opened_ns", "stall_at_open_ns", "submitted_ns", "budget_ns", "min_limit")
+
+    def __init__(self, start: int, end: int, records: list | None = None,
+                 stream_marks: list[tuple[int, int, int]] | None = None, log_end: int = 0, lap_end: int = 0,
+                 buf: Any = None, length: int = 0, done: bool = False, error: BaseException | None = None,
+                 opened_ns: int = 0, stall_at_open_ns: int = 0, submitted_ns: int = 0, budget_ns: int = 0,
+                 min_limit: int = 0):
+        self.start = start
+        self.end = end  # logical end of the block's extent (padding blocks extend to the lap end)
+        self.records = [] if records is None else records  # (offset, token) per append, a Many per append_many
+        # (stream id, next stream offset, record offset) of the records that carry a stream batch
+        self.stream_marks = [] if stream_marks is None else stream_marks
+        self.log_end = log_end  # end of its last record (padding blocks: the lap end), set when closed
+        self.lap_end = lap_end  # where the lap holding the block ends: its records stop there
+        # Records are encoded straight into the aligned buffer that is written (zero-padded to
+        # 4 KiB when closed): no intermediate copy of the block.
+        self.buf = buf
+        self.length = length  # bytes of records (or of the padding record's header) in buf
+        self.done = done
+        self.error = error
+        # For the latency breakdown (perf_counter_ns): the first record came, the writer's
+        # budget-stall clock at that moment (see WalWriter._stalled_ns), the write started.
+        self.opened_ns = opened_ns
+        self.stall_at_open_ns = stall_at_open_ns
+        self.submitted_ns = submitted_ns
+        self.budget_ns = budget_ns  # of its queued time, how long the budget stalled the writer
+        self.min_limit = min_limit  # append_frames: a record this large was placed in it and must fit
+
+    def __repr__(self) -> str:
+        return (f"Block(start={self.start}, end={self.end}, length={self.length}, log_end={self.log_end}, "
+                f"records={len(self.records)}, done={self.done}, error={self.error!r})")
 
 
 class BlockBuilder:
@@ -213,14 +228,23 @@ class BlockBuilder:
 
     def _place_frame(self, record_bytes: int) -> None:
         """Open a block for a record of ``record_bytes`` the open one cannot take (append's placement)."""
-        if record_bytes > self._ring_bytes or align_up(record_bytes) > self.window_cap_bytes:
+        if record_bytes > self._ring_bytes or (record_bytes + 4095) & -4096 > self.window_cap_bytes:
             raise UsageError(f"record of {record_bytes - rec.SIZE} bytes does not fit this WAL "
                              f"(ring {self.ring.size} bytes, window limit {self.window_cap_bytes} bytes)")
         if self._cur is not None and self._cur.length:
             self._close_block()
             self._pump(wait=True, keep=self.run_ahead)
-        self._place(record_bytes)
-        self._cur.min_limit = record_bytes  # its first record always fits (a large one: a buffer of its own)
+        start = self.next_block
+        ring_bytes = self._ring_bytes
+        lap_end = (start // ring_bytes + 1) * ring_bytes
+        if self._cur is None and start + record_bytes <= lap_end \
+                and (start + record_bytes + 4095) & -4096 <= self._room_end:
+            # _try_place's usual case (the record starts a block inside its lap and the room), inline
+            cur = self._cur = self._open_block(start, start, record_bytes)
+        else:
+            self._place(record_bytes)
+            cur = self._cur
+        cur.min_limit = record_bytes  # its first record always fits (a large one: a buffer of its own)
 
     def _frame_into(self, src, start: int, end: int, spec: FrameSpec, base: int, max_records: int):
         """One frame_pack into the open block (None open: only learn the next record's size)."""
@@ -269,14 +293,15 @@ class BlockBuilder:
             pos = cur.start + cur.length
             end = pos + record_bytes
             if cur.length + record_bytes <= self.block_soft_limit_bytes and end <= cur.lap_end:
-                if align_up(end) > self._room_end and self._make_room(align_up(end)):
+                end = (end + 4095) & -4096  # align_up
+                if end > self._room_end and self._make_room(end):
                     return None
                 return pos  # the usual case: the record joins the open block
             self._close_block()
             # Run ahead by at most iodepth closed blocks while every slot is busy.
             self._pump(wait=True, keep=self.run_ahead)
         start = self.next_block
-        lap_end = self.ring.lap_end(start)
+        lap_end = (start // self._ring_bytes + 1) * self._ring_bytes  # Ring.lap_end
         if start + record_bytes > lap_end:
             # The record would cross the ring's end: pad the rest of the lap.
             if self._make_room(lap_end):
@@ -297,8 +322,16 @@ class BlockBuilder:
     def _open_block(self, start: int, end: int, record_bytes: int) -> Block:
         """A new, empty block at ``start`` whose first record takes ``record_bytes`` bytes; its clock starts now."""
         now = self._clock()
-        return Block(start, end, buf=self._take_buffer(record_bytes), opened_ns=now,
-                      stall_at_open_ns=self._stalled_ns(now), lap_end=self.ring.lap_end(start))
+        ring_bytes = self._ring_bytes
+        since = self._stall_since_ns
+        if record_bytes <= self._buffer_bytes and self._spare_buffers:  # _take_buffer's usual case
+            buf = self._spare_buffers.pop()
+        else:
+            buf = self._take_buffer(record_bytes)
+        # (start, end, records, stream_marks, log_end, lap_end, buf, length, done, error, opened_ns,
+        #  stall_at_open_ns: _stalled_ns(now))
+        return Block(start, end, [], [], 0, (start // ring_bytes + 1) * ring_bytes, buf, 0, False, None, now,
+                     self._stall_total_ns + (now - since if since else 0))
 
     def _take_buffer(self, record_bytes: int):
         """An aligned buffer for a new block whose first record takes ``record_bytes`` bytes."""

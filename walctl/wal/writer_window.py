@@ -23,6 +23,7 @@ from walctl.wal.layout import align_up
 from walctl.wal.writer_blocks import MANY_OVERHEAD, Block, Frames, Many
 
 WINDOW_SCALE_UNIT_BYTES = 4 << 20  # the sliding window grows by 4 MiB steps (walctl.wal.writer)
+_ZEROS = memoryview(bytes(4096))  # a block's padding to 4 KiB, sliced without a copy
 
 
 class SubmissionWindow:
@@ -60,10 +61,13 @@ class SubmissionWindow:
         """Queue the open block for writing; the next block starts where it ends."""
         cur = self._cur
         # Blocks are written zero-padded to 4 KiB (a reused buffer holds an older block's bytes).
-        cur.buf[cur.length:align_up(cur.length)] = bytes(align_up(cur.length) - cur.length)
+        length = cur.length
+        pad = -length % 4096
+        if pad:
+            cur.buf[length:length + pad] = _ZEROS[:pad]
         if not cur.log_end:  # data blocks; a padding block's record ends at the lap end (set by _place)
-            cur.log_end = cur.start + cur.length
-            cur.end = cur.start + align_up(cur.length)
+            cur.log_end = cur.start + length
+            cur.end = cur.start + length + pad
         with _signals_deferred():
             # Both or neither: an interrupt in between would lose or duplicate the block.
             block, self._cur = self._cur, None
@@ -74,10 +78,15 @@ class SubmissionWindow:
         """Start the writes of closed blocks while slots are free; with ``wait``, until at most ``keep`` wait."""
         ready = self._ready
         while ready:
-            self._check_usable()
-            if self._busy < self.iodepth and self._fits_window(ready[0]):
-                if self._pacer is None or self._budget_allows(ready[0]):
-                    self._submit(ready[0])
+            if self._failed is not None or self._closed:
+                self._check_usable()
+            block = ready[0]
+            if self._busy < self.iodepth and (
+                    # _fits_window's usual case inline: the block ends inside the persisted window
+                    block.end - (self._inflight[0].start if self._inflight else block.start)
+                    <= self.state.header.sliding_window_max_length or self._fits_window(block)):
+                if self._pacer is None or self._budget_allows(block):
+                    self._submit(block)
                 elif wait and len(ready) > keep:
                     self._lock.wait((self._timer_due_ns - self._clock()) / 1e9)
                 else:
@@ -98,7 +107,7 @@ class SubmissionWindow:
     def _submit(self, block: Block) -> None:
         """Start the durable write of ``block``, the first closed one (a slot is free, the window fits)."""
         buf = block.buf
-        padded = align_up(block.length)
+        padded = (block.length + 4095) & -4096  # align_up
         now = self._clock()
         if self._pacer is not None:
             self._pacer.take(padded, now)
@@ -117,7 +126,7 @@ class SubmissionWindow:
             # and the queue calls back only when the write returned from the device, with the
             # block on stable media. This is what lets _completed acknowledge the block's records.
             try:
-                self._queue.submit(self.ring.physical(block.start), buf,
+                self._queue.submit(self._ring_head + block.start % self._ring_bytes, buf,  # Ring.physical
                                    lambda error, flush_ns=0, b=block, buf=buf: self._completed(b, error, buf, flush_ns),
                                    length=padded)
             except BaseException:  # refused before it started: no completion will come
@@ -142,7 +151,7 @@ class SubmissionWindow:
 
     def _completed(self, block: Block, error: BaseException | None, buf=None, flush_ns: int = 0) -> None:
         """A write queue's completion (walctl.device.base.WriteDone): ``flush_ns`` of the write went to fdatasync."""
-        with self._lock:
+        with self._mutex:  # the condition's lock, taken directly (Condition.__enter__ is a Python call)
             try:
                 self._finish_block(block, error, buf, flush_ns)
             except BaseException as exc:  # never leave waiters hanging on a bug here
@@ -162,7 +171,7 @@ class SubmissionWindow:
                 self._failed = error
         else:
             self.blocks_written += 1
-            self.bytes_written += align_up(block.length)
+            self.bytes_written += (block.length + 4095) & -4096  # align_up
             # The write returned now; on the buffered fallback its fdatasync is part of it.
             written_ns = self._clock() - block.submitted_ns
             flush_ns = min(flush_ns, written_ns)
