@@ -18,25 +18,29 @@ TIMEOUT_S = 10.0
 
 class FakeClock:
     """monotonic(): one second later at every reading (the driver's loop reads it a few times a
-    round). ``at(t)``: an event set once the clock has passed t."""
+    round). ``at(t, wait)``: an event set once the clock has passed t; the reading that passes it
+    returns only after ``wait()`` (the job's thread has ended: no race with the driver's loop)."""
 
     def __init__(self):
         self.now = 0.0
-        self._events: list[tuple[float, threading.Event]] = []
+        self._events: list[tuple[float, threading.Event, object]] = []
         self._lock = threading.Lock()
 
     def monotonic(self) -> float:
         with self._lock:
             self.now += 1.0
-            for t, event in self._events:
-                if self.now >= t:
-                    event.set()
-            return self.now
+            now = self.now
+            passed = [(event, wait) for t, event, wait in self._events if now >= t and not event.is_set()]
+            for event, _ in passed:
+                event.set()
+        for _, wait in passed:
+            wait()
+        return now
 
-    def at(self, t: float) -> threading.Event:
+    def at(self, t: float, wait) -> threading.Event:
         event = threading.Event()
         with self._lock:
-            self._events.append((t, event))
+            self._events.append((t, event, wait))
         return event
 
 
@@ -46,10 +50,17 @@ class FakeContext:
 
     def __init__(self, clock: FakeClock, master: str, executors_at: float | None, ends_at: float | None):
         self.clock, self.master, self.executors_at = clock, master, executors_at
-        self.ended = clock.at(ends_at) if ends_at is not None else threading.Event()
+        self.thread: threading.Thread | None = None  # the driver's thread that waits for the job
+        self.started = threading.Event()  # (set once that thread is known)
+        self.ended = clock.at(ends_at, self._job_thread_ended) if ends_at is not None else threading.Event()
         self.cancelled = threading.Event()
         tracker = SimpleNamespace(getExecutorInfos=self._executor_infos)
         self._jsc = SimpleNamespace(sc=lambda: SimpleNamespace(statusTracker=lambda: tracker))
+
+    def _job_thread_ended(self) -> None:
+        assert self.started.wait(60), "the job never started"
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "the fake job did not end"
 
     def _executor_infos(self) -> list[str]:
         local = self.master.startswith("local")
@@ -73,6 +84,8 @@ class FakeContext:
                 return self
 
             def collect(self):
+                context.thread = threading.current_thread()
+                context.started.set()
                 while not (context.ended.wait(0.01) or context.cancelled.is_set()):
                     pass
                 if context.cancelled.is_set():
