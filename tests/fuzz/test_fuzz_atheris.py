@@ -11,8 +11,10 @@ Skipped, saying so, when atheris is not installed: the hypothesis fuzzers cover 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -96,16 +98,40 @@ TARGET = textwrap.dedent('''
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
     work = tmp_path_factory.mktemp("atheris")
-    path = new_wal(work / "base.img", 64 << 10)
+    path = new_wal(work / "base.img", 64 << 10)  # (on disk: init refuses tmpfs)
     append_records(path, 12, size=1500, iodepth=2, clean=False)
     (work / "target.py").write_text(TARGET)
     return work
 
 
+@pytest.fixture(scope="module")
+def cases(work):
+    """Where each run's file is written and read back: in memory (/dev/shm) when it takes O_DIRECT
+    opens, as a disk's file system does (walctl then reads it the same way), else ``work``. On
+    disk, each run's write followed by recover's O_DIRECT read waits for the write to reach the
+    disk (as in test_fuzz_cli's _work_dir)."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        yield work
+        return
+    where = Path(tempfile.mkdtemp(prefix="walctl-atheris-", dir=shm))
+    try:
+        probe = where / "probe"
+        probe.write_bytes(bytes(4096))
+        try:
+            os.close(os.open(probe, os.O_RDONLY | getattr(os, "O_DIRECT", 0)))
+        except OSError:
+            yield work
+        else:
+            yield where
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("target,runs", [("decoders", RUNS * 10), ("recover", RUNS), ("inspect", RUNS)])
-def test_atheris(work, target, runs, capsys):
-    env = dict(os.environ, FUZZ_WORK=str(work), FUZZ_IMAGE=str(work / "base.img"),
+def test_atheris(work, cases, target, runs, capsys):
+    env = dict(os.environ, FUZZ_WORK=str(cases), FUZZ_IMAGE=str(work / "base.img"),
                PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, str(work / "target.py"), target, f"-runs={runs}", "-seed=1",
                            "-max_len=2048", "-len_control=0", "-rss_limit_mb=4096"],

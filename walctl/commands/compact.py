@@ -132,8 +132,8 @@ def compact_cmd(
              "to finish the planned bytes in 80% of it (at least 32 MiB/s), as AutoMQ does; 0 = unlimited.")] = "20m",
     task_timeout: Annotated[float | None, typer.Option(
         "--task-timeout", metavar="DURATION", parser=Duration(min=0),
-        help="Most time the Spark job (every iteration of the run) may take, waiting for executors included "
-             "(90s, 10m, 1h). Past it (lost workers, none with free cores and memory, a hung task) the job is "
+        help="Most time the Spark job (every iteration of the run) may take, counted from its first executor's "
+             "registration, or from its start if none registers (90s, 10m, 1h). Past it (lost workers, none with free cores and memory, a hung task) the job is "
              "cancelled, its uploads rolled back, nothing committed: exit 6. Default: 10m, or twice the "
              "plan's expected duration at its budgets (32 MiB/s when unlimited) if longer; 0 = no limit.")] = None,
     dry_run: Annotated[bool, typer.Option(

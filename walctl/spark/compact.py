@@ -235,8 +235,8 @@ def compact(store: Store, store_url: str, *, endpoint_url: str | None = None, ma
     that run at once. ``tasks``: iterations run at once, each holding ``memory_limit / tasks``
     (None: ``job.default_tasks``, 1 on a local master, 2 on a cluster). ``on_result`` gets the result object as soon as
     it exists, so an interrupted run can still report what it had done. ``task_timeout_s``: the
-    most the Spark job may take, waiting for executors included (0: no limit; None: derived,
-    ``task_timeout``). ``on_warning(message)``: told of a job that waits for executors.
+    most the Spark job may take from its first executor's registration, or from its start if
+    none registers (0: no limit; None: derived, ``task_timeout``). ``on_warning(message)``: told of a job that waits for executors.
     ``notify(message)``: told of the stages (Spark starting, started); ``progress(done, total,
     bytes_written)``: told as iterations end (as they end on a local master, at the job's end elsewhere).
 

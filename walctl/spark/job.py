@@ -75,8 +75,9 @@ def run_iterations(spark, plan, keys: list[str], store: Store, store_url: str, e
     ``store`` is the driver's store: it creates and completes the multipart objects. On any
     failure or interrupt, the job is cancelled, open uploads are aborted and outputs already
     written deleted (their prepared ids are left for gc), and the error is re-raised, classified.
-    ``timeout_s``: the most the Spark job may take, waiting for executors included (None: no
-    limit); past it the job is cancelled and rolled back the same way (JobTimeout).
+    ``timeout_s``: the most the Spark job may take from its first executor's registration (or
+    from its start, if none registers: TimeoutClock; None: no limit); past it the job is
+    cancelled and rolled back the same way (JobTimeout).
     ``on_warning(message)``: told once if the job goes without any executor for a while.
     """
     sc = spark.sparkContext
@@ -248,7 +249,7 @@ def _collect(sc, batches: list[list[IterationSpec]], timeout_s: float | None = N
     """Run one task per batch as one Spark job; the iterations' results, in plan order. The
     Spark call waits in a thread of its own, so an interrupt reaches this (main) thread,
     which cancels the job, instead of py4j (which would swallow it); so does ``timeout_s``
-    running out (None: no limit), which raises JobTimeout saying why the job stood still.
+    running out (TimeoutClock; None: no limit), which raises JobTimeout saying why the job stood still.
     ``on_warning`` hears once of a job without executors (IdleWatch), long before the timeout.
 
     The job runs in a job group of its own, with interruptOnCancel: cancelling it stops only
@@ -270,18 +271,18 @@ def _collect(sc, batches: list[list[IterationSpec]], timeout_s: float | None = N
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             box["error"] = exc
 
-    deadline = time.monotonic() + timeout_s if timeout_s else None
+    clock = TimeoutClock(sc, timeout_s)
     watch = IdleWatch(sc, group, timeout_s, on_warning) if on_warning is not None else None
     thread = threading.Thread(target=work, name="walctl-iterations", daemon=True)
     thread.start()
     try:
         while thread.is_alive():
-            thread.join(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
+            thread.join(clock.wait_s())
             if watch is not None and thread.is_alive():
                 watch.check()
             if on_tick is not None:
                 on_tick()
-            if deadline is not None and thread.is_alive() and time.monotonic() >= deadline:
+            if thread.is_alive() and clock.expired():
                 raise job_timeout(sc, group, timeout_s)  # (said before the cancel changes the picture)
     except BaseException:
         try:
@@ -293,6 +294,36 @@ def _collect(sc, batches: list[list[IterationSpec]], timeout_s: float | None = N
     if "error" in box:
         raise classify(box["error"]) from None
     return sorted((r for batch in box["result"] for r in batch), key=lambda r: r["iteration"])
+
+
+class TimeoutClock:
+    """The job's timeout clock: it starts with the job and starts again, once, when the job's first
+    executor registers, so a cluster's slow start (a worker launching its executor's JVM) does not
+    eat the tasks' time. A job no executor ever takes fails at ``timeout_s`` from its start; one
+    that has executors from the start (a local master's driver, a session's earlier executors) is
+    timed from its start. None or 0: no timeout."""
+
+    def __init__(self, sc, timeout_s: float | None):
+        self.sc, self.timeout_s = sc, timeout_s or None
+        self.deadline = time.monotonic() + timeout_s if timeout_s else None
+        self.started_again = self.deadline is None or executor_count(self.sc) > 0
+
+    def _update(self) -> None:
+        if not self.started_again and executor_count(self.sc) > 0:
+            self.started_again = True
+            self.deadline = time.monotonic() + self.timeout_s
+
+    def wait_s(self) -> float:
+        """How long to wait for the job before looking again (at most 0.2 s)."""
+        if self.deadline is None:
+            return 0.2
+        return max(0.0, min(0.2, self.deadline - time.monotonic()))
+
+    def expired(self) -> bool:
+        if self.deadline is None:
+            return False
+        self._update()
+        return time.monotonic() >= self.deadline
 
 
 IDLE_WARNING_S = 30.0  # a job this long without any executor is worth a warning (or half its timeout)
@@ -365,10 +396,8 @@ def duration_text(seconds: float) -> str:
 def job_state(sc, group: str) -> dict:
     """Executors (the driver's own not counted, but on a local master, where it is the executor),
     and the running and all tasks of the group's stages; zeros where Spark does not say."""
-    state = {"executors": 0, "running": 0, "tasks": 0}
+    state = {"executors": executor_count(sc), "running": 0, "tasks": 0}
     try:
-        infos = sc._jsc.sc().statusTracker().getExecutorInfos()  # (pyspark's tracker has no executors)
-        state["executors"] = len(infos) if sc.master.startswith("local") else max(0, len(infos) - 1)
         tracker = sc.statusTracker()
         for job_id in tracker.getJobIdsForGroup(group):
             info = tracker.getJobInfo(job_id)
@@ -380,3 +409,13 @@ def job_state(sc, group: str) -> dict:
     except Exception:  # noqa: BLE001 - only the error's wording depends on it
         pass
     return state
+
+
+def executor_count(sc) -> int:
+    """The executors registered with the driver (its own not counted, but on a local master, where
+    it is the executor); 0 where Spark does not say."""
+    try:
+        infos = sc._jsc.sc().statusTracker().getExecutorInfos()  # (pyspark's tracker has no executors)
+    except Exception:  # noqa: BLE001 - the JVM may be gone
+        return 0
+    return len(infos) if sc.master.startswith("local") else max(0, len(infos) - 1)
