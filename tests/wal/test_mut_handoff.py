@@ -230,6 +230,8 @@ def test_a_peer_of_another_uid_may_not_trim(listening):
     os.waitpid(pid, 0)
     assert answer == "ERR 5 refused: uid 65534 may not trim this WAL\n"
     assert writer.calls == []
+    assert request_trim(wal, 5) == ("OK", "0")  # the listener lives on after a refusal
+    assert writer.calls == [(5, True)]
 
 
 def test_a_peer_of_the_writers_uid_may_trim(listening, monkeypatch):
