@@ -217,7 +217,7 @@ def stage_line(summary: dict) -> str:
     blocks = summary.get("stages_us") or {}
     n = blocks.get("blocks", 0)
     parts = []
-    for name in ("read", "frame", "pack", "pack_cpu", "slot_wait", "ack"):
+    for name in ("read", "frame", "pack", "pack_cpu", "pack_c", "slot_wait", "ack"):
         if name in feed:
             parts.append(f"{name} {feed[name] / mib:.0f}")
     for name in ("queued", "write", "flush"):
