@@ -181,7 +181,11 @@ static uint32_t (*crc32c_fn)(uint32_t, const uint8_t *, size_t) = crc_soft;
  * copy_crc(value, dst, src, n): memcpy(dst, src, n) and return crc32c_fn(value, dst, n), each byte
  * read once: the CRC is taken of the 16-byte words as they pass through the registers on their way
  * to dst (SSE4.2: the same three-stream interleave as crc_sse42), not of dst read back afterwards.
- * (Non-temporal stores to dst were tried: slower on the bench machine, 8- and 16-byte alike.) */
+ * (Non-temporal stores to dst were tried: slower on the bench machine, 8- and 16-byte alike.)
+ * The source is prefetched COPY_CRC_AHEAD bytes ahead of each stream (a prefetch past the end of
+ * src never faults): frame_pack of 64 KiB records just read from a file took 6 % less CPU
+ * with 1 MiB reads (src in L2), 12 % with 4 MiB reads (src in L3). */
+#define COPY_CRC_AHEAD 2048
 static uint32_t copy_crc_soft(uint32_t value, uint8_t *dst, const uint8_t *src, size_t n)
 {
     memcpy(dst, src, n);
@@ -201,6 +205,11 @@ __attribute__((target("sse4.2"))) static uint32_t copy_crc_sse42(uint32_t value,
     while (n >= 3 * 256) {
         uint64_t c1 = 0, c2 = 0;
         for (int i = 0; i < 256; i += 16) {
+            if (!(i & 63)) { /* a cache line of each stream, COPY_CRC_AHEAD bytes on (see above) */
+                _mm_prefetch((const char *)src + COPY_CRC_AHEAD + i, _MM_HINT_T0);
+                _mm_prefetch((const char *)src + COPY_CRC_AHEAD + 256 + i, _MM_HINT_T0);
+                _mm_prefetch((const char *)src + COPY_CRC_AHEAD + 512 + i, _MM_HINT_T0);
+            }
             __m128i x0 = _mm_loadu_si128((const __m128i *)(src + i));
             __m128i x1 = _mm_loadu_si128((const __m128i *)(src + 256 + i));
             __m128i x2 = _mm_loadu_si128((const __m128i *)(src + 512 + i));
