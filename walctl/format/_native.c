@@ -753,17 +753,37 @@ static int text_room(Text *t, Py_ssize_t more)
     return 0;
 }
 
+/* "00".."99": decimal digits two at a time (a division per two digits, not per digit) */
+static const char DEC_PAIRS[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                                   "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                                   "8081828384858687888990919293949596979899";
+
+/* the decimal digits of v, right-aligned in buf[0:20] (they start at buf + 20 - the count); the count */
+static inline int dec_u64(char *buf, uint64_t v)
+{
+    char *p = buf + 20;
+    while (v >= 100) {
+        unsigned d = (unsigned)(v % 100) * 2;
+        v /= 100;
+        p -= 2;
+        memcpy(p, DEC_PAIRS + d, 2);
+    }
+    if (v >= 10) {
+        p -= 2;
+        memcpy(p, DEC_PAIRS + v * 2, 2);
+    } else {
+        *--p = (char)('0' + v);
+    }
+    return (int)(buf + 20 - p);
+}
+
 /* decimal digits of v (>= 0) at t's end; the caller made room for 20 */
 static inline void text_u64(Text *t, uint64_t v)
 {
     char tmp[20];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n)
-        t->p[t->len++] = tmp[--n];
+    int n = dec_u64(tmp, v);
+    memcpy(t->p + t->len, tmp + 20 - n, (size_t)n);
+    t->len += n;
 }
 
 static inline void text_lit(Text *t, const char *s, Py_ssize_t n)
@@ -774,27 +794,43 @@ static inline void text_lit(Text *t, const char *s, Py_ssize_t n)
 
 #define LIT(t, s) text_lit((t), (s), (Py_ssize_t)(sizeof(s) - 1))
 
-/* one acknowledgement line; room for it was made (<= 256 bytes) */
-static void render_ack(Text *t, int render, int64_t o, int64_t sid, int64_t b, Py_ssize_t n)
+#define PUT_LIT(p, s) (memcpy((p), (s), sizeof(s) - 1), (p) += sizeof(s) - 1)
+
+/* one acknowledgement line; room for it was made (<= 256 bytes). ``mid``: the text between the
+ * offset and the base offset, ',"stream_id":<stream_id>,"base_offset":' (the same for a whole
+ * call: rendered once). Each number is converted once (the offset and the base offset are
+ * printed twice): a quarter of the time of a conversion per field, digit by digit. */
+static void render_ack(Text *t, int render, int64_t o, const char *mid, int mid_len, int64_t b, Py_ssize_t n)
 {
+    char ob[20];
+    int on = dec_u64(ob, (uint64_t)o);
+    char *p = t->p + t->len;
     if (render == 1) {
-        text_u64(t, (uint64_t)o);
-        t->p[t->len++] = '\n';
+        memcpy(p, ob + 20 - on, (size_t)on);
+        p[on] = '\n';
+        t->len += on + 1;
         return;
     }
-    LIT(t, "{\"type\":\"record\",\"offset\":");
-    text_u64(t, (uint64_t)o);
-    LIT(t, ",\"stream_id\":");
-    text_u64(t, (uint64_t)sid);
-    LIT(t, ",\"base_offset\":");
-    text_u64(t, (uint64_t)b);
-    LIT(t, ",\"count\":1,\"payload_bytes\":");
-    text_u64(t, (uint64_t)n);
-    LIT(t, ",\"wal_offset\":");
-    text_u64(t, (uint64_t)o);
-    LIT(t, ",\"stream_offset\":");
-    text_u64(t, (uint64_t)b);
-    LIT(t, "}\n");
+    char bb[20], nb[20];
+    int bn = dec_u64(bb, (uint64_t)b), nn = dec_u64(nb, (uint64_t)n);
+    PUT_LIT(p, "{\"type\":\"record\",\"offset\":");
+    memcpy(p, ob + 20 - on, (size_t)on);
+    p += on;
+    memcpy(p, mid, (size_t)mid_len);
+    p += mid_len;
+    memcpy(p, bb + 20 - bn, (size_t)bn);
+    p += bn;
+    PUT_LIT(p, ",\"count\":1,\"payload_bytes\":");
+    memcpy(p, nb + 20 - nn, (size_t)nn);
+    p += nn;
+    PUT_LIT(p, ",\"wal_offset\":");
+    memcpy(p, ob + 20 - on, (size_t)on);
+    p += on;
+    PUT_LIT(p, ",\"stream_offset\":");
+    memcpy(p, bb + 20 - bn, (size_t)bn);
+    p += bn;
+    PUT_LIT(p, "}\n");
+    t->len = p - t->p;
 }
 
 /* The appender thread's CPU time in frame_pack's loops (copy, CRC, headers, ack text), summed
@@ -837,6 +873,18 @@ static PyObject *py_frame_pack(PyObject *self, PyObject *args)
     long long payload_bytes = 0;
     int stop = FP_INPUT, nomem = 0;
     Text acks = {NULL, 0, 0};
+    char mid[64]; /* ,"stream_id":<sid>,"base_offset": */
+    int mid_len = 0;
+    {
+        char sb[20];
+        int sn = dec_u64(sb, (uint64_t)sid);
+        char *m = mid;
+        PUT_LIT(m, ",\"stream_id\":");
+        memcpy(m, sb + 20 - sn, (size_t)sn);
+        m += sn;
+        PUT_LIT(m, ",\"base_offset\":");
+        mid_len = (int)(m - mid);
+    }
     long long cpu0 = thread_cpu_ns();
     Py_BEGIN_ALLOW_THREADS
     for (;;) {
@@ -895,7 +943,7 @@ static PyObject *py_frame_pack(PyObject *self, PyObject *args)
         put32(h + 16, crc);
         put32(h + 20, crc32c_fn(0, h, REC_CRC_SPAN));
         if (render)
-            render_ack(&acks, render, o, sid, b, plen);
+            render_ack(&acks, render, o, mid, mid_len, b, plen);
         last = o;
         pos += REC_SIZE + body_len;
         o += REC_SIZE + body_len;
