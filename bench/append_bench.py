@@ -311,9 +311,13 @@ def report(results: list[dict], opts) -> None:
                 other = f", other tree {_cpu(row['compare_file'])}" if "compare_file" in row else ""
                 print(f"  {_size(res['record'])} --input FILE: CPU s/GiB {_cpu(row['file'])}{other}; "
                       f"{stage_line(row['file'])}")
+                if "compare_file" in row:  # the other tree's stages, for a before -> after per stage
+                    print(f"    (other) {stage_line(row['compare_file'])}")
     for res in results:
         for row in res["rows"]:
             print(f"  {_size(res['record'])}: {stage_line(row['summary'])}")
+            if "compare" in row:
+                print(f"    (other) {stage_line(row['compare'])}")
             if row["profile"]:
                 print("    py-spy self time:\n      " + "\n      ".join(row["profile"]))
 
