@@ -88,6 +88,10 @@ def make_input(path: str, record: int, payload_bytes: int) -> int:
             n = min(per_chunk, count - written)
             f.write(chunk[:n * (record + 4)])
             written += n
+        # On disk before the first timed run: its writeback would compete with that run's writes
+        # (the same disk under the loop device), and this tree's run always comes first.
+        f.flush()
+        os.fsync(f.fileno())
     return count
 
 
