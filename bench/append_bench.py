@@ -88,6 +88,10 @@ def make_input(path: str, record: int, payload_bytes: int) -> int:
             n = min(per_chunk, count - written)
             f.write(chunk[:n * (record + 4)])
             written += n
+        # On disk before the first timed run: its writeback would compete with that run's writes
+        # (the same disk under the loop device), and this tree's run always comes first.
+        f.flush()
+        os.fsync(f.fileno())
     return count
 
 
@@ -217,7 +221,7 @@ def stage_line(summary: dict) -> str:
     blocks = summary.get("stages_us") or {}
     n = blocks.get("blocks", 0)
     parts = []
-    for name in ("read", "frame", "pack", "pack_cpu", "slot_wait", "ack"):
+    for name in ("read", "frame", "pack", "pack_cpu", "pack_c", "slot_wait", "ack"):
         if name in feed:
             parts.append(f"{name} {feed[name] / mib:.0f}")
     for name in ("queued", "write", "flush"):
@@ -311,9 +315,13 @@ def report(results: list[dict], opts) -> None:
                 other = f", other tree {_cpu(row['compare_file'])}" if "compare_file" in row else ""
                 print(f"  {_size(res['record'])} --input FILE: CPU s/GiB {_cpu(row['file'])}{other}; "
                       f"{stage_line(row['file'])}")
+                if "compare_file" in row:  # the other tree's stages, for a before -> after per stage
+                    print(f"    (other) {stage_line(row['compare_file'])}")
     for res in results:
         for row in res["rows"]:
             print(f"  {_size(res['record'])}: {stage_line(row['summary'])}")
+            if "compare" in row:
+                print(f"    (other) {stage_line(row['compare'])}")
             if row["profile"]:
                 print("    py-spy self time:\n      " + "\n      ".join(row["profile"]))
 

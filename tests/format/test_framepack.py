@@ -153,3 +153,30 @@ def test_record_lines_text_is_json_dumps_of_backslashreplace(payloads):
     buf, rows = rows_for(payloads)
     for how in ("text", "hex", "base64"):
         assert framepack.record_lines(buf, rows, 0, len(payloads), how) == python_lines(payloads, how)
+
+
+EDGES = sorted({0, 1, 9, 10, 11, 99, 100, 101, 999, 1000} | {10 ** k + d for k in range(2, 19) for d in (-1, 0, 1)}
+               | {(1 << 62) - 1, 1 << 62})
+
+
+@pytest.mark.parametrize("render", [1, 2])
+def test_acknowledgement_numbers_at_every_digit_count(render):
+    """The ack lines' numbers (two digits per division, each converted once: issue 31) at each
+    count of digits, 1 to 19, and around every power of ten: str(n) of each."""
+    payloads = [b"x" * n for n in (0, 9, 10, 99, 100, 999, 1000, 10000)]
+    data = frame(payloads, False)
+    for v in EDGES:
+        for sid, offset, base in ((v, v, v), (v, 7, 0), (3, v, (1 << 63) - 1 - len(payloads) if v > 10 ** 17 else v)):
+            out = bytearray(60000)
+            got = framepack.frame_pack(out, 0, len(out), offset, data, 0, len(data), False, sid, 1, base, -1,
+                                       1 << 20, render)
+            assert got[0] == len(payloads)
+            sizes = [24 + 33 + len(p) for p in payloads]
+            offsets = [offset + sum(sizes[:i]) for i in range(len(payloads))]
+            if render == 1:
+                expected = "".join(f"{o}\n" for o in offsets)
+            else:
+                expected = "".join(f'{{"type":"record","offset":{o},"stream_id":{sid},"base_offset":{base + i},'
+                                   f'"count":1,"payload_bytes":{len(payloads[i])},"wal_offset":{o},'
+                                   f'"stream_offset":{base + i}}}\n' for i, o in enumerate(offsets))
+            assert got[5].decode() == expected, (v, sid, offset, base)

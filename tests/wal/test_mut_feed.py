@@ -399,3 +399,12 @@ def test_buffer_compact_moves_a_tail_that_overlaps_where_it_goes():
         buf.start, buf.fill = start, 30
         buf.compact(4)
         assert (bytes(buf.data[:30 - start]), buf.start, buf.fill) == (data[start:30], 0, 30 - start)
+
+
+def test_the_c_packing_time_is_part_of_the_packing_cpu_time(writer):
+    """feed_us.pack_c (issue 31): frame_pack's own CPU time, inside pack_cpu (the rest: the writer's Python)."""
+    stats = FeedStats()
+    payloads = [os.urandom(1000) for _ in range(400)]
+    end = run(writer, prefixed(*payloads), lines=False, step=1 << 16, stats=stats)
+    assert end == FeedEnd(400, framepack.STOP_INPUT, -1)
+    assert 0 < stats.pack_c_ns <= stats.pack_cpu_ns

@@ -297,7 +297,8 @@ def _summary(device: str, stream_id: int, stats: dict, run) -> dict:
             "full_waits": writer.full.waits, "full_wait_s": round(writer.full.total_s, 6),
             "stages_us": writer.stages.summary(),
             "feed_us": {"read": feed.read_ns // 1000, "pack": feed.pack_ns // 1000,
-                        "pack_cpu": feed.pack_cpu_ns // 1000, "slot_wait": writer.slot_wait_ns // 1000,
+                        "pack_cpu": feed.pack_cpu_ns // 1000, "pack_c": feed.pack_c_ns // 1000,
+                        "slot_wait": writer.slot_wait_ns // 1000,
                         "ack": stats["ack_ns"] // 1000, "reads": feed.reads, "pipe_bytes": feed.pipe_bytes}}
 
 

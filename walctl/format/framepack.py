@@ -10,6 +10,10 @@ walctl.format.bulk.split_* then pack_records(batch=...) (tests/format/test_frame
 byte for byte). It exists only with the C extension (AVAILABLE); without it, append takes the
 bulk path (walctl.wal.framing.batches + WalWriter.append_many).
 
+    cpu_ns() -> int
+
+the CPU time frame_pack's loops took so far in this process (append's feed_us.pack_c).
+
     hex_lines(buf, spans, first=0, stop=-1) / base64_lines(...) -> bytes
 
 the payloads ``buf[pos:pos + len]`` of (pos, len) int64 spans, each encoded and ended by a
@@ -39,6 +43,18 @@ RENDER_NONE, RENDER_OFFSETS, RENDER_JSON = 0, 1, 2
 def frame_pack(*args):
     """See the module doc; AVAILABLE must be true."""
     return _native.frame_pack(*args)
+
+
+if AVAILABLE:
+    frame_pack = _native.frame_pack  # noqa: F811 - the C function itself: no Python call per block
+
+
+def cpu_ns() -> int:
+    """The CPU nanoseconds frame_pack's C loops took in this process so far (copying, CRC, headers,
+    acknowledgement text: not the call's Python around them); 0 without the C extension."""
+    if _native is None or not hasattr(_native, "frame_pack_cpu_ns"):
+        return 0
+    return _native.frame_pack_cpu_ns()
 
 
 def _spans_list(spans, first: int, stop: int) -> list[tuple[int, int]]:

@@ -43,6 +43,7 @@ class FeedStats:
     read_ns: int = 0
     pack_ns: int = 0  # wall-clock, with the waits for a free I/O slot (the writer's slot_wait_ns)
     pack_cpu_ns: int = 0  # the appender thread's CPU time in it
+    pack_c_ns: int = 0  # of that, frame_pack's C loops (copy + CRC + headers); the rest is the writer's Python
     reads: int = 0
     bytes_read: int = 0
     pipe_bytes: int = 0  # the stdin pipe's size after F_SETPIPE_SZ (0: not a pipe)
@@ -156,6 +157,8 @@ def feed_frames(writer, source: Source, spec, next_base: int, base_limit: int, c
     stats.pipe_bytes = source.pipe_bytes
     buf = _Buffer(BUFFER_BYTES)
     clock, cpu_clock = time.perf_counter_ns, time.thread_time_ns
+    c_cpu = framepack.cpu_ns
+    c_before = c_cpu() - stats.pack_c_ns
     while True:
         t0 = clock()
         with memoryview(buf.data) as view:
@@ -171,6 +174,7 @@ def feed_frames(writer, source: Source, spec, next_base: int, base_limit: int, c
         end = _pack_read(writer, buf, spec, next_base, base_limit, check)
         stats.pack_ns += clock() - t1
         stats.pack_cpu_ns += cpu_clock() - c1
+        stats.pack_c_ns = c_cpu() - c_before
         next_base = end.next_base
         if end.stop != framepack.STOP_INPUT:
             return end
