@@ -72,31 +72,27 @@ class Block:
     __slots__ = ("start", "end", "records", "stream_marks", "log_end", "lap_end", "buf", "length", "done",
                  "error", "opened_ns", "stall_at_open_ns", "submitted_ns", "budget_ns", "min_limit")
 
-    def __init__(self, start: int, end: int, records: list | None = None,
-                 stream_marks: list[tuple[int, int, int]] | None = None, log_end: int = 0, lap_end: int = 0,
-                 buf: Any = None, length: int = 0, done: bool = False, error: BaseException | None = None,
-                 opened_ns: int = 0, stall_at_open_ns: int = 0, submitted_ns: int = 0, budget_ns: int = 0,
-                 min_limit: int = 0):
+    def __init__(self, start: int, end: int, lap_end: int, buf: Any, opened_ns: int, stall_at_open_ns: int):
         self.start = start
         self.end = end  # logical end of the block's extent (padding blocks extend to the lap end)
-        self.records = [] if records is None else records  # (offset, token) per append, a Many per append_many
+        self.records = []  # (offset, token) per append, a Many per append_many
         # (stream id, next stream offset, record offset) of the records that carry a stream batch
-        self.stream_marks = [] if stream_marks is None else stream_marks
-        self.log_end = log_end  # end of its last record (padding blocks: the lap end), set when closed
+        self.stream_marks = []
+        self.log_end = 0  # end of its last record (padding blocks: the lap end), set when closed
         self.lap_end = lap_end  # where the lap holding the block ends: its records stop there
         # Records are encoded straight into the aligned buffer that is written (zero-padded to
         # 4 KiB when closed): no intermediate copy of the block.
         self.buf = buf
-        self.length = length  # bytes of records (or of the padding record's header) in buf
-        self.done = done
-        self.error = error
+        self.length = 0  # bytes of records (or of the padding record's header) in buf
+        self.done = False
+        self.error: BaseException | None = None
         # For the latency breakdown (perf_counter_ns): the first record came, the writer's
         # budget-stall clock at that moment (see WalWriter._stalled_ns), the write started.
         self.opened_ns = opened_ns
         self.stall_at_open_ns = stall_at_open_ns
-        self.submitted_ns = submitted_ns
-        self.budget_ns = budget_ns  # of its queued time, how long the budget stalled the writer
-        self.min_limit = min_limit  # append_frames: a record this large was placed in it and must fit
+        self.submitted_ns = 0
+        self.budget_ns = 0  # of its queued time, how long the budget stalled the writer
+        self.min_limit = 0  # append_frames: a record this large was placed in it and must fit
 
     def __repr__(self) -> str:
         return (f"Block(start={self.start}, end={self.end}, length={self.length}, log_end={self.log_end}, "
@@ -328,9 +324,8 @@ class BlockBuilder:
             buf = self._spare_buffers.pop()
         else:
             buf = self._take_buffer(record_bytes)
-        # (start, end, records, stream_marks, log_end, lap_end, buf, length, done, error, opened_ns,
-        #  stall_at_open_ns: _stalled_ns(now))
-        return Block(start, end, [], [], 0, (start // ring_bytes + 1) * ring_bytes, buf, 0, False, None, now,
+        # (start, end, lap_end, buf, opened_ns, stall_at_open_ns: _stalled_ns(now))
+        return Block(start, end, (start // ring_bytes + 1) * ring_bytes, buf, now,
                      self._stall_total_ns + (now - since if since else 0))
 
     def _take_buffer(self, record_bytes: int):
