@@ -115,7 +115,7 @@ class WalWriter(BlockBuilder, SubmissionWindow, RoomKeeper):
         self._timer_cond = threading.Condition(lock)
         self._cur: Block | None = None
         self._ready: deque[_Block] = deque()  # closed blocks waiting for an I/O slot, in log order
-        self._inflight: deque[_Block] = deque()
+        self._inflight, self._knocks = deque(), deque()  # blocks in flight; completions waiting for the lock
         self._busy = 0  # blocks whose write has not completed (I/O slots in use)
         self._failed: BaseException | None = None
         self._closed = False

@@ -201,7 +201,9 @@ class BlockBuilder:
         of the record it stopped at or -1): it stops at the input's end or an incomplete record
         (STOP_INPUT), a payload over ``spec.max_payload`` (STOP_TOO_LARGE) or after ``max_records``
         (STOP_MAX). ``src`` may be reused once it returns (the bytes are in the blocks). Each call's
-        records in a block are acknowledged once it is durable by ``on_frames(Frames)``."""
+        records in a block are acknowledged once it is durable by ``on_frames(Frames)``. Between blocks
+        it lets in the completions waiting for the writer's lock (the AIO reaper's): a failure they
+        book is raised there, with the records of the blocks before it placed."""
         if not self._closed:
             self._queue.poll()  # as in append
         with self._mutex:
@@ -217,10 +219,28 @@ class BlockBuilder:
                 # A block is full: run the completions waiting in the queue first, so freed slots
                 # get the closed blocks at once (the reaper thread would wait for this lock).
                 self._queue.poll()
+                if self._knocks:
+                    # The reaper took completions off the ring and waits for this lock: let it in
+                    # (their slots stay busy to the writer until they are booked), rather than
+                    # after the whole call (a 4 MiB read is some 16 blocks).
+                    self._let_completions_in()
                 self._place_frame(MANY_OVERHEAD + next_len)
             if not self._ready and self._busy < self.iodepth:
                 self._submit_cur(wait=False)
             return total, start, stop, next_len
+
+    def _let_completions_in(self) -> None:
+        """Wait (the lock released) until the completions knocking in ``_completed`` are booked;
+        they notify as they leave. The open block and the closed ones may have moved on meanwhile
+        (a completion starts writes and may close the open block), or the writer failed."""
+        knocks = self._knocks
+        while knocks:
+            if self._failed is not None or self._closed:
+                break
+            if not self._lock.wait(0.1):  # each completion notifies as it leaves: never in practice
+                break
+        if self._failed is not None or self._closed:
+            self._check_usable()
 
     def _place_frame(self, record_bytes: int) -> None:
         """Open a block for a record of ``record_bytes`` the open one cannot take (append's placement)."""

@@ -151,7 +151,10 @@ class SubmissionWindow:
 
     def _completed(self, block: Block, error: BaseException | None, buf=None, flush_ns: int = 0) -> None:
         """A write queue's completion (walctl.device.base.WriteDone): ``flush_ns`` of the write went to fdatasync."""
+        knocks = self._knocks
+        knocks.append(None)  # an appender holding the lock lets it in at its next block (append_frames)
         with self._mutex:  # the condition's lock, taken directly (Condition.__enter__ is a Python call)
+            knocks.pop()
             try:
                 self._finish_block(block, error, buf, flush_ns)
             except BaseException as exc:  # never leave waiters hanging on a bug here
