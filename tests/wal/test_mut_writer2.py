@@ -114,6 +114,32 @@ def test_append_frames_in_a_new_block_takes_an_odd_number_of_4_kib_of_room(tmp_p
     w.close()
 
 
+@frames_only
+def test_append_frames_waiting_for_room_goes_on_in_the_block_it_then_opens(tmp_path):
+    """A record that passes the room at a block boundary takes _place_frame's slow path (_place,
+    which waits for a trim): once room is freed the call goes on packing in the block it opened,
+    every record acknowledged once, in order, at the offsets after the first 19."""
+    w, offs = four_k_records_trimmed_to_20k(new_wal(tmp_path))
+    started = threading.Event()
+    w.full = FullWait(wait_s=30, on_full=lambda waiting: waiting and started.set())
+    got = []
+    w.on_frames = lambda f: got.append((f.offset, f.count))
+    spec = FrameSpec(True, 4, 0, 1 << 20)
+    data = LINE * 40
+    result = []
+    t = threading.Thread(target=lambda: result.append(w.append_frames(data, 0, len(data), spec, 0, 100)))
+    t.start()
+    assert started.wait(10)  # 19 records packed in the 20K of room, the 20th waits
+    w.trim_to(offs[15])  # room up to the lap's end and past it: 148K
+    t.join(10)
+    assert not t.is_alive() and result and result[0][:3] == (40, len(data), framepack.STOP_INPUT)
+    w.drain()
+    assert sum(count for _, count in got) == 40 and got[0] == (RING, 19)
+    assert [offset for offset, _ in got] == sorted(offset for offset, _ in got)
+    assert w.acked_end == got[-1][0] + got[-1][1] * 1057
+    w.close()
+
+
 def test_a_block_opened_while_the_budget_holds_the_last_one_starts_its_own_stall_count(tmp_path):
     w = make_writer(new_wal(tmp_path), batch_interval_s=0, budget=Budget(iops=20), block_soft_limit_bytes=8192)
     acks = acking(w)
