@@ -37,6 +37,7 @@ The machine is shared: compare the ratios (walctl and fio in the same run), not 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -360,6 +361,31 @@ def _size(n: int) -> str:
     return f"{n // KiB}KiB" if n >= KiB and n % KiB == 0 else f"{n}B"
 
 
+@contextlib.contextmanager
+def bench_device(size: int, parent: str, prefix: str):
+    """A loop device (--direct-io=on) over a zeroed ``size``-byte file in a new directory under
+    ``parent``, with walctl's bytecode cached there (WALCTL_ENV); yields (device, directory).
+    SIGTERM exits 143; the device is detached and the directory and the acks file removed on the way out."""
+    global WALCTL_ENV
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    tmpdir = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    loop = None
+    try:
+        backing = os.path.join(tmpdir, "backing.img")
+        subprocess.run(["dd", "if=/dev/zero", f"of={backing}", "bs=8M", f"count={size // (8 * MiB)}",
+                        "conv=fsync"], check=True, capture_output=True)
+        loop = subprocess.run(["losetup", "--direct-io=on", "-f", "--show", backing], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        WALCTL_ENV = walctl_env(os.path.join(tmpdir, "pycache"))
+        yield loop, tmpdir
+    finally:
+        if loop is not None:
+            subprocess.run(["losetup", "-d", loop], check=False)
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        if os.path.exists(ACKS):
+            os.remove(ACKS)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", default="64KiB,4KiB,1KiB,100B")
@@ -388,18 +414,7 @@ def main() -> int:
         raise SystemExit("fio is not installed (apt-get install -y fio)")
     if opts.profile:
         os.makedirs(opts.profile, exist_ok=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    tmpdir = tempfile.mkdtemp(prefix="walctl-append-bench-", dir=opts.dir)
-    loop = None
-    try:
-        backing = os.path.join(tmpdir, "backing.img")
-        subprocess.run(["dd", "if=/dev/zero", f"of={backing}", "bs=8M", f"count={size // (8 * MiB)}",
-                        "conv=fsync"], check=True, capture_output=True)
-        proc = subprocess.run(["losetup", "--direct-io=on", "-f", "--show", backing], capture_output=True,
-                              text=True, check=True)
-        loop = proc.stdout.strip()
-        global WALCTL_ENV
-        WALCTL_ENV = walctl_env(os.path.join(tmpdir, "pycache"))
+    with bench_device(size, opts.dir, "walctl-append-bench-") as (loop, tmpdir):
         for root in (REPO_ROOT, opts.compare) if opts.compare else (REPO_ROOT,):
             warm_up(loop, root)
         roots = [REPO_ROOT, opts.compare] if opts.compare else [REPO_ROOT]
@@ -415,12 +430,6 @@ def main() -> int:
         if opts.json:
             with open(opts.json, "w") as f:
                 json.dump(results, f, indent=1)
-    finally:
-        if loop is not None:
-            subprocess.run(["losetup", "-d", loop], check=False)
-        shutil.rmtree(tmpdir, ignore_errors=True)
-        if os.path.exists(ACKS):
-            os.remove(ACKS)
     return 0
 
 

@@ -26,11 +26,9 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -91,16 +89,7 @@ def main() -> int:
     record, data, size = ab.parse_size(opts.record), ab.parse_size(opts.data), ab.parse_size(opts.size)
     if shutil.which("fio") is None:
         raise SystemExit("fio is not installed (apt-get install -y fio)")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    tmpdir = tempfile.mkdtemp(prefix="walctl-file-ceiling-", dir=opts.dir)
-    loop = None
-    try:
-        backing = os.path.join(tmpdir, "backing.img")
-        subprocess.run(["dd", "if=/dev/zero", f"of={backing}", "bs=8M", f"count={size // (8 * MiB)}",
-                        "conv=fsync"], check=True, capture_output=True)
-        loop = subprocess.run(["losetup", "--direct-io=on", "-f", "--show", backing], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        ab.WALCTL_ENV = ab.walctl_env(os.path.join(tmpdir, "pycache"))
+    with ab.bench_device(size, opts.dir, "walctl-file-ceiling-") as (loop, tmpdir):
         ab.warm_up(loop, ab.REPO_ROOT)
         inp = os.path.join(tmpdir, "input.bin")
         ab.make_input(inp, record, data)
@@ -112,14 +101,7 @@ def main() -> int:
         if opts.json:
             with open(opts.json, "w") as f:
                 json.dump(rows, f, indent=1)
-    finally:
-        if loop is not None:
-            subprocess.run(["losetup", "-d", loop], check=False)
-        shutil.rmtree(tmpdir, ignore_errors=True)
-        if os.path.exists(ab.ACKS):
-            os.remove(ab.ACKS)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
