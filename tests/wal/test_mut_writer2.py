@@ -182,3 +182,72 @@ def test_the_latency_breakdown_of_budgeted_blocks_stays_inside_the_time_they_too
     assert st.sums["total"] == st.sums["queued"] + st.sums["write"] + st.sums["flush"]
     assert st.sums["budget"] >= 40_000_000  # the second block waited for the budget (50 ms at 20 IOPS)
     w.close()
+
+
+def line_of(record_bytes: int) -> bytes:
+    """The line whose append_frames record (24-byte header, 33-byte batch header) is ``record_bytes`` long."""
+    return b"k" * (record_bytes - MANY_OVERHEAD) + b"\n"
+
+
+@frames_only
+def test_append_frames_pads_the_lap_when_a_record_passes_its_end_after_a_full_block(tmp_path):
+    """_place_frame's inline opening is only for a record that ends inside its lap: the third 6000-byte
+    record finds 4 KiB left in the lap (the block before it ends at 61152, aligned 61440) and must
+    start the next lap behind a padding record, as append and append_many do."""
+    path = new_wal(tmp_path)
+    w = make_writer(path)
+    offs = [w.append(b"f" * (4096 - rec.SIZE)) for _ in range(12)]
+    w.drain()
+    w.trim_to(offs[11])  # room up to 45056 + 64K: past the lap end
+    got = []
+    w.on_frames = lambda f: got.append((f.offset, f.count))
+    data = line_of(6000) * 3
+    assert w.append_frames(data, 0, len(data), FrameSpec(True, 4, 0, 1 << 20), 0, 100)[:3] == \
+        (3, len(data), framepack.STOP_INPUT)
+    w.drain()
+    assert got == [(48 * KiB, 2), (RING, 1)]
+    assert w.acked_end == RING + 6000
+    header = rec.RecordHeader.decode(read_at(path, 61440, rec.SIZE))
+    assert header.is_padding and header.offset == 61440 and header.end == RING  # the padding record
+    w.close()
+
+
+@frames_only
+def test_append_frames_waits_for_room_when_a_block_s_aligned_end_passes_an_unaligned_trim(tmp_path):
+    """A new block's first record ends inside the room (33000 + 64K), but its block, written to the
+    next 4 KiB, would pass it and overwrite the record trimmed to: no inline opening, the full ring
+    stops the call (no full wait here) and the record at the trim point is still there."""
+    path = new_wal(tmp_path)
+    w = make_writer(path)
+    offs = [w.append(bytes([i]) * (1000 - rec.SIZE)) for i in range(65)]
+    w.drain()
+    assert w.next_block == RING
+    w.trim_to(offs[33])  # room up to 33000 + 64K = 98536
+    before = read_at(path, offs[33], 4 * KiB)
+    got = []
+    w.on_frames = lambda f: got.append((f.offset, f.count))
+    data = line_of(33000)  # 65536 + 33000 = 98536: the room's end; its block ends at 102400
+    with pytest.raises(FullError):
+        w.append_frames(data, 0, len(data), FrameSpec(True, 4, 0, 1 << 20), 0, 100)
+    w.drain()
+    assert got == [] and w.acked_end == 65000
+    assert read_at(path, offs[33], 4 * KiB) == before
+    w.close()
+
+
+@frames_only
+def test_append_frames_packs_into_a_block_append_opened(tmp_path):
+    """A block opened by append (no append_frames limit of its own) takes append_frames' records after
+    its record, in the same block."""
+    w = make_writer(new_wal(tmp_path))
+    acks = acking(w)
+    got = []
+    w.on_frames = lambda f: got.append((f.offset, f.count))
+    assert w.append(b"a" * 100, "first") == 0
+    data = LINE * 3
+    assert w.append_frames(data, 0, len(data), FrameSpec(True, 4, 0, 1 << 20), 7, 100)[:3] == \
+        (3, len(data), framepack.STOP_INPUT)
+    w.drain()
+    assert acks == [(0, "first")] and got == [(124, 3)]
+    assert w.blocks_written == 1 and w.acked_end == 124 + 3 * 1057
+    w.close()

@@ -57,6 +57,34 @@ def test_a_block_opened_after_a_stall_counts_only_its_own_budget_time(tmp_path):
     w.close()
 
 
+def test_a_block_opened_mid_stall_counts_the_stall_from_its_opening(tmp_path):
+    """The budget stalls the writer from T0; block 3 opens 20 ms into that stall, so of the 200 ms the
+    writer stalls in all it was there for 180: its budget stage is 180 ms, not the whole stall."""
+    w = make_writer(new_wal(tmp_path), block_soft_limit_bytes=4096)
+    clock = on_set_clock(w, Budget(bandwidth_bytes_per_s=81920))
+    acks = acking(w)
+    body = b"r" * (4000 - rec.SIZE)
+    assert [w.append(body, i) for i in range(3)] == [0, 4096, 8192]
+    # at T0: block 0 was written; block 1 (closed) is held by the budget; block 2 is open
+    clock.now = T0 + 20 * MS
+    assert w.append(body, 3) == 12288  # closes block 2 (queued behind block 1), opens block 3 mid-stall
+    clock.now = T0 + 60 * MS  # the timer thread writes block 1; the budget holds block 2 from here
+    with w._lock:
+        assert w._lock.wait_for(lambda: w.blocks_written == 2, timeout=30)
+    clock.now = T0 + 200 * MS  # the bucket is full again: the timer writes block 2
+    with w._lock:
+        assert w._lock.wait_for(lambda: w.blocks_written == 3, timeout=30)
+    clock.now = T0 + 1000 * MS
+    w.drain()  # block 3 is written at once
+    assert acks == [(0, 0), (4096, 1), (8192, 2), (12288, 3)]
+    st = w.stages
+    assert st.count == 4
+    assert sorted(st.samples["queued"]) == [0, 60 * MS, 200 * MS, 980 * MS]
+    # block 1: the stall's first 60 ms; block 2: all 200; block 3: the 180 after its opening
+    assert sorted(st.samples["budget"]) == [0, 60 * MS, 180 * MS, 200 * MS]
+    w.close()
+
+
 def test_a_padding_block_the_budget_holds_queues_behind_the_last_block(tmp_path):
     # 819200 B/s: a 40 KiB bucket, emptied (and in debt) by the first 48 KiB block
     w = make_writer(new_wal(tmp_path))
