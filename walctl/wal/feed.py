@@ -7,7 +7,9 @@ into the WAL's blocks at the device's pace (issue 31).
 feed_frames reads into one large buffer, reused: each read's complete records are framed and
 packed straight into the block buffers in C (WalWriter.append_frames), so a record costs no
 Python object, and the bytes go pipe -> read buffer -> block -> device. Only the incomplete
-record at a read's end is moved to the buffer's front. (DATA arguments, raw input and a build
+record at a read's end is moved to the buffer's front. A regular file's length-prefixed records
+go straight from the file into the blocks (_feed_direct: framepack.frame_read, no read buffer)
+until one it leaves to the buffered path (a small one, the file's end, a cut record). (DATA arguments, raw input and a build
 without the C extension take WalWriter.append_many: walctl.pipeline.append.) It never prints:
 acknowledgements go through the writer's callbacks.
 """
@@ -19,7 +21,7 @@ import os
 import stat
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from walctl.errors import UsageError
@@ -61,6 +63,7 @@ class Source:
         self.stream, self.owned = stream, owned
         self.pipe_bytes = 0
         self.buffer_bytes = BUFFER_BYTES  # feed_frames' read buffer (FILE_BUFFER_BYTES for a regular file)
+        self.direct = False  # a regular file: length-prefixed records may be read straight into the blocks
 
     def readinto(self, view) -> int:
         n = self.stream.readinto(view)
@@ -80,7 +83,7 @@ def open_source(path: str) -> Source:
         source = Source(raw if isinstance(raw, io.FileIO) else stdin, owned=False)
         source.pipe_bytes = _enlarge_pipe(source.stream)
         if _is_regular(source.stream):  # `< FILE`
-            source.buffer_bytes = FILE_BUFFER_BYTES
+            source.buffer_bytes, source.direct = FILE_BUFFER_BYTES, True
         return source
     try:
         f = open(path, "rb", buffering=0)
@@ -93,7 +96,7 @@ def open_source(path: str) -> Source:
         pass
     source = Source(f, owned=True)
     if _is_regular(f):  # (a FIFO or a device named as FILE keeps the large buffer)
-        source.buffer_bytes = FILE_BUFFER_BYTES
+        source.buffer_bytes, source.direct = FILE_BUFFER_BYTES, True
     return source
 
 
@@ -175,6 +178,11 @@ def feed_frames(writer, source: Source, spec, next_base: int, base_limit: int, c
     stats = stats if stats is not None else FeedStats()
     stats.pipe_bytes = source.pipe_bytes
     buf = _Buffer(source.buffer_bytes)
+    if source.direct and not spec.lines and framepack.DIRECT:
+        end, buf.consumed = _feed_direct(writer, source, spec, next_base, base_limit, check, stats)
+        if end.stop != framepack.STOP_INPUT:
+            return end
+        next_base = end.next_base  # the rest through the buffer, from the file offset it stopped at
     clock, cpu_clock = time.perf_counter_ns, time.thread_time_ns
     c_cpu = framepack.cpu_ns
     c_before = c_cpu() - stats.pack_c_ns
@@ -208,6 +216,45 @@ def feed_frames(writer, source: Source, spec, next_base: int, base_limit: int, c
             need = max(need, 4 + end.next_len)
         buf.compact(need)
     return _last_record(writer, buf, spec, next_base, base_limit, check)
+
+
+_NO_SRC = bytearray(0)  # append_frames' src on the direct path (the records come from the file)
+
+
+def _feed_direct(writer, source: Source, spec, next_base: int, base_limit: int, check: Check,
+                 stats: FeedStats) -> tuple[FeedEnd, int]:
+    """feed_frames' direct path (a regular file, length-prefixed): the records read from the file
+    straight into the blocks (framepack.frame_read), ``source.buffer_bytes`` of the file a call, until
+    a stop (returned as is) or a record frame_read leaves to the buffered path (STOP_INPUT: the file's
+    end, a short read, max_records, a small payload): the file is then positioned at that record for
+    the buffered path. Returns (where it stopped, the input bytes taken). Its reads count in pack_ns."""
+    fd = source.stream.fileno()
+    first = offset = os.lseek(fd, 0, os.SEEK_CUR)
+    direct = replace(spec, fd=fd)
+    clock, cpu_clock = time.perf_counter_ns, time.thread_time_ns
+    c_cpu = framepack.cpu_ns
+    c_before = c_cpu() - stats.pack_c_ns
+    try:
+        while True:
+            chunk_end = offset + source.buffer_bytes
+            t0, c0 = clock(), cpu_clock()
+            count, pos, stop, next_len = writer.append_frames(_NO_SRC, offset, chunk_end, direct, next_base,
+                                                              max(0, base_limit + 1 - next_base))
+            stats.pack_ns += clock() - t0
+            stats.pack_cpu_ns += cpu_clock() - c0
+            stats.pack_c_ns = c_cpu() - c_before
+            stats.reads += 1
+            stats.bytes_read += pos - offset
+            next_base += count
+            offset = pos
+            if check():
+                return FeedEnd(next_base, None, next_len), offset - first
+            if stop != framepack.STOP_INPUT:
+                return FeedEnd(next_base, stop, next_len), offset - first
+            if offset < chunk_end:  # left to the buffered path
+                return FeedEnd(next_base), offset - first
+    finally:
+        os.lseek(fd, offset, os.SEEK_SET)
 
 
 def _pack_read(writer, buf: _Buffer, spec, next_base: int, base_limit: int, check: Check) -> FeedEnd:
