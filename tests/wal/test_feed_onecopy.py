@@ -222,23 +222,32 @@ def scanned(w) -> list[tuple[bytes, int]]:
 
 
 def direct_and_buffered(writers, tmp_path, data: bytes, *, max_payload=1 << 19, base=0, base_limit=1 << 40,
-                        buffer_bytes=None, check=lambda: False):
-    """feed_frames of ``data`` from a file (the direct path) and through a pipe-like source: both ends,
-    the file's position after the direct run, the direct run's stats and both logs' records."""
+                        buffer_bytes=None, check=lambda: False, skip=0, preset=0):
+    """feed_frames of ``data[skip:]`` from a file positioned at ``skip`` (the direct path) and through a
+    pipe-like source: both ends, the file's position after the direct run, the run's stats (their
+    times starting at ``preset``), its append_frames calls ((direct?, records)) and both logs' records."""
     path = tmp_path / "in.bin"
     path.write_bytes(data)
     spec = FrameSpec(False, 4, 0, max_payload)
     runs = []
     for direct in (True, False):
         w = writers()
-        stats = FeedStats()
+        calls = []
+        plain = w.append_frames
+
+        def spy(src, start, end, spec, base, max_records, plain=plain, calls=calls):
+            got = plain(src, start, end, spec, base, max_records)
+            calls.append((spec.fd >= 0, got[0]))
+            return got
+
+        w.append_frames = spy
+        stats = FeedStats(read_ns=preset, pack_ns=preset, pack_cpu_ns=preset, pack_c_ns=preset)
         if direct:
-            src = open_source(str(path))
-            assert src.direct
-            if buffer_bytes:
-                src.buffer_bytes = buffer_bytes
+            src = feed.Source(open(path, "rb", buffering=0), owned=True)
+            src.stream.seek(skip)
+            src.direct, src.buffer_bytes = True, buffer_bytes or feed.FILE_BUFFER_BYTES
         else:
-            src = feed.Source(Chunks(data, 4096), owned=False)
+            src = feed.Source(Chunks(data[skip:], 4096), owned=False)
         try:
             try:
                 end = feed_frames(w, src, spec, base, base_limit, check, stats)
@@ -248,7 +257,7 @@ def direct_and_buffered(writers, tmp_path, data: bytes, *, max_payload=1 << 19, 
         finally:
             src.close()
         w.drain()
-        runs.append((end, position, stats, w.got, scanned(w)))
+        runs.append((end, position, stats, calls, scanned(w)))
     return runs
 
 
@@ -262,7 +271,8 @@ def test_direct_records_and_stops_are_the_buffered_ones(writers, tmp_path):
     (d_end, pos, stats, d_got, d_log), (b_end, _, _, b_got, b_log) = direct_and_buffered(writers, tmp_path, data)
     assert d_end == b_end == FeedEnd(len(payloads))
     assert d_log == b_log == [(p, i) for i, p in enumerate(payloads)]
-    assert sum(n for _, n, _ in d_got) == len(payloads) and pos == len(data)
+    assert sum(n for _, n in d_got) == len(payloads) and pos == len(data)
+    assert sum(n for direct, n in d_got if direct) == 12  # the small ones and all after them: buffered
     assert stats.bytes_read == len(data)
     assert stats.read_ns > 0 and stats.pack_c_ns > 0 and stats.pack_cpu_ns > 0 and stats.pack_ns >= stats.pack_cpu_ns // 2
 
@@ -293,10 +303,19 @@ def test_a_payload_of_the_largest_is_taken_directly(writers, tmp_path):
 
 def test_the_last_stream_offset_is_the_buffered_paths(writers, tmp_path):
     data = framed(big(5))
-    (d_end, _, _, _, d_log), (b_end, _, _, _, b_log) = direct_and_buffered(writers, tmp_path, data, base=10,
-                                                                           base_limit=12)
+    (d_end, _, _, calls, d_log), (b_end, _, _, _, b_log) = direct_and_buffered(writers, tmp_path, data, base=10,
+                                                                               base_limit=12)
     assert d_end == b_end and d_end.stop == framepack.STOP_MAX and d_end.next_base == 13
     assert d_log == b_log and len(d_log) == 3
+    assert calls[0] == (True, 3)  # all three directly, then the buffered path finds the stop
+
+
+def test_past_the_last_stream_offset_nothing_is_taken(writers, tmp_path):
+    data = framed(big(2))
+    (d_end, _, _, calls, d_log), (b_end, _, _, _, b_log) = direct_and_buffered(writers, tmp_path, data, base=13,
+                                                                               base_limit=12)
+    assert d_end == b_end and d_end.stop == framepack.STOP_MAX and d_end.next_base == 13
+    assert d_log == b_log == [] and calls[0] == (True, 0)
 
 
 @pytest.mark.parametrize("cut", [2, 4 + 7])
@@ -345,3 +364,54 @@ def test_stdin_from_a_file_goes_direct_at_descriptor_zero(writers, tmp_path):
         os.close(fd)
     w.drain()
     assert scanned(w) == [(p, i) for i, p in enumerate(payloads)]
+
+
+def test_the_stage_times_add_to_what_was_there(writers, tmp_path):
+    preset = 5 * 10**9
+    (d_end, _, stats, _, _), _ = direct_and_buffered(writers, tmp_path, framed(big(6)), preset=preset)
+    assert d_end == FeedEnd(6)
+    for took in (stats.pack_ns, stats.pack_cpu_ns, stats.pack_c_ns):
+        assert preset < took < preset + 10**10
+    assert stats.pack_c_ns - preset <= stats.pack_cpu_ns - preset + 10**6
+
+
+def test_check_at_a_refused_record_reports_its_length(writers, tmp_path):
+    data = framed(big(2) + [b"x" * 30000] + big(1))
+    (d_end, pos, _, _, d_log), _ = direct_and_buffered(writers, tmp_path, data, max_payload=25000,
+                                                       check=lambda: True)
+    assert d_end == FeedEnd(2, None, 30000) and len(d_log) == 2 and pos == 2 * 4 + 20000 + 20001
+
+
+def test_a_file_read_from_its_middle_counts_input_bytes_from_there(writers, tmp_path):
+    skip = 2 * 4 + 20000 + 20001
+    data = framed(big(5))[:skip + 2 * 4 + 20002 + 20003 + 4 + 5]  # from skip: two whole records, then a cut one
+    (d_end, pos, _, calls, d_log), (b_end, _, _, _, b_log) = direct_and_buffered(writers, tmp_path, data, skip=skip)
+    assert d_end == b_end and "truncated record at input byte 40013: length 20004, got 5" in d_end[1]
+    assert d_log == b_log and len(d_log) == 2 and calls[0] == (True, 2)
+
+
+def test_a_record_ending_at_a_chunks_end_keeps_the_direct_path(writers, tmp_path):
+    payloads = [bytes([i]) * 20000 for i in range(4)]
+    data = framed(payloads)
+    (d_end, pos, stats, calls, d_log), _ = direct_and_buffered(writers, tmp_path, data, buffer_bytes=2 * 20004)
+    assert d_end == FeedEnd(4) and pos == len(data) and len(d_log) == 4
+    # two chunks of two records, a third call at the end of the file, then the buffered read of the end
+    assert [c for c in calls if c[0]] == [(True, 2), (True, 2), (True, 0)] and stats.reads == 4
+
+
+def test_stdin_from_a_regular_file_may_go_direct(monkeypatch, tmp_path):
+    import io
+
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    with open(path, "rb") as f:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(f))
+        assert open_source("-").direct is True
+    r, w = os.pipe()
+    try:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.FileIO(r, "rb", closefd=False))))
+        assert open_source("-").direct is False
+    finally:
+        os.close(r)
+        os.close(w)
+    assert open_source("/dev/zero").direct is False

@@ -179,7 +179,7 @@ def feed_frames(writer, source: Source, spec, next_base: int, base_limit: int, c
     stats.pipe_bytes = source.pipe_bytes
     buf = _Buffer(source.buffer_bytes)
     if source.direct and not spec.lines and framepack.DIRECT:
-        end, buf.consumed = _feed_direct(writer, source, spec, next_base, base_limit, check, stats)
+        end = _feed_direct(writer, source, spec, next_base, base_limit, check, stats, buf)
         if end.stop != framepack.STOP_INPUT:
             return end
         next_base = end.next_base  # the rest through the buffer, from the file offset it stopped at
@@ -218,16 +218,13 @@ def feed_frames(writer, source: Source, spec, next_base: int, base_limit: int, c
     return _last_record(writer, buf, spec, next_base, base_limit, check)
 
 
-_NO_SRC = bytearray(0)  # append_frames' src on the direct path (the records come from the file)
-
-
 def _feed_direct(writer, source: Source, spec, next_base: int, base_limit: int, check: Check,
-                 stats: FeedStats) -> tuple[FeedEnd, int]:
+                 stats: FeedStats, buf: _Buffer) -> FeedEnd:
     """feed_frames' direct path (a regular file, length-prefixed): the records read from the file
     straight into the blocks (framepack.frame_read), ``source.buffer_bytes`` of the file a call, until
     a stop (returned as is) or a record frame_read leaves to the buffered path (STOP_INPUT: the file's
-    end, a short read, max_records, a small payload): the file is then positioned at that record for
-    the buffered path. Returns (where it stopped, the input bytes taken). Its reads count in pack_ns."""
+    end, a short read, max_records, a small payload): the file is then positioned at that record, and
+    ``buf.consumed`` counts the input taken, for the buffered path. Its reads count in pack_ns."""
     fd = source.stream.fileno()
     first = offset = os.lseek(fd, 0, os.SEEK_CUR)
     direct = replace(spec, fd=fd)
@@ -238,7 +235,7 @@ def _feed_direct(writer, source: Source, spec, next_base: int, base_limit: int, 
         while True:
             chunk_end = offset + source.buffer_bytes
             t0, c0 = clock(), cpu_clock()
-            count, pos, stop, next_len = writer.append_frames(_NO_SRC, offset, chunk_end, direct, next_base,
+            count, pos, stop, next_len = writer.append_frames(None, offset, chunk_end, direct, next_base,
                                                               max(0, base_limit + 1 - next_base))
             stats.pack_ns += clock() - t0
             stats.pack_cpu_ns += cpu_clock() - c0
@@ -248,11 +245,12 @@ def _feed_direct(writer, source: Source, spec, next_base: int, base_limit: int, 
             next_base += count
             offset = pos
             if check():
-                return FeedEnd(next_base, None, next_len), offset - first
+                return FeedEnd(next_base, None, next_len)
             if stop != framepack.STOP_INPUT:
-                return FeedEnd(next_base, stop, next_len), offset - first
+                return FeedEnd(next_base, stop, next_len)
             if offset < chunk_end:  # left to the buffered path
-                return FeedEnd(next_base), offset - first
+                buf.consumed = offset - first
+                return FeedEnd(next_base)
     finally:
         os.lseek(fd, offset, os.SEEK_SET)
 
