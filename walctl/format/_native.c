@@ -28,6 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <errno.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 /* ---- CRC-32C (Castagnoli): SSE4.2 instruction when the CPU has it, else slicing-by-8 ---- */
 
@@ -1023,6 +1026,145 @@ static PyObject *py_frame_pack(PyObject *self, PyObject *args)
     return Py_BuildValue("nnnLLNin", count, pos, start, payload_bytes, (long long)last, text, stop, next_len);
 }
 
+/* ---- frame_read: frame_pack's records read from a regular file straight into the block (issue 31) ----
+ * frame_read(out, pos, limit, offset, fd, start, end, min_payload, stream_id, epoch, base, max_records,
+ *            max_payload, render) -> frame_pack's 8-tuple, src_pos being the file offset reached.
+ * Length-prefixed records are read with pread at file offset ``start`` on: each payload lands at its
+ * place in ``out`` (one preadv per record: the payload, then the next record's 4-byte length), and
+ * its CRC is taken there (in the cache the kernel's copy just left it in): no read buffer, no second
+ * copy. It packs records starting before ``end`` and stops as frame_pack does at FP_FULL and
+ * FP_TOO_LARGE; everything else it hands back as FP_INPUT at the first record it did not pack (the
+ * file's end, a short or failed read, max_records reached, a payload under ``min_payload``): the
+ * caller reads on from there through its buffer, and that path decides what the input is (the
+ * same records, stops and errors as if all of it had gone that way). */
+static PyObject *py_frame_read(PyObject *self, PyObject *args)
+{
+    Py_buffer out;
+    Py_ssize_t pos, limit, max_records, max_payload, min_payload;
+    long long offset, sid, epoch, base, start, end;
+    int fd, render;
+    if (!PyArg_ParseTuple(args, "w*nnLiLLnLLLnni", &out, &pos, &limit, &offset, &fd, &start, &end, &min_payload, &sid,
+                          &epoch, &base, &max_records, &max_payload, &render))
+        return NULL;
+    if (limit > out.len)
+        limit = out.len;
+    uint8_t *dst = out.buf;
+    Py_ssize_t count = 0, next_len = -1;
+    int64_t o = offset, last = -1;
+    long long payload_bytes = 0;
+    int stop = FP_INPUT, nomem = 0;
+    Text acks = {NULL, 0, 0};
+    char mid[64];
+    int mid_len = 0;
+    {
+        char sb[20];
+        int sn = dec_u64(sb, (uint64_t)sid);
+        char *m = mid;
+        PUT_LIT(m, ",\"stream_id\":");
+        memcpy(m, sb + 20 - sn, (size_t)sn);
+        m += sn;
+        PUT_LIT(m, ",\"base_offset\":");
+        mid_len = (int)(m - mid);
+    }
+    long long cpu0 = thread_cpu_ns();
+    Py_BEGIN_ALLOW_THREADS
+    uint8_t prefix[4];
+    int have = 0; /* prefix holds the length of the record at ``start`` */
+    while (start < end) {
+        if (!have) {
+            ssize_t got;
+            do
+                got = pread(fd, prefix, 4, (off_t)start);
+            while (got < 0 && errno == EINTR);
+            if (got != 4)
+                break; /* the end, a short or failed read: the buffered path takes it from here */
+        }
+        have = 0;
+        Py_ssize_t plen = (Py_ssize_t)be32(prefix);
+        if (max_records >= 0 && count >= max_records)
+            break; /* FP_MAX only once the record is known complete: the buffered path checks */
+        if (plen > max_payload) {
+            stop = FP_TOO_LARGE;
+            next_len = plen;
+            break;
+        }
+        Py_ssize_t body_len = BATCH_SIZE + plen;
+        if (pos < 0 || REC_SIZE + body_len > limit - pos) {
+            stop = FP_FULL;
+            next_len = plen;
+            break;
+        }
+        if (plen < min_payload)
+            break;
+        if (render && text_room(&acks, 256) < 0) {
+            nomem = 1;
+            break;
+        }
+        uint8_t *h = dst + pos, *q = h + REC_SIZE, *payload = q + BATCH_SIZE;
+        /* the payload, and the next record's length after it, in one call */
+        struct iovec iov[2] = {{payload, (size_t)plen}, {prefix, 4}};
+        Py_ssize_t want = plen + 4, done = 0;
+        while (done < want) {
+            ssize_t got;
+            if (done < plen) {
+                iov[0].iov_base = payload + done;
+                iov[0].iov_len = (size_t)(plen - done);
+                got = preadv(fd, iov, 2, (off_t)(start + 4 + done));
+            } else {
+                got = pread(fd, prefix + (done - plen), (size_t)(want - done), (off_t)(start + 4 + done));
+            }
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got <= 0)
+                break;
+            done += got;
+        }
+        if (done < plen)
+            break; /* the payload is cut short: not packed (the buffered path reads it again) */
+        have = done == want;
+        int64_t b = base + count;
+        q[0] = BATCH_MAGIC;
+        put64(q + 1, sid);
+        put64(q + 9, epoch);
+        put64(q + 17, b);
+        put32(q + 25, 1);
+        put32(q + 29, (uint32_t)plen);
+        uint32_t crc = crc32c_fn(crc33_fn(q), payload, (size_t)plen);
+        put32(h, DATA_MAGIC);
+        put32(h + 4, (uint32_t)body_len);
+        put64(h + 8, o + REC_SIZE);
+        put32(h + 16, crc);
+        put32(h + 20, crc20_fn(h));
+        if (render)
+            render_ack(&acks, render, o, mid, mid_len, b, plen);
+        last = o;
+        pos += REC_SIZE + body_len;
+        o += REC_SIZE + body_len;
+        payload_bytes += plen;
+        start += 4 + plen;
+        count++;
+        if (!have)
+            break; /* the next length was cut short: the buffered path reads it again */
+    }
+    Py_END_ALLOW_THREADS
+    frame_pack_cpu_ns += thread_cpu_ns() - cpu0;
+    PyBuffer_Release(&out);
+    if (nomem) {
+        free(acks.p);
+        return PyErr_NoMemory();
+    }
+    PyObject *text;
+    if (render) {
+        text = PyBytes_FromStringAndSize(acks.p ? acks.p : "", acks.len);
+        free(acks.p);
+        if (text == NULL)
+            return NULL;
+    } else {
+        text = Py_NewRef(Py_None);
+    }
+    return Py_BuildValue("nnLLLNin", count, pos, start, payload_bytes, (long long)last, text, stop, next_len);
+}
+
 /* ---- payload text for recover/read --payload hex|base64 (issue 31) ----
  * hex_lines(buf, spans, first, stop) / base64_lines(...): the payloads buf[pos:pos + len] of the
  * (pos, len) int64 pairs spans[first:stop] encoded, each followed by '\n', in one bytes object:
@@ -1323,6 +1465,9 @@ static PyMethodDef methods[] = {
     {"frame_pack", py_frame_pack, METH_VARARGS,
      "frame_pack(out, pos, limit, offset, src, start, end, lines, stream_id, epoch, base, max_records, max_payload,"
      " render) -> (count, out_pos, src_pos, payload_bytes, last_offset, acks, stop, next_len)"},
+    {"frame_read", py_frame_read, METH_VARARGS,
+     "frame_read(out, pos, limit, offset, fd, start, end, min_payload, stream_id, epoch, base, max_records, "
+     "max_payload, render) -> frame_pack's tuple: length-prefixed records read from a file into out"},
     {"frame_pack_cpu_ns", py_frame_pack_cpu_ns, METH_NOARGS,
      "frame_pack_cpu_ns() -> int: the CPU nanoseconds of frame_pack's loops so far (the calling threads')"},
     {"hex_lines", py_hex_lines, METH_VARARGS,

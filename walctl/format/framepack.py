@@ -10,6 +10,15 @@ walctl.format.bulk.split_* then pack_records(batch=...) (tests/format/test_frame
 byte for byte). It exists only with the C extension (AVAILABLE); without it, append takes the
 bulk path (walctl.wal.framing.batches + WalWriter.append_many).
 
+    frame_read(out, pos, limit, offset, fd, start, end, min_payload, stream_id, epoch, base, max_records,
+               max_payload, render) -> the same tuple (src_pos: the file offset reached)
+
+packs length-prefixed records read from a regular file (pread from offset ``start``, records that
+start before ``end``) with each payload read straight to its place in ``out`` and its CRC taken
+there: no read buffer, no second copy (DIRECT). It stops as frame_pack at STOP_FULL and
+STOP_TOO_LARGE, and returns STOP_INPUT at the first record it leaves to the buffered path (the
+file's end, a short read, max_records reached, a payload under ``min_payload``: DIRECT_MIN_PAYLOAD).
+
     cpu_ns() -> int
 
 the CPU time frame_pack's loops took so far in this process (append's feed_us.pack_c).
@@ -31,6 +40,11 @@ from walctl.format.extension import load_native
 _native = load_native()
 AVAILABLE = _native is not None and hasattr(_native, "frame_pack")
 
+DIRECT = AVAILABLE and hasattr(_native, "frame_read")
+# frame_read's min_payload: smaller payloads are read through the buffer (a system call per record
+# costs more than copying a small payload once more)
+DIRECT_MIN_PAYLOAD = 16 << 10
+
 # Why frame_pack stopped (its ``stop``), as _native.c numbers them.
 STOP_INPUT = 0  # no complete record left in src[start:end]
 STOP_FULL = 1  # the next record does not fit before ``limit`` (next_len: its payload length)
@@ -47,6 +61,10 @@ def frame_pack(*args):
 
 if AVAILABLE:
     frame_pack = _native.frame_pack  # noqa: F811 - the C function itself: no Python call per block
+
+
+if DIRECT:
+    frame_read = _native.frame_read
 
 
 def cpu_ns() -> int:

@@ -44,13 +44,15 @@ class Frames:
 class FrameSpec:
     """What append_frames packs: records framed as lines (else 4-byte length-prefixed), each the
     payload of a StreamRecordBatch of ``stream_id`` and ``epoch``; payloads over ``max_payload``
-    stop it; ``render``: the acknowledgement text to render (0 none, 1 offsets, 2 NDJSON)."""
+    stop it; ``render``: the acknowledgement text to render (0 none, 1 offsets, 2 NDJSON); ``fd``
+    (>= 0): length-prefixed records read from that file at offsets ``start:end`` (framepack.frame_read)."""
 
     lines: bool
     stream_id: int
     epoch: int
     max_payload: int
     render: int = 0
+    fd: int = -1
 
 
 class Many:
@@ -272,9 +274,14 @@ class BlockBuilder:
             limit = max(cur.min_limit, min(self.block_soft_limit_bytes, cur.lap_end - cur.start,
                                            (self._room_end - cur.start) & ~4095))
         with _signals_deferred():  # packed and booked together (see _book_many)
-            count, out_pos, src_pos, payload, last, acks, stop, next_len = _framepack.frame_pack(
-                out, pos, limit, offset, src, start, end, spec.lines, spec.stream_id, spec.epoch, base,
-                max_records, spec.max_payload, spec.render)
+            if spec.fd < 0:
+                count, out_pos, src_pos, payload, last, acks, stop, next_len = _framepack.frame_pack(
+                    out, pos, limit, offset, src, start, end, spec.lines, spec.stream_id, spec.epoch, base,
+                    max_records, spec.max_payload, spec.render)
+            else:  # read from the file straight into the block (walctl.wal.feed's direct path)
+                count, out_pos, src_pos, payload, last, acks, stop, next_len = _framepack.frame_read(
+                    out, pos, limit, offset, spec.fd, start, end, _framepack.DIRECT_MIN_PAYLOAD, spec.stream_id,
+                    spec.epoch, base, max_records, spec.max_payload, spec.render)
             if count:
                 cur.length = out_pos
                 cur.min_limit = 0
