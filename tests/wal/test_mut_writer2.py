@@ -5,6 +5,7 @@ In-process writers on a 64 KiB ring in a file (tests/wal/test_mut_writer.py's he
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -251,3 +252,47 @@ def test_append_frames_packs_into_a_block_append_opened(tmp_path):
     assert acks == [(0, "first")] and got == [(124, 3)]
     assert w.blocks_written == 1 and w.acked_end == 124 + 3 * 1057
     w.close()
+
+
+@pytest.mark.skipif(not framepack.DIRECT, reason="walctl.format._native has no frame_read here")
+@pytest.mark.parametrize("at_zero", [False, True], ids=["any-descriptor", "descriptor-0"])
+def test_append_frames_from_a_file_descriptor_packs_what_it_packs_from_bytes(tmp_path, at_zero):
+    """FrameSpec.fd >= 0 (descriptor 0 too: stdin redirected from a file): _frame_into reads the
+    length-prefixed records from the file (frame_read) into the same blocks, at the same offsets, as
+    frame_pack packs them from the bytes; a payload under the direct path's minimum is left to the
+    buffered path (STOP_INPUT at its offset in the file)."""
+    sizes = [framepack.DIRECT_MIN_PAYLOAD + 1000 * i for i in range(5)] + [100]
+    data = b"".join(len(p).to_bytes(4, "big") + p for p in (bytes([i + 1]) * s for i, s in enumerate(sizes)))
+    (tmp_path / "in.bin").write_bytes(data)
+    results = []
+    for how in ("bytes", "fd"):
+        path = new_wal(tmp_path, ring=1 * MiB, name=f"{how}.img")
+        w = make_writer(path, block_soft_limit_bytes=64 * KiB)
+        got = []
+        w.on_frames = lambda f, got=got: got.append((f.offset, f.last_offset, f.count, f.base_offset))
+        if how == "bytes":
+            spec = FrameSpec(False, 4, 0, 1 << 20)
+            out = w.append_frames(data, 0, len(data), spec, 9, 100)
+        else:
+            fd = os.open(tmp_path / "in.bin", os.O_RDONLY)
+            saved = os.dup(0) if at_zero else -1
+            try:
+                if at_zero:
+                    os.dup2(fd, 0)
+                out = w.append_frames(None, 0, len(data), FrameSpec(False, 4, 0, 1 << 20, fd=0 if at_zero else fd),
+                                      9, 100)
+            finally:
+                if at_zero:
+                    os.dup2(saved, 0)
+                    os.close(saved)
+                os.close(fd)
+        w.drain()
+        results.append((out, got, w.acked_end, read_at(path, 0, w.acked_end)))
+        w.close()
+    (out_b, got_b, end_b, bytes_b), (out_f, got_f, end_f, bytes_f) = results
+    assert out_b[:3] == (6, len(data), framepack.STOP_INPUT)
+    assert out_f[:3] == (5, len(data) - 104, framepack.STOP_INPUT)  # the 100-byte payload is left
+    # the same two blocks, the second without the small record (its last record the one before)
+    assert len(got_b) == len(got_f) == 2 and got_f[0] == got_b[0] == (0, got_b[0][1], 3, 9)
+    assert got_f[1][0] == got_b[1][0] and got_f[1][2:] == (2, 12) and got_b[1][2:] == (3, 12)
+    assert bytes_f == bytes_b[:end_f] and end_f == end_b - MANY_OVERHEAD - 100
