@@ -40,7 +40,7 @@ STORE_PREFIX = "walctl-test"
 
 def share_botocore_data():
     """botocore's own data files (botocore/data, boto3/data: endpoints, the S3 model, its rule set)
-    parsed once a process instead of once a client: each S3Store makes a boto3 session of its own,
+    parsed, and their folders listed, once a process instead of once a client: each S3Store makes a boto3 session of its own,
     and a new session's loader parsed the same ~3.6 MB of JSON again (~70 ms of CPU a client, most
     of its creation). Within one session botocore already gives every client the same parsed
     objects; this gives them to every session. Files anywhere else (AWS_DATA_PATH) load as before.
@@ -60,10 +60,26 @@ def share_botocore_data():
             parsed[full_path] = load(self, full_path, open_method)
         return parsed[full_path]
 
+    # The services a loader finds: the listing of every service's folders (~56,000 stat calls a
+    # loader), the same for every loader whose search path holds only botocore's and boto3's data.
+    list_services = loaders.Loader.list_available_services
+    listed: dict = {}
+
+    def list_once(self, type_name):
+        paths = tuple(self.search_paths)
+        if not all((path + os.sep).startswith(shipped) or not os.path.isdir(path) for path in paths):
+            return list_services(self, type_name)
+        key = (paths, type_name)
+        if key not in listed:
+            listed[key] = list_services(self, type_name)
+        return list(listed[key])
+
     loaders.JSONFileLoader._load_file = load_once
+    loaders.Loader.list_available_services = list_once
 
     def undo() -> None:
         loaders.JSONFileLoader._load_file = load
+        loaders.Loader.list_available_services = list_services
 
     return undo
 
