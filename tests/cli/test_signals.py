@@ -135,6 +135,8 @@ def test_sigterm_while_append_prints_acks_to_a_full_pipe(tmp_path, new_wal, cli)
     acks, summary = lines[:-1], lines[-1]
     assert [x["type"] for x in acks] == ["record"] * len(acks) and summary["type"] == "summary"
     assert 0 < len(acks) <= summary["records"] <= 64 * fed[0] and summary["error"]["signal"] == "SIGTERM"
+    # where the producer resumes: after every record taken (all made durable), not at the run's start
+    assert summary["next_base_offset"] == summary["records"]
     stats = cli("recover", dev, "--stats", "--json").json_lines()[-1]
     assert stats["records"] >= summary["records"] and stats["findings"] == 0
     wal_offsets = {x["offset"] for x in cli("recover", dev, "--json").json_lines() if x["type"] == "record"}

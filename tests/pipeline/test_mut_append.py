@@ -281,7 +281,7 @@ def test_a_data_payload_over_the_largest_record_is_refused_after_the_ones_before
                AppendHooks(on_acks=acks.on_acks, summarize=lambda run: {"next": run.next_base}))
     assert (e.value.what, e.value.hint) == too_large(largest + 1, largest, LINES_CUT)
     assert e.value.where == path
-    assert e.value.summary == {"next": 1}  # the run's first offset
+    assert e.value.summary == {"next": 3}  # after the two records appended: where the producer resumes
     assert payloads_on(path) == [(0, b"0"), (1, b"a"), (2, b"b")]
     assert len(acks.offsets) == 2
     with pytest.raises(UsageError):
@@ -445,7 +445,7 @@ def test_an_interrupt_makes_the_records_taken_durable_and_carries_the_summary(tm
         append(AppendRequest(path, 1, [b"a", b"b"]),
                AppendHooks(on_acks=acks.on_acks, check=check, summarize=lambda run: {"next": run.next_base,
                                                                                      "s": run.seconds > 0}))
-    assert e.value.summary == {"next": 0, "s": True}
+    assert e.value.summary == {"next": 2, "s": True}  # the two records taken are durable: resume at 2
     assert payloads_on(path) == [(0, b"a"), (1, b"b")]
     assert acks.offsets == [0, 58]
     with pytest.raises(KeyboardInterrupt) as e:

@@ -44,7 +44,8 @@ def append_cmd(
     base_offset: Annotated[int | None, typer.Option(
         "--base-offset", min=0,
         help="Stream offset of the first record (default: continue the stream's offsets found in the "
-             "WAL; required when the stream has no record left after a trim).")] = None,
+             "WAL; required when the stream has no record left after a trim). The --json summary's "
+             "next_base_offset is where the next run resumes, also after an error or a signal.")] = None,
     store: Annotated[str | None, typer.Option(
         "--store", metavar="URL",
         help="Object store the WAL uploads to: when the stream has no record left in the WAL (uploaded "

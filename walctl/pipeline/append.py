@@ -105,7 +105,8 @@ class AppendRun:
     budget: Any
     listener: Any = None
     uploader: Any = None
-    next_base: int = 0
+    next_base: int = 0  # the stream offset after the last acknowledged record: where a producer resumes
+    first_base: int | None = None  # the run's first record's stream offset, once known
     started: float = 0.0
     seconds: float = 0.0
     device_bytes_read: int = 0
@@ -141,6 +142,8 @@ def append(request: AppendRequest, hooks: AppendHooks) -> AppendRun:
         run.writer.close()
     except BaseException as exc:  # SIGTERM/SIGINT or an error: every record taken is made durable first
         _close_after(run.writer)
+        if run.first_base is not None:  # the feed stopped mid-way: the next offset is after what is durable
+            run.next_base = run.first_base + run.writer.records_acked
         finish()
         if hooks.summarize is not None:
             exc.summary = hooks.summarize(run)
@@ -188,6 +191,7 @@ def _feed(request: AppendRequest, hooks: AppendHooks, run: AppendRun, source) ->
     run.next_base = first_base_offset(run.opened, request.stream_id, request.base_offset, device=request.device,
                                       store_url=request.store, endpoint_url=request.endpoint_url,
                                       on_warning=hooks.on_warning, s3=request.s3)
+    run.first_base = run.next_base
     epoch = max(writer.header.epoch, 0)
     if request.data:
         bounds.base_offset(run.next_base, count=len(request.data), option="stream offset")
