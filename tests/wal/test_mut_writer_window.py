@@ -296,6 +296,23 @@ def test_the_window_grows_to_exactly_the_cap_a_block_needs(tmp_path):
     w.abort()
 
 
+def test_the_window_grows_from_the_first_block_in_flight_not_from_the_log_s_start(tmp_path):
+    """The window a block needs is measured from the first block in flight (here at 8 KiB, after two
+    durable blocks), not from 0: the fifth block, ending 12 KiB after it, grows the window to 12 KiB
+    (the cap) and is written at once."""
+    w, q = window_writer(tmp_path, 12288)
+    w.append(REC4K)
+    w.append(REC4K)
+    q.complete(0)
+    q.complete(0)  # both durable: none in flight
+    writes = w.header_writes
+    for _ in range(3):
+        w.append(REC4K)
+    assert q.submitted[2:] == [w.ring.physical(8192), w.ring.physical(12288), w.ring.physical(16384)]
+    assert w.header.sliding_window_max_length == 12288 and w.header_writes == writes + 1
+    w.abort()
+
+
 # -- refused submissions and failures --------------------------------------------------
 def test_a_refused_submission_leaves_the_block_queued_and_drain_writes_it(tmp_path):
     clock = FakeClock()
@@ -369,6 +386,22 @@ def test_a_failed_write_stops_the_acknowledgements_and_the_submissions(tmp_path)
     w.abort()
 
 
+def test_a_write_failing_while_an_append_waits_for_a_slot_stops_it_before_the_next_write(tmp_path):
+    """An append waiting for a free slot (two blocks queued past the run-ahead) is woken by the failed
+    completion of the block in flight: it raises the failure and starts no write of the queued blocks."""
+    clock = FakeClock()
+    w, q = held_writer(new_wal(tmp_path), clock, iodepth=1, block_soft_limit_bytes=4096)
+    w.append(REC4K, 1)  # block 1 written: the only slot busy
+    w.append(REC4K, 2)
+    w.append(REC4K, 3)  # block 2 queued (the run-ahead), block 3 open
+    w._lock.steps.append(lambda: q.complete(0, OSError(errno.EIO, "Input/output error")))
+    with pytest.raises(IOFailure, match="Input/output error"):
+        w.append(REC4K, 4)  # block 3 queued too: waits for the slot, which block 1's failure frees
+    assert w._lock.waits == [None]
+    assert len(q.submitted) == 1 and len(w._ready) == 2
+    w.abort()
+
+
 def test_a_failing_acknowledgement_forgets_the_blocks_already_done(tmp_path):
     clock = FakeClock()
     w, q = held_writer(new_wal(tmp_path), clock, iodepth=3, block_soft_limit_bytes=4096)
@@ -416,3 +449,19 @@ def test_waits_never_block_in_these_tests(tmp_path):
     with pytest.raises(WouldBlock):
         w.drain()
     w.abort()
+
+
+def test_the_threads_engine_without_submit_batching_writes_and_acknowledges_every_block(tmp_path, monkeypatch):
+    """A write queue without flush_submits (the threads engine) is not asked for it: completions
+    start the next write and acknowledge the durable blocks as with AIO."""
+    from test_mut_writer import make_writer
+
+    monkeypatch.setenv("WALCTL_IO_ENGINE", "threads")
+    w = make_writer(new_wal(tmp_path), iodepth=1, block_soft_limit_bytes=4096)
+    assert w.io_engine == "threads" and not hasattr(w._queue, "flush_submits")
+    acks = acking(w)
+    for t in range(6):
+        w.append(REC4K, t)
+    w.drain()
+    assert [t for _, t in acks] == list(range(6)) and w._failed is None and w.blocks_written == 6
+    w.close()
