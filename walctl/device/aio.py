@@ -388,47 +388,68 @@ class AioWriteQueue:
         if not events:
             return 0
         local = self._local
-        local.plug = []
+        plug = local.plug = []
         try:
             # The usual case, every write of the batch done in full: its slots freed under one
             # lock, then the callbacks in order (per write, the least Python there can be).
-            nbytes, slots, dones = self._nbytes, self._slots, []
+            nbytes, slots, dones, freed = self._nbytes, self._slots, [], []
             for slot, res in events:
                 if res != nbytes[slot]:
                     break
                 dones.append(slots[slot][0])
                 slots[slot] = None
+                freed.append(slot)
             if dones:
-                self._free_slots([slot for slot, _ in events[:len(dones)]])
+                with self._lock:  # _free_slots, inline
+                    self._free.extend(freed)
+                    self._outstanding -= len(freed)
+                    if self._closing and self._outstanding == 0:
+                        os.eventfd_write(self._efd, 1)  # the reaper may be asleep: tell it to stop
                 for done in dones:
                     try:
                         done(None, 0)
                     except Exception:  # as in _finish
                         logging.getLogger(__name__).exception("write completion callback failed")
-            for slot, res in events[len(dones):]:
-                if res == nbytes[slot]:
-                    self._finish(slot, None)
-                else:
-                    self._completed(slot, res)
+                if len(dones) < len(events):
+                    self._finish_rest(events[len(dones):])
+            else:
+                self._finish_rest(events)
         finally:
             try:
-                self.flush_submits()
+                if plug:  # flush_submits, inline: the writes the callbacks started, in one io_submit
+                    started = plug[:]
+                    plug.clear()
+                    self._io_submit(started)
             finally:
                 local.plug = None
         return len(events)
 
+    def _finish_rest(self, events: list) -> None:
+        """Finish completions one by one from the first one that is not a whole write (short or failed)."""
+        nbytes = self._nbytes
+        for slot, res in events:
+            if res == nbytes[slot]:
+                self._finish(slot, None)
+            else:
+                self._completed(slot, res)
+
     def _reap_loop(self) -> None:
+        # Per wake-up, the least Python there can be (issue 31: this loop runs once per durable block).
+        # No signals_deferred here: Python raises SIGINT/SIGTERM in the main thread only, so nothing can
+        # land between io_getevents and the callbacks of this thread.
+        eventfd_read, efd, reap = os.eventfd_read, self._efd, self._reap_and_finish
         try:
             while True:
                 try:
                     # Blocks (GIL released) until a completion or close() signals the eventfd.
-                    os.eventfd_read(self._efd)
+                    eventfd_read(efd)
                 except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
                     continue
-                self._reap()
-                with self._lock:
-                    if self._closing and self._outstanding == 0:
-                        return
+                reap(0, None)
+                # No lock needed to look: _closing is set under the lock before close() signals the
+                # eventfd, and once it is set submit() starts nothing, so _outstanding only falls.
+                if self._closing and self._outstanding == 0:
+                    return
         finally:
             if self._release_by_reaper:
                 self._release()
