@@ -184,6 +184,39 @@ class _CtypesContext:
             self.ctx = 0
 
 
+# Daemon threads destroying idle AIO contexts (destroy_later), kept until they are seen to have ended.
+_destroying: list[threading.Thread] = []
+_destroying_lock = threading.Lock()
+
+
+def destroy_later(io) -> None:
+    """``io.destroy()`` on a daemon thread: io_destroy of an idle context returns only after an RCU grace
+    period (~30 ms on this kernel; most of a one-record `walctl append`'s close, and of every in-process
+    test's), but the caller need not wait for it: nothing is in flight, and the context's ring is no
+    longer read. One thread per context, so a burst of closes is not queued behind each other's grace
+    periods (no context piles up against aio-max-nr); the destroy releases the GIL while it waits. A
+    process that exits first loses nothing: io_destroy has already taken the context out of the
+    process's table, or exit does it."""
+    thread = threading.Thread(target=io.destroy, name="walctl-aio-destroy", daemon=True)
+    with _destroying_lock:
+        _destroying[:] = [t for t in _destroying if t.is_alive()]
+        _destroying.append(thread)
+    thread.start()
+
+
+def settle_destroys(timeout_s: float | None = None) -> bool:
+    """Wait until the contexts handed to destroy_later are destroyed (tests, and a caller that counts
+    /proc/sys/fs/aio-nr); True when none is left."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    with _destroying_lock:
+        threads = list(_destroying)
+    for thread in threads:
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    with _destroying_lock:
+        _destroying[:] = [t for t in _destroying if t.is_alive()]
+        return not _destroying
+
+
 class _AioRing(ctypes.Structure):
     """The head of the completion ring the kernel maps at the AIO context's address (fs/aio.c)."""
 
@@ -254,6 +287,7 @@ class AioWriteQueue:
         self._outstanding = 0
         self._closing = False
         self._release_by_reaper = False
+        self._unreaped = False  # io_getevents failed: close() destroys the context itself (writes in flight)
         # Per reaping thread: its plug (see _reap).
         self._local = threading.local()
         self._reaper = None
@@ -382,6 +416,7 @@ class AioWriteQueue:
             # The GIL is released while the kernel waits: other threads run meanwhile.
             events = self._io.getevents(min_nr, timeout_s)
         except OSError as exc:
+            self._unreaped = True  # writes may still be in flight: close() destroys the context itself
             self._fail_all(io_failure(f"io_getevents failed: {os.strerror(exc.errno)}", where=self.dev.path,
                                       exc=exc))
             return 0
@@ -457,7 +492,14 @@ class AioWriteQueue:
     def _release(self) -> None:
         self._ring = None  # unmapped by io_destroy: poll() must not look at it any more
         with self._lock:  # a _finish may be signalling the eventfd right now
-            self._io.destroy()
+            if self._unreaped:
+                # io_getevents failed: writes may still be in flight. io_destroy waits for them, and
+                # here: the device is quiet before close() returns and the buffers are let go.
+                self._io.destroy()
+            else:
+                # Every write submitted was reaped (outstanding 0): the context is idle, and its
+                # io_destroy only waits out the kernel's grace period (~30 ms a close): not here.
+                destroy_later(self._io)
             os.close(self._efd)
         for entry in self._views.values():
             entry[1].release()
