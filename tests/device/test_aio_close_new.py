@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import errno
 import threading
+import time
 
 import pytest
 
 from walctl.device import aligned_buffer, open_device
 from walctl.device import aio as aio_mod
-from walctl.device.aio import AioWriteQueue
+from walctl.device.aio import AioWriteQueue, ClosedLoop
+from walctl.device.signals import signals_deferred
 from walctl.errors import IOFailure
 
 MiB = 1 << 20
@@ -116,6 +118,27 @@ def test_after_a_failed_io_getevents_close_destroys_the_context_before_it_return
     try:
         queue.close()
         # io_destroy (which waits for the writes in flight) ended before close() returned.
+        assert held.destroyed.is_set() and held.inner.ctx == 0
+    finally:
+        release.cancel()
+        held.release.set()
+
+
+def test_a_closed_loop_s_failed_io_getevents_also_makes_close_destroy_first(dev, backend):
+    # walctl bench's raw modes reap in ClosedLoop.run, not in the queue: its failure path must count too.
+    queue, held = make_queue(dev, backend, reaper=False)
+    bufs = [aligned_buffer(4096) for _ in range(2)]
+    samples, counts = [[], []], [0, 0]
+    loop = ClosedLoop(queue, bufs, [lambda: 0, lambda: 4096], samples, counts)
+    with signals_deferred():
+        loop.start()
+        held.fail_getevents = True
+        loop.run(time.perf_counter_ns() + 10**9, time.perf_counter_ns() + 5 * 10**9)
+    assert isinstance(loop.error, IOFailure) and queue._outstanding == 0
+    release = threading.Timer(0.2, held.release.set)
+    release.start()
+    try:
+        queue.close()
         assert held.destroyed.is_set() and held.inner.ctx == 0
     finally:
         release.cancel()

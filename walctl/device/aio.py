@@ -416,7 +416,6 @@ class AioWriteQueue:
             # The GIL is released while the kernel waits: other threads run meanwhile.
             events = self._io.getevents(min_nr, timeout_s)
         except OSError as exc:
-            self._unreaped = True  # writes may still be in flight: close() destroys the context itself
             self._fail_all(io_failure(f"io_getevents failed: {os.strerror(exc.errno)}", where=self.dev.path,
                                       exc=exc))
             return 0
@@ -544,6 +543,8 @@ class AioWriteQueue:
             logging.getLogger(__name__).exception("write completion callback failed")
 
     def _fail_all(self, error: IOFailure) -> None:
+        """Finish every write in flight with ``error`` (io_getevents failed: their completions are lost)."""
+        self._unreaped = True  # the kernel may still be writing them: close() destroys the context itself
         for slot, entry in enumerate(self._slots):
             if entry is not None:
                 self._finish(slot, error)
