@@ -3,7 +3,7 @@
 
     python bench/append_bench.py [--records 64KiB,4KiB,1KiB,100B] [--data 1GiB] [--size 2GiB]
         [--rounds 1] [--duration 5] [--dir /var/tmp] [--ack records|ranges] [--profile DIR] [--input-file]
-        [--compare OTHER_TREE]
+        [--compare OTHER_TREE] [--startup-runs 5]
 
 On a loop device (--direct-io=on) over a prewritten file, for each record size:
   walctl   `cat FILE | walctl append DEV --stream 1 --input - --framing length-prefixed --json
@@ -21,7 +21,8 @@ On a loop device (--direct-io=on) over a prewritten file, for each record size:
            take repeated data faster; walctl's blocks never repeat;
   file     (--input-file) `walctl append DEV ... --input FILE` (no pipe), its CPU s/GiB and stages
            printed below the table; with --compare, the other tree's right after (A/B);
-  start-up an empty piped append's CPU seconds, of this tree and of --compare's (median of 5).
+  start-up an empty piped append's CPU and wall seconds, of this tree and of --compare's (median of
+           --startup-runs, 5).
 It prints walctl's payload MiB/s and records/s, the ratio to fio's MiB/s (payload / fio
 device bytes, as the issue's table), the pipe ceiling's ratio to fio, p99 of a block's
 time from its first record to durable (the acknowledgement latency, ack rendering aside),
@@ -163,10 +164,12 @@ def run_append(dev: str, inp: str, piped: bool, ack: str, profile: str | None, r
     return summary
 
 
-def startup_cpu(dev: str, roots: list[str], runs: int = 5) -> list[float]:
-    """The CPU seconds (user + system, median of ``runs``, the trees alternating) of an empty piped
-    append of each tree in ``roots``: its start-up, imports and the WAL's open and close (issue 31)."""
+def startup_cpu(dev: str, roots: list[str], runs: int = 5) -> list[tuple[float, float]]:
+    """(CPU seconds (user + system), wall seconds), medians of ``runs`` (the trees alternating), of an empty
+    piped append of each tree in ``roots``: its start-up, imports and the WAL's open and close (issue 31;
+    the close included an AIO context's io_destroy, ~30 ms of wall for the kernel's grace period)."""
     seen: list[list[float]] = [[] for _ in roots]
+    walls: list[list[float]] = [[] for _ in roots]
     cpu_file = ACKS + ".cpu"
     for _ in range(runs):
         for i, root in enumerate(roots):
@@ -175,11 +178,13 @@ def startup_cpu(dev: str, roots: list[str], runs: int = 5) -> list[float]:
                    + " ".join(map(_quote, walctl_cmd("append", dev, "--stream", "1", "--input", "-", "--framing",
                                                      "length-prefixed", "--json")))
                    + " < /dev/null > /dev/null")
+            started = time.perf_counter()
             subprocess.run(["bash", "-c", cmd], check=True, capture_output=True, cwd=root, env=WALCTL_ENV)
+            walls[i].append(time.perf_counter() - started)
             with open(cpu_file) as f:
                 seen[i].append(sum(map(float, f.read().split()[-2:])))
             os.remove(cpu_file)
-    return [sorted(v)[len(v) // 2] for v in seen]
+    return [(sorted(v)[len(v) // 2], sorted(w)[len(w) // 2]) for v, w in zip(seen, walls)]
 
 
 def _quote(s: str) -> str:
@@ -401,6 +406,7 @@ def main() -> int:
     parser.add_argument("--compare", help="another walctl tree (a checkout with its C extension built): its piped "
                                           "append runs right after this tree's, against the same fio run (--ack "
                                           "records), printed as '(other)' rows")
+    parser.add_argument("--startup-runs", type=int, default=5, help="empty appends per tree for the start-up line")
     parser.add_argument("--json", help="also write the raw results to this file")
     parser.add_argument("--report", metavar="JSON", help="print the table of an earlier run's --json file, run nothing")
     opts = parser.parse_args()
@@ -418,15 +424,16 @@ def main() -> int:
         for root in (REPO_ROOT, opts.compare) if opts.compare else (REPO_ROOT,):
             warm_up(loop, root)
         roots = [REPO_ROOT, opts.compare] if opts.compare else [REPO_ROOT]
-        startup = startup_cpu(loop, roots) if os.path.exists("/usr/bin/time") else []
+        startup = startup_cpu(loop, roots, opts.startup_runs) if os.path.exists("/usr/bin/time") else []
         results = []
         for record in (parse_size(s) for s in opts.records.split(",")):
             print(f"{_size(record)} ...", file=sys.stderr, flush=True)
             results.append(one_size(loop, tmpdir, record, opts, size))
         report(results, opts)
         if startup:
-            print("start-up: an empty piped append, CPU s (user + system, median of 5): "
-                  + ", ".join(f"{name} {cpu:.3f}" for name, cpu in zip(("this tree", "other"), startup)))
+            print(f"start-up: an empty piped append, CPU s (user + system) and wall s, medians of {opts.startup_runs}: "
+                  + ", ".join(f"{name} {cpu:.3f} CPU {wall:.3f} wall"
+                              for name, (cpu, wall) in zip(("this tree", "other"), startup)))
         if opts.json:
             with open(opts.json, "w") as f:
                 json.dump(results, f, indent=1)

@@ -8,8 +8,12 @@ for selftest) reaches a command through click's context (``debug_requested``, ``
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import sys
+from threading import get_ident as _get_ident
+from threading import main_thread as _main_thread
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable
 
@@ -226,24 +230,26 @@ def write_lines(text: str | bytes) -> None:
     Off the main thread (append's reaper) nothing is deferred: Python raises signals in the main
     thread only, and an interrupted write(2) is resumed, so the text goes out in one loop (issue 31:
     a tenth of the deferred path's cost, once per durable block)."""
-    import io
-    import os
-    import threading
-
+    stdout = sys.stdout
+    try:
+        fd = stdout.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):  # not a file (a test's capture): its own write
+        stdout.write(text if isinstance(text, str) else text.decode())
+        stdout.flush()
+        return
+    if _get_ident() != _main_thread().ident:
+        # (No import in this path, no memoryview for a write that goes out whole: it runs once per
+        # durable block; issue 31.)
+        stdout.flush()
+        data = text.encode() if isinstance(text, str) else text
+        done = os.write(fd, data)
+        if done < len(data):
+            view = memoryview(data)[done:]
+            while view:
+                view = view[os.write(fd, view):]
+        return
     from walctl.device.signals import signals_deferred
 
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, ValueError, io.UnsupportedOperation):  # not a file (a test's capture): its own write
-        sys.stdout.write(text if isinstance(text, str) else text.decode())
-        sys.stdout.flush()
-        return
-    if threading.current_thread() is not threading.main_thread():
-        sys.stdout.flush()
-        view = memoryview(text.encode() if isinstance(text, str) else text)
-        while view:
-            view = view[os.write(fd, view):]
-        return
     with signals_deferred():  # (an interrupted flush loses what sys.stdout held)
         sys.stdout.flush()
     data = text.encode() if isinstance(text, str) else text  # (bytes: lines rendered in C, written as they are)

@@ -18,6 +18,8 @@ from walctl.errors import EXIT_BROKEN_PIPE
 from walctl.wal.framing import Framing
 from walctl.options import Duration
 
+_clock = time.perf_counter_ns
+
 
 class AckMode(str, enum.Enum):
     """append --ack: a line per durable record, or per durable range of records."""
@@ -232,23 +234,30 @@ class _Acks:
 
     def on_frames(self, item) -> None:
         """append_frames' records of one block (walctl.wal.writer_blocks.Frames): their lines were rendered in C,
-        and are written as those bytes (no str of them: a decode and an encode per byte of the lines)."""
-        started = time.perf_counter_ns()
-        if self.count(item.count, item.payload_bytes, item.offset, item.last_offset):
-            self.emit(self.range_line(item.offset, item.last_offset, item.base_offset, item.count,
-                                      item.payload_bytes) if self.ranges else item.acks)
-        self.stats["ack_ns"] += time.perf_counter_ns() - started
+        and are written as those bytes (no str of them: a decode and an encode per byte of the lines).
+        Runs once per durable block, mostly on the reaper thread: count and emit inline (issue 31)."""
+        started = _clock()
+        stats = self.stats
+        n, payload_bytes, first, last = item.count, item.payload_bytes, item.offset, item.last_offset
+        stats["records"] += n
+        stats["payload_bytes"] += payload_bytes
+        if stats["first_offset"] is None:
+            stats["first_offset"] = first
+        stats["last_offset"] = last
+        if not stats["stdout_closed"] and stats["interrupt"] is None:
+            self.emit(self.range_line(first, last, item.base_offset, n, payload_bytes) if self.ranges else item.acks)
+        stats["ack_ns"] += _clock() - started
 
     def on_acks(self, offsets: list[int], token, first: int) -> None:
         """append_many's records of one block (DATA arguments, raw input, no C extension)."""
-        started = time.perf_counter_ns()
+        started = _clock()
         payloads, base = token
         base += first
         lengths = list(map(len, payloads[first:first + len(offsets)]))
         if self.count(len(offsets), sum(lengths), offsets[0], offsets[-1]):
             self.emit(_record_lines(offsets, base, lengths, self.sid, self.json_out,
                                     self.range_line if self.ranges else None))
-        self.stats["ack_ns"] += time.perf_counter_ns() - started
+        self.stats["ack_ns"] += _clock() - started
 
     def check(self) -> bool:
         """Between packings: raise a SIGTERM/SIGINT that came while acknowledgements were printed

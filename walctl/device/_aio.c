@@ -15,7 +15,7 @@
  *   .iocb(slot)                  -> (addr, nbytes, offset)
  *   .getevents(min_nr, timeout_s) -> [(slot, res), ...]   timeout_s None: wait for min_nr
  *                                    raises OSError (EINTR is retried)
- *   .destroy()                                            io_destroy; idempotent
+ *   .destroy()                                            io_destroy (GIL released); idempotent
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -287,9 +287,15 @@ out:
 
 static PyObject *Context_destroy(Context *self, PyObject *Py_UNUSED(ignored))
 {
-    if (self->ctx) {
-        sys_io_destroy(self->ctx);
+    aio_context_t ctx = self->ctx;
+    if (ctx) {
+        /* Marked destroyed first: a call from another thread meanwhile is refused, not sent to the kernel. */
         self->ctx = 0;
+        /* io_destroy waits for a kernel grace period (~30 ms) once the context is idle: without the GIL,
+         * so that walctl.device.aio can leave it to a daemon thread while the others run. */
+        Py_BEGIN_ALLOW_THREADS
+        sys_io_destroy(ctx);
+        Py_END_ALLOW_THREADS
     }
     Py_RETURN_NONE;
 }

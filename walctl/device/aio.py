@@ -184,6 +184,39 @@ class _CtypesContext:
             self.ctx = 0
 
 
+# Daemon threads destroying idle AIO contexts (destroy_later), kept until they are seen to have ended.
+_destroying: list[threading.Thread] = []
+_destroying_lock = threading.Lock()
+
+
+def destroy_later(io) -> None:
+    """``io.destroy()`` on a daemon thread: io_destroy of an idle context returns only after an RCU grace
+    period (~30 ms on this kernel; most of a one-record `walctl append`'s close, and of every in-process
+    test's), but the caller need not wait for it: nothing is in flight, and the context's ring is no
+    longer read. One thread per context, so a burst of closes is not queued behind each other's grace
+    periods (no context piles up against aio-max-nr); the destroy releases the GIL while it waits. A
+    process that exits first loses nothing: io_destroy has already taken the context out of the
+    process's table, or exit does it."""
+    thread = threading.Thread(target=io.destroy, name="walctl-aio-destroy", daemon=True)
+    with _destroying_lock:
+        _destroying[:] = [t for t in _destroying if t.is_alive()]
+        _destroying.append(thread)
+    thread.start()
+
+
+def settle_destroys(timeout_s: float | None = None) -> bool:
+    """Wait until the contexts handed to destroy_later are destroyed (tests, and a caller that counts
+    /proc/sys/fs/aio-nr); True when none is left."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    with _destroying_lock:
+        threads = list(_destroying)
+    for thread in threads:
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    with _destroying_lock:
+        _destroying[:] = [t for t in _destroying if t.is_alive()]
+        return not _destroying
+
+
 class _AioRing(ctypes.Structure):
     """The head of the completion ring the kernel maps at the AIO context's address (fs/aio.c)."""
 
@@ -254,6 +287,7 @@ class AioWriteQueue:
         self._outstanding = 0
         self._closing = False
         self._release_by_reaper = False
+        self._unreaped = False  # io_getevents failed: close() destroys the context itself (writes in flight)
         # Per reaping thread: its plug (see _reap).
         self._local = threading.local()
         self._reaper = None
@@ -388,47 +422,68 @@ class AioWriteQueue:
         if not events:
             return 0
         local = self._local
-        local.plug = []
+        plug = local.plug = []
         try:
             # The usual case, every write of the batch done in full: its slots freed under one
             # lock, then the callbacks in order (per write, the least Python there can be).
-            nbytes, slots, dones = self._nbytes, self._slots, []
+            nbytes, slots, dones, freed = self._nbytes, self._slots, [], []
             for slot, res in events:
                 if res != nbytes[slot]:
                     break
                 dones.append(slots[slot][0])
                 slots[slot] = None
+                freed.append(slot)
             if dones:
-                self._free_slots([slot for slot, _ in events[:len(dones)]])
+                with self._lock:  # _free_slots, inline
+                    self._free.extend(freed)
+                    self._outstanding -= len(freed)
+                    if self._closing and self._outstanding == 0:
+                        os.eventfd_write(self._efd, 1)  # the reaper may be asleep: tell it to stop
                 for done in dones:
                     try:
                         done(None, 0)
                     except Exception:  # as in _finish
                         logging.getLogger(__name__).exception("write completion callback failed")
-            for slot, res in events[len(dones):]:
-                if res == nbytes[slot]:
-                    self._finish(slot, None)
-                else:
-                    self._completed(slot, res)
+                if len(dones) < len(events):
+                    self._finish_rest(events[len(dones):])
+            else:
+                self._finish_rest(events)
         finally:
             try:
-                self.flush_submits()
+                if plug:  # flush_submits, inline: the writes the callbacks started, in one io_submit
+                    started = plug[:]
+                    plug.clear()
+                    self._io_submit(started)
             finally:
                 local.plug = None
         return len(events)
 
+    def _finish_rest(self, events: list) -> None:
+        """Finish completions one by one from the first one that is not a whole write (short or failed)."""
+        nbytes = self._nbytes
+        for slot, res in events:
+            if res == nbytes[slot]:
+                self._finish(slot, None)
+            else:
+                self._completed(slot, res)
+
     def _reap_loop(self) -> None:
+        # Per wake-up, the least Python there can be (issue 31: this loop runs once per durable block).
+        # No signals_deferred here: Python raises SIGINT/SIGTERM in the main thread only, so nothing can
+        # land between io_getevents and the callbacks of this thread.
+        eventfd_read, efd, reap = os.eventfd_read, self._efd, self._reap_and_finish
         try:
             while True:
                 try:
                     # Blocks (GIL released) until a completion or close() signals the eventfd.
-                    os.eventfd_read(self._efd)
+                    eventfd_read(efd)
                 except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
                     continue
-                self._reap()
-                with self._lock:
-                    if self._closing and self._outstanding == 0:
-                        return
+                reap(0, None)
+                # No lock needed to look: _closing is set under the lock before close() signals the
+                # eventfd, and once it is set submit() starts nothing, so _outstanding only falls.
+                if self._closing and self._outstanding == 0:
+                    return
         finally:
             if self._release_by_reaper:
                 self._release()
@@ -436,7 +491,14 @@ class AioWriteQueue:
     def _release(self) -> None:
         self._ring = None  # unmapped by io_destroy: poll() must not look at it any more
         with self._lock:  # a _finish may be signalling the eventfd right now
-            self._io.destroy()
+            if self._unreaped:
+                # io_getevents failed: writes may still be in flight. io_destroy waits for them, and
+                # here: the device is quiet before close() returns and the buffers are let go.
+                self._io.destroy()
+            else:
+                # Every write submitted was reaped (outstanding 0): the context is idle, and its
+                # io_destroy only waits out the kernel's grace period (~30 ms a close): not here.
+                destroy_later(self._io)
             os.close(self._efd)
         for entry in self._views.values():
             entry[1].release()
@@ -481,6 +543,8 @@ class AioWriteQueue:
             logging.getLogger(__name__).exception("write completion callback failed")
 
     def _fail_all(self, error: IOFailure) -> None:
+        """Finish every write in flight with ``error`` (io_getevents failed: their completions are lost)."""
+        self._unreaped = True  # the kernel may still be writing them: close() destroys the context itself
         for slot, entry in enumerate(self._slots):
             if entry is not None:
                 self._finish(slot, error)
