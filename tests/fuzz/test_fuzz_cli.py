@@ -141,9 +141,12 @@ def run_recover(image: bytes, name: str, args=()) -> None:
             assert line["cause"] and line["kind"]
 
 
+# One strategy per image, built once: a flatmap building it for each example validated it each time.
+MUTATED_IMAGES = {name: st.tuples(st.just(name), mutated(IMAGES[name][0], max_ops=10, hot=HOT)) for name in IMAGES}
+
+
 @FUZZ
-@given(st.sampled_from(sorted(IMAGES)).flatmap(
-    lambda name: st.tuples(st.just(name), mutated(IMAGES[name][0], max_ops=10, hot=HOT))), st.booleans())
+@given(st.sampled_from(sorted(IMAGES)).flatmap(MUTATED_IMAGES.__getitem__), st.booleans())
 def test_recover_on_mutated_images(case, hexdump):
     name, image = case
     run_recover(image, name, ["--hexdump"] if hexdump else [])
@@ -205,10 +208,12 @@ def run_inspect(data: bytes, args=()) -> None:
     check_run(result.exit_code, result.stdout, result.stderr)
 
 
+MUTATED_OBJECTS = {name: mutated(data, max_ops=6, hot=(0, len(data) - 48, len(data) - 24))
+                   for name, data in OBJECTS.items()}
+
+
 @FUZZ
-@given(st.sampled_from(sorted(OBJECTS)).flatmap(
-    lambda name: mutated(OBJECTS[name], max_ops=6, hot=(0, len(OBJECTS[name]) - 48, len(OBJECTS[name]) - 24))),
-    st.booleans())
+@given(st.sampled_from(sorted(OBJECTS)).flatmap(MUTATED_OBJECTS.__getitem__), st.booleans())
 def test_inspect_object_on_mutated_objects(data, deep):
     run_inspect(data, ["--deep"] if deep else [])
 
