@@ -189,8 +189,8 @@ _STALE_LOCK_S = 900  # a lock older than this is a dump that died with its run: 
 
 
 def _archive_path() -> Path | None:
-    """Where the archive of this Java and this Spark lives (a new Java or Spark: a new name), or None
-    without Java or pyspark."""
+    """Where the archive of this Java and this Spark's jars lives (a new Java or Spark: a new name), or
+    None without Java or pyspark."""
     try:
         import pyspark
     except ImportError:
@@ -202,7 +202,8 @@ def _archive_path() -> Path | None:
     from walctl.spark.session import JVM_CONF
 
     jars = Path(pyspark.__file__).parent / "jars"
-    key = hashlib.sha1(repr((os.path.realpath(java), os.stat(os.path.realpath(java)).st_mtime_ns,
+    # (the archive holds the class path: jars elsewhere, another virtualenv's, need their own)
+    key = hashlib.sha1(repr((os.path.realpath(java), os.stat(os.path.realpath(java)).st_mtime_ns, str(jars.resolve()),
                              sorted(p.name for p in jars.glob("*.jar")), JVM_CONF)).encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / "walctl-spark-cds" / f"driver-{key}.jsa"
 
