@@ -141,26 +141,39 @@ def run_recover(image: bytes, name: str, args=()) -> None:
             assert line["cause"] and line["kind"]
 
 
+# One strategy per image, built once: a flatmap building it for each example validated it each time.
+MUTATED_IMAGES = {name: st.tuples(st.just(name), mutated(IMAGES[name][0], max_ops=10, hot=HOT)) for name in IMAGES}
+
+
 @FUZZ
-@given(st.sampled_from(sorted(IMAGES)).flatmap(
-    lambda name: st.tuples(st.just(name), mutated(IMAGES[name][0], max_ops=10, hot=HOT))), st.booleans())
+@given(st.sampled_from(sorted(IMAGES)).flatmap(MUTATED_IMAGES.__getitem__), st.booleans())
 def test_recover_on_mutated_images(case, hexdump):
     name, image = case
     run_recover(image, name, ["--hexdump"] if hexdump else [])
 
 
+# forged_headers' field strategies, built once (built for each example, hypothesis validated and
+# labelled each anew: more CPU than the recover run they feed).
+IMAGE_NAMES = st.sampled_from(sorted(IMAGES))
+CAPACITIES = st.sampled_from([0, 4096, 16384, 32768, 65536, 65536 + 4096, 1 << 40]) | st.integers(0, 1 << 20)
+TRIMS = st.sampled_from([-1, 0, 4095, 8191, 20000]) | st.integers(-(1 << 63), (1 << 63) - 1)
+WINDOWS = st.sampled_from([1, 4096, 57344]) | st.integers(0, (1 << 63) - 1)
+SHUTDOWNS = st.sampled_from([0, 1, 2])
+NEXT_OFFSETS = st.sampled_from([0, 4096, 1 << 20]) | st.integers(-(1 << 63), (1 << 63) - 1)
+
+
 @st.composite
 def forged_headers(draw) -> tuple[str, bytes]:
     """A valid-checksum header with arbitrary fields over a real log: the checks after the crc."""
-    name = draw(st.sampled_from(sorted(IMAGES)))
+    name = draw(IMAGE_NAMES)
     image = bytearray(IMAGES[name][0])
-    capacity = draw(st.sampled_from([0, 4096, 16384, 32768, 65536, 65536 + 4096, 1 << 40]) | st.integers(0, 1 << 20))
-    trim = draw(st.sampled_from([-1, 0, 4095, 8191, 20000]) | st.integers(-(1 << 63), (1 << 63) - 1))
-    window = draw(st.sampled_from([1, 4096, 57344]) | st.integers(0, (1 << 63) - 1))
-    shutdown = draw(st.sampled_from([0, 1, 2]))
+    capacity = draw(CAPACITIES)
+    trim = draw(TRIMS)
+    window = draw(WINDOWS)
+    shutdown = draw(SHUTDOWNS)
     slot = draw(st.integers(0, 1))
     if name == "walctl":
-        nxt = draw(st.sampled_from([0, 4096, 1 << 20]) | st.integers(-(1 << 63), (1 << 63) - 1))
+        nxt = draw(NEXT_OFFSETS)
         raw = WalHeader(capacity=capacity, trim_offset=trim, last_write_timestamp_ns=1 << 62,
                         sliding_window_max_length=window, shutdown_type=shutdown, next_offset=nxt).encode()
     else:
@@ -205,10 +218,12 @@ def run_inspect(data: bytes, args=()) -> None:
     check_run(result.exit_code, result.stdout, result.stderr)
 
 
+MUTATED_OBJECTS = {name: mutated(data, max_ops=6, hot=(0, len(data) - 48, len(data) - 24))
+                   for name, data in OBJECTS.items()}
+
+
 @FUZZ
-@given(st.sampled_from(sorted(OBJECTS)).flatmap(
-    lambda name: mutated(OBJECTS[name], max_ops=6, hot=(0, len(OBJECTS[name]) - 48, len(OBJECTS[name]) - 24))),
-    st.booleans())
+@given(st.sampled_from(sorted(OBJECTS)).flatmap(MUTATED_OBJECTS.__getitem__), st.booleans())
 def test_inspect_object_on_mutated_objects(data, deep):
     run_inspect(data, ["--deep"] if deep else [])
 

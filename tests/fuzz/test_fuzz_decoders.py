@@ -34,6 +34,29 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
                                        HealthCheck.function_scoped_fixture, HealthCheck.large_base_example])
 
 
+OPS = st.sampled_from(["flip", "byte", "zero", "random", "cut", "grow", "copy"])
+_POSITIONS: dict = {}
+
+
+def _positions(length: int, hot: tuple[int, ...]):
+    """Where an edit of ``length`` bytes lands: anywhere, or within 24 bytes of a ``hot`` spot.
+
+    Built once per (length, hot) and reused: a strategy built anew for each edit (a flatmap and a
+    one_of per edit, ~10 edits an example) was validated and labelled anew each time, about half of
+    an example's drawing. The draws, and so the edits, are the same."""
+    key = (length, hot)
+    positions = _POSITIONS.get(key)
+    if positions is None:
+        spots = [st.integers(0, length - 1)]
+        if hot:
+            spots.append(st.sampled_from(hot).flatmap(
+                lambda h: st.integers(max(0, min(h, length - 1)), max(0, min(h + 23, length - 1)))))
+        if len(_POSITIONS) >= 4096:
+            _POSITIONS.clear()
+        positions = _POSITIONS[key] = st.one_of(*spots)
+    return positions
+
+
 @st.composite
 def mutated(draw, base: bytes, max_ops: int = 6, hot: tuple[int, ...] = ()) -> bytes:
     """``base`` with 1..max_ops edits: bit flips, bytes set, zero or random runs, cuts, growth,
@@ -43,12 +66,8 @@ def mutated(draw, base: bytes, max_ops: int = 6, hot: tuple[int, ...] = ()) -> b
         if not data:
             data += draw(st.binary(min_size=1, max_size=64))
             continue
-        spots = [st.integers(0, len(data) - 1)]
-        if hot:
-            spots.append(st.sampled_from(hot).flatmap(
-                lambda h: st.integers(max(0, min(h, len(data) - 1)), max(0, min(h + 23, len(data) - 1)))))
-        pos = draw(st.one_of(*spots))
-        op = draw(st.sampled_from(["flip", "byte", "zero", "random", "cut", "grow", "copy"]))
+        pos = draw(_positions(len(data), tuple(hot)))
+        op = draw(OPS)
         if op == "flip":
             data[pos] ^= 1 << draw(st.integers(0, 7))
         elif op == "byte":
@@ -225,9 +244,12 @@ IMAGES = {"walctl": _native_image(), "automq-v0": _automq_image(0x12345678), "au
 HOT = tuple(range(0, 120, 8)) + tuple(range(4096, 4160, 8)) + tuple(8192 + 4096 * i for i in range(14))
 
 
+# One strategy per image, built once (a flatmap building it for each example validated it each time).
+MUTATED_IMAGES = {name: st.tuples(st.just(name), mutated(IMAGES[name][0], max_ops=8, hot=HOT)) for name in IMAGES}
+
+
 @FUZZ
-@given(st.sampled_from(sorted(IMAGES)).flatmap(
-    lambda name: st.tuples(st.just(name), mutated(IMAGES[name][0], max_ops=8, hot=HOT))))
+@given(st.sampled_from(sorted(IMAGES)).flatmap(MUTATED_IMAGES.__getitem__))
 def test_recovery_scan_on_mutated_images(case):
     name, image = case
     written = IMAGES[name][1]

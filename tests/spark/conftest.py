@@ -1,4 +1,5 @@
-"""One local[2] SparkSession (starting Spark costs ~10 s) and one standalone master for the whole test session."""
+"""One local[2] SparkSession (starting Spark costs ~10 s) and one standalone master for the whole test session
+(the driver JVMs share a class-data archive: tests/conftest.py's spark_class_archive)."""
 
 from __future__ import annotations
 
