@@ -8,7 +8,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -205,7 +204,10 @@ def _archive_path() -> Path | None:
     # (the archive holds the class path: jars elsewhere, another virtualenv's, need their own)
     key = hashlib.sha1(repr((os.path.realpath(java), os.stat(os.path.realpath(java)).st_mtime_ns, str(jars.resolve()),
                              sorted(p.name for p in jars.glob("*.jar")), JVM_CONF)).encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / "walctl-spark-cds" / f"driver-{key}.jsa"
+    # Kept with the virtualenv whose jars it holds (~120 MB: gone with it; never in the temp dir, which
+    # a test run leaves as it found it); outside a virtualenv in the user's cache.
+    home = Path(sys.prefix) if sys.prefix != sys.base_prefix else Path.home() / ".cache"
+    return home / "walctl-spark-cds" / f"driver-{key}.jsa"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -223,7 +225,7 @@ def spark_class_archive(request):
     if path is None:
         yield None
         return
-    path.parent.mkdir(exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     lock = path.with_suffix(".lock")
     dump = None
     if not path.exists() and any(item.nodeid.startswith("tests/spark/") or _starts_spark(item)
