@@ -106,6 +106,22 @@ prepare() {
   # the sources are copied afresh each run (mutmut's cache is in mutants/ and keyed by function hashes)
   rm -rf "$dir/walctl" "$dir/tests" "$dir/tools"
   cp -r "$ROOT/walctl" "$ROOT/tests" "$ROOT/tools" "$dir/"
+  # mutmut refreshes only the .py files of an existing mutants/ copy: the compiled extensions (and
+  # their C sources) are copied by hand, else a re-run tests the new Python against the old C (a
+  # test that needs a new C function is then skipped, and every mutant it kills "survives").
+  if [ -d "$dir/mutants/walctl" ]; then
+    (cd "$dir/walctl" && find . \( -name '*.so' -o -name '*.c' \) -exec cp --parents {} "$dir/mutants/walctl/" \;)
+  fi
+  # mutmut runs, for a mutant, the tests its stats say call the function; a test added since they
+  # were collected is in none of them. When the selection's files changed, the stats are collected
+  # again (a minute). Mutants of unchanged functions keep their result: re-run survivors by name
+  # (`cd DIR && mutmut run NAME...`) to try new tests on them.
+  local sum
+  sum=$(cd "$ROOT" && cat "$@" 2>/dev/null | sha1sum | cut -c1-40)
+  if [ -f "$dir/selection.sha1" ] && [ "$(cat "$dir/selection.sha1")" != "$sum" ]; then
+    rm -f "$dir/mutants/mutmut-stats.json"
+  fi
+  echo "$sum" >"$dir/selection.sha1"
   "$PY" - "$ROOT/pyproject.toml" "$dir/pyproject.toml" "$module" "$@" <<'EOF'
 import json, re, sys, tomllib
 src, dst, module, *tests = sys.argv[1:]
