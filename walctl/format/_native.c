@@ -906,6 +906,63 @@ static PyObject *py_frame_pack_cpu_ns(PyObject *self, PyObject *unused)
     return PyLong_FromLongLong(frame_pack_cpu_ns);
 }
 
+/* frame_pack's and frame_read's shared pieces. ack_mid: the NDJSON acknowledgement's middle,
+ * ,"stream_id":<sid>,"base_offset": (render_ack's ``mid``), into ``mid`` (64 bytes); its length. */
+static int ack_mid(char *mid, long long sid)
+{
+    char sb[20];
+    int sn = dec_u64(sb, (uint64_t)sid);
+    char *m = mid;
+    PUT_LIT(m, ",\"stream_id\":");
+    memcpy(m, sb + 20 - sn, (size_t)sn);
+    m += sn;
+    PUT_LIT(m, ",\"base_offset\":");
+    return (int)(m - mid);
+}
+
+/* A StreamRecordBatch header at ``q``: count 1, ``plen`` bytes of payload after it. */
+static inline void put_batch_header(uint8_t *q, long long sid, long long epoch, int64_t b, Py_ssize_t plen)
+{
+    q[0] = BATCH_MAGIC;
+    put64(q + 1, sid);
+    put64(q + 9, epoch);
+    put64(q + 17, b);
+    put32(q + 25, 1);
+    put32(q + 29, (uint32_t)plen);
+}
+
+/* A data record's header at ``h`` (logical offset ``o``): its body's length and CRC, then its own CRC. */
+static inline void put_record_header(uint8_t *h, Py_ssize_t body_len, int64_t o, uint32_t crc)
+{
+    put32(h, DATA_MAGIC);
+    put32(h + 4, (uint32_t)body_len);
+    put64(h + 8, o + REC_SIZE);
+    put32(h + 16, crc);
+    put32(h + 20, crc20_fn(h));
+}
+
+/* Their result tuple (count, out_pos, src_pos, payload, last, acks, stop, next_len); the ack text
+ * (``render``) becomes bytes, else None; frees it; MemoryError if rendering ran out (``nomem``). */
+static PyObject *frame_result(Text *acks, int render, int nomem, Py_ssize_t count, Py_ssize_t pos,
+                              long long src_pos, long long payload_bytes, int64_t last, int stop,
+                              Py_ssize_t next_len)
+{
+    if (nomem) {
+        free(acks->p);
+        return PyErr_NoMemory();
+    }
+    PyObject *text;
+    if (render) {
+        text = PyBytes_FromStringAndSize(acks->p ? acks->p : "", acks->len);
+        free(acks->p);
+        if (text == NULL)
+            return NULL;
+    } else {
+        text = Py_NewRef(Py_None);
+    }
+    return Py_BuildValue("nnLLLNin", count, pos, src_pos, payload_bytes, (long long)last, text, stop, next_len);
+}
+
 static PyObject *py_frame_pack(PyObject *self, PyObject *args)
 {
     Py_buffer out, src;
@@ -929,17 +986,7 @@ static PyObject *py_frame_pack(PyObject *self, PyObject *args)
     int stop = FP_INPUT, nomem = 0;
     Text acks = {NULL, 0, 0};
     char mid[64]; /* ,"stream_id":<sid>,"base_offset": */
-    int mid_len = 0;
-    {
-        char sb[20];
-        int sn = dec_u64(sb, (uint64_t)sid);
-        char *m = mid;
-        PUT_LIT(m, ",\"stream_id\":");
-        memcpy(m, sb + 20 - sn, (size_t)sn);
-        m += sn;
-        PUT_LIT(m, ",\"base_offset\":");
-        mid_len = (int)(m - mid);
-    }
+    int mid_len = ack_mid(mid, sid);
     long long cpu0 = thread_cpu_ns();
     Py_BEGIN_ALLOW_THREADS
     for (;;) {
@@ -985,18 +1032,8 @@ static PyObject *py_frame_pack(PyObject *self, PyObject *args)
         }
         uint8_t *h = dst + pos, *q = h + REC_SIZE;
         int64_t b = base + count;
-        q[0] = BATCH_MAGIC;
-        put64(q + 1, sid);
-        put64(q + 9, epoch);
-        put64(q + 17, b);
-        put32(q + 25, 1);
-        put32(q + 29, (uint32_t)plen);
-        uint32_t crc = copy_crc_fn(crc33_fn(q), q + BATCH_SIZE, in + pstart, (size_t)plen);
-        put32(h, DATA_MAGIC);
-        put32(h + 4, (uint32_t)body_len);
-        put64(h + 8, o + REC_SIZE);
-        put32(h + 16, crc);
-        put32(h + 20, crc20_fn(h));
+        put_batch_header(q, sid, epoch, b, plen);
+        put_record_header(h, body_len, o, copy_crc_fn(crc33_fn(q), q + BATCH_SIZE, in + pstart, (size_t)plen));
         if (render)
             render_ack(&acks, render, o, mid, mid_len, b, plen);
         last = o;
@@ -1010,20 +1047,7 @@ static PyObject *py_frame_pack(PyObject *self, PyObject *args)
     frame_pack_cpu_ns += thread_cpu_ns() - cpu0;
     PyBuffer_Release(&out);
     PyBuffer_Release(&src);
-    if (nomem) {
-        free(acks.p);
-        return PyErr_NoMemory();
-    }
-    PyObject *text;
-    if (render) {
-        text = PyBytes_FromStringAndSize(acks.p ? acks.p : "", acks.len);
-        free(acks.p);
-        if (text == NULL)
-            return NULL;
-    } else {
-        text = Py_NewRef(Py_None);
-    }
-    return Py_BuildValue("nnnLLNin", count, pos, start, payload_bytes, (long long)last, text, stop, next_len);
+    return frame_result(&acks, render, nomem, count, pos, start, payload_bytes, last, stop, next_len);
 }
 
 /* ---- frame_read: frame_pack's records read from a regular file straight into the block (issue 31) ----
@@ -1054,18 +1078,8 @@ static PyObject *py_frame_read(PyObject *self, PyObject *args)
     long long payload_bytes = 0;
     int stop = FP_INPUT, nomem = 0;
     Text acks = {NULL, 0, 0};
-    char mid[64];
-    int mid_len = 0;
-    {
-        char sb[20];
-        int sn = dec_u64(sb, (uint64_t)sid);
-        char *m = mid;
-        PUT_LIT(m, ",\"stream_id\":");
-        memcpy(m, sb + 20 - sn, (size_t)sn);
-        m += sn;
-        PUT_LIT(m, ",\"base_offset\":");
-        mid_len = (int)(m - mid);
-    }
+    char mid[64]; /* ,"stream_id":<sid>,"base_offset": */
+    int mid_len = ack_mid(mid, sid);
     long long cpu0 = thread_cpu_ns();
     Py_BEGIN_ALLOW_THREADS
     uint8_t prefix[4];
@@ -1123,18 +1137,8 @@ static PyObject *py_frame_read(PyObject *self, PyObject *args)
             break; /* the payload is cut short: not packed (the buffered path reads it again) */
         have = done == want;
         int64_t b = base + count;
-        q[0] = BATCH_MAGIC;
-        put64(q + 1, sid);
-        put64(q + 9, epoch);
-        put64(q + 17, b);
-        put32(q + 25, 1);
-        put32(q + 29, (uint32_t)plen);
-        uint32_t crc = crc32c_fn(crc33_fn(q), payload, (size_t)plen);
-        put32(h, DATA_MAGIC);
-        put32(h + 4, (uint32_t)body_len);
-        put64(h + 8, o + REC_SIZE);
-        put32(h + 16, crc);
-        put32(h + 20, crc20_fn(h));
+        put_batch_header(q, sid, epoch, b, plen);
+        put_record_header(h, body_len, o, crc32c_fn(crc33_fn(q), payload, (size_t)plen));
         if (render)
             render_ack(&acks, render, o, mid, mid_len, b, plen);
         last = o;
@@ -1149,20 +1153,7 @@ static PyObject *py_frame_read(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     frame_pack_cpu_ns += thread_cpu_ns() - cpu0;
     PyBuffer_Release(&out);
-    if (nomem) {
-        free(acks.p);
-        return PyErr_NoMemory();
-    }
-    PyObject *text;
-    if (render) {
-        text = PyBytes_FromStringAndSize(acks.p ? acks.p : "", acks.len);
-        free(acks.p);
-        if (text == NULL)
-            return NULL;
-    } else {
-        text = Py_NewRef(Py_None);
-    }
-    return Py_BuildValue("nnLLLNin", count, pos, start, payload_bytes, (long long)last, text, stop, next_len);
+    return frame_result(&acks, render, nomem, count, pos, start, payload_bytes, last, stop, next_len);
 }
 
 /* ---- payload text for recover/read --payload hex|base64 (issue 31) ----
