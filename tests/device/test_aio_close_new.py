@@ -18,19 +18,9 @@ from walctl.device.aio import AioWriteQueue, ClosedLoop
 from walctl.device.signals import signals_deferred
 from walctl.errors import IOFailure
 
+from test_aio_backends import backend  # noqa: F401 - the native/ctypes fixture, shared
+
 MiB = 1 << 20
-
-try:
-    from walctl.device import _aio as built
-except ImportError:  # pragma: no cover - a build without a compiler
-    built = None
-
-
-@pytest.fixture(params=["native", "ctypes"])
-def backend(request) -> str:
-    if request.param == "native" and built is None:
-        pytest.skip("walctl.device._aio is not built here")
-    return request.param
 
 
 @pytest.fixture

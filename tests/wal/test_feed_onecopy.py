@@ -21,6 +21,8 @@ from walctl.wal.lifecycle import init_wal, read_wal_state
 from walctl.wal.reader import run_scan
 from walctl.wal.writer_blocks import FrameSpec
 
+from test_mut_feed import Chunks  # a pipe-like input: at most ``step`` bytes a read
+
 pytestmark = pytest.mark.skipif(not framepack.DIRECT, reason="walctl.format._native is not built here")
 
 MiB = 1 << 20
@@ -175,19 +177,6 @@ from walctl.format.checkpoint import Checkpoint  # noqa: E402
 from walctl.format.header import HEADERS_SIZE  # noqa: E402
 from walctl.wal.headers import read_headers  # noqa: E402
 from walctl.wal.writer import WalWriter  # noqa: E402
-
-
-class Chunks:
-    """A pipe-like input: at most ``step`` bytes a read (the buffered path)."""
-
-    def __init__(self, data: bytes, step: int = 1 << 30):
-        self.data, self.pos, self.step = data, 0, step
-
-    def readinto(self, view):
-        n = min(len(view), self.step, len(self.data) - self.pos)
-        view[:n] = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return n
 
 
 @pytest.fixture
