@@ -422,7 +422,7 @@ class AioWriteQueue:
         if not events:
             return 0
         local = self._local
-        plug = local.plug = []
+        local.plug = []
         try:
             # The usual case, every write of the batch done in full: its slots freed under one
             # lock, then the callbacks in order (per write, the least Python there can be).
@@ -434,26 +434,17 @@ class AioWriteQueue:
                 slots[slot] = None
                 freed.append(slot)
             if dones:
-                with self._lock:  # _free_slots, inline
-                    self._free.extend(freed)
-                    self._outstanding -= len(freed)
-                    if self._closing and self._outstanding == 0:
-                        os.eventfd_write(self._efd, 1)  # the reaper may be asleep: tell it to stop
+                self._free_slots(freed)
                 for done in dones:
                     try:
                         done(None, 0)
                     except Exception:  # as in _finish
                         logging.getLogger(__name__).exception("write completion callback failed")
-                if len(dones) < len(events):
-                    self._finish_rest(events[len(dones):])
-            else:
-                self._finish_rest(events)
+            if len(dones) < len(events):
+                self._finish_rest(events[len(dones):])
         finally:
             try:
-                if plug:  # flush_submits, inline: the writes the callbacks started, in one io_submit
-                    started = plug[:]
-                    plug.clear()
-                    self._io_submit(started)
+                self.flush_submits()  # the writes the callbacks started, in one io_submit
             finally:
                 local.plug = None
         return len(events)
