@@ -128,6 +128,12 @@ def _goes_first(item) -> bool:
     return item.get_closest_marker("slow") is not None or _starts_spark(item)
 
 
+def _may_start_a_jvm(item) -> bool:
+    """A Spark session fixture's test, tests/spark's, or one that says it compacts (walctl compact
+    starts a driver JVM): among the tests that go first, these go after the others."""
+    return _starts_spark(item) or item.nodeid.startswith("tests/spark/") or "compact" in item.nodeid
+
+
 def pytest_collection_modifyitems(config, items):
     """The slow tests first, and those using a Spark session fixture (a stable sort; issue 32, the suite's time). xdist 3.8's load scheduler
     sends each worker a run of consecutive tests first (the first quarter of its share: worker 1
@@ -138,11 +144,18 @@ def pytest_collection_modifyitems(config, items):
     machine) they end 2 s apart, worker 1's first run (474 tests, the 71 slow ones first) holding
     2,487 s of them. A longest-first order by measured time ends 2,589 s apart
     (worker 1's first run holds every long test) and sets module fixtures up again and again.
+    Among those first tests, the ones that start Spark come after the others: a fresh virtualenv's
+    run (CI's) dumps the JVMs' class archive (spark_class_archive) in its first ~30-60 s, and a
+    JVM that starts before it is in place takes twice the CPU (the slow cli compact tests, first
+    in collection order, took 22-26 s each in a clean clone's run, 9-10 s with the archive).
 
     WALCTL_HYPOTHESIS_MAX_EXAMPLES=N caps every property test at N examples (scripts/mutation.sh
     sets it: a mutant runs the same tests hundreds of times). Unset (the suite): each test's own.
     """
-    items.sort(key=lambda item: not _goes_first(item))
+    items.sort(key=lambda item: (0, _may_start_a_jvm(item)) if _goes_first(item) else (1, False))
+    workers = getattr(config, "workerinput", {}).get("workercount", 0)
+    if workers >= 3:
+        _spread_first_tests(items, workers)
     cap = os.environ.get("WALCTL_HYPOTHESIS_MAX_EXAMPLES")
     if not cap:
         return
@@ -153,6 +166,31 @@ def pytest_collection_modifyitems(config, items):
         current = getattr(test, "_hypothesis_internal_use_settings", None)
         if current is not None and current.max_examples > int(cap):
             test._hypothesis_internal_use_settings = settings(current, max_examples=int(cap))
+
+
+def _spread_first_tests(items: list, workers: int) -> None:
+    """With 3 workers or more (WALCTL_TEST_WORKERS=3), the first tests that start no JVM are dealt to
+    the heads of every worker's first run, not all to worker 1's: there they would hold worker 1
+    (with the Spark ones, which must share its session) past the others' end. Worker 1 takes its
+    share of them, then the Spark ones. Left as sorted when the Spark tests do not fit in worker 1's
+    first run. xdist's first runs: ``len(items) // workers // 4`` consecutive tests each; every worker
+    computes the same order (xdist checks it). Simulated with a loaded run's durations (suite7,
+    2,031 s of tests): 3 workers end at 917/557/557 s as sorted, 678/678/675 s spread."""
+    chunk = max(2, len(items) // workers // 4)
+    first = [item for item in items if _goes_first(item)]
+    spark = [item for item in first if _may_start_a_jvm(item)]
+    others = [item for item in first if not _may_start_a_jvm(item)]
+    shares = [others[w::workers] for w in range(workers)]
+    if len(shares[0]) + len(spark) > chunk or any(len(share) > chunk for share in shares):
+        return
+    rest = items[len(first):]
+    spread = []
+    for w, share in enumerate(shares):
+        head = share + (spark if w == 0 else [])
+        take = chunk - len(head)
+        spread += head + rest[:take]
+        rest = rest[take:]
+    items[:] = spread + rest
 
 
 @pytest.fixture(scope="session", autouse=True)
