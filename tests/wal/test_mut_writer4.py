@@ -168,3 +168,26 @@ def test_a_write_started_off_the_main_thread_enters_no_deferred_section(tmp_path
     assert done and len(q.submitted) == 2  # the completion thread started block 1's write...
     assert seen[-1] == (q.submitted[1], 0)  # ...outside any deferred section,
     assert d.entered.get(t.ident, 0) == 0  # and entered none
+
+
+def test_append_frames_closes_a_full_block_in_the_section_that_packed_it(tmp_path, monkeypatch):
+    from walctl.format import framepack
+    from walctl.wal import writer_blocks
+    from walctl.wal.writer_blocks import FrameSpec
+
+    if not framepack.AVAILABLE:
+        pytest.skip("walctl.format._native is not built here")
+    w, q = held_writer(new_wal(tmp_path), FakeClock(), iodepth=16, block_soft_limit_bytes=4096)
+    d = Deferrals(monkeypatch)
+    monkeypatch.setattr(writer_blocks, "_signals_deferred", window._signals_deferred)  # counted too
+    seen = spying(q, d)
+    payload = b"p" * 3000  # 3057-byte records: one a 4 KiB block
+    data = b"".join(len(payload).to_bytes(4, "big") + payload for _ in range(8))
+    count, pos, stop, _ = w.append_frames(data, 0, len(data), FrameSpec(False, 1, 0, 1 << 20), 0, 1 << 40)
+    assert (count, pos, stop) == (8, len(data), framepack.STOP_INPUT)
+    # one section to learn the first record's size (no block open), one per block packed (blocks 0-6
+    # closed and written in it), one for the last block's close at the call's end (batch interval 0)
+    assert d.on_main() == 1 + 8 + 1
+    assert q.submitted == [q.submitted[0] + 4096 * i for i in range(8)]
+    assert all(depth == 1 for _, depth in seen)
+    assert w._cur is None and not w._ready and w.next_block == 8 * 4096

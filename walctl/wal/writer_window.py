@@ -63,12 +63,19 @@ class SubmissionWindow:
         return False
 
     def _close_block(self) -> None:
-        """Queue the open block for writing; the next block starts where it ends.
+        """Queue the open block for writing; the next block starts where it ends (see _close_open_block)."""
+        with _signals_deferred():
+            self._close_open_block()
 
-        In the usual case its write starts here too, in the same deferred section (one instead of two
-        per block): it is the only closed block, a slot is free, no budget paces the writes, the writer
-        is usable and the block ends inside the persisted window. Otherwise the ``_pump`` that follows
-        every close starts it (or waits, grows the window, raises the failure)."""
+    def _close_open_block(self) -> None:
+        """_close_block's work, inside a signals_deferred section (the caller's: append_frames closes a full
+        block in the section that packed it). Closing is all or nothing: an interrupt in between would lose
+        or duplicate the block.
+
+        In the usual case the block's write starts here too, in the same section: it is the only closed
+        block, a slot is free, no budget paces the writes, the writer is usable and the block ends inside
+        the persisted window. Otherwise the ``_pump`` that follows every close starts it (or waits, grows
+        the window, raises the failure)."""
         cur = self._cur
         # Blocks are written zero-padded to 4 KiB (a reused buffer holds an older block's bytes).
         length = cur.length
@@ -79,15 +86,13 @@ class SubmissionWindow:
             cur.log_end = cur.start + length
             cur.end = cur.start + length + pad
         ready = self._ready
-        with _signals_deferred():
-            # Both or neither: an interrupt in between would lose or duplicate the block.
-            self._cur = None
-            ready.append(cur)
-            self.next_block = cur.end
-            if len(ready) == 1 and self._busy < self.iodepth and self._pacer is None and self._failed is None \
-                    and not self._closed and cur.end - (self._inflight[0].start if self._inflight else cur.start) \
-                    <= self.state.header.sliding_window_max_length:
-                self._start_write(cur, self._clock())
+        self._cur = None
+        ready.append(cur)
+        self.next_block = cur.end
+        if len(ready) == 1 and self._busy < self.iodepth and self._pacer is None and self._failed is None \
+                and not self._closed and cur.end - (self._inflight[0].start if self._inflight else cur.start) \
+                <= self.state.header.sliding_window_max_length:
+            self._start_write(cur, self._clock())
 
     def _pump(self, *, wait: bool, keep: int = 0) -> None:
         """Start the writes of closed blocks while slots are free; with ``wait``, until at most ``keep`` wait."""
