@@ -49,7 +49,8 @@ class SubmissionWindow:
             if wait or (self._batch_done(cur) and (self._pacer is None or self._budget_allows(cur))):
                 self._close_block()
             # else: it keeps batching records; the timer thread closes it once it may be written.
-        self._pump(wait=wait)
+        if self._ready:  # (most completions find none: the appender's close started its block's write)
+            self._pump(wait=wait)
 
     def _batch_done(self, block: Block) -> bool:
         """True once ``block``'s batch interval has passed; else wake the timer thread when it does."""
