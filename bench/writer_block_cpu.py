@@ -12,7 +12,9 @@ them), then ``drain``; ``on_frames`` only counts. Printed per run and as the med
         Python on the appender side (with the completions it polls);
   reap  the AIO reaper thread's CPU per block (its Python, plus io_submit of the next write);
   all   the process's user+sys CPU per block (also the kernel's side of the writes).
-``--calls``: one run more, with a profiler counting the function calls per block (Python frames, and C
+``--inline``: no device and no reaper: the writer's write queue completes each write on the appender's
+next poll, in its thread, without writing it (``app`` is then all the writer's Python per block, both
+sides; the least noisy CPU figure here, as nothing waits). ``--calls``: one run more, with a profiler counting the function calls per block (Python frames, and C
 functions called from Python) over all threads: a figure the machine's load does not move (CPU times
 on a shared machine do, by 2x). ``--tree`` runs another checkout's walctl (e.g. a build of main) for an A/B in one shell.
 """
@@ -39,6 +41,34 @@ def parse(text: str) -> int:
     return int(text)
 
 
+class InlineQueue:
+    """A write queue that writes nothing: each write completes on the next ``poll`` (or flush), in the
+    polling thread (``--inline``)."""
+
+    engine = "inline"
+
+    def __init__(self):
+        self.pending = []
+
+    def submit(self, offset, buf, done, length=None):
+        self.pending.append(done)
+
+    def flush_submits(self):
+        pass
+
+    def poll(self):
+        pending, self.pending = self.pending, []
+        for done in pending:
+            done(None, 0)
+        return len(pending)
+
+    def wait(self, timeout_s=None, *, held=False):
+        return self.poll()
+
+    def close(self):
+        self.poll()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tree", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -47,6 +77,7 @@ def main() -> None:
     ap.add_argument("--call", default="196KiB")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--dir", default="/var/tmp")
+    ap.add_argument("--inline", action="store_true", help="no device, no reaper: writes complete on the next poll")
     ap.add_argument("--calls", action="store_true", help="also count function calls per block (one more run)")
     args = ap.parse_args()
     sys.path.insert(0, os.path.abspath(args.tree))
@@ -93,7 +124,10 @@ def main() -> None:
             dev = open_device(path, writable=True)
             state = read_headers(dev)
             w = WalWriter(dev, state, 0, checkpoint=Checkpoint(0, complete=True))
-            if w.io_engine != "aio":
+            if args.inline:
+                w._queue.close()
+                w._queue = InlineQueue()
+            elif w.io_engine != "aio":
                 sys.exit(f"the writer uses {w.io_engine}, not aio: run on a filesystem with O_DIRECT")
             acked = [0]
 
@@ -101,8 +135,8 @@ def main() -> None:
                 acked[0] += item.count
 
             w.on_frames = on_frames
-            reaper = w._queue._reaper
-            reaper_clock = time.pthread_getcpuclockid(reaper.ident)
+            reaper = getattr(w._queue, "_reaper", None) or threading.current_thread()  # --inline: none
+            reaper_clock = time.pthread_getcpuclockid(reaper.ident) if not args.inline else time.CLOCK_THREAD_CPUTIME_ID
             base = 0
             def ticks(tid):
                 with open(f"/proc/self/task/{tid}/stat") as f:
@@ -121,6 +155,9 @@ def main() -> None:
                 while pos < len(chunk):
                     count, pos, stop, _ = w.append_frames(chunk, pos, len(chunk), spec, base, 1 << 40)
                     base += count
+            if args.inline:  # (drain would wait for completions nobody polls)
+                w.submit_open_block()
+                w._queue.poll()
             w.drain()
             t1 = time.perf_counter()
             r1, a1, c1, p1 = time.clock_gettime_ns(reaper_clock), time.thread_time_ns(), framepack.cpu_ns(), \
@@ -132,7 +169,7 @@ def main() -> None:
             w.close()
             assert acked[0] == base == calls * per_call, (acked[0], base)
             app = (a1 - a0 - (c1 - c0)) / blocks / 1e3
-            reap = (r1 - r0) / blocks / 1e3
+            reap = (r1 - r0) / blocks / 1e3 if not args.inline else 0.0
             total = ((p1.ru_utime - p0.ru_utime) + (p1.ru_stime - p0.ru_stime)) / blocks * 1e6
             if profiled:
                 sys.setprofile(None)
