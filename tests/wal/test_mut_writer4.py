@@ -73,20 +73,35 @@ def test_a_closed_block_starts_its_write_in_the_section_that_closes_it_up_to_the
     path = new_wal(tmp_path, ring=4 * MiB)
     assert read_state(path).header.sliding_window_max_length == 1 * MiB
     w, q = held_writer(path, FakeClock(), iodepth=8, block_soft_limit_bytes=BLOCK)
+    w.append(REC256K, 0)  # block 0, written as its append ends (batch interval 0), then durable:
+    q.complete(0)  # the window starts at block 1 (256 KiB)
     d = Deferrals(monkeypatch)
     seen = spying(q, d)
     per_append = []
-    for i in range(5):
+    for i in range(1, 6):
         before = d.on_main()
-        w.append(REC256K, i)  # batch interval 0: each block closes (and is written) as its append ends
+        w.append(REC256K, i)
         per_append.append(d.on_main() - before)
-    # blocks 0-3 end inside the 1 MiB window (block 3 exactly at its end): closed and written in one
-    # section; block 4 ends past it: _pump grows the window (a header write), then _submit starts it
+    # blocks 1-4 end inside the window [256 KiB, 1.25 MiB) (block 4 exactly at its end): each closed and
+    # written in one section; block 5 ends past it: _pump grows the window (a header write), then
+    # _submit starts it in a second section
     assert per_append == [1, 1, 1, 1, 2]
-    assert [o for o, _ in seen] == [q.submitted[i] for i in range(5)]
-    assert len(q.submitted) == 5 and all(depth == 1 for _, depth in seen)
+    assert [o for o, _ in seen] == q.submitted[1:] and len(q.submitted) == 6
+    assert all(depth == 1 for _, depth in seen)
     assert w.state.header.sliding_window_max_length == 4 * MiB
     assert w.header_writes == 1
+
+
+def test_a_budget_is_charged_each_write_s_padded_bytes(tmp_path):
+    w, q = held_writer(new_wal(tmp_path, ring=1 * MiB), FakeClock(), budget=Budget(bandwidth_bytes_per_s=1 << 30),
+                       iodepth=4, block_soft_limit_bytes=64 * KiB)
+    taken = []
+    take = w._pacer.take
+    w._pacer.take = lambda nbytes, now: (taken.append(nbytes), take(nbytes, now))[1]
+    w.append(b"x" * (10_000 - rec.SIZE), 0)  # a 10,000-byte block, written as 12 KiB
+    w.append(b"y" * (40_000 - rec.SIZE), 1)  # 40,000 bytes: 40 KiB
+    assert taken == [12288, 40960]
+    assert len(q.submitted) == 2
 
 
 def test_no_block_starts_at_close_while_every_slot_is_busy_and_a_completion_starts_it(tmp_path, monkeypatch):
