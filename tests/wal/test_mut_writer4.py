@@ -97,7 +97,7 @@ def test_a_budget_is_charged_each_write_s_padded_bytes(tmp_path):
                        iodepth=4, block_soft_limit_bytes=64 * KiB)
     taken = []
     take = w._pacer.take
-    w._pacer.take = lambda nbytes, now: (taken.append(nbytes), take(nbytes, now))[1]
+    w._pacer.take = lambda nbytes, *now: (taken.append(nbytes), take(nbytes, *now))[1]
     w.append(b"x" * (10_000 - rec.SIZE), 0)  # a 10,000-byte block, written as 12 KiB
     w.append(b"y" * (40_000 - rec.SIZE), 1)  # 40,000 bytes: 40 KiB
     assert taken == [12288, 40960]
