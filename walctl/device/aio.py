@@ -316,7 +316,7 @@ class AioWriteQueue:
         if offset % ALIGN or length % ALIGN or offset < 0 or length <= 0:
             check_aligned(offset, length)  # raises the ValueError naming the bad value
         dev = self.dev
-        if dev._closed():
+        if dev._fd < 0:  # DirectDevice._closed(), inline (once per write)
             raise ValueError(f"I/O on a closed device: {dev.path}")
         if offset + length > dev.size_bytes:
             raise ValueError(f"write [{offset}, {offset + length}) passes the end of "
@@ -444,7 +444,8 @@ class AioWriteQueue:
                 self._finish_rest(events[len(dones):])
         finally:
             try:
-                self.flush_submits()  # the writes the callbacks started, in one io_submit
+                if local.plug:  # the writes the callbacks started (and did not submit), in one io_submit
+                    self.flush_submits()
             finally:
                 local.plug = None
         return len(events)

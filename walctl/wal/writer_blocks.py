@@ -249,9 +249,8 @@ class BlockBuilder:
         if record_bytes > self._ring_bytes or (record_bytes + 4095) & -4096 > self.window_cap_bytes:
             raise UsageError(f"record of {record_bytes - rec.SIZE} bytes does not fit this WAL "
                              f"(ring {self.ring.size} bytes, window limit {self.window_cap_bytes} bytes)")
-        if self._cur is not None and self._cur.length:
-            self._close_block()
-            self._pump(wait=True, keep=self.run_ahead)
+        # (_frame_into closed the full block; run ahead by at most run_ahead closed blocks)
+        self._pump(wait=True, keep=self.run_ahead)
         start = self.next_block
         ring_bytes = self._ring_bytes
         lap_end = (start // ring_bytes + 1) * ring_bytes
@@ -287,6 +286,10 @@ class BlockBuilder:
                 cur.min_limit = 0
                 cur.records.append(Frames(offset, last, count, payload, spec.stream_id, base, acks))
                 cur.stream_marks.append((spec.stream_id, base + count, last))
+            if stop == _framepack.STOP_FULL and cur is not None:
+                # The block is full (the next record does not fit): closed, and its write started, in
+                # this section (one signals_deferred per block, not two; issue 31)
+                self._close_open_block()
         return count, src_pos, stop, next_len
 
     def _book_many(self, cur: Block, payloads, index: int, count: int, end: int, stream_id: int,

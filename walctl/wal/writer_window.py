@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from functools import partial
 from itertools import accumulate
 
 from walctl.device.signals import signals_deferred as _signals_deferred
 from walctl.wal.layout import align_up
 from walctl.wal.writer_blocks import MANY_OVERHEAD, Block, Frames, Many
 
+_get_ident = threading.get_ident
+# signals_deferred holds SIGINT/SIGTERM in the main thread only: elsewhere (the AIO reaper, the timer)
+# a write starts without entering it (five Python calls per block for nothing; issue 31)
+_MAIN_IDENT = threading.main_thread().ident
 WINDOW_SCALE_UNIT_BYTES = 4 << 20  # the sliding window grows by 4 MiB steps (walctl.wal.writer)
 _ZEROS = memoryview(bytes(4096))  # a block's padding to 4 KiB, sliced without a copy
 
@@ -44,7 +49,8 @@ class SubmissionWindow:
             if wait or (self._batch_done(cur) and (self._pacer is None or self._budget_allows(cur))):
                 self._close_block()
             # else: it keeps batching records; the timer thread closes it once it may be written.
-        self._pump(wait=wait)
+        if self._ready:  # (most completions find none: the appender's close started its block's write)
+            self._pump(wait=wait)
 
     def _batch_done(self, block: Block) -> bool:
         """True once ``block``'s batch interval has passed; else wake the timer thread when it does."""
@@ -58,7 +64,19 @@ class SubmissionWindow:
         return False
 
     def _close_block(self) -> None:
-        """Queue the open block for writing; the next block starts where it ends."""
+        """Queue the open block for writing; the next block starts where it ends (see _close_open_block)."""
+        with _signals_deferred():
+            self._close_open_block()
+
+    def _close_open_block(self) -> None:
+        """_close_block's work, inside a signals_deferred section (the caller's: append_frames closes a full
+        block in the section that packed it). Closing is all or nothing: an interrupt in between would lose
+        or duplicate the block.
+
+        In the usual case the block's write starts here too, in the same section: it is the only closed
+        block, a slot is free, no budget paces the writes, the writer is usable and the block ends inside
+        the persisted window. Otherwise the ``_pump`` that follows every close starts it (or waits, grows
+        the window, raises the failure)."""
         cur = self._cur
         # Blocks are written zero-padded to 4 KiB (a reused buffer holds an older block's bytes).
         length = cur.length
@@ -68,11 +86,14 @@ class SubmissionWindow:
         if not cur.log_end:  # data blocks; a padding block's record ends at the lap end (set by _place)
             cur.log_end = cur.start + length
             cur.end = cur.start + length + pad
-        with _signals_deferred():
-            # Both or neither: an interrupt in between would lose or duplicate the block.
-            block, self._cur = self._cur, None
-            self._ready.append(block)
-            self.next_block = block.end
+        ready = self._ready
+        self._cur = None
+        ready.append(cur)
+        self.next_block = cur.end
+        if len(ready) == 1 and self._busy < self.iodepth and self._pacer is None and self._failed is None \
+                and not self._closed and cur.end - (self._inflight[0].start if self._inflight else cur.start) \
+                <= self.state.header.sliding_window_max_length:
+            self._start_write(cur, self._clock())
 
     def _pump(self, *, wait: bool, keep: int = 0) -> None:
         """Start the writes of closed blocks while slots are free; with ``wait``, until at most ``keep`` wait."""
@@ -106,34 +127,39 @@ class SubmissionWindow:
 
     def _submit(self, block: Block) -> None:
         """Start the durable write of ``block``, the first closed one (a slot is free, the window fits)."""
-        buf = block.buf
-        padded = (block.length + 4095) & -4096  # align_up
         now = self._clock()
         if self._pacer is not None:
-            self._pacer.take(padded, now)
+            self._pacer.take((block.length + 4095) & -4096, now)  # align_up
             if self._stall_since_ns:
                 self._stall_total_ns += now - self._stall_since_ns
                 self._stall_since_ns = 0
+        if _get_ident() != _MAIN_IDENT:
+            self._start_write(block, now)
+            return
+        with _signals_deferred():
+            self._start_write(block, now)
+
+    def _start_write(self, block: Block, now: int) -> None:
+        """``block``, the first closed one, goes in flight (``now``: its submission time). Called inside
+        signals_deferred: the bookkeeping and the submission happen together or not at all (an interrupt
+        in between would leave a block in flight that never completes)."""
         block.submitted_ns = now
         block.budget_ns = self._stall_total_ns - block.stall_at_open_ns
-        with _signals_deferred():
-            # The bookkeeping and the submission happen together or not at all: an interrupt
-            # in between would leave a block in flight that never completes.
-            self._ready.popleft()
-            self._inflight.append(block)
-            self._busy += 1
-            # Durability: the device is open with O_DIRECT + O_DSYNC (or buffered + fdatasync),
-            # and the queue calls back only when the write returned from the device, with the
-            # block on stable media. This is what lets _completed acknowledge the block's records.
-            try:
-                self._queue.submit(self._ring_head + block.start % self._ring_bytes, buf,  # Ring.physical
-                                   lambda error, flush_ns=0, b=block, buf=buf: self._completed(b, error, buf, flush_ns),
-                                   length=padded)
-            except BaseException:  # refused before it started: no completion will come
-                self._inflight.pop()
-                self._busy -= 1
-                self._ready.appendleft(block)
-                raise
+        self._ready.popleft()
+        self._inflight.append(block)
+        self._busy += 1
+        # Durability: the device is open with O_DIRECT + O_DSYNC (or buffered + fdatasync),
+        # and the queue calls back only when the write returned from the device, with the
+        # block on stable media. This is what lets _completed acknowledge the block's records.
+        try:
+            # (a partial, not a lambda: the completion calls _completed with no Python frame between)
+            self._queue.submit(self._ring_head + block.start % self._ring_bytes, block.buf,  # Ring.physical
+                               partial(self._completed, block), length=(block.length + 4095) & -4096)
+        except BaseException:  # refused before it started: no completion will come
+            self._inflight.pop()
+            self._busy -= 1
+            self._ready.appendleft(block)
+            raise
 
     def _fits_window(self, block: Block) -> bool:
         """Grow the persisted window before a block would end past it; False if it must wait."""
@@ -149,23 +175,27 @@ class SubmissionWindow:
             return need <= self.state.header.sliding_window_max_length
         return False  # at the cap: wait for earlier blocks to become durable
 
-    def _completed(self, block: Block, error: BaseException | None, buf=None, flush_ns: int = 0) -> None:
-        """A write queue's completion (walctl.device.base.WriteDone): ``flush_ns`` of the write went to fdatasync."""
+    def _completed(self, block: Block, error: BaseException | None, flush_ns: int = 0) -> None:
+        """A write queue's completion (walctl.device.base.WriteDone) of ``block``: ``flush_ns`` of the write
+        went to fdatasync."""
         knocks = self._knocks
         knocks.append(None)  # an appender holding the lock lets it in at its next block (append_frames)
         with self._mutex:  # the condition's lock, taken directly (Condition.__enter__ is a Python call)
             knocks.pop()
             try:
-                self._finish_block(block, error, buf, flush_ns)
+                self._finish_block(block, error, flush_ns)
             except BaseException as exc:  # never leave waiters hanging on a bug here
                 if self._failed is None:
                     self._failed = exc
             finally:
-                self._lock.notify_all()
+                cond = self._lock
+                if cond._waiters:  # notify_all is two Python calls even when nobody waits (once per block)
+                    cond.notify_all()
 
-    def _finish_block(self, block: Block, error: BaseException | None, buf, flush_ns: int) -> None:
+    def _finish_block(self, block: Block, error: BaseException | None, flush_ns: int) -> None:
         self._busy -= 1
-        if buf is not None and len(buf) == self._buffer_bytes:
+        buf = block.buf
+        if len(buf) == self._buffer_bytes:  # its buffer is reused by a later block
             self._spare_buffers.append(buf)
         block.done = True
         block.error = error
