@@ -99,10 +99,12 @@ def test_follow_prints_every_acknowledged_record_once_while_uploads_commit_and_t
             uploads.append(walctl("upload", wal, "--store", store)[0])
             stop.wait(0.2)
 
+    resumed = threading.Event()
+
     def feed() -> None:  # stdin, full speed (in 100-line writes: the appender batches them)
         # A fixed amount of work, not a time (5 s did 1 upload at load 17).
         end, i = time.monotonic() + CAP_S, 0
-        while (i < FEED_LINES or len(uploads) < UPLOADS) and time.monotonic() < end:
+        while (i < FEED_LINES or len(uploads) < UPLOADS or not resumed.is_set()) and time.monotonic() < end:
             appender.stdin.write("".join(f"r{i + k}\n" for k in range(100)))
             appender.stdin.flush()
             i += 100
@@ -112,7 +114,26 @@ def test_follow_prints_every_acknowledged_record_once_while_uploads_commit_and_t
     uploader, feeder = threading.Thread(target=upload_loop), threading.Thread(target=feed)
     uploader.start()
     feeder.start()
-    acks_text = appender.stdout.read()  # (read while fed: a full pipe of acknowledgements would stall it)
+    acks = []
+    drain = threading.Thread(target=lambda: acks.append(appender.stdout.read()))
+    drain.start()  # (read while fed: a full pipe of acknowledgements would stall it)
+    # The follower held (SIGSTOP) while uploads commit and trim records it has not read, then let
+    # go: those are only in the store when it resumes, so some records must come from the store.
+    # Left to run, a follower that keeps up with the writer reads every record from the WAL (a
+    # loaded CI run, -n 3: the store path never taken, by chance).
+    with follower.changed:
+        assert follower.changed.wait_for(lambda: follower.end > 1 or follower.lines[-1:] == [""], timeout=CAP_S)
+    follower.proc.send_signal(signal.SIGSTOP)
+    try:
+        held_at, deadline = len(uploads), time.monotonic() + CAP_S
+        while len(uploads) < held_at + 2 and time.monotonic() < deadline:  # one upload starts after the stop
+            time.sleep(0.05)
+        assert len(uploads) >= held_at + 2, "no upload committed while the follower was held"
+    finally:
+        follower.proc.send_signal(signal.SIGCONT)
+        resumed.set()
+    drain.join()
+    acks_text = acks[0]
     appender.wait(60)
     feeder.join()
     append_log.close()
