@@ -33,6 +33,7 @@ TARGET = textwrap.dedent('''
     import json, os, struct, sys
     import atheris
 
+    WHICH = sys.argv[1]
     with atheris.instrument_imports(include=["walctl"]):
         from walctl.errors import FormatError, NotFoundError
         from walctl.format import object as obj
@@ -41,15 +42,16 @@ TARGET = textwrap.dedent('''
         from walctl.format.crc import automq_crc
         from walctl.format.header import WalHeader
         from walctl.wal.headers import decode_slots
-        from walctl.cli import app
-    import typer.main, typer.testing
+        if WHICH != "decoders":  # (the decoders' target runs no command: no CLI to import and build)
+            from walctl.cli import app
+    if WHICH != "decoders":
+        import typer.main, typer.testing
 
-    COMMAND = typer.main.get_command(app)
-    typer.testing._get_command = lambda _app: COMMAND
-    RUNNER = typer.testing.CliRunner()
+        COMMAND = typer.main.get_command(app)
+        typer.testing._get_command = lambda _app: COMMAND
+        RUNNER = typer.testing.CliRunner()
     WORK = os.environ["FUZZ_WORK"]
     BASE = open(os.environ["FUZZ_IMAGE"], "rb").read()
-    WHICH = sys.argv[1]
 
     def check_cli(args):
         result = RUNNER.invoke(app, args)
