@@ -64,8 +64,9 @@ if [ "${WALCTL_TEST_RAMDISK:-1}" != 0 ] && [ "$(id -u)" = 0 ] && command -v mkfs
   rm -f "$image"
 fi
 # Three workers (pytest-xdist) on 2 cores: most tests wait on subprocesses, devices and Spark; a
-# clean clone's run at 2 workers used ~72 % of the cores. At 3: pytest 538 s against 618 s at 2
-# (4,955 tests, 2026-11-29), user+sys 17 of 20 core-minutes. Each worker has its own moto
+# clean clone's run at 2 workers uses ~74 % of the cores. The same tree (4,963 tests, 2026-11-29,
+# one after the other on an idle machine): pytest 567 s at 3 workers (87 % of the cores) against
+# 608 s at 2. Each worker has its own moto
 # server; the tests using a Spark session all go to the first worker (tests/conftest.py), which
 # starts it once, and the slow others are spread over every worker's first tests.
 # WALCTL_TEST_WORKERS=0 runs in one process (pytest -s output, pdb).
