@@ -94,6 +94,18 @@ def test_close_of_a_quiet_queue_returns_before_the_context_s_destroy_ends(dev, b
         assert f.read(3 * 4096) == b"a" * 4096 + b"b" * 4096 + b"c" * 4096
 
 
+def _close_destroys_before_returning(queue, held) -> None:
+    """close() after a failed io_getevents: io_destroy (held 0.2 s, as the kernel waits for the writes
+    in flight) has ended before close() returns."""
+    release = threading.Timer(0.2, held.release.set)
+    release.start()
+    try:
+        queue.close()
+        assert held.destroyed.is_set() and held.inner.ctx == 0
+    finally:
+        release.cancel()
+        held.release.set()
+
 def test_after_a_failed_io_getevents_close_destroys_the_context_before_it_returns(dev, backend):
     queue, held = make_queue(dev, backend, reaper=False)
     errors = []
@@ -103,15 +115,7 @@ def test_after_a_failed_io_getevents_close_destroys_the_context_before_it_return
     held.fail_getevents = True
     queue.wait(1.0)  # the failure finishes the write with an IOFailure; the kernel may still be writing it
     assert len(errors) == 1 and isinstance(errors[0], IOFailure)
-    release = threading.Timer(0.2, held.release.set)
-    release.start()
-    try:
-        queue.close()
-        # io_destroy (which waits for the writes in flight) ended before close() returned.
-        assert held.destroyed.is_set() and held.inner.ctx == 0
-    finally:
-        release.cancel()
-        held.release.set()
+    _close_destroys_before_returning(queue, held)
 
 
 def test_a_closed_loop_s_failed_io_getevents_also_makes_close_destroy_first(dev, backend):
@@ -125,14 +129,7 @@ def test_a_closed_loop_s_failed_io_getevents_also_makes_close_destroy_first(dev,
         held.fail_getevents = True
         loop.run(time.perf_counter_ns() + 10**9, time.perf_counter_ns() + 5 * 10**9)
     assert isinstance(loop.error, IOFailure) and queue._outstanding == 0
-    release = threading.Timer(0.2, held.release.set)
-    release.start()
-    try:
-        queue.close()
-        assert held.destroyed.is_set() and held.inner.ctx == 0
-    finally:
-        release.cancel()
-        held.release.set()
+    _close_destroys_before_returning(queue, held)
 
 
 def test_many_quick_closes_leave_no_context_behind(dev, backend):
