@@ -244,12 +244,14 @@ def test_raw_iops_through_the_closed_loop_on_either_backend(dev, backend):
     try:
         t0 = os.times()
         result = raw.run_raw(queue, "iops", block_size=4096, region_start=0, region_bytes=4 * MiB, iodepth=4,
-                             duration_s=0.2)
+                             duration_s=0.5)
         t1 = os.times()
     finally:
         queue.close()
-    assert result.engine == "aio" and result.writes > 10 and result.latency.count == result.writes
-    assert 0.15 < result.seconds < 5 and queue._outstanding == 0
+    # More writes than the queue's depth: each slot's write was reaped and the slot given another.
+    # (Not a rate: under three test workers one batch has taken 242 ms; 0.5 s leaves room for two.)
+    assert result.engine == "aio" and result.writes > 4 and result.latency.count == result.writes
+    assert 0.45 < result.seconds < 5 and queue._outstanding == 0
     # The run's own CPU time per write (what bench/fio_compare.py sets beside fio's), os.times' ticks apart.
     cpu_us = ((t1.user - t0.user) + (t1.system - t0.system)) / result.writes * 1e6
     assert 0 <= result.to_json()["cpu_us_per_write"] <= cpu_us + 0.02 / result.writes * 1e6

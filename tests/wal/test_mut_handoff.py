@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 
 import pytest
 
@@ -304,8 +305,20 @@ def test_a_pending_trim_reports_the_writers_retry_or_other_refusal(listening):
 
 
 def test_the_hand_off_retries_until_the_lock_is_free(wal, monkeypatch):
+    # handoff.time is the time module itself: the patch is process-wide, so a
+    # thread an earlier test left behind (a listener, a reaper) that sleeps
+    # meanwhile must still sleep for real and must not land in `pauses`.
     pauses = []
-    monkeypatch.setattr(handoff.time, "sleep", pauses.append)
+    me = threading.get_ident()
+    real_sleep = time.sleep
+
+    def sleep(seconds):
+        if threading.get_ident() == me:
+            pauses.append(seconds)
+        else:
+            real_sleep(seconds)
+
+    monkeypatch.setattr(handoff.time, "sleep", sleep)
     tries = []
 
     def locked_twice(path, offset):
