@@ -103,6 +103,13 @@ def _session(master: str | None, log_level: str, jvm_conf: dict, worker_daemon: 
     builder = (builder.config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")  # no progress bars in cron logs / --json
                .config("spark.task.maxFailures", "2")
+               # The status tracker (job_timeout, IdleWatch: how many tasks run) reads Spark's status
+               # store, which by default takes a stage's change only if its last write is 100 ms old:
+               # a task start the listener handles within 100 ms of its stage's submission (a busy
+               # machine delays the listener, then it takes both at once) leaves "0 running" there
+               # until a heartbeat's flush, 10-20 s later, and a hung task was reported as "none of
+               # its tasks is running (lost executors?)". A run's few tasks cost nothing to write each time.
+               .config("spark.ui.liveUpdate.period", "0ms")
                # A run is one job of a few long tasks: a worker process of its own each, rather than
                # a daemon that forks them and stays (one process less, ~50 MiB, for the same start).
                # A caller that runs many jobs on one session (the tests) takes the daemon: its
