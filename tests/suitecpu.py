@@ -19,11 +19,15 @@ import pytest
 
 _PREFIX = os.environ.get("WALCTL_TEST_CPU")
 _TICK = os.sysconf("SC_CLK_TCK")
+# Taken now: a test that patches time.monotonic or resource.getrusage does not change the figures.
+_clock = time.monotonic
+_cpu = time.process_time
+_getrusage = resource.getrusage
 
 
 def _rusage() -> tuple[float, float]:
-    s = resource.getrusage(resource.RUSAGE_SELF)
-    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    s = _getrusage(resource.RUSAGE_SELF)
+    c = _getrusage(resource.RUSAGE_CHILDREN)
     return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
 
 
@@ -71,15 +75,18 @@ def pytest_configure(config) -> None:
     if not _PREFIX:
         return
     worker = getattr(config, "workerinput", {}).get("workerid", "main")
+    if worker == "main" and config.getoption("numprocesses", None):
+        return  # xdist's controller: its workers record (they take the variable from it)
+    os.environ.pop("WALCTL_TEST_CPU")  # a pytest a test starts records nothing here
     _recorder = _Recorder(f"{_PREFIX}.{worker}.jsonl")
-    config._suitecpu_start = (time.monotonic(), *_rusage())
+    config._suitecpu_start = (_clock(), *_rusage())
 
 
 def pytest_collection_finish(session) -> None:
     if _recorder is None:
         return
     start = session.config._suitecpu_start
-    now = (time.monotonic(), *_rusage())
+    now = (_clock(), *_rusage())
     _recorder.write({"kind": "collection", "wall": now[0] - start[0], "self": now[1] - start[1],
                      "children": now[2] - start[2]})
 
@@ -89,20 +96,20 @@ def pytest_runtest_protocol(item, nextitem):
     if _recorder is None:
         yield
         return
-    t0 = time.process_time()
+    t0 = _cpu()
     desc0 = _descendants_cpu()
     item._suitecpu = {}
-    w0, s0, c0 = time.monotonic(), *_rusage()
-    _recorder.overhead += time.process_time() - t0
+    w0, s0, c0 = _clock(), *_rusage()
+    _recorder.overhead += _cpu() - t0
     yield
-    w1, s1, c1 = time.monotonic(), *_rusage()
-    t0 = time.process_time()
+    w1, s1, c1 = _clock(), *_rusage()
+    t0 = _cpu()
     desc1 = _descendants_cpu()
     record = {"kind": "test", "id": item.nodeid, "wall": w1 - w0, "self": s1 - s0, "children": c1 - c0,
               "descendants": max(0.0, desc1 - desc0), "phases": item._suitecpu,
               "fixtures": sorted(getattr(item, "fixturenames", ()))}
     _recorder.write(record)
-    _recorder.overhead += time.process_time() - t0
+    _recorder.overhead += _cpu() - t0
 
 
 def _phase(name):
@@ -111,9 +118,9 @@ def _phase(name):
         if _recorder is None:
             yield
             return
-        w0, s0, c0 = time.monotonic(), *_rusage()
+        w0, s0, c0 = _clock(), *_rusage()
         yield
-        w1, s1, c1 = time.monotonic(), *_rusage()
+        w1, s1, c1 = _clock(), *_rusage()
         item._suitecpu[name] = [round(w1 - w0, 4), round(s1 - s0, 4), round(c1 - c0, 4)]
     return hook
 
@@ -128,7 +135,7 @@ def pytest_unconfigure(config) -> None:
     if _recorder is None:
         return
     start = config._suitecpu_start
-    now = (time.monotonic(), *_rusage())
+    now = (_clock(), *_rusage())
     _recorder.write({"kind": "process", "wall": now[0] - start[0], "self": now[1], "children": now[2],
                      "overhead": _recorder.overhead,
                      "descendants_left": _descendants_cpu()})
