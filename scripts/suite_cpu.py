@@ -5,7 +5,7 @@
     python3 scripts/suite_cpu.py /tmp/cpu [--top 30] [--by file|dir|test|fixture|phase]
 
 A test's CPU: its pytest process's (user+sys, setup to teardown), the children it waited for, and
-its live descendants' growth. Prints the workers' totals (collection, tests, what no test holds),
+its live descendants' growth. Prints each worker's start-up and collection, its total and what its tests hold,
 then the top consumers for each --by (all of them when none is given).
 """
 
@@ -67,7 +67,7 @@ def main() -> None:
           f"live descendants {sum(r.get('descendants', 0) for r in tests):.1f}), "
           f"wall {sum(r['wall'] for r in tests):.1f} s")
     for c in colls:
-        print(f"  {c['worker']}: collection {c['self'] + c['children']:.1f} s CPU, {c['wall']:.1f} s wall")
+        print(f"  {c['worker']}: start-up and collection {c['self'] + c['children']:.1f} s CPU, {c['wall']:.1f} s wall")
     for p in procs:
         mine = [r for r in tests if r["worker"] == p["worker"]]
         held = sum(r["self"] + r["children"] for r in mine)

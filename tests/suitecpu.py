@@ -58,6 +58,16 @@ def _descendants_cpu() -> float:
     return total
 
 
+def _process_start() -> float:
+    """This process's start on the _clock (time.monotonic) scale: /proc/self/stat's starttime."""
+    with open("/proc/self/stat", "rb") as f:
+        stat = f.read()
+    started_ticks = int(stat[stat.rindex(b")") + 2:].split()[19])
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    return _clock() - (uptime - started_ticks / _TICK)
+
+
 class _Recorder:
     def __init__(self, path: str) -> None:
         self.out = open(path, "a", buffering=1)
@@ -85,10 +95,10 @@ def pytest_configure(config) -> None:
 def pytest_collection_finish(session) -> None:
     if _recorder is None:
         return
-    start = session.config._suitecpu_start
     now = (_clock(), *_rusage())
-    _recorder.write({"kind": "collection", "wall": now[0] - start[0], "self": now[1] - start[1],
-                     "children": now[2] - start[2]})
+    # Since the process started (its start-up, its plugins' imports and the collection): this plugin
+    # may be registered only once collection is under way (tests/conftest.py found from a file's path).
+    _recorder.write({"kind": "collection", "wall": now[0] - _process_start(), "self": now[1], "children": now[2]})
 
 
 @pytest.hookimpl(hookwrapper=True)
