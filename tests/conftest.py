@@ -310,8 +310,9 @@ def spark_class_archive(request):
                 lock.unlink(missing_ok=True)
 
 
-# tests/testbounds.py: the per-process memory cap beside pytest-timeout's time cap.
-pytest_plugins = ["testbounds"]
+# tests/testbounds.py: the per-process memory cap beside pytest-timeout's time cap; tests/suitecpu.py:
+# each test's CPU, with WALCTL_TEST_CPU=PREFIX (scripts/suite_cpu.py sums it).
+pytest_plugins = ["testbounds", "suitecpu"]
 
 
 # The moto S3 server, buckets, stores and the fault proxy, for tests/store and tests/spark.

@@ -70,6 +70,23 @@ def test_lock_holder_matches_device_and_inode(tmp_path, wal_path):
     assert lock_holder(other, proc_locks=str(locks)) == 111
 
 
+def test_lock_holder_finds_its_line_among_near_misses(tmp_path, wal_path):
+    """Only lines naming the inode are parsed: inodes that hold its digits, its number elsewhere on
+    the line, and its inode on another device are not its holder."""
+    st = os.stat(wal_path)
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+    ino = st.st_ino
+    misses = [f"{n}: FLOCK  ADVISORY  WRITE {ino} {dev}:{n} {ino} EOF\n" for n in range(1, 400)]
+    misses += [f"7: FLOCK  ADVISORY  WRITE 701 {dev}:{ino}1 0 EOF\n", f"8: FLOCK  ADVISORY  WRITE 801 {dev}:1{ino} 0 EOF\n",
+               f"9: FLOCK  ADVISORY  WRITE 901 {os.major(st.st_dev) + 1:02x}:{os.minor(st.st_dev):02x}:{ino} 0 EOF\n",
+               f"{ino}: FLOCK  ADVISORY  WRITE 902 {dev}:{ino + 1} 0 EOF\n"]
+    locks = tmp_path / "locks"
+    locks.write_text("".join(misses))
+    assert lock_holder(wal_path, proc_locks=str(locks)) is None
+    locks.write_text("".join(misses[:200]) + _locks_line(wal_path, 4242) + "".join(misses[200:]))
+    assert lock_holder(wal_path, proc_locks=str(locks)) == 4242
+
+
 def test_lock_holder_unknown(tmp_path, wal_path):
     locks = tmp_path / "locks"
     locks.write_text(_locks_line(wal_path, 0))  # holder in another pid namespace

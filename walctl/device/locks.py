@@ -103,6 +103,10 @@ def lock_holder(path: str, *, proc_locks: str = "/proc/locks") -> int | None:
         text = _proc_locks_text(proc_locks)
     except OSError:
         return None
+    # Only the lines naming this inode are parsed ("MAJ:MIN:INODE " in fs/locks.c's format): a
+    # host whose processes hold thousands of locks has a /proc/locks of thousands of lines.
+    needle = f":{st.st_ino} "
+    text = "\n".join(line for line in text.splitlines() if needle in line)
     for entry in parse_proc_locks(text):
         if (entry.kind == "FLOCK" and not entry.blocked and entry.pid > 0
                 and entry.inode == st.st_ino
