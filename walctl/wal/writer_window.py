@@ -90,10 +90,16 @@ class SubmissionWindow:
         self._cur = None
         ready.append(cur)
         self.next_block = cur.end
-        if len(ready) == 1 and self._busy < self.iodepth and self._pacer is None and self._failed is None \
-                and not self._closed and cur.end - (self._inflight[0].start if self._inflight else cur.start) \
-                <= self.state.header.sliding_window_max_length:
+        if len(ready) == 1 and self._starts_at_once(cur):
             self._start_write(cur, self._clock())
+
+    def _starts_at_once(self, block: Block) -> bool:
+        """True if the write of ``block``, the first closed one, may start with no more ado: the writer is
+        usable, a slot is free, no budget paces the writes and the block ends inside the persisted window.
+        ``_pump`` makes the same checks one by one, as each that fails leads it elsewhere (a raise, a wait,
+        a header write that grows the window, the budget)."""
+        return self._failed is None and not self._closed and self._busy < self.iodepth and self._pacer is None \
+            and self._past_window(block) <= 0
 
     def _pump(self, *, wait: bool, keep: int = 0) -> None:
         """Start the writes of closed blocks while slots are free; with ``wait``, until at most ``keep`` wait."""
@@ -102,10 +108,7 @@ class SubmissionWindow:
             if self._failed is not None or self._closed:
                 self._check_usable()
             block = ready[0]
-            if self._busy < self.iodepth and (
-                    # _fits_window's usual case inline: the block ends inside the persisted window
-                    block.end - (self._inflight[0].start if self._inflight else block.start)
-                    <= self.state.header.sliding_window_max_length or self._fits_window(block)):
+            if self._busy < self.iodepth and self._fits_window(block):
                 if self._pacer is None or self._budget_allows(block):
                     self._submit(block)
                 elif wait and len(ready) > keep:
@@ -161,18 +164,25 @@ class SubmissionWindow:
             self._ready.appendleft(block)
             raise
 
+    def _past_window(self, block: Block) -> int:
+        """How many bytes ``block`` would end past the persisted window (0 or less: it ends inside). The
+        window starts at the first offset not yet durable: the first block in flight's start, else
+        ``block``'s own (blocks go in flight in log order)."""
+        return block.end - (self._inflight[0].start if self._inflight else block.start) \
+            - self.state.header.sliding_window_max_length
+
     def _fits_window(self, block: Block) -> bool:
-        """Grow the persisted window before a block would end past it; False if it must wait."""
-        window_start = self._inflight[0].start if self._inflight else block.start
-        need = block.end - window_start
-        length = self.state.header.sliding_window_max_length
-        if need <= length:
+        """True if ``block`` ends inside the persisted window, grown first (by whole steps, up to its cap)
+        if it would end past it; False if it must wait for earlier blocks to become durable."""
+        past = self._past_window(block)
+        if past <= 0:
             return True
+        length = self.state.header.sliding_window_max_length
         if length < self.window_cap_bytes:
-            steps = -(-(need - length) // WINDOW_SCALE_UNIT_BYTES)
+            steps = -(-past // WINDOW_SCALE_UNIT_BYTES)
             self._write_header(sliding_window_max_length=min(self.window_cap_bytes,
                                                              length + steps * WINDOW_SCALE_UNIT_BYTES))
-            return need <= self.state.header.sliding_window_max_length
+            return self._past_window(block) <= 0
         return False  # at the cap: wait for earlier blocks to become durable
 
     def _completed(self, block: Block, error: BaseException | None, flush_ns: int = 0) -> None:
