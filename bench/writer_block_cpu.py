@@ -79,6 +79,8 @@ def main() -> None:
     ap.add_argument("--dir", default="/var/tmp")
     ap.add_argument("--inline", action="store_true", help="no device, no reaper: writes complete on the next poll")
     ap.add_argument("--calls", action="store_true", help="also count function calls per block (one more run)")
+    ap.add_argument("--top", type=int, default=0, metavar="N",
+                    help="with --calls: also print the N functions called most per block")
     args = ap.parse_args()
     sys.path.insert(0, os.path.abspath(args.tree))
     import walctl
@@ -107,13 +109,21 @@ def main() -> None:
         init_wal(path, ring + HEADERS_SIZE, prewrite=True)
         counting = [False]
         counts = {"py": 0, "c": 0}
+        by_function: dict[str, int] = {}
 
         def profile(frame, event, arg):
             if counting[0]:
                 if event == "call":
                     counts["py"] += 1
+                    if args.top:
+                        code = frame.f_code
+                        name = f"{os.path.basename(code.co_filename)}:{code.co_name}"
+                        by_function[name] = by_function.get(name, 0) + 1
                 elif event == "c_call":
                     counts["c"] += 1
+                    if args.top:
+                        name = f"C {getattr(arg, '__qualname__', None) or getattr(arg, '__name__', arg)}"
+                        by_function[name] = by_function.get(name, 0) + 1
 
         if args.calls:
             threading.setprofile(profile)  # threads started from here on (the writer's reaper and timer)
@@ -175,6 +185,8 @@ def main() -> None:
                 sys.setprofile(None)
                 print(f"calls per block (all threads): {counts['py'] / blocks:.1f} Python, "
                       f"{counts['c'] / blocks:.1f} C")
+                for name, n in sorted(by_function.items(), key=lambda kv: -kv[1])[:args.top]:
+                    print(f"  {n / blocks:6.2f}  {name}")
                 continue
             rows.append((app, reap, total))
             print(f"run {run + 1}: {blocks} blocks of {w.bytes_written // blocks // KiB} KiB, "
