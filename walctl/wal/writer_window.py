@@ -19,14 +19,14 @@ from collections import deque
 from functools import partial
 from itertools import accumulate
 
+from walctl.device.signals import MAIN_IDENT as _MAIN_IDENT
 from walctl.device.signals import signals_deferred as _signals_deferred
 from walctl.wal.layout import align_up
 from walctl.wal.writer_blocks import MANY_OVERHEAD, Block, Frames, Many
 
 _get_ident = threading.get_ident
-# signals_deferred holds SIGINT/SIGTERM in the main thread only: elsewhere (the AIO reaper, the timer)
-# a write starts without entering it (five Python calls per block for nothing; issue 31)
-_MAIN_IDENT = threading.main_thread().ident
+# signals_deferred holds SIGINT/SIGTERM in the main thread only (_MAIN_IDENT): elsewhere (the AIO reaper,
+# the timer) a write starts without entering it (three Python calls per block for nothing; issue 31)
 WINDOW_SCALE_UNIT_BYTES = 4 << 20  # the sliding window grows by 4 MiB steps (walctl.wal.writer)
 _ZEROS = memoryview(bytes(4096))  # a block's padding to 4 KiB, sliced without a copy
 
