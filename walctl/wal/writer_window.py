@@ -190,19 +190,27 @@ class SubmissionWindow:
         went to fdatasync."""
         knocks = self._knocks
         knocks.append(None)  # an appender holding the lock lets it in at its next block (append_frames)
+        # More whole writes of this batch of completions follow, in this thread (the AIO queue's
+        # ``batch.more``; devices often complete several writes at once): this one's write is booked and
+        # its slot freed, and the batch's last completion does the rest for all of them, as if their
+        # completions had come together with it: one io_submit of the next writes, one wake-up of the
+        # waiters, the acknowledgements in log order (issue 31).
+        more = error is None and getattr(getattr(self._queue, "batch", None), "more", 0)
         with self._mutex:  # the condition's lock, taken directly (Condition.__enter__ is a Python call)
             knocks.pop()
             try:
-                self._finish_block(block, error, flush_ns)
+                self._finish_block(block, error, flush_ns, more)
             except BaseException as exc:  # never leave waiters hanging on a bug here
                 if self._failed is None:
                     self._failed = exc
             finally:
                 cond = self._lock
-                if cond._waiters:  # notify_all is two Python calls even when nobody waits (once per block)
+                if not more and cond._waiters:  # notify_all is two Python calls even when nobody waits
                     cond.notify_all()
 
-    def _finish_block(self, block: Block, error: BaseException | None, flush_ns: int) -> None:
+    def _finish_block(self, block: Block, error: BaseException | None, flush_ns: int, more: int = 0) -> None:
+        """Book the write of ``block`` (``error``: it failed); unless ``more`` completions of its batch follow,
+        then make the blocks durable in log order, start the next writes and acknowledge."""
         self._busy -= 1
         buf = block.buf
         if len(buf) == self._buffer_bytes:  # its buffer is reused by a later block
@@ -220,6 +228,8 @@ class SubmissionWindow:
             flush_ns = min(flush_ns, written_ns)
             queued_ns = block.submitted_ns - block.opened_ns
             self.stages.add(queued_ns, min(block.budget_ns, queued_ns), written_ns - flush_ns, flush_ns)
+        if more:
+            return
         durable = []
         while self._inflight and self._inflight[0].done and self._inflight[0].error is None \
                 and self._failed is None:
