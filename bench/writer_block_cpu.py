@@ -3,7 +3,7 @@
 per block, in-process, no CLI, no pipe, no acknowledgement output.
 
     python bench/writer_block_cpu.py [--tree DIR] [--data 384MiB] [--record 64KiB] [--call 196KiB]
-        [--runs 5] [--dir /var/tmp]
+        [--runs 5] [--dir /var/tmp] [--inline] [--calls [--top N]]
 
 Inside the CLI's signal handlers (as `walctl append` runs), a WalWriter on a prewritten WAL file (O_DIRECT, native AIO, iodepth 4) gets length-prefixed
 records through ``append_frames`` (``--call`` bytes of frames a call, as feed_frames' reads give
@@ -16,7 +16,8 @@ them), then ``drain``; ``on_frames`` only counts. Printed per run and as the med
 next poll, in its thread, without writing it (``app`` is then all the writer's Python per block, both
 sides; the least noisy CPU figure here, as nothing waits). ``--calls``: one run more, with a profiler counting the function calls per block (Python frames, and C
 functions called from Python) over all threads: a figure the machine's load does not move (CPU times
-on a shared machine do, by 2x). ``--tree`` runs another checkout's walctl (e.g. a build of main) for an A/B in one shell.
+on a shared machine do, by 2x); with ``--top N``, also the N functions (Python and C) called most per
+block. ``--tree`` runs another checkout's walctl (e.g. a build of main) for an A/B in one shell.
 """
 
 from __future__ import annotations
