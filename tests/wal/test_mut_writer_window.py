@@ -315,6 +315,31 @@ def test_the_window_grows_from_the_first_block_in_flight_not_from_the_log_s_star
 
 
 # -- refused submissions and failures --------------------------------------------------
+def test_a_window_one_byte_short_of_a_block_s_end_holds_it(tmp_path):
+    """A window need not be a 4 KiB multiple (a header may say 8191): a block that would end one byte past
+    it waits, whether its close would start it or a pump would."""
+    w, q = window_writer(tmp_path, 8191)
+    w.update_header(sliding_window_max_length=8191)
+    writes = w.header_writes
+    w.append(REC4K)  # block 1 [0, 4K): written
+    w.append(REC4K)
+    w.append(REC4K)  # block 2 [4K, 8K) closed: one byte past the window, at its cap
+    assert q.submitted == [w.ring.physical(0)]
+    assert w.header_writes == writes
+    w.abort()
+
+
+def test_a_window_grown_to_a_cap_one_byte_short_still_holds_the_block(tmp_path):
+    w, q = window_writer(tmp_path, 8191)
+    w.update_header(sliding_window_max_length=4096)
+    writes = w.header_writes
+    for _ in range(3):
+        w.append(REC4K)  # block 2 [4K, 8K) grows the window to its cap, 8191: one byte short
+    assert q.submitted == [w.ring.physical(0)]
+    assert w.header.sliding_window_max_length == 8191 and w.header_writes == writes + 1
+    w.abort()
+
+
 def test_a_refused_submission_leaves_the_block_queued_and_drain_writes_it(tmp_path):
     clock = FakeClock()
     w, q = held_writer(new_wal(tmp_path), clock, iodepth=1)

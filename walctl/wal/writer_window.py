@@ -208,7 +208,7 @@ class SubmissionWindow:
                 if not more and cond._waiters:  # notify_all is two Python calls even when nobody waits
                     cond.notify_all()
 
-    def _finish_block(self, block: Block, error: BaseException | None, flush_ns: int, more: int = 0) -> None:
+    def _finish_block(self, block: Block, error: BaseException | None, flush_ns: int, more: int) -> None:
         """Book the write of ``block`` (``error``: it failed); unless ``more`` completions of its batch follow,
         then make the blocks durable in log order, start the next writes and acknowledge."""
         self._busy -= 1
