@@ -3,7 +3,7 @@
 per block, in-process, no CLI, no pipe, no acknowledgement output.
 
     python bench/writer_block_cpu.py [--tree DIR] [--data 384MiB] [--record 64KiB] [--call 196KiB]
-        [--runs 5] [--dir /var/tmp]
+        [--runs 5] [--dir /var/tmp] [--inline] [--calls [--top N]]
 
 Inside the CLI's signal handlers (as `walctl append` runs), a WalWriter on a prewritten WAL file (O_DIRECT, native AIO, iodepth 4) gets length-prefixed
 records through ``append_frames`` (``--call`` bytes of frames a call, as feed_frames' reads give
@@ -16,7 +16,8 @@ them), then ``drain``; ``on_frames`` only counts. Printed per run and as the med
 next poll, in its thread, without writing it (``app`` is then all the writer's Python per block, both
 sides; the least noisy CPU figure here, as nothing waits). ``--calls``: one run more, with a profiler counting the function calls per block (Python frames, and C
 functions called from Python) over all threads: a figure the machine's load does not move (CPU times
-on a shared machine do, by 2x). ``--tree`` runs another checkout's walctl (e.g. a build of main) for an A/B in one shell.
+on a shared machine do, by 2x); with ``--top N``, also the N functions (Python and C) called most per
+block. ``--tree`` runs another checkout's walctl (e.g. a build of main) for an A/B in one shell.
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ def main() -> None:
     ap.add_argument("--dir", default="/var/tmp")
     ap.add_argument("--inline", action="store_true", help="no device, no reaper: writes complete on the next poll")
     ap.add_argument("--calls", action="store_true", help="also count function calls per block (one more run)")
+    ap.add_argument("--top", type=int, default=0, metavar="N",
+                    help="with --calls: also print the N functions called most per block")
     args = ap.parse_args()
     sys.path.insert(0, os.path.abspath(args.tree))
     import walctl
@@ -107,13 +110,21 @@ def main() -> None:
         init_wal(path, ring + HEADERS_SIZE, prewrite=True)
         counting = [False]
         counts = {"py": 0, "c": 0}
+        by_function: dict[str, int] = {}
 
         def profile(frame, event, arg):
             if counting[0]:
                 if event == "call":
                     counts["py"] += 1
+                    if args.top:
+                        code = frame.f_code
+                        name = f"{os.path.basename(code.co_filename)}:{code.co_name}"
+                        by_function[name] = by_function.get(name, 0) + 1
                 elif event == "c_call":
                     counts["c"] += 1
+                    if args.top:
+                        name = f"C {getattr(arg, '__qualname__', None) or getattr(arg, '__name__', arg)}"
+                        by_function[name] = by_function.get(name, 0) + 1
 
         if args.calls:
             threading.setprofile(profile)  # threads started from here on (the writer's reaper and timer)
@@ -175,6 +186,8 @@ def main() -> None:
                 sys.setprofile(None)
                 print(f"calls per block (all threads): {counts['py'] / blocks:.1f} Python, "
                       f"{counts['c'] / blocks:.1f} C")
+                for name, n in sorted(by_function.items(), key=lambda kv: -kv[1])[:args.top]:
+                    print(f"  {n / blocks:6.2f}  {name}")
                 continue
             rows.append((app, reap, total))
             print(f"run {run + 1}: {blocks} blocks of {w.bytes_written // blocks // KiB} KiB, "

@@ -78,3 +78,41 @@ def test_under_the_clis_handler_a_block_holds_signals_without_the_mask():
                           cwd=str(REPO_ROOT), timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[2, 15] [] [2, 15]", proc.stdout
+
+
+_THREADS_SCRIPT = textwrap.dedent('''
+    import os, signal, threading
+    from walctl.device.signals import _Held, signals_deferred
+
+    def blocked():
+        return sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, []) if int(s) in (2, 15))
+
+    def look(out):
+        with signals_deferred() as section:
+            out.append((section.held, _Held.depth, blocked()))
+
+    seen = []
+    look(seen)  # the main thread: held (the mask, default handlers)
+    worker = threading.Thread(target=look, args=(seen,))
+    worker.start()
+    worker.join()  # another thread: nothing held, no depth, no mask
+    pid = os.fork()  # from the main thread: the child's main thread is this one, and holds
+    if pid == 0:
+        child = []
+        look(child)
+        os.write(1, (repr(child[0]) + "\\n").encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print(repr(seen[0]))
+    print(repr(seen[1]))
+''')
+
+
+def test_a_section_holds_in_the_main_thread_only_also_in_a_child_forked_from_it():
+    # signals_deferred takes the main thread's id once, at import (two Python calls a section less):
+    # sections of other threads hold nothing, and a child forked from the main thread still holds.
+    proc = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT], capture_output=True, text=True,
+                          env=_env({}), cwd=str(REPO_ROOT), timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["(True, 1, [2, 15])", "(True, 1, [2, 15])", "(False, 0, [])"], \
+        proc.stdout

@@ -7,6 +7,7 @@ next step). Every figure asserted is exact: what the test advanced the clock by.
 from __future__ import annotations
 
 import errno
+import types
 
 import pytest
 
@@ -16,7 +17,7 @@ from walctl.format import record as rec
 from walctl.wal.pacing import Budget
 
 from test_mut_writer import acking, new_wal
-from windowfakes import FakeClock, WouldBlock, complete_all, held_writer, timer_step
+from windowfakes import FakeClock, HeldWrites, WouldBlock, complete_all, held_writer, timer_step
 
 P = 1 << 26  # ns per token of IOPS: with this rate every bucket figure is an exact binary fraction
 IOPS = 1e9 / P  # ~14.9 writes/s: the bucket holds one token (BURST_S of it is below one)
@@ -314,6 +315,31 @@ def test_the_window_grows_from_the_first_block_in_flight_not_from_the_log_s_star
 
 
 # -- refused submissions and failures --------------------------------------------------
+def test_a_window_one_byte_short_of_a_block_s_end_holds_it(tmp_path):
+    """A window need not be a 4 KiB multiple (a header may say 8191): a block that would end one byte past
+    it waits, whether its close would start it or a pump would."""
+    w, q = window_writer(tmp_path, 8191)
+    w.update_header(sliding_window_max_length=8191)
+    writes = w.header_writes
+    w.append(REC4K)  # block 1 [0, 4K): written
+    w.append(REC4K)
+    w.append(REC4K)  # block 2 [4K, 8K) closed: one byte past the window, at its cap
+    assert q.submitted == [w.ring.physical(0)]
+    assert w.header_writes == writes
+    w.abort()
+
+
+def test_a_window_grown_to_a_cap_one_byte_short_still_holds_the_block(tmp_path):
+    w, q = window_writer(tmp_path, 8191)
+    w.update_header(sliding_window_max_length=4096)
+    writes = w.header_writes
+    for _ in range(3):
+        w.append(REC4K)  # block 2 [4K, 8K) grows the window to its cap, 8191: one byte short
+    assert q.submitted == [w.ring.physical(0)]
+    assert w.header.sliding_window_max_length == 8191 and w.header_writes == writes + 1
+    w.abort()
+
+
 def test_a_refused_submission_leaves_the_block_queued_and_drain_writes_it(tmp_path):
     clock = FakeClock()
     w, q = held_writer(new_wal(tmp_path), clock, iodepth=1)
@@ -465,3 +491,80 @@ def test_the_threads_engine_without_submit_batching_writes_and_acknowledges_ever
     w.drain()
     assert [t for _, t in acks] == list(range(6)) and w._failed is None and w.blocks_written == 6
     w.close()
+
+
+# -- a batch of completions (the AIO queue's ``batch.more``) ---------------------------------
+class BatchedWrites(HeldWrites):
+    """HeldWrites whose ``complete_batch`` completes several writes as one batch of completions, as
+    the AIO queue's reaping does: each callback sees in ``batch.more`` how many follow it; ``after``
+    runs after each callback (a snapshot of the writer between them)."""
+
+    def __init__(self, dev):
+        super().__init__(dev)
+        self.batch = types.SimpleNamespace(more=0)
+
+    def complete_batch(self, indexes, errors=None, after=None) -> None:
+        writes = [self.pending[i] for i in indexes]
+        self.pending = [w for i, w in enumerate(self.pending) if i not in indexes]
+        for n, w in enumerate(writes):
+            error = (errors or {}).get(n)
+            if error is None:
+                with memoryview(w.buf) as mv:
+                    self.dev.pwrite(w.offset, mv[:w.length])
+            self.batch.more = len(writes) - 1 - n
+            w.done(error)
+            if after is not None:
+                after()
+        self.batch.more = 0
+
+
+def batched_writer(tmp_path, iodepth: int):
+    w, q = held_writer(new_wal(tmp_path), FakeClock(), iodepth=iodepth, block_soft_limit_bytes=4096)
+    w._queue = batched = BatchedWrites(w.dev)
+    return w, batched
+
+
+def test_a_batch_of_completions_is_made_durable_submitted_and_acknowledged_at_its_last(tmp_path):
+    """The first completions of a batch only book their writes (slots freed, figures counted): their
+    blocks stay in flight, unacknowledged, nobody is woken and nothing is submitted; the last one
+    makes all of them durable in log order, starts the next write, flushes the submissions once,
+    acknowledges (after the flush) and wakes the waiters once."""
+    w, q = batched_writer(tmp_path, 3)
+    seen = []
+    w.on_ack = lambda offset, token: seen.append((token, len(q.submitted), q.flushes))
+    for t in "abcde":
+        w.append(REC4K, t)  # blocks 1-3 written; block 4 queued (closed by "e"), block 5 open
+    blocks = list(w._inflight)
+    assert len(blocks) == 3 and len(w._ready) == 1 and len(q.submitted) == 3
+    snaps = []
+    w._lock.notified = 0
+
+    def snap():
+        snaps.append((len(seen), w._busy, len(w._inflight), len(q.submitted), q.flushes, w._lock.notified,
+                      w.blocks_written, w.stages.count, w.acked_end))
+
+    q.complete_batch([0, 1, 2], after=snap)
+    assert snaps[:2] == [(0, 2, 3, 3, 0, 0, 1, 1, 0), (0, 1, 3, 3, 0, 0, 2, 2, 0)]
+    assert snaps[2] == (3, 1, 1, 4, 1, 1, 3, 3, 3 * 4096)
+    assert seen == [("a", 4, 1), ("b", 4, 1), ("c", 4, 1)]  # block 4 written and flushed first
+    assert [b.done for b in blocks] == [True] * 3
+    w.abort()
+
+
+def test_a_failed_write_in_a_batch_is_booked_at_once(tmp_path):
+    """A completion with an error is never held for the rest of its batch: the writer fails at once,
+    forgets the blocks already done and wakes its waiters (an append waiting for a slot raises)."""
+    w, q = batched_writer(tmp_path, 3)
+    acks = acking(w)
+    for t in "abc":
+        w.append(REC4K, t)
+    b1, b2, b3 = w._inflight
+    eio = OSError(errno.EIO, "Input/output error")
+    snaps = []
+    w._lock.notified = 0
+    q.complete_batch([1, 0, 2], errors={1: eio},
+                     after=lambda: snaps.append((w._failed, list(w._inflight), w._lock.notified)))
+    # block 2 booked (more 2); block 1 fails (more 1): at once, block 2 (done) forgotten, waiters woken
+    assert snaps[:2] == [(None, [b1, b2, b3], 0), (eio, [b3], 1)]
+    assert acks == [] and w.blocks_written == 2
+    w.abort()

@@ -120,9 +120,11 @@ def append_cmd(
 def _append(device, data, stream_id, input_path, framing, base_offset, store, endpoint_url, iodepth, json_out,
             iops=None, bandwidth=None, upload_at=None, batch_interval_s=None, full_wait_s=None, s3=None,
             ack_mode=None):
+    from walctl.native import keep_freed_memory
     from walctl.pipeline.append import AppendRequest, append
 
     data, input_path, upload_at_bytes = _check_arguments(device, data, input_path, store, upload_at)
+    keep_freed_memory()  # a block's acknowledgement text in reused memory, not fresh pages (issue 31)
     request = AppendRequest(device, stream_id, [d.encode() for d in data] if data else None, input_path,
                             Framing(framing).value, base_offset, store, endpoint_url, iodepth, iops, bandwidth,
                             upload_at_bytes, batch_interval_s, full_wait_s, s3)

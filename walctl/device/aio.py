@@ -288,8 +288,10 @@ class AioWriteQueue:
         self._closing = False
         self._release_by_reaper = False
         self._unreaped = False  # io_getevents failed: close() destroys the context itself (writes in flight)
-        # Per reaping thread: its plug (see _reap).
+        # Per reaping thread: its plug (see _reap), and ``more``: while its callbacks run, how many of the
+        # batch's whole writes come after the current one (0 outside a batch; ``batch`` for the callbacks).
         self._local = threading.local()
+        self.batch = self._local
         self._reaper = None
         if reaper:
             self._reaper = threading.Thread(target=self._reap_loop, name="walctl-aio", daemon=True)
@@ -435,7 +437,13 @@ class AioWriteQueue:
                 freed.append(slot)
             if dones:
                 self._free_slots(freed)
+                # Each callback learns how many come after it in this batch (``batch.more``): the WAL
+                # writer books the first ones' writes and, at the last, makes them durable together
+                # (one io_submit of the next writes, one wake-up of its waiters; issue 31).
+                more = len(dones)
                 for done in dones:
+                    more -= 1
+                    local.more = more
                     try:
                         done(None, 0)
                     except Exception:  # as in _finish
@@ -443,6 +451,7 @@ class AioWriteQueue:
             if len(dones) < len(events):
                 self._finish_rest(events[len(dones):])
         finally:
+            local.more = 0
             try:
                 if local.plug:  # the writes the callbacks started (and did not submit), in one io_submit
                     self.flush_submits()

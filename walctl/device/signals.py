@@ -34,6 +34,11 @@ except ImportError:  # pragma: no cover - other Pythons
     from signal import getsignal as _getsignal
     from signal import pthread_sigmask as _sigmask
 
+_get_ident = threading.get_ident
+# The main thread's id, taken at import: Python runs signal handlers in that thread only, and walctl never
+# forks from another thread (a fork keeps the forking thread's id). threading.main_thread().ident is two
+# Python calls, in every section (the WAL writer enters a few a block; issue 31).
+MAIN_IDENT = threading.main_thread().ident
 _HELD_SIGNALS = {int(signal.SIGINT), int(signal.SIGTERM)}
 _SIGINT, _SIGTERM = int(signal.SIGINT), int(signal.SIGTERM)
 
@@ -93,7 +98,7 @@ class signals_deferred:
     def __enter__(self):
         self.previous = self.handlers = None
         self.held = False
-        if threading.get_ident() == threading.main_thread().ident:
+        if _get_ident() == MAIN_IDENT:
             self.held = True
             if self.mask:
                 holder = _Held.holder

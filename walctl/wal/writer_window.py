@@ -19,14 +19,14 @@ from collections import deque
 from functools import partial
 from itertools import accumulate
 
+from walctl.device.signals import MAIN_IDENT as _MAIN_IDENT
 from walctl.device.signals import signals_deferred as _signals_deferred
 from walctl.wal.layout import align_up
 from walctl.wal.writer_blocks import MANY_OVERHEAD, Block, Frames, Many
 
 _get_ident = threading.get_ident
-# signals_deferred holds SIGINT/SIGTERM in the main thread only: elsewhere (the AIO reaper, the timer)
-# a write starts without entering it (five Python calls per block for nothing; issue 31)
-_MAIN_IDENT = threading.main_thread().ident
+# signals_deferred holds SIGINT/SIGTERM in the main thread only (_MAIN_IDENT): elsewhere (the AIO reaper,
+# the timer) a write starts without entering it (three Python calls per block for nothing; issue 31)
 WINDOW_SCALE_UNIT_BYTES = 4 << 20  # the sliding window grows by 4 MiB steps (walctl.wal.writer)
 _ZEROS = memoryview(bytes(4096))  # a block's padding to 4 KiB, sliced without a copy
 
@@ -90,10 +90,16 @@ class SubmissionWindow:
         self._cur = None
         ready.append(cur)
         self.next_block = cur.end
-        if len(ready) == 1 and self._busy < self.iodepth and self._pacer is None and self._failed is None \
-                and not self._closed and cur.end - (self._inflight[0].start if self._inflight else cur.start) \
-                <= self.state.header.sliding_window_max_length:
+        if len(ready) == 1 and self._starts_at_once(cur):
             self._start_write(cur, self._clock())
+
+    def _starts_at_once(self, block: Block) -> bool:
+        """True if the write of ``block``, the first closed one, may start with no more ado: the writer is
+        usable, a slot is free, no budget paces the writes and the block ends inside the persisted window.
+        ``_pump`` makes the same checks one by one, as each that fails leads it elsewhere (a raise, a wait,
+        a header write that grows the window, the budget)."""
+        return self._failed is None and not self._closed and self._busy < self.iodepth and self._pacer is None \
+            and self._past_window(block) <= 0
 
     def _pump(self, *, wait: bool, keep: int = 0) -> None:
         """Start the writes of closed blocks while slots are free; with ``wait``, until at most ``keep`` wait."""
@@ -102,10 +108,7 @@ class SubmissionWindow:
             if self._failed is not None or self._closed:
                 self._check_usable()
             block = ready[0]
-            if self._busy < self.iodepth and (
-                    # _fits_window's usual case inline: the block ends inside the persisted window
-                    block.end - (self._inflight[0].start if self._inflight else block.start)
-                    <= self.state.header.sliding_window_max_length or self._fits_window(block)):
+            if self._busy < self.iodepth and self._fits_window(block):
                 if self._pacer is None or self._budget_allows(block):
                     self._submit(block)
                 elif wait and len(ready) > keep:
@@ -161,18 +164,25 @@ class SubmissionWindow:
             self._ready.appendleft(block)
             raise
 
+    def _past_window(self, block: Block) -> int:
+        """How many bytes ``block`` would end past the persisted window (0 or less: it ends inside). The
+        window starts at the first offset not yet durable: the first block in flight's start, else
+        ``block``'s own (blocks go in flight in log order)."""
+        return block.end - (self._inflight[0].start if self._inflight else block.start) \
+            - self.state.header.sliding_window_max_length
+
     def _fits_window(self, block: Block) -> bool:
-        """Grow the persisted window before a block would end past it; False if it must wait."""
-        window_start = self._inflight[0].start if self._inflight else block.start
-        need = block.end - window_start
-        length = self.state.header.sliding_window_max_length
-        if need <= length:
+        """True if ``block`` ends inside the persisted window, grown first (by whole steps, up to its cap)
+        if it would end past it; False if it must wait for earlier blocks to become durable."""
+        past = self._past_window(block)
+        if past <= 0:
             return True
+        length = self.state.header.sliding_window_max_length
         if length < self.window_cap_bytes:
-            steps = -(-(need - length) // WINDOW_SCALE_UNIT_BYTES)
+            steps = -(-past // WINDOW_SCALE_UNIT_BYTES)
             self._write_header(sliding_window_max_length=min(self.window_cap_bytes,
                                                              length + steps * WINDOW_SCALE_UNIT_BYTES))
-            return need <= self.state.header.sliding_window_max_length
+            return self._past_window(block) <= 0
         return False  # at the cap: wait for earlier blocks to become durable
 
     def _completed(self, block: Block, error: BaseException | None, flush_ns: int = 0) -> None:
@@ -180,19 +190,27 @@ class SubmissionWindow:
         went to fdatasync."""
         knocks = self._knocks
         knocks.append(None)  # an appender holding the lock lets it in at its next block (append_frames)
+        # More whole writes of this batch of completions follow, in this thread (the AIO queue's
+        # ``batch.more``; devices often complete several writes at once): this one's write is booked and
+        # its slot freed, and the batch's last completion does the rest for all of them, as if their
+        # completions had come together with it: one io_submit of the next writes, one wake-up of the
+        # waiters, the acknowledgements in log order (issue 31).
+        more = error is None and getattr(getattr(self._queue, "batch", None), "more", 0)
         with self._mutex:  # the condition's lock, taken directly (Condition.__enter__ is a Python call)
             knocks.pop()
             try:
-                self._finish_block(block, error, flush_ns)
+                self._finish_block(block, error, flush_ns, more)
             except BaseException as exc:  # never leave waiters hanging on a bug here
                 if self._failed is None:
                     self._failed = exc
             finally:
                 cond = self._lock
-                if cond._waiters:  # notify_all is two Python calls even when nobody waits (once per block)
+                if not more and cond._waiters:  # notify_all is two Python calls even when nobody waits
                     cond.notify_all()
 
-    def _finish_block(self, block: Block, error: BaseException | None, flush_ns: int) -> None:
+    def _finish_block(self, block: Block, error: BaseException | None, flush_ns: int, more: int) -> None:
+        """Book the write of ``block`` (``error``: it failed); unless ``more`` completions of its batch follow,
+        then make the blocks durable in log order, start the next writes and acknowledge."""
         self._busy -= 1
         buf = block.buf
         if len(buf) == self._buffer_bytes:  # its buffer is reused by a later block
@@ -210,6 +228,8 @@ class SubmissionWindow:
             flush_ns = min(flush_ns, written_ns)
             queued_ns = block.submitted_ns - block.opened_ns
             self.stages.add(queued_ns, min(block.budget_ns, queued_ns), written_ns - flush_ns, flush_ns)
+        if more:
+            return
         durable = []
         while self._inflight and self._inflight[0].done and self._inflight[0].error is None \
                 and self._failed is None:
