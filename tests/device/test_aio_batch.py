@@ -8,22 +8,9 @@ from __future__ import annotations
 
 import threading
 
-import pytest
+from walctl.device import aligned_buffer
 
-from walctl.device import aligned_buffer, open_device
-
-from test_aio_backends import backend, make_queue  # noqa: F401 - the native/ctypes fixture, shared
-
-MiB = 1 << 20
-
-
-@pytest.fixture
-def dev(tmp_path):
-    path = tmp_path / "aio.img"
-    path.write_bytes(bytes(MiB))
-    d = open_device(str(path), writable=True)
-    yield d
-    d.close()
+from test_aio_backends import backend, dev, make_queue  # noqa: F401 - the native/ctypes and device fixtures, shared
 
 
 class AllAtOnce:

@@ -12,24 +12,13 @@ import time
 
 import pytest
 
-from walctl.device import aligned_buffer, open_device
+from walctl.device import aligned_buffer
 from walctl.device import aio as aio_mod
 from walctl.device.aio import AioWriteQueue, ClosedLoop
 from walctl.device.signals import signals_deferred
 from walctl.errors import IOFailure
 
-from test_aio_backends import backend  # noqa: F401 - the native/ctypes fixture, shared
-
-MiB = 1 << 20
-
-
-@pytest.fixture
-def dev(tmp_path):
-    path = tmp_path / "aio.img"
-    path.write_bytes(bytes(MiB))
-    d = open_device(str(path), writable=True)
-    yield d
-    d.close()
+from test_aio_backends import backend, dev  # noqa: F401 - the native/ctypes and device fixtures, shared
 
 
 class HeldDestroy:
