@@ -232,14 +232,16 @@ class BlockBuilder:
             return total, start, stop, next_len
 
     def _let_completions_in(self) -> None:
-        """Wait (the lock released) until the completions knocking in ``_completed`` are booked;
-        they notify as they leave. The open block and the closed ones may have moved on meanwhile
-        (a completion starts writes and may close the open block), or the writer failed."""
+        """Wait (the lock released) until the completions knocking in ``_completed`` are booked; a
+        completion notifies as it leaves, but for the first ones of a batch (the AIO queue's
+        ``batch.more``), which leave quietly for the last, right behind them in the same thread. The
+        open block and the closed ones may have moved on meanwhile (a completion starts writes and
+        may close the open block), or the writer failed."""
         knocks = self._knocks
         while knocks:
             if self._failed is not None or self._closed:
                 break
-            if not self._lock.wait(0.1):  # each completion notifies as it leaves: never in practice
+            if not self._lock.wait(0.1):  # a batch's last completion notifies: never in practice
                 break
         if self._failed is not None or self._closed:
             self._check_usable()
