@@ -14,6 +14,7 @@ WALCTL_CHAOS_SECONDS makes every run last at least that long (a longer soak)."""
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import pathlib
@@ -91,3 +92,55 @@ def test_chaos_loop_device_s3_with_outages(tmp_path, loop_device):
         s3.close()
     _check(out)
     assert out["proxy_outages"] >= 1
+
+
+def _held_lock_run(tmp_path):
+    run = chaos.Chaos(str(tmp_path), device=None, store_url=None, env=None, capacity=16 << 20, record_bytes=1024,
+                      upload_at="1MiB", seconds=CAP_S, seed=1)
+    res = run.walctl("init", run.device, "--force", "--capacity", run.capacity, "--no-prewrite")
+    assert res.returncode == 0, res.stderr
+    fd = os.open(run.device, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # what an upload's direct trim holds: the writer's lock
+    return run, fd
+
+
+def _wait(predicate, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_writer_refused_while_a_trim_holds_the_lock_is_started_again(tmp_path):
+    """After a writer's kill an upload may trim the WAL directly, under the writer's lock, with a crash
+    scan first: a writer started meanwhile is refused (exit 5, "another writer holds the device"). The
+    run starts it again (a CI run at 3 workers once called this a problem) and finds no problem."""
+    run, fd = _held_lock_run(tmp_path)
+    writer = threading.Thread(target=run.writer_loop)
+    writer.start()
+    try:
+        _wait(lambda: run.counts["writer_refusals"] >= 2)
+    finally:
+        os.close(fd)  # the trim is over
+    try:
+        _wait(lambda: len(run.acked) > 100)
+    finally:
+        run.stop.set()
+        writer.join(60)
+    assert not writer.is_alive() and run.problems == []
+    assert run.counts["writer_runs"] == run.counts["writer_refusals"] + 1 and run.counts["writer_kills"] == 0
+
+
+def test_a_lock_held_past_the_retry_bound_is_a_problem(tmp_path, monkeypatch):
+    monkeypatch.setattr(chaos, "REFUSED_RETRY_S", 0.3)
+    run, fd = _held_lock_run(tmp_path)
+    writer = threading.Thread(target=run.writer_loop)
+    writer.start()
+    try:
+        _wait(lambda: run.problems)
+    finally:
+        run.stop.set()
+        os.close(fd)
+        writer.join(60)
+    assert run.counts["writer_refusals"] >= 2
+    assert "exited 5: walctl: error: another writer holds the device" in run.problems[0], run.problems
