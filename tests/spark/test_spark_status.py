@@ -15,12 +15,7 @@ import time
 
 from walctl.spark.job import job_state
 
-
-def _wait_for(predicate, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+from threadhelpers import wait_until
 
 
 def test_a_started_task_shows_as_running_at_once(spark, tmp_path):
@@ -45,7 +40,7 @@ def test_a_started_task_shows_as_running_at_once(spark, tmp_path):
     thread = threading.Thread(target=job, daemon=True)
     thread.start()
     try:
-        _wait_for(started.exists)
+        wait_until(started.exists)
         sc._jsc.sc().listenerBus().waitUntilEmpty()  # the task's start event has been handled
         for _ in range(3):  # (and it stays there while the task runs)
             assert job_state(sc, group) == {"executors": 1, "running": 1, "tasks": 1}

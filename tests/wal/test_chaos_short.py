@@ -23,6 +23,8 @@ import time
 
 import pytest
 
+from threadhelpers import wait_until
+
 _SPEC = importlib.util.spec_from_file_location(
     "walctl_chaos", pathlib.Path(__file__).resolve().parents[2] / "bench" / "chaos_soak.py")
 chaos = importlib.util.module_from_spec(_SPEC)
@@ -104,13 +106,6 @@ def _held_lock_run(tmp_path):
     return run, fd
 
 
-def _wait(predicate, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_a_writer_refused_while_a_trim_holds_the_lock_is_started_again(tmp_path):
     """After a writer's kill an upload may trim the WAL directly, under the writer's lock, with a crash
     scan first: a writer started meanwhile is refused (exit 5, "another writer holds the device"). The
@@ -119,11 +114,11 @@ def test_a_writer_refused_while_a_trim_holds_the_lock_is_started_again(tmp_path)
     writer = threading.Thread(target=run.writer_loop)
     writer.start()
     try:
-        _wait(lambda: run.counts["writer_refusals"] >= 2)
+        wait_until(lambda: run.counts["writer_refusals"] >= 2)
     finally:
         os.close(fd)  # the trim is over
     try:
-        _wait(lambda: len(run.acked) > 100)
+        wait_until(lambda: len(run.acked) > 100)
     finally:
         run.stop.set()
         writer.join(60)
@@ -137,7 +132,7 @@ def test_a_lock_held_past_the_retry_bound_is_a_problem(tmp_path, monkeypatch):
     writer = threading.Thread(target=run.writer_loop)
     writer.start()
     try:
-        _wait(lambda: run.problems)
+        wait_until(lambda: run.problems)
     finally:
         run.stop.set()
         os.close(fd)

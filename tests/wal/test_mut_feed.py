@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import os
 import sys
-import threading
 import time
 
 import pytest
@@ -23,6 +22,8 @@ from walctl.wal.headers import read_headers
 from walctl.wal.init import init_wal
 from walctl.wal.writer import WalWriter
 from walctl.wal.writer_blocks import FrameSpec
+
+from threadhelpers import this_thread_only
 
 pytestmark = pytest.mark.skipif(not framepack.AVAILABLE, reason="walctl.format._native is not built here")
 
@@ -353,11 +354,10 @@ def test_a_length_prefixed_record_larger_than_the_buffer_is_taken_in_one_more_re
 
 
 def test_the_time_spent_reading_and_packing_adds_up(writer, monkeypatch):
-    # feed.time is the time module: the patch is process-wide, so only this thread's calls tick
-    # (a writer's completion thread, or one an earlier test left, reads the real clock).
+    # feed.time is the time module: only this thread's calls tick (a writer's completion thread, or
+    # one an earlier test left, reads the real clock).
     ticks = iter(range(0, 10 ** 9, 10))
-    me, real = threading.get_ident(), time.perf_counter_ns
-    monkeypatch.setattr(feed.time, "perf_counter_ns", lambda: next(ticks) if threading.get_ident() == me else real())
+    monkeypatch.setattr(feed.time, "perf_counter_ns", this_thread_only(lambda: next(ticks), time.perf_counter_ns))
     stats = FeedStats()
     end = run(writer, b"a\nb\nc\n", step=2, stats=stats)
     assert end == FeedEnd(3)

@@ -15,6 +15,8 @@ from walctl.errors import RefusedError, TrimPendingError, UsageError
 from walctl.wal import handoff
 from walctl.wal.handoff import TrimListener, address, request_trim, start_listener, trim_or_hand_off
 
+from threadhelpers import this_thread_only
+
 
 class StandIn:
     """A writer as the listener sees it: records acknowledged up to ``acked_end``; trims recorded."""
@@ -305,20 +307,10 @@ def test_a_pending_trim_reports_the_writers_retry_or_other_refusal(listening):
 
 
 def test_the_hand_off_retries_until_the_lock_is_free(wal, monkeypatch):
-    # handoff.time is the time module itself: the patch is process-wide, so a
-    # thread an earlier test left behind (a listener, a reaper) that sleeps
-    # meanwhile must still sleep for real and must not land in `pauses`.
+    # handoff.time is the time module itself: a thread an earlier test left behind (a listener, a
+    # reaper) that sleeps meanwhile must still sleep for real and must not land in `pauses`.
     pauses = []
-    me = threading.get_ident()
-    real_sleep = time.sleep
-
-    def sleep(seconds):
-        if threading.get_ident() == me:
-            pauses.append(seconds)
-        else:
-            real_sleep(seconds)
-
-    monkeypatch.setattr(handoff.time, "sleep", sleep)
+    monkeypatch.setattr(handoff.time, "sleep", this_thread_only(pauses.append, time.sleep))
     tries = []
 
     def locked_twice(path, offset):
