@@ -28,6 +28,16 @@ MAX_PARTS = 10_000
 # S3's largest part, for UploadPartCopy as for UploadPart.
 MAX_PART_BYTES = 5 << 30
 
+# A writer's blocks in flight at once (append's --iodepth). 6, not fio's customary 4: the AIO
+# reaper that frees a slot shares 2 cores with the producer (`cat`) and the loop device's
+# workers, and the loop device completes writes in batches, so at 4 the device sat idle between a
+# batch's completion and the next submits. bench/append_bench.py, 64 KiB piped, depth 4 against
+# 6 in alternating runs (2026-11-29): 609-675 against 803-847 MiB/s, p99 first record to durable
+# 3.3-4.2 against 3.6-3.6 ms; 4 KiB 646-750 against 845-941 MiB/s, p99 4.4-5.6 against 4.0-4.9;
+# 8 raised the 64 KiB p99 to 4.9-9.2 ms. (fio itself at 192 KiB: 1,484-1,661 MiB/s at depth 4,
+# 1,562-1,874 at 6.)
+DEFAULT_IODEPTH = 6
+
 # The I/O engines a writer's block writes can go through (walctl.device.writequeue), and the
 # variable that picks one for every command (checked when a command starts, walctl.cli.boundary).
 IO_ENGINES = ("auto", "aio", "threads")

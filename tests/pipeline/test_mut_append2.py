@@ -138,7 +138,7 @@ def test_the_writer_gets_the_request_s_options(tmp_path, monkeypatch):
     assert run.budget is not None and (run.budget.iops, run.budget.bandwidth_bytes_per_s) == (500.0, 2 * MiB)
     calls.clear()
     append(AppendRequest(path, 4, [b"b"], base_offset=1), AppendHooks())
-    assert calls[0]["need_stream"] is None and calls[0]["iodepth"] == 4 and calls[0]["batch_interval_s"] is None
+    assert calls[0]["need_stream"] is None and calls[0]["iodepth"] == 6 and calls[0]["batch_interval_s"] is None
 
 
 @pytest.mark.skipif(not framepack.AVAILABLE, reason="the C extension is not built")

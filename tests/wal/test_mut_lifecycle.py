@@ -215,7 +215,7 @@ def test_a_cleanly_closed_wal_opens_from_its_headers(tmp_path):
 def test_the_default_batch_interval_is_the_writers(tmp_path):
     path = new_wal(tmp_path)
     opened = open_writer(path)
-    assert opened.writer.batch_interval_s == 0.002 and opened.writer.iodepth == 4
+    assert opened.writer.batch_interval_s == 0.002 and opened.writer.iodepth == 6
     assert opened.writer.on_ack is None
     acks = []
     opened.writer.close()

@@ -100,7 +100,7 @@ def test_a_writer_s_defaults(tmp_path):
     dev = open_device(path, writable=True)
     w = WalWriter(dev, read_headers(dev), 0)
     try:
-        assert w.batch_interval_s == 0.002 and w.iodepth == 4 and w.block_soft_limit_bytes == 256 * KiB
+        assert w.batch_interval_s == 0.002 and w.iodepth == 6 and w.block_soft_limit_bytes == 256 * KiB
         assert w.window_cap_bytes == 1 * MiB  # the ring: below the 512 MiB upper limit
         assert w.on_ack is None and w.budget is None
         assert w.checkpoint() == Checkpoint(0, {}, False, -1)  # opened without a checkpoint

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from walctl.defaults import DEFAULT_IODEPTH
 from walctl.errors import UsageError
 
 
@@ -71,7 +72,7 @@ class AppendRequest:
     base_offset: int | None = None
     store: str | None = None
     endpoint_url: str | None = None
-    iodepth: int = 4
+    iodepth: int = DEFAULT_IODEPTH
     iops: float | None = None
     bandwidth: float | None = None
     upload_at_bytes: int | None = None

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from dataclasses import dataclass
 
+from walctl.defaults import DEFAULT_IODEPTH
 from walctl.device.buffers import align_up  # (walctl.wal.layout's twins)
 from walctl.device.opening import open_device
 from walctl.errors import CorruptionError, NotFoundError, RefusedError, WalctlError
@@ -109,7 +110,7 @@ def _open_own_wal(path: str) -> tuple[Device, HeaderState]:
     return dev, state
 
 
-def open_writer(path: str, *, scan: bool = False, iodepth: int = 4, on_ack=None,
+def open_writer(path: str, *, scan: bool = False, iodepth: int = DEFAULT_IODEPTH, on_ack=None,
                 keep_offsets: bool = False, budget=None, need_stream: int | None = None,
                 scan_without_checkpoint: bool = False, batch_interval_s: float | None = None) -> OpenedWAL:
     """Lock the device, recover it if the last writer crashed, and return a writer.

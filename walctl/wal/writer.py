@@ -40,6 +40,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
+from walctl.defaults import DEFAULT_IODEPTH  # (re-bound: callers import it from here)
 from walctl.device.buffers import aligned_buffer
 from walctl.errors import IOFailure, UsageError, WalctlError
 from walctl.format import record as rec
@@ -68,7 +69,6 @@ BLOCK_SOFT_LIMIT_BYTES = 256 << 10  # AutoMQ's block size soft limit: big enough
 WINDOW_INITIAL_BYTES = 1 << 20  # sliding window: initial 1 MiB,
 # grown by 4 MiB steps (writer_window.WINDOW_SCALE_UNIT_BYTES),
 WINDOW_UPPER_LIMIT_BYTES = 512 << 20  # up to 512 MiB (all capped at the ring size)
-DEFAULT_IODEPTH = 4
 # Group commit: a block that is not full waits this long after its first record before its
 # write starts, so the records that arrive meanwhile share it. Without it, a record that
 # finds an I/O slot idle is written at once, alone in a 4 KiB block: a trickle of 1 KiB
