@@ -13,12 +13,14 @@ On a loop device (--direct-io=on) over a prewritten file, for each record size:
            --sync=dsync --ioengine=libaio` on the same device, right after;
   pipe     `cat FILE | <a bare reader>`: readinto a 1 MiB buffer, default pipe size, then with
            F_SETPIPE_SZ at 1 MiB: the ceiling of the pipe itself on this machine, this run;
-  bare     `cat FILE | python bench/aio_ceiling.py DEV --bs <fio's bs> --iodepth 4`: the same pipe read
-           into aligned buffers and written with the same O_DIRECT | O_DSYNC AIO, no walctl (no
+  bare     `cat FILE | python bench/aio_ceiling.py DEV --bs <fio's bs> --iodepth <walctl's>`: the same pipe
+           read into aligned buffers and written with the same O_DIRECT | O_DSYNC AIO, no walctl (no
            framing, CRC or acknowledgements): walctl's ratio to it ("w/bare") is what the WAL logic
            costs over the language and the system calls;
   fresh    fio again with --refill_buffers: fio's default buffers repeat, and a virtio disk may
            take repeated data faster; walctl's blocks never repeat;
+  @depth   fio again at walctl's own --iodepth (its default 6, or WALCTL_IODEPTH): the issue's
+           reference is fio at depth 4, this column says what the deeper queue alone gives the disk;
   file     (--input-file) `walctl append DEV ... --input FILE` (no pipe), its CPU s/GiB and stages
            printed below the table; with --compare, the other tree's right after (A/B);
   start-up an empty piped append's CPU and wall seconds, of this tree and of --compare's (median of
@@ -193,8 +195,8 @@ def _quote(s: str) -> str:
     return shlex.quote(s)
 
 
-def fio(dev: str, block_size: int, duration: float, size: int, fresh: bool = False) -> dict:
-    cmd = ["fio", "--name=append-bench", f"--filename={dev}", "--rw=write", f"--bs={block_size}", "--iodepth=4",
+def fio(dev: str, block_size: int, duration: float, size: int, fresh: bool = False, depth: int = 4) -> dict:
+    cmd = ["fio", "--name=append-bench", f"--filename={dev}", "--rw=write", f"--bs={block_size}", f"--iodepth={depth}",
            "--ioengine=libaio", "--direct=1", "--sync=dsync", "--time_based", f"--runtime={duration}",
            f"--size={size}", "--output-format=json", *(["--refill_buffers"] if fresh else [])]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -212,10 +214,12 @@ def pipe_ceiling(inp: str, pipe_size: int) -> float:
     return int(out[0]) / MiB / float(out[1])
 
 
-def bare_ceiling(dev: str, inp: str, block_size: int) -> dict:
-    """`cat FILE | bench/aio_ceiling.py`: MiB/s and CPU s of the pipe written by bare AIO (see the module doc)."""
+def bare_ceiling(dev: str, inp: str, block_size: int, depth: int) -> dict:
+    """`cat FILE | bench/aio_ceiling.py`: MiB/s and CPU s of the pipe written by bare AIO at walctl's
+    write size and depth (see the module doc)."""
     script = os.path.join(REPO_ROOT, "bench", "aio_ceiling.py")
-    cmd = f"cat {_quote(inp)} | {_quote(sys.executable)} {_quote(script)} {_quote(dev)} --bs {block_size} --iodepth 4"
+    cmd = (f"cat {_quote(inp)} | {_quote(sys.executable)} {_quote(script)} {_quote(dev)} --bs {block_size} "
+           f"--iodepth {depth}")
     out = subprocess.run(["bash", "-c", "set -o pipefail; " + cmd], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
@@ -269,8 +273,10 @@ def one_size(dev: str, workdir: str, record: int, opts, size: int) -> dict:
         f = fio(dev, bs, opts.duration, size)
         pipe_default, pipe_big = pipe_ceiling(inp, 0), pipe_ceiling(inp, MiB)
         row = {"summary": s, "fio": f, "fio_bs": bs, "pipe": pipe_default, "pipe_1m": pipe_big,
-               "profile": profile_top(prof) if prof else None, "bare": bare_ceiling(dev, inp, bs),
-               "fio_fresh": fio(dev, bs, opts.duration, size, fresh=True)}
+               "profile": profile_top(prof) if prof else None, "bare": bare_ceiling(dev, inp, bs, opts.depth),
+               "fio_fresh": fio(dev, bs, opts.duration, size, fresh=True),
+               # fio at walctl's own depth too (the issue's reference is depth 4 whatever walctl's is)
+               "fio_depth": fio(dev, bs, opts.duration, size, depth=opts.depth) if opts.depth != 4 else f}
         if opts.compare:  # the other tree, same input, right after the same fio run
             row["compare"] = run_append(dev, inp, True, "records", None, root=opts.compare)
         if opts.input_file:
@@ -287,7 +293,7 @@ def report(results: list[dict], opts) -> None:
           f"fio --rw=write --iodepth=4 --direct=1 --sync=dsync --ioengine=libaio at walctl's write size")
     head = (f"{'records':>8} {'walctl MiB/s':>12} {'records/s':>10} {'avg write':>9} {'fio MiB/s':>9} {'ratio':>6} "
             f"{'pipe':>6} {'pipe 1M':>7} {'p99 ms':>7} {'file':>6} {'CPU s/GiB':>9} {'own':>5} {'bare':>5} "
-            f"{'w/bare':>6} {'fresh':>5}")
+            f"{'w/bare':>6} {'fresh':>5} {'@depth':>6}")
     print(head)
     print("-" * len(head))
     for res in results:
@@ -299,7 +305,7 @@ def report(results: list[dict], opts) -> None:
             print(f"{_size(res['record']):>8} {mibs:>12.1f} {s['records'] / s['wall_s']:>10.0f} "
                   f"{_size(row['fio_bs']):>9} {f['mib_per_s']:>9.1f} {mibs / f['mib_per_s']:>6.2f} "
                   f"{row['pipe'] / f['mib_per_s']:>6.2f} {row['pipe_1m'] / f['mib_per_s']:>7.2f} {p99:>7.2f} "
-                  f"{file_ratio:>6} {_cpu(s):>9} {_own(s, f):>5} {_bare(row, f)}")
+                  f"{file_ratio:>6} {_cpu(s):>9} {_own(s, f):>5} {_bare(row, f)} {_at_depth(s, row):>6}")
             if "compare" in row:
                 c = row["compare"]
                 cm = c["payload_bytes"] / MiB / c["wall_s"]
@@ -314,7 +320,8 @@ def report(results: list[dict], opts) -> None:
           "walctl process's user + system seconds per GiB of payload (the machine's load moves it least). own: "
           "the ratio over append's own seconds (its summary: from opening the WAL to the close), start-up left out. "
           "bare: `cat | bench/aio_ceiling.py` (the pipe written by bare AIO at fio's bs and depth, no walctl) / fio; "
-          "w/bare: walctl's MiB/s / bare's (wall-clock); fresh: fio --refill_buffers / fio (data that never repeats).")
+          "w/bare: walctl's MiB/s / bare's (wall-clock); fresh: fio --refill_buffers / fio (data that never repeats); "
+          f"@depth: walctl's MiB/s / fio's at walctl's own --iodepth ({opts.depth}) and write size.")
     for res in results:
         for row in res["rows"]:
             if "file" in row:  # --input FILE: its CPU and stages beside the piped run's
@@ -345,6 +352,12 @@ def _bare(row: dict, fio_row: dict) -> str:
         return ""
     return (f"{bare['mib_per_s'] / fio_row['mib_per_s']:>5.2f} {_vs_bare(row['summary'], row):>6} "
             f"{fresh['mib_per_s'] / fio_row['mib_per_s'] if fresh else 0:>5.2f}")
+
+
+def _at_depth(summary: dict, row: dict) -> str:
+    """walctl's MiB/s over fio's at walctl's own depth ('' in an older --json file without that run)."""
+    f = row.get("fio_depth")
+    return f"{summary['payload_bytes'] / MiB / summary['wall_s'] / f['mib_per_s']:.2f}" if f else ""
 
 
 def _vs_bare(summary: dict, row: dict) -> str:
@@ -411,6 +424,11 @@ def main() -> int:
     parser.add_argument("--report", metavar="JSON", help="print the table of an earlier run's --json file, run nothing")
     opts = parser.parse_args()
     opts.data = parse_size(opts.data)
+    # walctl's own queue depth (its default, or WALCTL_IODEPTH as the runs will see it): bare runs at it,
+    # and fio runs at it as well as at the issue's depth 4
+    from walctl.defaults import DEFAULT_IODEPTH
+
+    opts.depth = int(os.environ.get("WALCTL_IODEPTH") or DEFAULT_IODEPTH)
     if opts.report:
         with open(opts.report) as f:
             report(json.load(f), opts)
