@@ -216,11 +216,14 @@ class SubmissionWindow:
         if len(buf) == self._buffer_bytes:  # its buffer is reused by a later block
             self._spare_buffers.append(buf)
         block.done = True
-        block.error = error
         if error is not None:
+            block.error = error
             if self._failed is None:
                 self._failed = error
         else:
+            # Durable, but acknowledged only if booked before any failure (as each block was at its own
+            # completion before batches): one booked after it keeps the failure, like a failed write.
+            block.error = self._failed
             self.blocks_written += 1
             self.bytes_written += (block.length + 4095) & -4096  # align_up
             # The write returned now; on the buffered fallback its fdatasync is part of it.
@@ -230,9 +233,10 @@ class SubmissionWindow:
             self.stages.add(queued_ns, min(block.budget_ns, queued_ns), written_ns - flush_ns, flush_ns)
         if more:
             return
+        # The log's durable head: blocks booked before any failure, the first ones of a batch too, even if
+        # another thread recorded a failure since (an append's poll reaping a failed write, a header write).
         durable = []
-        while self._inflight and self._inflight[0].done and self._inflight[0].error is None \
-                and self._failed is None:
+        while self._inflight and self._inflight[0].done and self._inflight[0].error is None:
             durable.append(self._inflight.popleft())
         try:
             if self._failed is None and not self._closed:
