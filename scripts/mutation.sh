@@ -66,7 +66,7 @@ selection() {
     walctl/wal/writer_room.py) echo "tests/wal/test_mut_writer.py" ;;
     walctl/wal/writer.py)      echo "tests/wal/test_mut_writer.py" ;;
     walctl/wal/writer_blocks.py) echo "tests/wal/test_mut_writer.py tests/wal/test_mut_writer2.py tests/wal/test_mut_writer3.py tests/wal/test_writer_frames.py tests/wal/test_writer_reaper_between_blocks.py tests/wal/test_mut_writer4.py" ;;
-    walctl/wal/writer_window.py) echo "tests/wal/test_mut_writer.py tests/wal/test_mut_writer2.py tests/wal/test_mut_writer_window.py tests/wal/test_mut_writer4.py" ;;
+    walctl/wal/writer_window.py) echo "tests/wal/test_mut_writer.py tests/wal/test_mut_writer2.py tests/wal/test_mut_writer_window.py tests/wal/test_mut_writer4.py tests/wal/test_mut_writer_ackfail.py" ;;
     walctl/wal/feed.py)        echo "tests/wal/test_mut_feed.py tests/wal/test_feed_file_buffer.py tests/wal/test_feed_onecopy.py" ;;
     walctl/wal/handoff.py)     echo "tests/wal/test_mut_handoff.py" ;;
     walctl/wal/lifecycle.py)   echo "tests/wal/test_mut_lifecycle.py" ;;
