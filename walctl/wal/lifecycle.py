@@ -97,7 +97,7 @@ def checkpoint_after_scan(state: HeaderState, result: reader.ScanResult, keep: i
     return Checkpoint(result.end_offset, streams, complete and kept_all, cp.uploaded_offset if cp is not None else -1)
 
 
-def _open_own_wal(path: str, *, trim_mark: bool = False, trim_wait_s: float = 0.0,
+def _open_own_wal(path: str, *, trim_mark: bool, trim_wait_s: float = 0.0,
                   on_wait=None) -> tuple[Device, HeaderState]:
     """The device opened for writing (the writer lock taken) and its header state, for a walctl
     WAL only (RefusedError for an AutoMQ one). On any error the device is closed again.
