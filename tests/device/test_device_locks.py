@@ -1,11 +1,13 @@
 """One writer per device: flock for the life of the Device, /proc/locks to name the holder."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
 from walctl.device import ALIGN, LockEntry, aligned_buffer, create_file, lock_holder, open_device, parse_proc_locks
-from walctl.errors import RefusedError
+from walctl.errors import RefusedError, UsageError
 
 
 @pytest.fixture
@@ -159,3 +161,229 @@ def test_reader_takes_no_lock_and_works_beside_a_writer(wal_path, hold_writer):
         assert reader.warnings == [
             f"{wal_path}: a writer (pid {pid}) holds the device; blocks in flight may read as damaged"]
         reader.pread_into(0, aligned_buffer(4 * ALIGN))
+
+
+# --- the trim mark: a holder that only trims, and the writers that wait for it --------------------
+
+from walctl.device import locks as locks_mod  # noqa: E402
+from walctl.device import opening  # noqa: E402
+from walctl.device.locks import TrimHolder, mark_trim, process_command, trim_holder, walctl_command  # noqa: E402
+from threadhelpers import wait_until  # noqa: E402
+
+
+@pytest.mark.parametrize("argv, command", [
+    (["/venv/bin/walctl", "upload", "wal.img"], "walctl upload"),
+    (["/venv/bin/python3", "/venv/bin/walctl", "--json", "-q", "append", "wal.img"], "walctl append"),
+    (["python3", "-m", "walctl", "trim", "wal.img", "0"], "walctl trim"),
+    (["/src/walctl/__main__.py", "--debug", "salvage"], "walctl salvage"),
+    (["/venv/bin/walctl", "--json"], "walctl"),
+    (["walctl"], "walctl"),
+    (["python3", "-c", "import walctl", "walctl"], None),
+    (["python3", "-m", "pytest", "walctl"], None),
+    (["vim", "walctl"], None),
+    (["/src/other/__main__.py", "trim"], None),
+    ([], None),
+])
+def test_walctl_command_of_an_argv(argv, command):
+    assert walctl_command(argv) == command
+
+
+def _started(child) -> int:
+    """The child's pid once its command line is there (a vfork'ed child's Popen returns before the
+    kernel has set it up: /proc/PID/cmdline is empty a moment)."""
+    wait_until(lambda: open(f"/proc/{child.pid}/cmdline", "rb").read())
+    return child.pid
+
+
+def test_process_command_reads_proc_cmdline(tmp_path, wal_path):
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "walctl", "append"],
+                             stdin=subprocess.PIPE)
+    try:
+        assert process_command(_started(child)) is None  # python -c ...: not walctl, nothing named
+    finally:
+        child.communicate()
+    script = tmp_path / "walctl"
+    script.write_text("import sys; sys.stdin.read()\n")
+    child = subprocess.Popen([sys.executable, str(script), "--json", "append", wal_path], stdin=subprocess.PIPE)
+    try:
+        assert process_command(_started(child)) == "walctl append"  # (the interpreter first: a console script)
+    finally:
+        child.communicate()
+    assert process_command(child.pid) is None  # gone
+
+
+def test_a_mark_names_its_pid_and_command_and_goes_with_its_descriptor(wal_path):
+    assert trim_holder(wal_path) is None
+    fd = os.open(wal_path, os.O_RDWR)
+    try:
+        assert mark_trim(fd, argv=["/venv/bin/walctl", "upload", wal_path])
+        assert trim_holder(wal_path) == TrimHolder(os.getpid(), "walctl upload")
+        assert str(trim_holder(wal_path)) == f"a trim by walctl upload (pid {os.getpid()})"
+        assert lock_holder(wal_path) is None  # a mark is no flock
+    finally:
+        os.close(fd)
+    assert trim_holder(wal_path) is None
+    for argv, command in ((["walctl", "trim"], "walctl trim"), (["walctl", "salvage"], "walctl salvage"),
+                          (["walctl", "append"], "walctl"), (["pytest"], "walctl")):
+        fd = os.open(wal_path, os.O_RDWR)
+        try:
+            assert mark_trim(fd, argv=argv)
+            assert trim_holder(wal_path) == TrimHolder(os.getpid(), command)
+        finally:
+            os.close(fd)
+
+
+def test_the_mark_lies_in_its_range_far_past_the_lease(wal_path):
+    from walctl.device.lease import LEASE_OFFSET
+
+    fd = os.open(wal_path, os.O_RDWR)
+    try:
+        mark_trim(fd, argv=["walctl", "salvage"])
+        with open("/proc/locks") as f:
+            ino = f":{os.stat(wal_path).st_ino} "
+            lines = [line.split() for line in f if ino in line]
+        assert [(w[1], w[3], int(w[-2]), w[-1]) for w in lines] == [
+            ("OFDLCK", "READ", locks_mod.TRIM_MARK_BASE + 3 * locks_mod.PID_SPAN + os.getpid(),
+             str(locks_mod.TRIM_MARK_BASE + 3 * locks_mod.PID_SPAN + os.getpid()))]
+        assert locks_mod.TRIM_MARK_BASE > LEASE_OFFSET
+        assert locks_mod.TRIM_MARK_BASE + locks_mod.TRIM_MARK_SPAN < 1 << 63
+    finally:
+        os.close(fd)
+
+
+def test_two_marks_at_once_are_allowed(wal_path):
+    """Read locks: two trims may be marked at once (each then tries the flock; one gets it)."""
+    first, second = os.open(wal_path, os.O_RDWR), os.open(wal_path, os.O_RDWR)
+    try:
+        assert mark_trim(first, argv=["walctl", "trim"]) and mark_trim(second, argv=["walctl", "upload"])
+        assert trim_holder(wal_path) in (TrimHolder(os.getpid(), "walctl trim"), TrimHolder(os.getpid(), "walctl upload"))
+        os.close(first)
+        assert trim_holder(wal_path) == TrimHolder(os.getpid(), "walctl upload")
+    finally:
+        for fd in (first, second):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def test_a_trims_open_marks_itself_and_refuses_without_a_wait(wal_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/walctl", "upload", wal_path])
+    with open_device(wal_path, writable=True, trim_mark=True):
+        assert trim_holder(wal_path) == TrimHolder(os.getpid(), "walctl upload")
+        assert lock_holder(wal_path) == os.getpid()
+        with pytest.raises(RefusedError) as info:
+            open_device(wal_path, writable=True)
+        assert info.value.line() == (f"walctl: error: a trim by walctl upload (pid {os.getpid()}) holds the device, "
+                                     f"{wal_path} (a trim holds it for moments: run this again when it has finished)")
+        assert info.value.exit_code == 5
+        # a refused trim's own mark goes with its descriptor
+        with pytest.raises(RefusedError):
+            open_device(wal_path, writable=True, trim_mark=True)
+        assert trim_holder(wal_path) == TrimHolder(os.getpid(), "walctl upload")
+    assert trim_holder(wal_path) is None and lock_holder(wal_path) is None
+    with open_device(wal_path, writable=True):  # no mark on a plain writer
+        assert trim_holder(wal_path) is None
+
+
+def test_a_writer_waits_for_a_trim_and_takes_the_lock_when_it_ends(wal_path):
+    trim = open_device(wal_path, writable=True, trim_mark=True)
+    said = []
+
+    def on_wait(message):  # the trim ends as soon as the writer said it waits
+        said.append(message)
+        trim.close()
+
+    with open_device(wal_path, writable=True, trim_wait_s=30, on_wait=on_wait):
+        assert lock_holder(wal_path) == os.getpid() and trim_holder(wal_path) is None
+    assert said == [f"{wal_path}: waiting up to 30 s for walctl (pid {os.getpid()}) to finish trimming"]
+
+
+def test_a_writer_waits_through_trims_that_follow_each_other(wal_path, monkeypatch):
+    """The wait goes on while trims (marked) hold the device, one after another; said once."""
+    import fcntl
+
+    def trim() -> int:  # what a trim's open does: the mark, then the flock
+        fd = os.open(wal_path, os.O_RDWR)
+        mark_trim(fd, argv=["walctl", "trim"])
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+
+    held = [trim()]
+    said, pauses = [], []
+
+    def pause(seconds):  # each pause of the waiting writer: the next trim takes over, three times
+        pauses.append(seconds)
+        os.close(held[-1])
+        if len(held) < 4:
+            held.append(trim())
+
+    monkeypatch.setattr(opening, "_sleep", pause)
+    with open_device(wal_path, writable=True, trim_wait_s=30, on_wait=said.append):
+        pass
+    assert said == [f"{wal_path}: waiting up to 30 s for walctl trim (pid {os.getpid()}) to finish trimming"]
+    assert pauses == [opening.TRIM_POLL_S] * 4
+
+
+def test_a_trim_that_outlasts_the_wait_is_named(wal_path):
+    said = []
+    with open_device(wal_path, writable=True, trim_mark=True):
+        with pytest.raises(RefusedError) as info:
+            open_device(wal_path, writable=True, trim_wait_s=0.15, on_wait=said.append)
+    assert said == [f"{wal_path}: waiting up to 0.15 s for walctl (pid {os.getpid()}) to finish trimming"]
+    assert info.value.what == f"a trim by walctl (pid {os.getpid()}) holds the device"
+    assert info.value.hint == (f"it still held it after 0.15 s, the wait WALCTL_TRIM_WAIT sets; see what pid "
+                               f"{os.getpid()} is doing, then run this again")
+
+
+def test_an_unmarked_holder_is_refused_after_one_recheck_without_a_wait(wal_path, monkeypatch):
+    slept = []
+    monkeypatch.setattr(opening, "_sleep", slept.append)
+    said = []
+    with open_device(wal_path, writable=True):
+        with pytest.raises(RefusedError) as info:
+            open_device(wal_path, writable=True, trim_wait_s=30, on_wait=said.append)
+        assert info.value.what == "another writer holds the device" and info.value.hint == f"pid {os.getpid()}"
+        with pytest.raises(RefusedError):
+            open_device(wal_path, writable=True)  # no wait: no recheck either
+    assert said == [] and slept == [opening.RECHECK_S]
+
+
+def test_a_holder_gone_by_the_recheck_lets_the_writer_in(wal_path, monkeypatch):
+    """A trim the kernel is taking down (its mark dropped a moment before its flock) or between its
+    open and its mark: the recheck finds the lock free, and the writer goes on, unrefused."""
+    holder = open_device(wal_path, writable=True)
+    monkeypatch.setattr(opening, "_sleep", lambda s: holder.close())
+    with open_device(wal_path, writable=True, trim_wait_s=30):
+        assert lock_holder(wal_path) == os.getpid()
+
+
+def test_the_wait_from_the_environment(monkeypatch):
+    monkeypatch.delenv("WALCTL_TRIM_WAIT", raising=False)
+    assert opening.trim_wait_seconds() == opening.TRIM_WAIT_S == 30.0
+    for text, seconds in (("250ms", 0.25), ("2m", 120.0), ("0", 0.0), (" 5 ", 5.0), ("", 30.0)):
+        monkeypatch.setenv("WALCTL_TRIM_WAIT", text)
+        assert opening.trim_wait_seconds() == seconds
+    monkeypatch.setenv("WALCTL_TRIM_WAIT", "-1s")
+    with pytest.raises(UsageError) as info:
+        opening.trim_wait_seconds()
+    assert info.value.what == "invalid value for WALCTL_TRIM_WAIT: '-1s'"
+
+
+def test_the_wait_is_logged_when_nobody_listens(wal_path, caplog):
+    trim = open_device(wal_path, writable=True, trim_mark=True)
+    real = opening._say
+
+    def say_then_end(on_wait, message):
+        real(on_wait, message)
+        trim.close()
+
+    import pytest as _pytest
+
+    with _pytest.MonkeyPatch.context() as mp:
+        mp.setattr(opening, "_say", say_then_end)
+        with caplog.at_level("WARNING", logger="walctl.device.opening"):
+            with open_device(wal_path, writable=True, trim_wait_s=5):
+                pass
+    assert [r.getMessage() for r in caplog.records] == [
+        f"walctl: warning: {wal_path}: waiting up to 5 s for walctl (pid {os.getpid()}) to finish trimming"]

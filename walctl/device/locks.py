@@ -1,4 +1,5 @@
-"""Who holds a device: /proc/locks parsed, the flock holder of a path found."""
+"""Who holds a device: /proc/locks parsed, the flock holder of a path found, and the trim mark
+(a writer that holds the lock only to trim says so; a refused writer reads it)."""
 
 from __future__ import annotations
 
@@ -114,3 +115,120 @@ def lock_holder(path: str, *, proc_locks: str = "/proc/locks") -> int | None:
             return entry.pid
     return None
 
+
+
+# --- the trim mark: who holds the writer lock only for a moment -------------------------------
+# A process that opens a writer only to trim and close (walctl trim; upload's and salvage's trim)
+# marks itself, before it takes the writer's flock, with an open-file-description read lock
+# (F_OFD_SETLK) on one byte of the device file far past any data: byte
+#     TRIM_MARK_BASE + who * PID_SPAN + pid
+# where pid is its own pid (below PID_SPAN, the kernel's PID_MAX_LIMIT) and who the index of its
+# command in TRIM_COMMANDS (0 when it is none of them). The kernel drops the lock with the
+# descriptor (a SIGKILLed trim frees it), OFD locks and flock never conflict on Linux (local file
+# systems), and nothing lies beside the device. A writer refused the flock asks F_OFD_GETLK over the
+# whole range from a descriptor of its own: the conflicting lock's l_start says who and which pid,
+# without /proc (the pid as the trimming process sees it). Read locks: several trims may hold the
+# mark at once (each then tries the flock; one gets it). The upload lease (walctl.device.lease) is
+# the byte at 1 << 62, below this range.
+TRIM_MARK_BASE = (1 << 62) + (1 << 40)
+PID_SPAN = 1 << 22  # PID_MAX_LIMIT on 64-bit Linux: every pid fits below it
+# Append only: the index is on the device while a trim runs, and other walctl versions read it.
+TRIM_COMMANDS = ("walctl", "walctl trim", "walctl upload", "walctl salvage", "walctl selftest")
+TRIM_MARK_SPAN = 64 * PID_SPAN  # room for 64 commands
+_FLOCK = "hhqqi4x"  # struct flock (x86-64, arm64): l_type, l_whence, l_start, l_len, l_pid (as lease.py)
+
+
+@dataclass(frozen=True)
+class TrimHolder:
+    """A trim that holds (or is about to hold) a device's writer lock, from its mark."""
+
+    pid: int
+    command: str  # one of TRIM_COMMANDS
+
+    def __str__(self) -> str:
+        return f"a trim by {self.command} (pid {self.pid})"
+
+
+def walctl_command(argv: list[str]) -> str | None:
+    """``"walctl COMMAND"`` when ``argv`` (a process's sys.argv or /proc/PID/cmdline) runs walctl,
+    else None. walctl runs as ``.../walctl [--json ...] COMMAND ...`` (its console script; in
+    /proc/PID/cmdline the interpreter comes first) or ``python -m walctl COMMAND`` (whose sys.argv[0]
+    is walctl/__main__.py). The command is the first word after the program that is no option
+    (walctl's options before the command take no value)."""
+    start = None
+    if argv and _is_walctl(argv[0]):
+        start = 1
+    elif len(argv) >= 2 and os.path.basename(argv[0]).startswith("python"):
+        if argv[1] == "-m" and argv[2:3] == ["walctl"]:
+            start = 3
+        elif _is_walctl(argv[1]):
+            start = 2
+    if start is None:
+        return None
+    command = next((w for w in argv[start:] if not w.startswith("-")), None)
+    return "walctl" if command is None else f"walctl {command}"
+
+
+def _is_walctl(word: str) -> bool:
+    base = os.path.basename(word)
+    return base == "walctl" or (base == "__main__.py" and os.path.basename(os.path.dirname(word)) == "walctl")
+
+
+def process_command(pid: int) -> str | None:
+    """``walctl COMMAND`` for a walctl process, from /proc/PID/cmdline; None for another program or
+    when /proc cannot tell. (Only walctl's own command is named: another program's command line may
+    hold what it should not show.)"""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    if words and words[-1] == "":
+        words.pop()
+    return walctl_command(words)
+
+
+def mark_trim(fd: int, argv: list[str] | None = None) -> bool:
+    """Mark ``fd`` (open for reading) as a trim's (TRIM_MARK_BASE): before its flock, for as long as
+    it is open. False where the kernel has no OFD locks (then a refused writer sees no mark and is
+    refused at once, as before the mark)."""
+    import fcntl
+    import struct
+    import sys
+
+    command = walctl_command(sys.argv if argv is None else argv)
+    who = TRIM_COMMANDS.index(command) if command in TRIM_COMMANDS else 0
+    pid = os.getpid()
+    if pid >= PID_SPAN:  # (not on Linux: PID_MAX_LIMIT)
+        return False
+    request = struct.pack(_FLOCK, fcntl.F_RDLCK, os.SEEK_SET, TRIM_MARK_BASE + who * PID_SPAN + pid, 1, 0)
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, request)
+    except OSError:
+        return False
+    return True
+
+
+def trim_holder(path: str) -> TrimHolder | None:
+    """The trim whose mark (TRIM_MARK_BASE) is on ``path``, or None: no mark, no OFD locks, or
+    ``path`` cannot be opened. Asked from a read-only descriptor of its own (a block device held
+    with O_EXCL still opens so), which takes no lock: a query, as readers may make."""
+    import fcntl
+    import struct
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK,
+                             struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, TRIM_MARK_BASE, TRIM_MARK_SPAN, 0))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    kind, _, start, _, _ = struct.unpack(_FLOCK, answer)
+    if kind == fcntl.F_UNLCK:
+        return None
+    who, pid = divmod(start - TRIM_MARK_BASE, PID_SPAN)
+    return TrimHolder(pid, TRIM_COMMANDS[who] if who < len(TRIM_COMMANDS) else "walctl")

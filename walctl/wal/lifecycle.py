@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from walctl.defaults import DEFAULT_IODEPTH
 from walctl.device.buffers import align_up  # (walctl.wal.layout's twins)
-from walctl.device.opening import open_device
+from walctl.device.opening import open_device, trim_wait_seconds
 from walctl.errors import CorruptionError, NotFoundError, RefusedError, WalctlError
 from walctl.format.checkpoint import Checkpoint, bounded
 from walctl.format.header import HEADERS_SIZE, SLOT_SIZE, SHUTDOWN_UNGRACEFUL, WalHeader
@@ -97,10 +97,12 @@ def checkpoint_after_scan(state: HeaderState, result: reader.ScanResult, keep: i
     return Checkpoint(result.end_offset, streams, complete and kept_all, cp.uploaded_offset if cp is not None else -1)
 
 
-def _open_own_wal(path: str) -> tuple[Device, HeaderState]:
+def _open_own_wal(path: str, *, trim_mark: bool, trim_wait_s: float = 0.0,
+                  on_wait=None) -> tuple[Device, HeaderState]:
     """The device opened for writing (the writer lock taken) and its header state, for a walctl
-    WAL only (RefusedError for an AutoMQ one). On any error the device is closed again."""
-    dev = open_device(path, writable=True)
+    WAL only (RefusedError for an AutoMQ one). On any error the device is closed again.
+    ``trim_mark``, ``trim_wait_s``, ``on_wait``: walctl.device.opening.open_device's."""
+    dev = open_device(path, writable=True, trim_mark=trim_mark, trim_wait_s=trim_wait_s, on_wait=on_wait)
     try:
         state = read_wal_state(dev, path)
         refuse_foreign(state.header, path)
@@ -112,7 +114,8 @@ def _open_own_wal(path: str) -> tuple[Device, HeaderState]:
 
 def open_writer(path: str, *, scan: bool = False, iodepth: int = DEFAULT_IODEPTH, on_ack=None,
                 keep_offsets: bool = False, budget=None, need_stream: int | None = None,
-                scan_without_checkpoint: bool = False, batch_interval_s: float | None = None) -> OpenedWAL:
+                scan_without_checkpoint: bool = False, batch_interval_s: float | None = None,
+                trim_mark: bool = False, trim_wait_s: float | None = None, on_trim_wait=None) -> OpenedWAL:
     """Lock the device, recover it if the last writer crashed, and return a writer.
 
     A cleanly closed WAL with a checkpoint (FORMATS.md 1.6) opens from its headers alone.
@@ -123,13 +126,20 @@ def open_writer(path: str, *, scan: bool = False, iodepth: int = DEFAULT_IODEPTH
             checkpoint cannot tell it (no checkpoint, or one that lists too few streams).
         budget: a walctl.wal.pacing.Budget: block writes per second and bytes per second.
         batch_interval_s: the writer's group-commit wait (None: the writer's default).
+        trim_mark: the caller only trims and closes (walctl trim): say so to the writers it refuses
+            (walctl.device.locks.mark_trim), which wait for it.
+        trim_wait_s: while a trim holds the device, wait up to this long for it (None:
+            WALCTL_TRIM_WAIT or 30 s, walctl.device.opening.trim_wait_seconds); ``on_trim_wait(message)``
+            is told once when the wait begins (None: a logged warning, on stderr).
     Raises:
-        NotFoundError: no valid header. RefusedError: another writer, or an AutoMQ WAL.
+        NotFoundError: no valid header. RefusedError: another writer, a trim that did not finish
+            within ``trim_wait_s``, or an AutoMQ WAL.
         CorruptionError: damage a crash cannot explain (walctl will not write over evidence).
     """
     from walctl.wal.writer import WalWriter
 
-    dev, state = _open_own_wal(path)
+    dev, state = _open_own_wal(path, trim_mark=trim_mark, on_wait=on_trim_wait,
+                               trim_wait_s=trim_wait_seconds() if trim_wait_s is None else trim_wait_s)
     try:
         header = state.header
         previous = header.shutdown_type

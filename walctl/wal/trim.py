@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from walctl.device.buffers import align_down, align_up  # (walctl.wal.layout's twins)
 from walctl.device.opening import open_device
 from walctl.errors import FormatError, UsageError
+from walctl.failpoints import failpoint
 from walctl.format.header import WalHeader
 from walctl.wal.headers import write_header
 from walctl.wal.lifecycle import _open_own_wal, open_writer, read_wal_state, trusted_checkpoint
@@ -46,9 +47,11 @@ def trim_wal(path: str, offset: int, *, scan: bool = False) -> TrimResult:
 
     _refuse_trim_from_headers(path, offset)
     # Without a trusted checkpoint (a WAL written before them) trim scans, as it always did.
-    opened = open_writer(path, scan=scan, keep_offsets=True, scan_without_checkpoint=True)
+    # Marked as a trim: an append it refuses waits for it (it waits for another trim itself).
+    opened = open_writer(path, scan=scan, keep_offsets=True, scan_without_checkpoint=True, trim_mark=True)
     writer = opened.writer
     try:
+        failpoint("trim-locked")  # (tests: the lock held, as long as they like)
         previous = writer.header.trim_offset
         end = writer.acked_end
         _refuse_behind(offset, previous, path)
@@ -138,14 +141,16 @@ def trim_scanned(path: str, offset: int) -> TrimResult:
     point on.
 
     Raises:
-        RefusedError: a writer holds the lock. UsageError: ``offset`` is not after the trim
+        RefusedError: a writer (or another trim) holds the lock. UsageError: ``offset`` is not after the trim
         point, past the log's end (a clean log), or no data record.
     """
     from walctl.wal.layout import Ring
     from walctl.wal.writer import check_record_at
 
-    dev, state = _open_own_wal(path)
+    # Marked as a trim, and no wait of its own: upload's trim_or_hand_off tries again until its timeout.
+    dev, state = _open_own_wal(path, trim_mark=True)
     try:
+        failpoint("trim-locked")
         header = state.header
         previous = header.trim_offset
         _refuse_behind(offset, previous, path)
