@@ -57,7 +57,7 @@ selection() {
     walctl/wal/layout.py)      echo "tests/wal/test_mut_layout.py" ;;
     walctl/wal/verdict.py)     echo "tests/wal/test_mut_verdict.py" ;;
     walctl/wal/init.py)        echo "tests/wal/test_mut_init.py" ;;
-    walctl/wal/trim.py)        echo "tests/wal/test_mut_trim.py" ;;
+    walctl/wal/trim.py)        echo "tests/wal/test_mut_trim.py tests/wal/test_trim_mark.py" ;;
     walctl/wal/image.py)       echo "tests/wal/test_mut_image.py" ;;
     walctl/wal/readsession.py) echo "tests/wal/test_mut_readsession.py" ;;
     walctl/pipeline/readwal.py) echo "tests/pipeline/test_mut_readwal.py" ;;
@@ -69,7 +69,7 @@ selection() {
     walctl/wal/writer_window.py) echo "tests/wal/test_mut_writer.py tests/wal/test_mut_writer2.py tests/wal/test_mut_writer_window.py tests/wal/test_mut_writer4.py tests/wal/test_mut_writer_ackfail.py" ;;
     walctl/wal/feed.py)        echo "tests/wal/test_mut_feed.py tests/wal/test_feed_file_buffer.py tests/wal/test_feed_onecopy.py" ;;
     walctl/wal/handoff.py)     echo "tests/wal/test_mut_handoff.py" ;;
-    walctl/wal/lifecycle.py)   echo "tests/wal/test_mut_lifecycle.py" ;;
+    walctl/wal/lifecycle.py)   echo "tests/wal/test_mut_lifecycle.py tests/wal/test_trim_mark.py" ;;
     walctl/pipeline/upload/spool.py) echo "tests/pipeline/test_mut_upload_spool.py tests/store/test_upload_spool.py" ;;
     walctl/pipeline/upload/plan.py)  echo "tests/pipeline/test_mut_upload_plan.py" ;;
     walctl/pipeline/upload/commit.py) echo "tests/pipeline/test_mut_upload_commit.py" ;;
