@@ -98,6 +98,15 @@ def test_a_trim_held_past_the_wait_refuses_the_append_naming_it(run, new_wal, he
     trim.terminate()
     assert trim.wait(timeout=30) == 143
     assert _records(run, dev) == ["a", "b"]  # neither the trim nor the append wrote
+    # --quiet: the wait's warning left out like append's others; the error still said
+    trim, _ = held_trim("trim", dev, offsets[0], how="pause")
+    res = run("append", dev, "c", "--quiet", env={"WALCTL_TRIM_WAIT": "200ms"})
+    assert res.exit_code == 5, res
+    assert res.stderr.splitlines() == [
+        f"walctl: error: a trim by walctl trim (pid {trim.pid}) holds the device, {dev} (it still held it after "
+        f"0.2 s, the wait WALCTL_TRIM_WAIT sets; see what pid {trim.pid} is doing, then run this again)"]
+    trim.terminate()
+    assert trim.wait(timeout=30) == 143
 
 
 def test_a_bad_wait_is_a_usage_error(run, new_wal):

@@ -166,7 +166,7 @@ def _open(request: AppendRequest, hooks: AppendHooks) -> AppendRun:
     budget = Budget.from_options(request.iops, request.bandwidth)
     opened = open_writer(request.device, need_stream=request.stream_id if request.base_offset is None else None,
                          iodepth=request.iodepth, on_ack=None, budget=budget,
-                         batch_interval_s=request.batch_interval_s)
+                         batch_interval_s=request.batch_interval_s, on_trim_wait=hooks.on_warning)
     for message in opened.warnings:
         hooks.on_warning(message)
     if opened.sealed_ranges:
