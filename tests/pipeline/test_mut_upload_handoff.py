@@ -156,6 +156,21 @@ def test_a_trim_no_one_took_names_the_writer_pid(trims, monkeypatch):
     assert err.value.where == WAL
 
 
+def test_a_trim_no_one_took_behind_another_trim_names_that_trim(trims, monkeypatch):
+    """Not "writer pid N did not answer" and kill -CONT: a marked trim held the lock (FORMATS.md 1.8)."""
+    from walctl.device import locks
+
+    trims.error = TrimPendingError("the writer did not take the trim", where=WAL, hint="old hint")
+    monkeypatch.setattr(locks, "trim_holder", lambda path: locks.TrimHolder(77, "walctl trim"))
+    monkeypatch.setattr(locks, "lock_holder", lambda path: 77)
+    with pytest.raises(TrimPendingError) as err:
+        handoff._trim_after(WAL, 8192, [], 1.0)
+    assert err.value.what == "the writer did not take the trim"  # (the refusal it quotes names the trim)
+    assert err.value.hint == ("see what pid 77 is doing; rerun upload once it is done (it skips what is "
+                              "committed), or pass --no-trim")
+    assert err.value.where == WAL
+
+
 def test_a_trim_no_one_took_without_a_lock_holder_is_left_as_it_is(trims, monkeypatch):
     from walctl.device import locks
 
