@@ -68,6 +68,13 @@ ENV_NOTES: dict[str, str] = {
                         "appear in output.",
 }
 BOOL_ENV_VALUES = "1, true, yes or on sets it; 0, false, no or off clears it"
+# Variables no option reads: their text, and the commands whose pages list them (walctl.1 lists all).
+EXTRA_ENV: dict[str, tuple[str, tuple[str, ...]]] = {
+    "WALCTL_TRIM_WAIT": ("How long a writer (append, trim) started while a trim holds the device waits for "
+                         "it: a duration (30s by default, 500ms, 0 for no wait); past it, exit 5 naming the "
+                         "trim. A value that is not a duration is exit 2 when the writer opens.",
+                         ("append", "trim")),
+}
 
 
 # -- the model: what the CLI says about itself ---------------------------------------------
@@ -479,6 +486,9 @@ def _environment(root: CommandDoc, cmd: CommandDoc) -> list[str]:
         if any(p.is_flag for _, p in uses):
             text += " " + esc(f"As a flag: {BOOL_ENV_VALUES}.")
         out.append(_line(text))
+    for name, (note, pages) in sorted(EXTRA_ENV.items()):
+        if cmd is root or (cmd.path and cmd.path[-1] in pages):
+            out += [".TP", bold(name), _line(esc(note))]
     return out
 
 
