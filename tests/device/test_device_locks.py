@@ -189,9 +189,11 @@ def test_walctl_command_of_an_argv(argv, command):
 
 
 def _started(child) -> int:
-    """The child's pid once its command line is there (a vfork'ed child's Popen returns before the
-    kernel has set it up: /proc/PID/cmdline is empty a moment)."""
-    wait_until(lambda: open(f"/proc/{child.pid}/cmdline", "rb").read())
+    """The child's pid once its command line is its own (a vfork'ed child's Popen returns before the
+    kernel has set it up: /proc/PID/cmdline is empty a moment; a forked one shows its parent's until
+    its exec)."""
+    own = b"".join(os.fsencode(a) + b"\0" for a in child.args)
+    wait_until(lambda: open(f"/proc/{child.pid}/cmdline", "rb").read() == own)
     return child.pid
 
 
@@ -258,13 +260,12 @@ def test_two_marks_at_once_are_allowed(wal_path):
         assert mark_trim(first, argv=["walctl", "trim"]) and mark_trim(second, argv=["walctl", "upload"])
         assert trim_holder(wal_path) in (TrimHolder(os.getpid(), "walctl trim"), TrimHolder(os.getpid(), "walctl upload"))
         os.close(first)
+        first = None
         assert trim_holder(wal_path) == TrimHolder(os.getpid(), "walctl upload")
     finally:
-        for fd in (first, second):
-            try:
+        for fd in (first, second):  # (a closed one is not closed again: its number may be reused by now)
+            if fd is not None:
                 os.close(fd)
-            except OSError:
-                pass
 
 
 def test_a_trims_open_marks_itself_and_refuses_without_a_wait(wal_path, monkeypatch):
@@ -361,13 +362,15 @@ def test_a_holder_gone_by_the_recheck_lets_the_writer_in(wal_path, monkeypatch):
 def test_the_wait_from_the_environment(monkeypatch):
     monkeypatch.delenv("WALCTL_TRIM_WAIT", raising=False)
     assert opening.trim_wait_seconds() == opening.TRIM_WAIT_S == 30.0
-    for text, seconds in (("250ms", 0.25), ("2m", 120.0), ("0", 0.0), (" 5 ", 5.0), ("", 30.0)):
+    for text, seconds in (("250ms", 0.25), ("2m", 120.0), ("0", 0.0), (" 5 ", 5.0), ("", 30.0), ("7d", 604800.0)):
         monkeypatch.setenv("WALCTL_TRIM_WAIT", text)
         assert opening.trim_wait_seconds() == seconds
-    monkeypatch.setenv("WALCTL_TRIM_WAIT", "-1s")
-    with pytest.raises(UsageError) as info:
-        opening.trim_wait_seconds()
-    assert info.value.what == "invalid value for WALCTL_TRIM_WAIT: '-1s'"
+    for text in ("-1s", "169h", "9" * 400):  # (the last parses to inf)
+        monkeypatch.setenv("WALCTL_TRIM_WAIT", text)
+        with pytest.raises(UsageError) as info:
+            opening.trim_wait_seconds()
+        assert info.value.what == f"invalid value for WALCTL_TRIM_WAIT: {text!r}"
+        assert info.value.hint == "a duration such as 30s, 500ms, or 0 for no wait; at most 7d"
 
 
 def test_the_wait_is_logged_when_nobody_listens(wal_path, caplog):
@@ -387,3 +390,76 @@ def test_the_wait_is_logged_when_nobody_listens(wal_path, caplog):
                 pass
     assert [r.getMessage() for r in caplog.records] == [
         f"walctl: warning: {wal_path}: waiting up to 5 s for walctl (pid {os.getpid()}) to finish trimming"]
+
+
+def _hold(wal_path: str, code: str) -> subprocess.Popen:
+    """A child holding locks on ``wal_path`` (``code`` takes them on fd ``fd``) until its stdin closes."""
+    child = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys\n"
+                              f"fd = os.open({wal_path!r}, os.O_RDWR)\n{code}\n"
+                              "print('held', flush=True)\nsys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert child.stdout.readline() == b"held\n"
+    return child
+
+
+def _release(child: subprocess.Popen) -> None:
+    child.stdin.close()
+    assert child.wait(timeout=30) == 0
+
+
+def test_a_foreign_lock_over_the_mark_s_range_is_no_trim(wal_path):
+    """Another program's whole-file lock (or flock emulated as one, on NFS) covers the marks' range: it
+    is no trim, and a writer it refuses gets exit 5 naming it, not an internal error."""
+    child = _hold(wal_path, "fcntl.lockf(fd, fcntl.LOCK_SH)\nfcntl.flock(fd, fcntl.LOCK_EX)")
+    try:
+        assert trim_holder(wal_path) is None
+        with pytest.raises(RefusedError) as info:
+            open_device(wal_path, writable=True, trim_wait_s=30)
+        assert info.value.what == "another writer holds the device" and info.value.hint == f"pid {child.pid}"
+    finally:
+        _release(child)
+
+
+def test_the_mark_of_a_trim_refused_itself_is_not_the_holder(wal_path, monkeypatch):
+    """A trim being refused is marked for an instant: a writer that sees its mark while another
+    process holds the flock is refused at once, naming the holder, without waiting."""
+    child = _hold(wal_path, "fcntl.flock(fd, fcntl.LOCK_EX)")  # a long-lived writer
+    slept = []
+    monkeypatch.setattr(opening, "_sleep", slept.append)
+    marked = os.open(wal_path, os.O_RDONLY)
+    try:
+        assert mark_trim(marked, argv=["walctl", "upload"])  # (this process: not the flock's holder)
+        with pytest.raises(RefusedError) as info:
+            open_device(wal_path, writable=True, trim_wait_s=30, on_wait=slept.append)
+        assert info.value.what == "another writer holds the device" and info.value.hint == f"pid {child.pid}"
+        assert slept == [opening.RECHECK_S]  # the recheck of an unmarked holder, no wait
+    finally:
+        os.close(marked)
+        _release(child)
+
+
+def test_a_shared_lock_is_waited_for_like_a_trim(wal_path, monkeypatch):
+    """udev holds a shared flock on a block device while it probes it after a writer closed it; a
+    writer never does: the wait covers it, said once; without a wait it is refused at once."""
+    child = _hold(wal_path, "fcntl.flock(fd, fcntl.LOCK_SH)")
+    said = []
+    monkeypatch.setattr(opening, "_sleep", lambda seconds: _release(child))  # the probe ends
+    with pytest.raises(RefusedError) as info:
+        open_device(wal_path, writable=True)
+    assert info.value.hint == f"pid {child.pid}"
+    with open_device(wal_path, writable=True, trim_wait_s=30, on_wait=said.append):
+        assert lock_holder(wal_path) == os.getpid()
+    assert said == [f"{wal_path}: waiting up to 30 s for the shared lock of pid {child.pid} (a probe of the "
+                    f"device, such as udev's)"]
+
+
+def test_a_shared_lock_held_past_the_wait_is_refused_naming_it(wal_path):
+    child = _hold(wal_path, "fcntl.flock(fd, fcntl.LOCK_SH)")
+    try:
+        with pytest.raises(RefusedError) as info:
+            open_device(wal_path, writable=True, trim_wait_s=0.1, on_wait=lambda m: None)
+        assert info.value.exit_code == 5 and info.value.what == "another writer holds the device"
+        assert info.value.hint == (f"pid {child.pid} still held a shared lock on it after 0.1 s, the wait "
+                                   f"WALCTL_TRIM_WAIT sets")
+    finally:
+        _release(child)

@@ -169,6 +169,12 @@ def test_a_trim_no_one_took_behind_another_trim_names_that_trim(trims, monkeypat
     assert err.value.hint == ("see what pid 77 is doing; rerun upload once it is done (it skips what is "
                               "committed), or pass --no-trim")
     assert err.value.where == WAL
+    # the mark of a trim refused itself, while a writer (pid 4321) holds the flock: that writer is named
+    monkeypatch.setattr(locks, "lock_holder", lambda path: 4321)
+    trims.error = TrimPendingError("the writer did not take the trim", where=WAL, hint="old hint")
+    with pytest.raises(TrimPendingError) as err:
+        handoff._trim_after(WAL, 8192, [], 1.0)
+    assert err.value.what == "the writer did not take the trim; writer pid 4321 holds the WAL and did not answer"
 
 
 def test_a_trim_no_one_took_without_a_lock_holder_is_left_as_it_is(trims, monkeypatch):

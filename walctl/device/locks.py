@@ -99,6 +99,14 @@ def _proc_locks_text(proc_locks: str) -> str:
 
 def lock_holder(path: str, *, proc_locks: str = "/proc/locks") -> int | None:
     """Return the pid holding a flock on ``path``'s inode, or None when none or unknown."""
+    entry = flock_entry(path, proc_locks=proc_locks)
+    return entry.pid if entry is not None else None
+
+
+def flock_entry(path: str, *, proc_locks: str = "/proc/locks") -> LockEntry | None:
+    """The /proc/locks line of a flock held on ``path``'s inode (its pid, its access: WRITE for an
+    exclusive lock such as a writer's, READ for a shared one such as udev's while it probes a block
+    device), or None when none or unknown."""
     try:
         st = os.stat(path)
         text = _proc_locks_text(proc_locks)
@@ -112,7 +120,7 @@ def lock_holder(path: str, *, proc_locks: str = "/proc/locks") -> int | None:
         if (entry.kind == "FLOCK" and not entry.blocked and entry.pid > 0
                 and entry.inode == st.st_ino
                 and entry.major == os.major(st.st_dev) and entry.minor == os.minor(st.st_dev)):
-            return entry.pid
+            return entry
     return None
 
 
@@ -227,8 +235,10 @@ def trim_holder(path: str) -> TrimHolder | None:
         return None
     finally:
         os.close(fd)
-    kind, _, start, _, _ = struct.unpack(_FLOCK, answer)
-    if kind == fcntl.F_UNLCK:
+    kind, _, start, length, _ = struct.unpack(_FLOCK, answer)
+    # A mark is a read lock on one byte of the range; anything else over it (another program's
+    # whole-file lock, flock emulated as one on NFS) says nothing of a trim.
+    if kind != fcntl.F_RDLCK or length != 1 or not 0 <= start - TRIM_MARK_BASE < TRIM_MARK_SPAN:
         return None
     who, pid = divmod(start - TRIM_MARK_BASE, PID_SPAN)
     return TrimHolder(pid, TRIM_COMMANDS[who] if who < len(TRIM_COMMANDS) else "walctl")

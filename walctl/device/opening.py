@@ -37,6 +37,7 @@ def open_error(exc: OSError, path: str) -> Exception:
 # scan at most; one still holding it after this is stuck, or no trim (a pid reused).
 TRIM_WAIT_S = 30.0
 TRIM_WAIT_ENV = "WALCTL_TRIM_WAIT"
+TRIM_WAIT_MAX_S = 7 * 24 * 3600  # as append's --full-wait
 TRIM_POLL_S = 0.05  # how often a waiting writer tries the lock again
 # A refusal by an unmarked holder is looked at once more after this: a trim between its open and its
 # mark, or one whose death the kernel is undoing (it drops the mark a moment before the flock).
@@ -55,10 +56,13 @@ def trim_wait_seconds() -> float:
     from walctl.sizes import parse_duration
 
     try:
-        return parse_duration(text)
+        seconds = parse_duration(text)
     except UsageError:
+        seconds = None
+    if seconds is None or seconds > TRIM_WAIT_MAX_S:  # (a 400-digit number parses to inf)
         raise UsageError(f"invalid value for {TRIM_WAIT_ENV}: {text!r}",
-                         hint="a duration such as 30s, 500ms, or 0 for no wait") from None
+                         hint="a duration such as 30s, 500ms, or 0 for no wait; at most 7d") from None
+    return seconds
 
 
 def _holder_hint(path: str) -> str | None:
@@ -152,10 +156,16 @@ def _open_writer(path: str, flags: int, allow_buffered: bool, warnings: list[str
             return _open_locked(path, flags, allow_buffered, warnings, trim_mark)
         except RefusedError as exc:
             refusal = exc
-        from walctl.device.locks import trim_holder
+        from walctl.device.locks import flock_entry, trim_holder
 
         trim = trim_holder(path)
-        if trim is None:
+        entry = flock_entry(path)  # (pid 0: a holder outside our pid namespace)
+        if trim is not None and entry is not None and entry.pid > 0 and entry.pid != trim.pid:
+            trim = None  # the mark of a trim itself being refused, for an instant: the flock is another's
+        # A shared flock is never a writer's: a probe's, such as udev's after a writer closed a block
+        # device (systemd's block device locking), held for moments: waited for like a trim.
+        shared = entry if trim is None and entry is not None and entry.access == "READ" else None
+        if trim is None and (shared is None or trim_wait_s <= 0):
             unmarked += 1
             if unmarked > 1 or trim_wait_s <= 0:  # (without a wait, a refusal is the answer anyway)
                 refusal.hint = _holder_hint(path)
@@ -167,9 +177,14 @@ def _open_writer(path: str, flags: int, allow_buffered: bool, warnings: list[str
         if deadline is None:
             deadline = now + trim_wait_s
             if trim_wait_s > 0:
-                _say(on_wait, f"{path}: waiting up to {_seconds(trim_wait_s)} for {trim.command} "
-                              f"(pid {trim.pid}) to finish trimming")
+                what = (f"{trim.command} (pid {trim.pid}) to finish trimming" if trim is not None else
+                        f"the shared lock of pid {shared.pid} (a probe of the device, such as udev's)")
+                _say(on_wait, f"{path}: waiting up to {_seconds(trim_wait_s)} for {what}")
         if now >= deadline:
+            if trim is None:
+                refusal.hint = (f"pid {shared.pid} still held a shared lock on it after "
+                                f"{_seconds(trim_wait_s)}, the wait {TRIM_WAIT_ENV} sets")
+                raise refusal
             raise _trim_refusal(trim, path, trim_wait_s) from None
         _sleep(min(TRIM_POLL_S, deadline - now))
 

@@ -67,11 +67,13 @@ def _naming_the_writer(exc: TrimPendingError, wal_path: str) -> TrimPendingError
     from walctl.device.locks import lock_holder, trim_holder
 
     trim = trim_holder(wal_path)
-    if trim is not None:  # a trim (marked, FORMATS.md 1.8; the refusal in exc.what names it), no writer
+    pid = lock_holder(wal_path)
+    if trim is not None and pid in (None, trim.pid):
+        # a trim (marked, FORMATS.md 1.8; the refusal in exc.what names it), no writer; a mark whose
+        # pid is not the flock's holder is a trim refused itself, for an instant
         exc.hint = (f"see what pid {trim.pid} is doing; rerun upload once it is done (it skips what is "
                     f"committed), or pass --no-trim")
         return exc
-    pid = lock_holder(wal_path)
     if pid is None:
         return exc
     exc.what = f"{exc.what}; writer pid {pid} holds the WAL and did not answer"
