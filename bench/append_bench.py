@@ -319,7 +319,8 @@ def report(results: list[dict], opts) -> None:
           "and F_SETPIPE_SZ 1 MiB; file: --input FILE). p99: a block's first record to durable. CPU s/GiB: the "
           "walctl process's user + system seconds per GiB of payload (the machine's load moves it least). own: "
           "the ratio over append's own seconds (its summary: from opening the WAL to the close), start-up left out. "
-          "bare: `cat | bench/aio_ceiling.py` (the pipe written by bare AIO at fio's bs and depth, no walctl) / fio; "
+          "bare: `cat | bench/aio_ceiling.py` (the pipe written by bare AIO at walctl's write size and depth, no walctl) / "
+          "fio; "
           "w/bare: walctl's MiB/s / bare's (wall-clock); fresh: fio --refill_buffers / fio (data that never repeats); "
           f"@depth: walctl's MiB/s / fio's at walctl's own --iodepth ({opts.depth}) and write size.")
     for res in results:

@@ -70,10 +70,11 @@ ENV_NOTES: dict[str, str] = {
 BOOL_ENV_VALUES = "1, true, yes or on sets it; 0, false, no or off clears it"
 # Variables no option reads: their text, and the commands whose pages list them (walctl.1 lists all).
 EXTRA_ENV: dict[str, tuple[str, tuple[str, ...]]] = {
-    "WALCTL_TRIM_WAIT": ("How long a writer (append, trim) started while a trim holds the device waits for "
-                         "it: a duration (30s by default, 500ms, 0 for no wait); past it, exit 5 naming the "
-                         "trim. A value that is not a duration is exit 2 when the writer opens.",
-                         ("append", "trim")),
+    "WALCTL_TRIM_WAIT": ("How long a writer (append, trim, bench's WAL mode) started while a trim or a "
+                         "probe's shared lock holds the device waits for it: a duration (30s by default, "
+                         "500ms, 0 for no wait, at most 7d); past it, exit 5 naming the holder. A value that "
+                         "is not such a duration is exit 2 when the writer opens.",
+                         ("append", "trim", "bench")),
 }
 
 

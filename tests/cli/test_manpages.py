@@ -102,12 +102,13 @@ def test_man_dir_has_pages():
 
 
 def test_variables_no_option_reads_are_on_the_pages_of_their_commands():
-    """WALCTL_TRIM_WAIT (walctl.device.opening) has no option: walctl.1, append's and trim's pages name it."""
+    """WALCTL_TRIM_WAIT (walctl.device.opening) has no option: walctl.1 and the pages of the commands
+    that read it name it."""
     from walctl.device.opening import TRIM_WAIT_ENV
 
     pages = manpage.render_pages()
     having = sorted(name for name, text in pages.items() if f"\\fB{TRIM_WAIT_ENV}\\fR" in text)
-    assert having == ["walctl-append.1", "walctl-trim.1", "walctl.1"]
+    assert having == ["walctl-append.1", "walctl-bench.1", "walctl-trim.1", "walctl.1"]
 
 
 # -- examples and exit codes stay true -------------------------------------------------------
