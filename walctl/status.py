@@ -38,6 +38,7 @@ class StatusResult:
     verification: Verification | None = None  # status --verify-budget (None: no verification asked)
     log_moved: bool = False  # the header slots changed under a scan that found damage: rescanned
     rescans: int = 0
+    lock_holder_trim: str | None = None  # the holder is a trim ("walctl upload", ...: its mark, FORMATS.md 1.8)
 
     @property
     def end_offset(self) -> int | None:
@@ -131,6 +132,7 @@ class StatusResult:
             "lock_holder_pid": self.lock_holder_pid,
             "lock_holder_command": self.lock_holder_command,
             "writer_active": self.lock_holder_pid is not None,
+            "lock_holder_trim": self.lock_holder_trim,
             **self._gaps_json(),
             "scanned": scan is not None,
             "checkpoint": cp.to_json() if cp is not None else (
@@ -225,7 +227,8 @@ def wal_status(path: str, *, scan: bool = False, progress=None, verify: VerifyRe
         return StatusResult(path, session.dev.size_bytes, session.state, scan, session.writer_pid,
                             _command_of(session.writer_pid), warnings, sorted(streams),
                             device_bytes_read=bytes_read_total() - read_before, verification=verification,
-                            log_moved=moved is not None, rescans=rescans)
+                            log_moved=moved is not None, rescans=rescans,
+                            lock_holder_trim=_trim_of(path, session.writer_pid))
     finally:
         session.dev.close()
 
@@ -293,6 +296,17 @@ def _verify(session, path: str, request: VerifyRequest, full: reader.ScanResult 
     verify.save_state(request.state_file, devices)
     return verify.Verification(done, list(entry.corrupt), found, request.state_file, entry.passes,
                                entry.last_pass_ns, restarted)
+
+
+def _trim_of(path: str, pid: int | None) -> str | None:
+    """The trim's command ("walctl upload") when the lock's holder ``pid`` is a marked trim, else None
+    (a query of the mark: no lock taken, nothing written)."""
+    if pid is None:
+        return None
+    from walctl.device.locks import trim_holder
+
+    trim = trim_holder(path)
+    return trim.command if trim is not None and trim.pid == pid else None
 
 
 def _command_of(pid: int | None) -> str | None:

@@ -103,6 +103,7 @@ def test_live_writer_is_reported(cli, new_wal, held_writer):
     assert res.exit_code == 0, res
     assert out["lock_holder_pid"] == writer.proc.pid and out["writer_active"] is True
     assert out["lock_holder_command"]  # the process name from /proc, never its arguments
+    assert out["lock_holder_trim"] is None  # a writer, not a trim (its mark: FORMATS.md 1.8)
     assert out["shutdown_type"] == "ungraceful"  # a running writer has not closed the log
     assert out["records"] == 1
     assert f"a writer (pid {writer.proc.pid}) holds the device" in res.stderr

@@ -136,6 +136,10 @@ def test_readers_are_never_held_by_a_trim(run, new_wal, held_trim):
     assert _records(run, dev) == ["a", "b"]
     res = run("status", dev, "--json")
     assert res.exit_code == 0, res
+    status = res.json_lines()[-1]
+    assert (status["lock_holder_pid"], status["lock_holder_trim"]) == (trim.pid, "walctl trim")  # said as a trim
+    human = run("status", dev)
+    assert human.exit_code == 0 and ", trimming (walctl trim)" in human.stdout, human
     assert trim_holder(dev) == TrimHolder(trim.pid, "walctl trim")  # the readers took nothing from it
     ready.unlink()
     code, _, err = _finish(trim)

@@ -198,7 +198,8 @@ def _render(out: dict) -> None:
     row("node id", human.NONE if out["node_id"] in (None, -1) else str(out["node_id"]))
     holder = out["lock_holder_pid"]
     row("lock holder", "none" if holder is None else
-                  f"pid {holder}" + (f" ({out['lock_holder_command']})" if out["lock_holder_command"] else ""))
+                  f"pid {holder}" + (f" ({out['lock_holder_command']})" if out["lock_holder_command"] else "")
+                  + (f", trimming ({out['lock_holder_trim']})" if out.get("lock_holder_trim") else ""))
     stdout_console().print(table)
 
 
