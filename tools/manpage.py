@@ -75,6 +75,9 @@ EXTRA_ENV: dict[str, tuple[str, tuple[str, ...]]] = {
                          "500ms, 0 for no wait, at most 7d); past it, exit 5 naming the holder. A value that "
                          "is not such a duration is exit 2 when the writer opens.",
                          ("append", "trim", "bench")),
+    "WALCTL_NO_NATIVE": ("Set (to anything but 0): the pure-Python paths instead of the C extensions "
+                         "(walctl.format._native, walctl.device._aio), as a build without a compiler runs; "
+                         "slower, the same bytes.", ()),
 }
 
 
