@@ -149,17 +149,20 @@ def test_a_failing_acknowledgement_mid_batch_stops_the_acknowledgements_at_once(
 
 def test_a_failing_acknowledgement_after_another_failure_stops_the_acknowledgements_at_once(tmp_path):
     """Blocks 1 and 2 booked, a header write fails, block 3 completes: block 1's acknowledgement fails,
-    block 2's is not attempted."""
+    block 2's is not attempted; the writer reports the header write's failure, the first (the root
+    cause: an acknowledgement's failure, e.g. a full disk under the redirected stdout, never hides
+    the device's)."""
     w, q, _ = three_blocks(tmp_path)
     broken = BrokenPipeError(errno.EPIPE, "Broken pipe")
-    seen = []
+    seen, first = [], []
 
     def on_ack(offset, token):
         seen.append(token)
+        first.append(w._failed)
         raise broken
 
     w.on_ack = on_ack
     q.complete_batch([0, 1, 2], after=after_callback(1, header_write_fails(w)))
-    assert seen == ["a"] and w._failed is broken
+    assert seen == ["a"] and isinstance(first[0], IOFailure) and w._failed is first[0]
     assert list(w._inflight) == []
     w.abort()

@@ -249,21 +249,21 @@ class SubmissionWindow:
                     flush()
         finally:
             # Durable, in log order: acknowledged whatever happens to later blocks, until a callback fails.
-            failed = self._failed
             for head in durable:
                 self.acked_end = head.log_end
                 for sid, end, offset in head.stream_marks:
                     self.stream_ends[sid] = end
                     self._stream_recency[sid] = offset
-                self._ack_block(head)
-                if self._failed is not failed:
+                if not self._ack_block(head):
                     break
         if self._failed is not None:
             # Nothing at or after the failed block is acknowledged; let waiters see it.
             self._inflight = deque(b for b in self._inflight if not b.done)
 
-    def _ack_block(self, head: Block) -> None:
-        """Acknowledge the records of a durable block, in order; a callback's failure fails the writer."""
+    def _ack_block(self, head: Block) -> bool:
+        """Acknowledge the records of a durable block, in order; False if a callback failed. Its failure
+        fails the writer, unless a failure was recorded first (a device's EIO, booked blocks still
+        acknowledged after it): the first one is what the writer reports, the root cause."""
         for item in head.records:
             try:
                 if item.__class__ is Frames:
@@ -279,8 +279,10 @@ class SubmissionWindow:
                 if self.on_ack is not None:
                     self.on_ack(*item)
             except BaseException as exc:  # e.g. the reader of our stdout went away
-                self._failed = exc
-                break
+                if self._failed is None:
+                    self._failed = exc
+                return False
+        return True
 
     def _ack_many(self, item: Many) -> None:
         """Acknowledge the records of one append_many call in one block (their offsets from their sizes)."""
