@@ -126,7 +126,11 @@ def _run_closed_loop(run: _Run, queue, started: int, progress: Progress | None) 
     clock = time.perf_counter_ns
     next_progress = clock() + int(PROGRESS_INTERVAL_S * 1e9)
     try:
-        loop.start()
+        # Held too: a signal's exception inside AioWriteQueue.submit, after it took a slot and before its
+        # io_submit, would leave a write counted that never completes, and the drain below and the
+        # queue's close would wait for it forever (a SIGTERMed bench that hung).
+        with signals_deferred():
+            loop.start()
         while loop.in_flight:
             with signals_deferred():
                 loop.run(run.deadline_ns, clock() + int(HOLD_S * 1e9))
