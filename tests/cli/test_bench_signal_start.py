@@ -1,9 +1,10 @@
-"""A SIGTERM while `walctl bench`'s aio loop submits its first writes (ClosedLoop.start) waits for the
-submission to finish: raised inside AioWriteQueue.submit, after the queue took a slot and before its
-io_submit, it left a write counted that never completes, and the drain and the queue's close waited
-for it for ever (a SIGTERMed bench hung: tests/cli/test_signals.py's bench test once timed out). The
-signal comes from the low-level submit itself, at that very point, in a subprocess under the CLI's
-handler; the run must end with the interruption, every write in flight drained."""
+"""A SIGTERM while `walctl bench`'s raw loop submits its first writes (ClosedLoop.start; the first
+submits of the callbacks path, with a reaper thread) waits for the submissions to finish: raised
+inside AioWriteQueue.submit, after the queue took a slot and before its io_submit, it left a write
+counted that never completes, and the drain and the queue's close waited for it for ever (a
+SIGTERMed bench hung: tests/cli/test_signals.py's bench test once timed out). The signal comes from
+the low-level submit itself, at that very point, in a subprocess under the CLI's handler; the run
+must end with the interruption, every write in flight drained."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ _SCRIPT = textwrap.dedent('''
     with open(path, "wb") as f:
         f.truncate(4 << 20)
     dev = open_device(path, writable=True)
-    queue = open_write_queue(dev, 4, "aio", reaper=False)
+    queue = open_write_queue(dev, 4, "aio", reaper=sys.argv[2] == "reaper")
     if queue.engine != "aio":
         print("no-aio")
         sys.exit(0)
@@ -59,8 +60,9 @@ _SCRIPT = textwrap.dedent('''
 ''')
 
 
-def test_a_sigterm_during_the_first_submits_is_held_and_the_run_drains(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(tmp_path / "bench.img")], capture_output=True,
+@pytest.mark.parametrize("loop", ["closed", "reaper"])  # ClosedLoop.start; _run_callbacks' first submits
+def test_a_sigterm_during_the_first_submits_is_held_and_the_run_drains(tmp_path, loop):
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(tmp_path / "bench.img"), loop], capture_output=True,
                           text=True, env=_env({}), cwd=str(REPO_ROOT), timeout=60)
     assert proc.returncode == 0, proc.stderr
     if proc.stdout.split() == ["no-aio"]:

@@ -182,9 +182,10 @@ def _run_callbacks(run: _Run, queue, started: int, iodepth: int, progress: Progr
     """Each slot's completion callback submits its next write (the threads engine, or aio with a reaper)."""
     submitted = 0
     try:
-        for slot in range(iodepth):
-            run.start(slot)
-            submitted += 1
+        with signals_deferred():  # (as _run_closed_loop's start: never a submit torn in half, nor its count)
+            for slot in range(iodepth):
+                run.start(slot)
+                submitted += 1
         next_progress = time.monotonic() + PROGRESS_INTERVAL_S
         while not run.finished.is_set():
             run.finished.wait(PROGRESS_INTERVAL_S)
