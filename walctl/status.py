@@ -303,10 +303,10 @@ def _trim_of(path: str, pid: int | None) -> str | None:
     (a query of the mark: no lock taken, nothing written)."""
     if pid is None:
         return None
-    from walctl.device.locks import trim_holder
+    from walctl.device.locks import trim_holding
 
-    trim = trim_holder(path)
-    return trim.command if trim is not None and trim.pid == pid else None
+    trim = trim_holding(path, pid)
+    return trim.command if trim is not None else None
 
 
 def _command_of(pid: int | None) -> str | None:

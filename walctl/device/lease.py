@@ -11,7 +11,8 @@ import os
 # Two descriptors in one process exclude each other too (an OFD lock belongs to its open file).
 LEASE_OFFSET = 1 << 62
 LEASE_POLL_S = 0.05
-_FLOCK = "hhqqi4x"  # struct flock (x86-64, arm64): l_type, l_whence, l_start, l_len, l_pid
+# struct flock (x86-64, arm64): l_type, l_whence, l_start, l_len, l_pid (walctl.device.locks' trim mark too)
+FLOCK_FORMAT = "hhqqi4x"
 
 
 class Lease:
@@ -39,7 +40,7 @@ def take_lease(path: str, *, wait_s: float, on_wait=None, offset: int = LEASE_OF
     import time
 
     fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    request = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0)
+    request = struct.pack(FLOCK_FORMAT, fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0)
     deadline = time.monotonic() + wait_s
     waited = False
     try:

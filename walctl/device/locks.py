@@ -143,7 +143,6 @@ PID_SPAN = 1 << 22  # PID_MAX_LIMIT on 64-bit Linux: every pid fits below it
 # Append only: the index is on the device while a trim runs, and other walctl versions read it.
 TRIM_COMMANDS = ("walctl", "walctl trim", "walctl upload", "walctl salvage", "walctl selftest")
 TRIM_MARK_SPAN = 64 * PID_SPAN  # room for 64 commands
-_FLOCK = "hhqqi4x"  # struct flock (x86-64, arm64): l_type, l_whence, l_start, l_len, l_pid (as lease.py)
 
 
 @dataclass(frozen=True)
@@ -204,12 +203,14 @@ def mark_trim(fd: int, argv: list[str] | None = None) -> bool:
     import struct
     import sys
 
+    from walctl.device.lease import FLOCK_FORMAT  # (here: a reader's start-up loads this module, not lease)
+
     command = walctl_command(sys.argv if argv is None else argv)
     who = TRIM_COMMANDS.index(command) if command in TRIM_COMMANDS else 0
     pid = os.getpid()
     if pid >= PID_SPAN:  # (not on Linux: PID_MAX_LIMIT)
         return False
-    request = struct.pack(_FLOCK, fcntl.F_RDLCK, os.SEEK_SET, TRIM_MARK_BASE + who * PID_SPAN + pid, 1, 0)
+    request = struct.pack(FLOCK_FORMAT, fcntl.F_RDLCK, os.SEEK_SET, TRIM_MARK_BASE + who * PID_SPAN + pid, 1, 0)
     try:
         fcntl.fcntl(fd, fcntl.F_OFD_SETLK, request)
     except OSError:
@@ -224,21 +225,31 @@ def trim_holder(path: str) -> TrimHolder | None:
     import fcntl
     import struct
 
+    from walctl.device.lease import FLOCK_FORMAT
+
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
         answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK,
-                             struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, TRIM_MARK_BASE, TRIM_MARK_SPAN, 0))
+                             struct.pack(FLOCK_FORMAT, fcntl.F_WRLCK, os.SEEK_SET, TRIM_MARK_BASE, TRIM_MARK_SPAN, 0))
     except OSError:
         return None
     finally:
         os.close(fd)
-    kind, _, start, length, _ = struct.unpack(_FLOCK, answer)
+    kind, _, start, length, _ = struct.unpack(FLOCK_FORMAT, answer)
     # A mark is a read lock on one byte of the range; anything else over it (another program's
     # whole-file lock, flock emulated as one on NFS) says nothing of a trim.
     if kind != fcntl.F_RDLCK or length != 1 or not 0 <= start - TRIM_MARK_BASE < TRIM_MARK_SPAN:
         return None
     who, pid = divmod(start - TRIM_MARK_BASE, PID_SPAN)
     return TrimHolder(pid, TRIM_COMMANDS[who] if who < len(TRIM_COMMANDS) else "walctl")
+
+
+def trim_holding(path: str, holder_pid: int | None) -> TrimHolder | None:
+    """The trim whose mark is on ``path`` if it is the one holding the flock, ``holder_pid`` (from
+    /proc/locks; None when unknown, as on a block device held by O_EXCL before its flock): a mark
+    whose pid is another's is a trim refused itself, marked for an instant before its flock failed."""
+    trim = trim_holder(path)
+    return trim if trim is not None and holder_pid in (None, trim.pid) else None

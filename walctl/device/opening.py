@@ -65,16 +65,15 @@ def trim_wait_seconds() -> float:
     return seconds
 
 
-def _holder_hint(path: str) -> str | None:
-    """``pid N`` of the flock's holder (/proc/locks), with its walctl command when it runs walctl
-    (``pid N, walctl append``); None when /proc cannot tell."""
-    from walctl.device.locks import lock_holder, process_command
+def _holder_hint(entry) -> str | None:
+    """``pid N`` of the flock's holder (``entry``: its /proc/locks line, walctl.device.locks.flock_entry),
+    with its walctl command when it runs walctl (``pid N, walctl append``); None when /proc cannot tell."""
+    from walctl.device.locks import process_command
 
-    pid = lock_holder(path)
-    if pid is None:
+    if entry is None:
         return None
-    command = process_command(pid)
-    return f"pid {pid}, {command}" if command else f"pid {pid}"
+    command = process_command(entry.pid)
+    return f"pid {entry.pid}, {command}" if command else f"pid {entry.pid}"
 
 
 def open_device(path: str, *, writable: bool, allow_buffered: bool = True, ask_holder: bool = True,
@@ -156,19 +155,17 @@ def _open_writer(path: str, flags: int, allow_buffered: bool, warnings: list[str
             return _open_locked(path, flags, allow_buffered, warnings, trim_mark)
         except RefusedError as exc:
             refusal = exc
-        from walctl.device.locks import flock_entry, trim_holder
+        from walctl.device.locks import flock_entry, trim_holding
 
-        trim = trim_holder(path)
-        entry = flock_entry(path)  # (pid 0: a holder outside our pid namespace)
-        if trim is not None and entry is not None and entry.pid > 0 and entry.pid != trim.pid:
-            trim = None  # the mark of a trim itself being refused, for an instant: the flock is another's
+        entry = flock_entry(path)
+        trim = trim_holding(path, entry.pid if entry is not None else None)
         # A shared flock is never a writer's: a probe's, such as udev's after a writer closed a block
         # device (systemd's block device locking), held for moments: waited for like a trim.
         shared = entry if trim is None and entry is not None and entry.access == "READ" else None
         if trim is None and (shared is None or trim_wait_s <= 0):
             unmarked += 1
             if unmarked > 1 or trim_wait_s <= 0:  # (without a wait, a refusal is the answer anyway)
-                refusal.hint = _holder_hint(path)
+                refusal.hint = _holder_hint(entry)
                 raise refusal
             _sleep(RECHECK_S)
             continue

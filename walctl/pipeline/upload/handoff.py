@@ -64,13 +64,11 @@ def _trim_after(wal_path: str, offset: int, warnings: list[str], timeout_s: floa
 def _naming_the_writer(exc: TrimPendingError, wal_path: str) -> TrimPendingError:
     """The exit-8 error naming the pid that holds the WAL's writer lock and did not take the trim
     (stopped with SIGSTOP, busy, or without the hand-off): the operator's next step is that process."""
-    from walctl.device.locks import lock_holder, trim_holder
+    from walctl.device.locks import lock_holder, trim_holding
 
-    trim = trim_holder(wal_path)
     pid = lock_holder(wal_path)
-    if trim is not None and pid in (None, trim.pid):
-        # a trim (marked, FORMATS.md 1.8; the refusal in exc.what names it), no writer; a mark whose
-        # pid is not the flock's holder is a trim refused itself, for an instant
+    trim = trim_holding(wal_path, pid)
+    if trim is not None:  # a trim (marked, FORMATS.md 1.8; the refusal in exc.what names it), no writer
         exc.hint = (f"see what pid {trim.pid} is doing; rerun upload once it is done (it skips what is "
                     f"committed), or pass --no-trim")
         return exc
