@@ -99,6 +99,13 @@ def make_input(path: str, record: int, payload_bytes: int) -> int:
     return count
 
 
+def walctl_depth() -> int:
+    """walctl's own queue depth, as its runs will see it: WALCTL_IODEPTH, else append's default."""
+    from walctl.defaults import DEFAULT_IODEPTH
+
+    return int(os.environ.get("WALCTL_IODEPTH") or DEFAULT_IODEPTH)
+
+
 def walctl_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "walctl", *args]
 
@@ -425,11 +432,7 @@ def main() -> int:
     parser.add_argument("--report", metavar="JSON", help="print the table of an earlier run's --json file, run nothing")
     opts = parser.parse_args()
     opts.data = parse_size(opts.data)
-    # walctl's own queue depth (its default, or WALCTL_IODEPTH as the runs will see it): bare runs at it,
-    # and fio runs at it as well as at the issue's depth 4
-    from walctl.defaults import DEFAULT_IODEPTH
-
-    opts.depth = int(os.environ.get("WALCTL_IODEPTH") or DEFAULT_IODEPTH)
+    opts.depth = walctl_depth()  # bare runs at it, and fio at it as well as at the issue's depth 4
     if opts.report:
         with open(opts.report) as f:
             report(json.load(f), opts)

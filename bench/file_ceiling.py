@@ -96,9 +96,7 @@ def main() -> int:
     parser.add_argument("--json", help="also write the rounds to this file")
     opts = parser.parse_args()
     record, data, size = ab.parse_size(opts.record), ab.parse_size(opts.data), ab.parse_size(opts.size)
-    from walctl.defaults import DEFAULT_IODEPTH  # walctl's depth, as its runs will see it
-
-    opts.depth = int(os.environ.get("WALCTL_IODEPTH") or DEFAULT_IODEPTH)
+    opts.depth = ab.walctl_depth()
     if shutil.which("fio") is None:
         raise SystemExit("fio is not installed (apt-get install -y fio)")
     with ab.bench_device(size, opts.dir, "walctl-file-ceiling-") as (loop, tmpdir):
