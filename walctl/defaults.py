@@ -40,7 +40,8 @@ DEFAULT_IODEPTH = 6
 
 # The I/O engines a writer's block writes can go through (walctl.device.writequeue), and the
 # variable that picks one for every command (checked when a command starts, walctl.cli.boundary).
-IO_ENGINES = ("auto", "aio", "threads")
+# auto: io_uring where the kernel sets a ring up, else native AIO, else threads.
+IO_ENGINES = ("auto", "io_uring", "aio", "threads")
 IO_ENGINE_ENV = "WALCTL_IO_ENGINE"
 
 # S3 under an outage or a silent endpoint (the CLI's --retry-for, --s3-connect-timeout,

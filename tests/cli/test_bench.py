@@ -274,8 +274,8 @@ def test_aio_queue_writes_what_it_was_given_and_reports_errors(tmp_path):
         dev.close()
 
 
-@pytest.mark.parametrize("engine", ["aio", "threads"])
-def test_append_and_recover_with_either_engine(run, new_wal, engine):
+@pytest.mark.parametrize("engine", ["io_uring", "aio", "threads"])
+def test_append_and_recover_with_each_engine(run, new_wal, engine):
     dev = new_wal("1MiB")
     res = run("append", dev, "--input", "-", input=b"".join(b"r%d\n" % i for i in range(300)),
               env={"WALCTL_IO_ENGINE": engine})

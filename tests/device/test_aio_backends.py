@@ -1,7 +1,8 @@
-"""walctl.device.aio on both of its backends (issue 31): the C extension walctl.device._aio and the
-ctypes fallback give the same writes, the same completions and the same errors; the closed loop of
-walctl bench's raw modes books every write and stops when told. Each test runs on each backend
-(``native`` skipped where the extension is not built); one test checks which backend a queue picks."""
+"""walctl.device.aio on each of its backends (issue 31): the C extension walctl.device._aio's AIO
+context (``native``) and io_uring ring (``uring``), and the ctypes AIO fallback, give the same writes,
+the same completions and the same errors; the closed loop of walctl bench's raw modes books every
+write and stops when told. Each test runs on each backend (``native`` and ``uring`` skipped where the
+extension is not built or the kernel sets up no ring); one test checks which backend a queue picks."""
 
 from __future__ import annotations
 
@@ -26,11 +27,14 @@ except ImportError:  # pragma: no cover - a build without a compiler
     built = None
 
 
-@pytest.fixture(params=["native", "ctypes"])
+@pytest.fixture(params=["native", "uring", "ctypes"])
 def backend(request) -> str:
-    if request.param == "native" and built is None:
+    if request.param != "ctypes" and built is None:
         pytest.skip("walctl.device._aio is not built here")
     return request.param
+
+
+ENGINE_OF = {"native": "aio", "ctypes": "aio", "uring": "io_uring"}
 
 
 @pytest.fixture
@@ -44,10 +48,11 @@ def dev(tmp_path):
 
 def make_queue(dev, backend: str, depth: int = 4, reaper: bool = False) -> AioWriteQueue:
     try:
-        queue = AioWriteQueue(dev, depth, reaper=reaper, native=(backend == "native"))
-    except OSError as exc:  # pragma: no cover - a kernel without AIO
-        pytest.skip(f"native AIO is unavailable: {exc}")
-    assert queue.backend == backend
+        queue = AioWriteQueue(dev, depth, reaper=reaper, native=(backend != "ctypes"), kind=ENGINE_OF[backend])
+    except OSError as exc:  # pragma: no cover - a kernel without AIO (or, for uring, without io_uring)
+        pytest.skip(f"{ENGINE_OF[backend]} is unavailable: {exc}")
+    assert queue.backend == ("ctypes" if backend == "ctypes" else "native")
+    assert queue.engine == ENGINE_OF[backend]
     return queue
 
 
@@ -158,14 +163,18 @@ def test_a_write_the_kernel_fails_reaches_its_callback_as_an_io_failure(dev, bac
     assert errors[1].__cause__ is None or isinstance(errors[1].__cause__, OSError)
 
 
-@pytest.mark.parametrize("name", ["native", "ctypes"])
-def test_both_contexts_report_the_same_completions_and_errors(dev, name):
-    if name == "native" and built is None:
+@pytest.mark.parametrize("name", ["native", "uring", "ctypes"])
+def test_every_context_reports_the_same_completions_and_errors(dev, name):
+    if name != "ctypes" and built is None:
         pytest.skip("walctl.device._aio is not built here")
-    make = built.Context if name == "native" else _CtypesContext
-    ctx = make(2, dev.fileno(), -1)
+    make = {"native": getattr(built, "Context", None), "uring": getattr(built, "Ring", None),
+            "ctypes": _CtypesContext}[name]
     try:
-        assert ctx.ctx != 0 and ctx.getevents(0, None) == []
+        ctx = make(2, dev.fileno(), -1)
+    except (OSError, TypeError) as exc:  # pragma: no cover - no io_uring here
+        pytest.skip(f"{name} is unavailable: {exc}")
+    try:
+        assert (ctx.ctx != 0) == (name != "uring") and ctx.getevents(0, None) == []
         buf = filled(3, 8192)
         addr = aio_mod.buffer_address(memoryview(buf))
         assert ctx.submit(1, addr, 8192, 4096) == 1
@@ -250,7 +259,7 @@ def test_raw_iops_through_the_closed_loop_on_either_backend(dev, backend):
         queue.close()
     # More writes than the queue's depth: each slot's write was reaped and the slot given another.
     # (Not a rate: under three test workers one batch has taken 242 ms; 0.5 s leaves room for two.)
-    assert result.engine == "aio" and result.writes > 4 and result.latency.count == result.writes
+    assert result.engine == ENGINE_OF[backend] and result.writes > 4 and result.latency.count == result.writes
     assert 0.45 < result.seconds < 5 and queue._outstanding == 0
     # The run's own CPU time per write (what bench/fio_compare.py sets beside fio's), os.times' ticks apart.
     cpu_us = ((t1.user - t0.user) + (t1.system - t0.system)) / result.writes * 1e6

@@ -2,7 +2,8 @@
 waits ~30 ms, paid by every run and every in-process test. A queue whose writes were all reaped
 leaves the destroy to a daemon thread (walctl.device.aio.destroy_later); one whose io_getevents
 failed (writes may be in flight) still destroys the context before close() returns. Each test runs
-on both backends (the C extension and ctypes)."""
+on both AIO backends (the C extension and ctypes); an io_uring ring's close is
+tests/device/test_uring.py's."""
 
 from __future__ import annotations
 
@@ -18,7 +19,15 @@ from walctl.device.aio import AioWriteQueue, ClosedLoop
 from walctl.device.signals import signals_deferred
 from walctl.errors import IOFailure
 
-from test_aio_backends import backend, dev  # noqa: F401 - the native/ctypes and device fixtures, shared
+from test_aio_backends import built, dev  # noqa: F401 - the device fixture, shared
+
+
+@pytest.fixture(params=["native", "ctypes"])
+def backend(request) -> str:
+    """The AIO backends (an AIO context's grace period is this file's subject)."""
+    if request.param == "native" and built is None:
+        pytest.skip("walctl.device._aio is not built here")
+    return request.param
 
 
 class HeldDestroy:
@@ -48,7 +57,7 @@ class HeldDestroy:
 
 def make_queue(dev, backend: str, reaper: bool) -> tuple[AioWriteQueue, HeldDestroy]:
     try:
-        queue = AioWriteQueue(dev, 4, reaper=reaper, native=(backend == "native"))
+        queue = AioWriteQueue(dev, 4, reaper=reaper, native=(backend == "native"), kind="aio")
     except OSError as exc:  # pragma: no cover - a kernel without AIO
         pytest.skip(f"native AIO is unavailable: {exc}")
     held = queue._io = HeldDestroy(queue._io)

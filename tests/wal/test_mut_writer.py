@@ -116,7 +116,7 @@ def test_a_new_writer_reports_its_ring_and_header(tmp_path):
         assert w.ring.size == RING
         assert w.trim_start == 0  # trim offset -1: nothing trimmed yet
         assert w.window_cap_bytes == RING  # capped at the ring
-        assert w.io_engine in ("aio", "threads")
+        assert w.io_engine in ("io_uring", "aio", "threads")
         assert (w.blocks_written, w.bytes_written, w.records_acked, w.header_writes) == (0, 0, 0, 0)
         assert w.checkpoint() == Checkpoint(0, {}, True, -1)
     finally:

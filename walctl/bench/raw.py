@@ -1,10 +1,10 @@
 """Raw device modes: random writes (iops) and sequential writes (bandwidth) at a queue depth.
 
 Writes go through the same WriteQueue as the WAL writer (walctl.device.blockio:
-native AIO on the O_DIRECT | O_DSYNC fd, or threads), so each one is as durable
+io_uring or native AIO on the O_DIRECT | O_DSYNC fd, or threads), so each one is as durable
 as a WAL block when it completes. Each I/O slot resubmits from its own completion,
 keeping ``iodepth`` writes in flight until the duration is over, like fio. With the
-aio engine this thread reaps and resubmits itself through walctl.device.aio.ClosedLoop
+io_uring and aio engines this thread reaps and resubmits itself through walctl.device.aio.ClosedLoop
 (fio's loop: a few lines of Python per write, one io_submit per batch of completions);
 with threads, each slot's completion callback submits its next write.
 """
@@ -161,7 +161,7 @@ def run_raw(queue, mode: str, *, block_size: int, region_start: int, region_byte
     cpu_before = os.times()
     started = time.perf_counter_ns()
     run.deadline_ns = started + int(duration_s * 1e9)
-    if queue.engine == "aio" and getattr(queue, "_reaper", None) is None:
+    if queue.engine in ("io_uring", "aio") and getattr(queue, "_reaper", None) is None:
         _run_closed_loop(run, queue, started, progress)
     else:
         _run_callbacks(run, queue, started, iodepth, progress)

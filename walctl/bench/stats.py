@@ -55,7 +55,7 @@ class ModeResult:
     """What one mode measured. ``iops`` counts device writes; for the WAL mode, blocks."""
 
     mode: str  # "iops", "bandwidth" or "wal"
-    engine: str  # the WriteQueue engine: "aio" or "threads"
+    engine: str  # the WriteQueue engine: "io_uring", "aio" or "threads"
     block_size_bytes: int | None  # None for the WAL mode (blocks vary up to 256 KiB)
     iodepth: int
     seconds: float

@@ -43,7 +43,7 @@ def run_wal(path: str, *, capacity: int, record_size: int, iodepth: int, duratio
         rate: the writer's IOPS budget, block writes per second (None: unlimited).
         bandwidth_mib: the writer's bandwidth budget, MiB per second written to the device.
         offered_rate: append at most this many records per second (None: as fast as the WAL takes them).
-        engine: the I/O engine of the writer ("aio", "threads"; None: the default choice).
+        engine: the I/O engine of the writer ("io_uring", "aio", "threads"; None: the default choice).
     Returns:
         The result and the warnings of opening the WAL.
     Raises:

@@ -21,6 +21,7 @@ class Mode(str, enum.Enum):
 
 class Engine(str, enum.Enum):
     auto = "auto"
+    io_uring = "io_uring"
     aio = "aio"
     threads = "threads"
 
@@ -67,9 +68,10 @@ def bench_cmd(
              "has less free space; then removed, unless --keep).")] = None,
     engine: Annotated[Engine, typer.Option(
         "--engine", envvar="WALCTL_IO_ENGINE",
-        help="I/O engine of every mode: 'aio' (Linux native AIO on the O_DIRECT+O_DSYNC device), 'threads' "
-             "(a pool of threads, each in a durable pwrite) or 'auto' (aio where it works); WALCTL_IO_ENGINE "
-             "sets it for every command.")] = Engine.auto,
+        help="I/O engine of every mode: 'io_uring' (an io_uring ring on the O_DIRECT+O_DSYNC device, Linux "
+             "5.11+), 'aio' (Linux native AIO on that device), 'threads' (a pool of threads, each in a durable "
+             "pwrite) or 'auto' (io_uring where the kernel allows a ring, else aio where it works, else "
+             "threads); WALCTL_IO_ENGINE sets it for every command.")] = Engine.auto,
     keep: Annotated[bool, typer.Option(
         "--keep", help="Keep the file bench created for DEVICE (it is removed by default).")] = False,
     force: Annotated[bool, typer.Option(

@@ -1,10 +1,15 @@
-"""Linux native AIO (io_submit / io_getevents): ``AioWriteQueue``.
+"""Asynchronous durable writes, io_uring or Linux native AIO (io_submit / io_getevents): ``AioWriteQueue``.
 
 The system calls go through walctl.device._aio, a small optional C extension (issue 31: iocbs
 filled in C, completions handed back as one list per reap, no ctypes object per write), or,
 when it is not built or WALCTL_NO_NATIVE is set, through ctypes (libc's syscall()). Both
 backends offer the same calls (``_CtypesContext`` here is the twin of ``_aio.Context``);
-``AioWriteQueue.backend`` says which one a queue uses.
+``AioWriteQueue.backend`` says which one a queue uses. The extension also has an io_uring ring
+(``_aio.Ring``, the same calls): a queue takes one where the kernel sets it up (``engine``
+"io_uring"), else an AIO context ("aio"). Why: an AIO context's teardown waits out two RCU grace
+periods (~30 ms, paid by every process at its exit even when io_destroy is left to a thread: a
+fifth of a one-record append's wall), a ring's is asynchronous; and the ring wrote more per
+second in bench/append_bench.py (issue 31).
 
 See walctl.device.writequeue for the WriteQueue contract it keeps.
 """
@@ -217,6 +222,27 @@ def settle_destroys(timeout_s: float | None = None) -> bool:
         return not _destroying
 
 
+def _open_context(module, kind: str | None, depth: int, fd: int, resfd: int):
+    """The queue's system calls: an io_uring Ring of ``module`` (walctl.device._aio) for kind "io_uring"
+    or None where the kernel sets one up, else (kind "aio" or None) an AIO context, ``module``'s or
+    the ctypes twin where ``module`` is None. Raises OSError (its message names the call refused)."""
+    ring_type = getattr(module, "Ring", None) if module is not None else None
+    if kind == "io_uring" or (kind is None and ring_type is not None):
+        if ring_type is None:
+            raise OSError(errno.ENOSYS, "io_uring_setup: walctl.device._aio has no io_uring here (not built "
+                                        "with <linux/io_uring.h> 5.11+, or WALCTL_NO_NATIVE)")
+        try:
+            return ring_type(depth, fd, resfd)
+        except OSError as exc:
+            if kind == "io_uring":
+                raise OSError(exc.errno, f"io_uring_setup: {os.strerror(exc.errno)}") from exc
+            # kind None: seccomp (containers), kernel.io_uring_disabled or an older kernel: AIO instead
+    try:
+        return module.Context(depth, fd, resfd) if module is not None else _CtypesContext(depth, fd, resfd)
+    except OSError as exc:
+        raise OSError(exc.errno, f"io_setup: {os.strerror(exc.errno)}") from exc
+
+
 class _AioRing(ctypes.Structure):
     """The head of the completion ring the kernel maps at the AIO context's address (fs/aio.c)."""
 
@@ -230,10 +256,11 @@ _IOCB_FLAG_RESFD = 1  # signal aio_resfd (an eventfd) on completion
 
 
 class AioWriteQueue:
-    """Linux native AIO on a DirectDevice's O_DIRECT | O_DSYNC fd, at most ``depth`` writes in flight.
+    """io_uring or Linux native AIO on a DirectDevice's O_DIRECT | O_DSYNC fd, at most ``depth``
+    writes in flight (``engine``: "io_uring" or "aio").
 
     Durability: the fd carries O_DSYNC, so the kernel completes each write (the
-    io_event) only after the data is on stable media (FUA, or a cache flush where
+    io_event, or the ring's completion) only after the data is on stable media (FUA, or a cache flush where
     the device has no FUA), exactly the promise of a blocking ``pwrite`` on it.
     ``done`` therefore runs only once the write is durable.
 
@@ -245,17 +272,23 @@ class AioWriteQueue:
 
     engine = "aio"
 
-    def __init__(self, dev: "DirectDevice", depth: int, *, reaper: bool = True, native: bool | None = None):
+    def __init__(self, dev: "DirectDevice", depth: int, *, reaper: bool = True, native: bool | None = None,
+                 kind: str | None = None):
         """Args:
             reaper: run a thread that calls ``done`` as writes complete. Without it, the caller
                 runs them by calling ``wait`` (or ``poll``): one thread does everything, as fio does.
             native: make the system calls through walctl.device._aio (True; it must be built), through
                 ctypes (False), or the first where it is built and WALCTL_NO_NATIVE is unset (None).
+            kind: "io_uring" (the extension's Ring; OSError where the kernel refuses a ring), "aio"
+                (an AIO context), or None: a ring where one can be set up, else an AIO context.
+                ``engine`` says which one the queue uses.
         """
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
+        if kind not in (None, "io_uring", "aio"):
+            raise ValueError(f"kind must be 'io_uring', 'aio' or None, got {kind!r}")
         module = native_aio() if native is None else None
-        if native:
+        if native or (kind == "io_uring" and native is None):
             from walctl.device import _aio as module
         self.backend = "native" if module is not None else "ctypes"
         self.dev = dev
@@ -263,19 +296,21 @@ class AioWriteQueue:
         self._fd = dev.fileno()
         self._efd = os.eventfd(0, os.EFD_CLOEXEC)
         try:
-            resfd = self._efd if reaper else -1
-            io = module.Context(depth, self._fd, resfd) if module is not None else _CtypesContext(depth, self._fd, resfd)
-        except OSError as exc:
-            os.close(self._efd)
-            raise OSError(exc.errno, f"io_setup: {os.strerror(exc.errno)}") from exc
+            io = _open_context(module, kind, depth, self._fd, self._efd if reaper else -1)
         except BaseException:
             os.close(self._efd)
             raise
         self._io = io
-        # The context id is the address of the kernel's completion ring, mapped read-only
-        # into this process: head != tail means completions wait there (libaio reads it too).
-        ring = _AioRing.from_address(io.ctx)
-        self._ring = ring if ring.magic == _AIO_RING_MAGIC else None
+        self._ring = None
+        # io_uring: its completion ring is read in C (waiting(), no system call)
+        self._waiting = getattr(io, "waiting", None)
+        if self._waiting is not None:
+            self.engine = "io_uring"
+        else:
+            # The context id is the address of the kernel's completion ring, mapped read-only
+            # into this process: head != tail means completions wait there (libaio reads it too).
+            ring = _AioRing.from_address(io.ctx)
+            self._ring = ring if ring.magic == _AIO_RING_MAGIC else None
         self._nbytes = [0] * depth  # per slot: the length of its write in flight (to check completions)
         # Buffers seen before, by id: (buffer, checked view, address). The view stays exported,
         # so the buffer can neither move nor be closed while the queue may DMA from it; checking
@@ -358,7 +393,11 @@ class AioWriteQueue:
         Returns the number of completions handled (0 at once when none is waiting).
         """
         ring = self._ring
-        if ring is None or ring.head == ring.tail:
+        if ring is None:
+            waiting = self._waiting
+            if waiting is None or not waiting():
+                return 0
+        elif ring.head == ring.tail:
             return 0
         return self._reap()
 
@@ -491,10 +530,12 @@ class AioWriteQueue:
 
     def _release(self) -> None:
         self._ring = None  # unmapped by io_destroy: poll() must not look at it any more
+        self._waiting = None
         with self._lock:  # a _finish may be signalling the eventfd right now
-            if self._unreaped:
+            if self._unreaped or self.engine == "io_uring":
                 # io_getevents failed: writes may still be in flight. io_destroy waits for them, and
                 # here: the device is quiet before close() returns and the buffers are let go.
+                # A ring's destroy is quick besides (the kernel tears it down after the close).
                 self._io.destroy()
             else:
                 # Every write submitted was reaped (outstanding 0): the context is idle, and its

@@ -6,7 +6,7 @@ The code lives in rooms beside this module; import from them in new code:
     fdio        ``DirectDevice`` (O_DIRECT) and ``BufferedDevice`` (page cache + fdatasync),
                 ``bytes_read_total`` (the calling thread's device reads)
     fakes       ``MemoryDevice`` and ``FaultyDevice`` for tests
-    aio         ``AioWriteQueue``: Linux native AIO
+    aio         ``AioWriteQueue``: io_uring, or Linux native AIO
     writequeue  the WriteQueue contract, ``ThreadWriteQueue``, ``open_write_queue``
     opening     ``open_device`` and the errno -> walctl error mapping
     locks       ``/proc/locks``: ``parse_proc_locks``, ``lock_holder``

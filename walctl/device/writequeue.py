@@ -17,8 +17,8 @@ from walctl.errors import UsageError
 # device at a queue depth. Both go through a WriteQueue: ``submit`` starts one
 # durable write and calls ``done(error, flush_ns)`` when it has finished, from another
 # thread. Two implementations keep the same durability promise as ``pwrite``:
-#   - AioWriteQueue: Linux native AIO (io_submit/io_getevents) on the O_DIRECT |
-#     O_DSYNC fd of a DirectDevice. One thread reaps completions; no thread per
+#   - AioWriteQueue: io_uring, or Linux native AIO (io_submit/io_getevents), on the
+#     O_DIRECT | O_DSYNC fd of a DirectDevice. One thread reaps completions; no thread per
 #     write, so Python's per-write cost is ~10 us and the device, not the GIL,
 #     mostly sets the pace (4 KiB random writes at queue depth 4 on a loop
 #     device: a thread pool reached 0.5-0.6 of fio's IOPS, AIO 0.9-1.05).
@@ -26,7 +26,8 @@ from walctl.errors import UsageError
 #     GIL is released in the syscall). Any device works: buffered files, memory
 #     and fault-injecting devices in tests, and kernels without AIO.
 
-# IO_ENGINES and IO_ENGINE_ENV (forces an engine; auto picks aio where it can) live in walctl.defaults.
+# IO_ENGINES and IO_ENGINE_ENV (forces an engine; auto picks io_uring, else aio, where it can) live in
+# walctl.defaults.
 
 
 class ThreadWriteQueue:
@@ -83,14 +84,15 @@ class ThreadWriteQueue:
 
 
 def open_write_queue(dev: Device, depth: int, engine: str | None = None, *, reaper: bool = True):
-    """Return a WriteQueue for ``dev``: native AIO where it can be used, else threads.
+    """Return a WriteQueue for ``dev``: io_uring where the kernel sets a ring up, else native AIO,
+    else threads.
 
     Args:
         depth: writes in flight at most (the caller keeps to it).
-        engine: "auto" (default; env WALCTL_IO_ENGINE), "aio" or "threads".
+        engine: "auto" (default; env WALCTL_IO_ENGINE), "io_uring", "aio" or "threads".
         reaper: see AioWriteQueue; without one the caller must call ``wait`` to get completions.
     Raises:
-        UsageError: an unknown engine, or "aio" where it cannot be used.
+        UsageError: an unknown engine, or "io_uring" or "aio" where it cannot be used.
     """
     engine = engine or os.environ.get(IO_ENGINE_ENV) or "auto"
     if engine not in IO_ENGINES:
@@ -101,12 +103,13 @@ def open_write_queue(dev: Device, depth: int, engine: str | None = None, *, reap
         # Only an O_DIRECT | O_DSYNC fd: buffered AIO would block in io_submit and skip the fdatasync.
         if isinstance(dev, DirectDevice) and dev.writable:
             try:
-                return AioWriteQueue(dev, depth, reaper=reaper)
+                return AioWriteQueue(dev, depth, reaper=reaper, kind=None if engine == "auto" else engine)
             except OSError as exc:
-                if engine == "aio":
-                    raise UsageError(f"native AIO is unavailable: {exc.strerror}", where=dev.path,
-                                     hint="use the threads engine") from exc
-        elif engine == "aio":
-            raise UsageError("native AIO needs a device opened with O_DIRECT for writing", where=dev.path,
+                if engine != "auto":
+                    name = "io_uring" if engine == "io_uring" else "native AIO"
+                    raise UsageError(f"{name} is unavailable: {exc.strerror}", where=dev.path,
+                                     hint="use WALCTL_IO_ENGINE=auto (the best engine that works) or threads") from exc
+        elif engine != "auto":
+            raise UsageError(f"the {engine} engine needs a device opened with O_DIRECT for writing", where=dev.path,
                              hint="use the threads engine")
     return ThreadWriteQueue(dev, depth)

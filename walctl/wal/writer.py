@@ -119,8 +119,8 @@ class WalWriter(BlockBuilder, SubmissionWindow, RoomKeeper):
         self._busy = 0  # blocks whose write has not completed (I/O slots in use)
         self._failed: BaseException | None = None
         self._closed = False
-        # Blocks go through the device layer's write queue: native AIO on an O_DIRECT device
-        # (one reaper thread, no thread per write), threads elsewhere. Either calls back only
+        # Blocks go through the device layer's write queue: io_uring or native AIO on an O_DIRECT
+        # device (one reaper thread, no thread per write), threads elsewhere. Either calls back only
         # once the write is durable.
         self._queue = open_write_queue(dev, iodepth)
         self._buffer_bytes = align_up(block_soft_limit_bytes)
@@ -159,7 +159,7 @@ class WalWriter(BlockBuilder, SubmissionWindow, RoomKeeper):
 
     @property
     def io_engine(self) -> str:
-        """How blocks are written: "aio" (native AIO) or "threads" (walctl.device.blockio)."""
+        """How blocks are written: "io_uring", "aio" (native AIO) or "threads" (walctl.device.blockio)."""
         return self._queue.engine
 
     @property
