@@ -37,6 +37,15 @@ MAX_PART_BYTES = 5 << 30
 # 8 raised the 64 KiB p99 to 4.9-9.2 ms. (fio itself at 192 KiB: 1,484-1,661 MiB/s at depth 4,
 # 1,562-1,874 at 6.)
 DEFAULT_IODEPTH = 6
+# ... and for a regular file's input (`append --input FILE`, or stdin redirected from one): the whole
+# input is there, so the producer never waits and per-block latency is a bulk load's, not a live
+# producer's. The disk wants bytes in flight: 64 KiB records make 192 KiB blocks (1.1 MiB at six),
+# 4 KiB records 252 KiB ones. bench/append_bench.py's loop device, 1 GiB of 64 KiB records, io_uring,
+# six alternating rounds (2026-11-29, notes s11/var.py): depth 6 918-1,078 MiB/s (median 981, p99
+# 2.7-5.2 ms), 8 1,058-1,218 (1,111; 3.0-3.7), 10 1,099-1,263 (1,239; 3.4-4.2), fio at depth 4
+# 1,311-1,510; CPU per GiB falls with depth (fewer waits for a slot). 4 KiB records: 6, 8 and 10
+# the same (1,151-1,279). Piped 64 KiB at 8 or 10 raised p99 to 3.6-6.1 ms: streams keep six.
+FILE_IODEPTH = 10
 
 # The I/O engines a writer's block writes can go through (walctl.device.writequeue), and the
 # variable that picks one for every command (checked when a command starts, walctl.cli.boundary).

@@ -139,6 +139,11 @@ def test_the_writer_gets_the_request_s_options(tmp_path, monkeypatch):
     calls.clear()
     append(AppendRequest(path, 4, [b"b"], base_offset=1), AppendHooks())
     assert calls[0]["need_stream"] is None and calls[0]["iodepth"] == 6 and calls[0]["batch_interval_s"] is None
+    calls.clear()
+    inp = tmp_path / "in.txt"
+    inp.write_bytes(b"c\nd\n")
+    append(AppendRequest(path, 4, input_path=str(inp)), AppendHooks())
+    assert calls[0]["iodepth"] == 10  # a regular file: walctl.defaults.FILE_IODEPTH
 
 
 @pytest.mark.skipif(not framepack.AVAILABLE, reason="the C extension is not built")

@@ -13,7 +13,7 @@ from walctl.commands._shared import (DeviceArg, EndpointOpt, JsonOpt, StreamOpt,
                                      warn, write_lines)
 from walctl.commands._shared import (RETRY_FOR, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT, RetryForOpt, S3ConnectTimeoutOpt,
                                      S3ReadTimeoutOpt, s3_settings)
-from walctl.defaults import DEFAULT_IODEPTH
+from walctl.defaults import DEFAULT_IODEPTH, FILE_IODEPTH
 from walctl.errors import EXIT_BROKEN_PIPE
 # Input framing lives in the engine (walctl.wal.feed: large reads, records framed and packed in C).
 from walctl.wal.framing import Framing
@@ -70,11 +70,13 @@ def append_cmd(
     retry_for: RetryForOpt = RETRY_FOR,
     s3_connect_timeout: S3ConnectTimeoutOpt = S3_CONNECT_TIMEOUT,
     s3_read_timeout: S3ReadTimeoutOpt = S3_READ_TIMEOUT,
-    iodepth: Annotated[int, typer.Option(
+    iodepth: Annotated[int | None, typer.Option(
         "--iodepth", min=1, max=256,
-        help="Blocks written concurrently (I/O queue depth). Six keeps the device busy while a "
-             "batch of completions is handled (a loop device or a cloud disk completes several at "
-             "once); more raises throughput a little and every acknowledgement's latency with it.")] = DEFAULT_IODEPTH,
+        help=f"Blocks written concurrently (I/O queue depth). Default: {DEFAULT_IODEPTH}, which keeps the device "
+             f"busy while a batch of completions is handled (a loop device or a cloud disk completes several "
+             f"at once); {FILE_IODEPTH} when the input is a regular file (--input FILE, or stdin redirected "
+             f"from one: a bulk load, whose producer never waits). More raises throughput a little and every "
+             f"acknowledgement's latency with it. The summary's iodepth says which.")] = None,
     iops: Annotated[float | None, typer.Option(
         "--iops", metavar="N", min=0.001,
         help="IOPS budget: start at most N block writes per second (a token bucket holding 50 ms of it). "
@@ -305,7 +307,7 @@ def _summary(device: str, stream_id: int, stats: dict, run) -> dict:
             "bytes_written": writer.bytes_written, "sealed_ranges": run.opened.sealed_ranges,
             "seconds": round(seconds, 6),
             "mib_per_s": round(stats["payload_bytes"] / (1 << 20) / seconds, 3) if seconds > 0 else 0.0,
-            "budget": run.budget.to_json(), "io_engine": writer.io_engine,
+            "budget": run.budget.to_json(), "io_engine": writer.io_engine, "iodepth": writer.iodepth,
             "scanned": run.opened.scan is not None, "device_bytes_read": run.device_bytes_read,
             "trims_taken": run.listener.trims if run.listener is not None else 0,
             "background_upload": run.uploader.stats.to_json() if run.uploader is not None else None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from walctl.defaults import DEFAULT_IODEPTH
+from walctl.defaults import DEFAULT_IODEPTH, FILE_IODEPTH
 from walctl.errors import UsageError
 
 
@@ -72,7 +72,7 @@ class AppendRequest:
     base_offset: int | None = None
     store: str | None = None
     endpoint_url: str | None = None
-    iodepth: int = DEFAULT_IODEPTH
+    iodepth: int | None = None  # None: DEFAULT_IODEPTH, or FILE_IODEPTH for a regular file's input
     iops: float | None = None
     bandwidth: float | None = None
     upload_at_bytes: int | None = None
@@ -127,7 +127,7 @@ def append(request: AppendRequest, hooks: AppendHooks) -> AppendRun:
     source = open_source(request.input_path) if request.input_path is not None else None
     started, read_before = time.monotonic(), bytes_read_total()
     try:
-        run = _open(request, hooks)
+        run = _open(request, hooks, _iodepth(request, source))
     except BaseException:
         if source is not None:
             source.close()
@@ -158,14 +158,22 @@ def append(request: AppendRequest, hooks: AppendHooks) -> AppendRun:
     return run
 
 
-def _open(request: AppendRequest, hooks: AppendHooks) -> AppendRun:
+def _iodepth(request: AppendRequest, source) -> int:
+    """The writer's queue depth: the request's, else FILE_IODEPTH for a regular file's input (the producer
+    never waits: a deeper queue keeps more bytes in flight), else DEFAULT_IODEPTH."""
+    if request.iodepth is not None:
+        return request.iodepth
+    return FILE_IODEPTH if source is not None and source.direct else DEFAULT_IODEPTH
+
+
+def _open(request: AppendRequest, hooks: AppendHooks, iodepth: int = DEFAULT_IODEPTH) -> AppendRun:
     """The writer opened (a crashed writer's window sealed), its callbacks and background started."""
     from walctl.wal.lifecycle import open_writer
     from walctl.wal.pacing import Budget
 
     budget = Budget.from_options(request.iops, request.bandwidth)
     opened = open_writer(request.device, need_stream=request.stream_id if request.base_offset is None else None,
-                         iodepth=request.iodepth, on_ack=None, budget=budget,
+                         iodepth=iodepth, on_ack=None, budget=budget,
                          batch_interval_s=request.batch_interval_s, on_trim_wait=hooks.on_warning)
     for message in opened.warnings:
         hooks.on_warning(message)
