@@ -163,6 +163,26 @@ def test_a_write_the_kernel_fails_reaches_its_callback_as_an_io_failure(dev, bac
     assert errors[1].__cause__ is None or isinstance(errors[1].__cause__, OSError)
 
 
+def test_poll_runs_the_posted_completions_and_never_blocks(dev, backend):
+    """poll(): the completion ring looked at without a system call (AIO's mapped ring, io_uring's
+    in C), its completions' callbacks run in the calling thread; 0 at once when none is posted."""
+    queue = make_queue(dev, backend, depth=2)
+    try:
+        assert queue.poll() == 0  # nothing in flight
+        done = []
+        queue.submit(0, filled(5, 4096), lambda e, f=0: done.append(e))
+        deadline = time.monotonic() + 10
+        handled = 0
+        while not handled and time.monotonic() < deadline:
+            handled = queue.poll()
+            time.sleep(0.0005)
+        assert handled == 1 and done == [None] and queue._outstanding == 0
+        assert queue.poll() == 0
+    finally:
+        queue.close()
+    assert queue.poll() == 0  # closed: the ring is no longer looked at
+
+
 @pytest.mark.parametrize("name", ["native", "uring", "ctypes"])
 def test_every_context_reports_the_same_completions_and_errors(dev, name):
     if name != "ctypes" and built is None:

@@ -359,8 +359,14 @@ static PyTypeObject ContextType = {
  * The rings are shared by the threads that submit (the appender, a completion callback) and reap (the
  * reaper, a poll): one mutex per ring, taken with the GIL released. A submission the kernel refuses
  * (io_uring_enter < 0) is taken back off the submission ring (its tail reset), so a write reported
- * refused never starts later. Requires the features of Linux 5.11 (EXT_ARG: a timed wait); where the
- * ring cannot be set up, Ring() raises OSError and walctl.device.aio uses a Context.
+ * refused never starts later. destroy() may run while other threads are inside a call: every call
+ * that touches the rings is counted in (``users``) and refused once ``closing`` is set; a waiter
+ * waits in slices of WAIT_SLICE_S and leaves when it sees ``closing``; destroy() unmaps only once no
+ * call is inside and every write submitted has completed (as io_destroy waits for them). Completions
+ * reach the submitting thread as the kernel's task work, by an interrupt if it is running (no
+ * COOP_TASKRUN: an acknowledgement must not wait for the appender's next system call). Requires the
+ * features of Linux 5.11 (EXT_ARG: a timed wait); where the ring cannot be set up, Ring() raises
+ * OSError and walctl.device.aio uses a Context.
  */
 #if defined(__has_include)
 #if __has_include(<linux/io_uring.h>)
@@ -396,7 +402,11 @@ typedef struct {
     unsigned long long submitted, reaped; /* under sq_lock, cq_lock: the writes in flight are the difference */
     pthread_mutex_t sq_lock, cq_lock;
     int locks_ready;
+    int closing;  /* destroy() began: calls are refused (atomic) */
+    int users;    /* calls inside that touch the rings (atomic) */
 } Ring;
+
+#define WAIT_SLICE_S 0.05  /* a waiter looks at ``closing`` this often */
 
 static long sys_uring_setup(unsigned entries, struct io_uring_params *p)
 {
@@ -449,16 +459,7 @@ static int ring_setup(Ring *self, int depth)
 {
     struct io_uring_params p;
     memset(&p, 0, sizeof p);
-#ifdef IORING_SETUP_COOP_TASKRUN
-    /* A completion is handed to its submitting thread at that thread's next entry to the kernel, not by
-     * an interrupt (an IPI: a VM exit on a virtual machine) while it runs; a sleeping one is woken. */
-    p.flags = IORING_SETUP_COOP_TASKRUN;
-#endif
     int rfd = (int)sys_uring_setup((unsigned)depth, &p);
-    if (rfd < 0 && errno == EINVAL && p.flags) {  /* before Linux 5.19 */
-        memset(&p, 0, sizeof p);
-        rfd = (int)sys_uring_setup((unsigned)depth, &p);
-    }
     if (rfd < 0)
         return -errno;
     self->ring_fd = rfd;
@@ -521,8 +522,13 @@ static int Ring_init(Ring *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_RuntimeError, "Ring is already set up");
         return -1;
     }
-    if (depth < 1 || depth > 4096) {
-        PyErr_Format(PyExc_ValueError, "depth must be in [1, 4096], got %d", depth);
+    if (depth < 1) {
+        PyErr_Format(PyExc_ValueError, "depth must be >= 1, got %d", depth);
+        return -1;
+    }
+    if (depth > 4096) {  /* io_uring's entries; an AIO context may still take it (OSError: the caller falls back) */
+        errno = EINVAL;
+        PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
     self->addr = PyMem_Calloc((size_t)depth, sizeof(uint64_t));
@@ -552,11 +558,58 @@ static int Ring_init(Ring *self, PyObject *args, PyObject *kwds)
     self->fd = fd;
     self->depth = depth;
     self->submitted = self->reaped = 0;
+    self->closing = 0;
+    self->users = 0;
     return 0;
+}
+
+/* A call that touches the rings: counted in, or refused (-1, RuntimeError set) once destroy() began.
+ * Sequentially consistent on both sides: destroy() sets closing then reads users, a call adds itself
+ * to users then reads closing; one of the two sees the other. */
+static int ring_enter_call(Ring *self)
+{
+    __atomic_add_fetch(&self->users, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&self->closing, __ATOMIC_SEQ_CST) || self->ring_fd < 0) {
+        __atomic_sub_fetch(&self->users, 1, __ATOMIC_SEQ_CST);
+        PyErr_SetString(PyExc_RuntimeError, "the io_uring ring is destroyed");
+        return -1;
+    }
+    return 0;
+}
+
+static void ring_leave_call(Ring *self)
+{
+    __atomic_sub_fetch(&self->users, 1, __ATOMIC_SEQ_CST);
+}
+
+static int ring_wait(Ring *self, unsigned want, double deadline);
+
+/* Unmap and close the ring once no call is inside and the writes in flight have completed; the caller
+ * set ``closing`` (the GIL may be held or not: nothing here touches Python). */
+static void ring_shut(Ring *self)
+{
+    while (__atomic_load_n(&self->users, __ATOMIC_SEQ_CST) > 0) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    for (;;) {
+        unsigned posted = __atomic_load_n(self->cq_tail, __ATOMIC_ACQUIRE) - *self->cq_head;
+        unsigned long long left = self->submitted - self->reaped;
+        if (posted >= left)
+            break;
+        int waited = ring_wait(self, (unsigned)left, -1);
+        if (waited < 0 && waited != -ETIME)
+            break;  /* the kernel refuses to wait (never seen): closing the ring cancels the rest */
+    }
+    ring_unmap(self);
 }
 
 static void Ring_dealloc(Ring *self)
 {
+    /* Never destroyed: the writes in flight are waited for, as destroy() does (no call is inside:
+     * each holds a reference). */
+    if (self->ring_fd >= 0 && !__atomic_exchange_n(&self->closing, 1, __ATOMIC_SEQ_CST))
+        ring_shut(self);
     ring_unmap(self);
     ring_free_arrays(self);
     if (self->locks_ready) {
@@ -644,9 +697,11 @@ static long ring_submit_n(Ring *self, long n, const long *slots)
 static PyObject *Ring_submit(Ring *self, PyObject *const *args, Py_ssize_t nargs)
 {
     long slot;
-    if (ring_fill(self, args, nargs, &slot) < 0)
+    if (ring_fill(self, args, nargs, &slot) < 0 || ring_enter_call(self) < 0)
         return NULL;
-    return PyLong_FromLong(ring_submit_n(self, 1, &slot));
+    long got = ring_submit_n(self, 1, &slot);
+    ring_leave_call(self);
+    return PyLong_FromLong(got);
 }
 
 static PyObject *Ring_prepare(Ring *self, PyObject *const *args, Py_ssize_t nargs)
@@ -681,7 +736,13 @@ static PyObject *Ring_submit_slots(Ring *self, PyObject *args)
         }
         list[i] = slot;
     }
+    if (ring_enter_call(self) < 0) {
+        if (list != stack)
+            PyMem_Free(list);
+        return NULL;
+    }
     long got = ring_submit_n(self, (long)n, list);
+    ring_leave_call(self);
     if (list != stack)
         PyMem_Free(list);
     return PyLong_FromLong(got);
@@ -723,28 +784,35 @@ static double mono_now(void)
 }
 
 /* Wait (the GIL released by the caller) until at least want completions are posted, or the deadline
- * (< 0: none) passes; 0, or -errno (ETIME at the deadline). */
+ * (< 0: none) passes: 0, -ETIME at the deadline, -ECANCELED once destroy() began (seen between slices
+ * of WAIT_SLICE_S), or -errno. */
 static int ring_wait(Ring *self, unsigned want, double deadline)
 {
     for (;;) {
-        struct io_uring_getevents_arg arg;
-        struct __kernel_timespec ts;
-        memset(&arg, 0, sizeof arg);
+        double slice = WAIT_SLICE_S;
         if (deadline >= 0) {
             double left = deadline - mono_now();
             if (left <= 0)
                 return -ETIME;
-            ts.tv_sec = (long long)left;
-            ts.tv_nsec = (long long)((left - (double)ts.tv_sec) * 1e9);
-            arg.ts = (unsigned long long)(uintptr_t)&ts;
+            if (left < slice)
+                slice = left;
         }
+        struct io_uring_getevents_arg arg;
+        struct __kernel_timespec ts;
+        memset(&arg, 0, sizeof arg);
+        ts.tv_sec = 0;
+        ts.tv_nsec = (long long)(slice * 1e9);
+        arg.ts = (unsigned long long)(uintptr_t)&ts;
         long got = sys_uring_enter(self->ring_fd, 0, want, IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &arg,
                                    sizeof arg);
         if (got >= 0)
             return 0;
-        if (errno == EINTR)
-            continue;
-        return -errno;
+        if (errno != EINTR && errno != ETIME)
+            return -errno;
+        /* a slice passed (or a signal): a destroy() waiting for this call to leave? (ring_shut's own
+         * waits pass: users is 0 then, and it set closing itself) */
+        if (__atomic_load_n(&self->users, __ATOMIC_SEQ_CST) > 0 && __atomic_load_n(&self->closing, __ATOMIC_SEQ_CST))
+            return -ECANCELED;
     }
 }
 
@@ -757,10 +825,6 @@ static PyObject *Ring_getevents(Ring *self, PyObject *const *args, Py_ssize_t na
     long min_nr = PyLong_AsLong(args[0]);
     if (min_nr == -1 && PyErr_Occurred())
         return NULL;
-    if (self->ring_fd < 0) {
-        PyErr_SetString(PyExc_RuntimeError, "the io_uring ring is destroyed");
-        return NULL;
-    }
     if (min_nr < 0 || min_nr > self->depth) {
         PyErr_Format(PyExc_ValueError, "min_nr %ld out of range", min_nr);
         return NULL;
@@ -772,6 +836,8 @@ static PyObject *Ring_getevents(Ring *self, PyObject *const *args, Py_ssize_t na
             return NULL;
         deadline = mono_now() + (t < 0 ? 0 : t);
     }
+    if (ring_enter_call(self) < 0)
+        return NULL;
     unsigned long stack_slots[STACK_SLOTS];
     long long stack_res[STACK_SLOTS];
     unsigned long *slots = self->depth <= STACK_SLOTS ? stack_slots : PyMem_Malloc((size_t)self->depth * sizeof(long));
@@ -811,7 +877,7 @@ static PyObject *Ring_getevents(Ring *self, PyObject *const *args, Py_ssize_t na
         Py_END_ALLOW_THREADS
     }
     if (code && !got) {
-        errno = code;
+        errno = code == ECANCELED ? EINVAL : code;  /* destroyed meanwhile: io_getevents's EINVAL */
         PyErr_SetFromErrno(PyExc_OSError);
         goto out;
     }
@@ -827,6 +893,7 @@ static PyObject *Ring_getevents(Ring *self, PyObject *const *args, Py_ssize_t na
         PyList_SET_ITEM(list, i, pair);
     }
 out:
+    ring_leave_call(self);
     if (slots && slots != stack_slots)
         PyMem_Free(slots);
     if (res && res != stack_res)
@@ -836,33 +903,22 @@ out:
 
 static PyObject *Ring_waiting(Ring *self, PyObject *Py_UNUSED(ignored))
 {
-    if (self->ring_fd < 0)
+    if (ring_enter_call(self) < 0) {
+        PyErr_Clear();
         Py_RETURN_FALSE;
-    if (__atomic_load_n(self->cq_tail, __ATOMIC_ACQUIRE) != __atomic_load_n(self->cq_head, __ATOMIC_RELAXED))
-        Py_RETURN_TRUE;
-    Py_RETURN_FALSE;
+    }
+    int posted = __atomic_load_n(self->cq_tail, __ATOMIC_ACQUIRE) != __atomic_load_n(self->cq_head, __ATOMIC_RELAXED);
+    ring_leave_call(self);
+    return PyBool_FromLong(posted);
 }
 
 static PyObject *Ring_destroy(Ring *self, PyObject *Py_UNUSED(ignored))
 {
-    if (self->ring_fd >= 0) {
-        /* Writes still in flight (their completions were never reaped: walctl.device.aio's _unreaped)
-         * are waited for first, as io_destroy does: the device is quiet once this returns. */
+    /* The first call destroys (another at the same time returns at once, as Context's does); calls
+     * inside are waited for (a waiter leaves within WAIT_SLICE_S), then the writes in flight. */
+    if (self->ring_fd >= 0 && !__atomic_exchange_n(&self->closing, 1, __ATOMIC_SEQ_CST)) {
         Py_BEGIN_ALLOW_THREADS
-        pthread_mutex_lock(&self->sq_lock);
-        pthread_mutex_lock(&self->cq_lock);
-        for (;;) {
-            unsigned posted = __atomic_load_n(self->cq_tail, __ATOMIC_ACQUIRE) - *self->cq_head;
-            unsigned long long left = self->submitted - self->reaped;
-            if (posted >= left)
-                break;
-            int waited = ring_wait(self, (unsigned)left, -1);
-            if (waited < 0 && waited != -ETIME)
-                break;  /* the kernel refuses to wait (never seen): closing the ring cancels the rest */
-        }
-        ring_unmap(self);
-        pthread_mutex_unlock(&self->cq_lock);
-        pthread_mutex_unlock(&self->sq_lock);
+        ring_shut(self);
         Py_END_ALLOW_THREADS
     }
     Py_RETURN_NONE;

@@ -4,12 +4,10 @@ The system calls go through walctl.device._aio, a small optional C extension (is
 filled in C, completions handed back as one list per reap, no ctypes object per write), or,
 when it is not built or WALCTL_NO_NATIVE is set, through ctypes (libc's syscall()). Both
 backends offer the same calls (``_CtypesContext`` here is the twin of ``_aio.Context``);
-``AioWriteQueue.backend`` says which one a queue uses. The extension also has an io_uring ring
-(``_aio.Ring``, the same calls): a queue takes one where the kernel sets it up (``engine``
-"io_uring"), else an AIO context ("aio"). Why: an AIO context's teardown waits out two RCU grace
-periods (~30 ms, paid by every process at its exit even when io_destroy is left to a thread: a
-fifth of a one-record append's wall), a ring's is asynchronous; and the ring wrote more per
-second in bench/append_bench.py (issue 31).
+``AioWriteQueue.backend`` says which one a queue uses. The extension's io_uring ring (``_aio.Ring``,
+the same calls) is taken where the kernel sets one up (``engine`` "io_uring"), else an AIO context
+("aio"): an AIO context's teardown waits out RCU grace periods (~30 ms at every process's exit, a
+fifth of a one-record append), a ring's is asynchronous (issue 31).
 
 See walctl.device.writequeue for the WriteQueue contract it keeps.
 """
@@ -229,14 +227,17 @@ def _open_context(module, kind: str | None, depth: int, fd: int, resfd: int):
     ring_type = getattr(module, "Ring", None) if module is not None else None
     if kind == "io_uring" or (kind is None and ring_type is not None):
         if ring_type is None:
-            raise OSError(errno.ENOSYS, "io_uring_setup: walctl.device._aio has no io_uring here (not built "
-                                        "with <linux/io_uring.h> 5.11+, or WALCTL_NO_NATIVE)")
+            why = ("walctl.device._aio is not built or WALCTL_NO_NATIVE is set" if module is None
+                   else "walctl.device._aio was built without <linux/io_uring.h> of Linux 5.11+")
+            raise OSError(errno.ENOSYS, f"io_uring_setup: no io_uring here ({why})")
         try:
             return ring_type(depth, fd, resfd)
         except OSError as exc:
             if kind == "io_uring":
                 raise OSError(exc.errno, f"io_uring_setup: {os.strerror(exc.errno)}") from exc
             # kind None: seccomp (containers), kernel.io_uring_disabled or an older kernel: AIO instead
+            logging.getLogger(__name__).debug("io_uring_setup refused (%s): native AIO instead",
+                                              os.strerror(exc.errno))
     try:
         return module.Context(depth, fd, resfd) if module is not None else _CtypesContext(depth, fd, resfd)
     except OSError as exc:
@@ -288,7 +289,7 @@ class AioWriteQueue:
         if kind not in (None, "io_uring", "aio"):
             raise ValueError(f"kind must be 'io_uring', 'aio' or None, got {kind!r}")
         module = native_aio() if native is None else None
-        if native or (kind == "io_uring" and native is None):
+        if native:
             from walctl.device import _aio as module
         self.backend = "native" if module is not None else "ctypes"
         self.dev = dev

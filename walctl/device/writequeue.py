@@ -108,7 +108,8 @@ def open_write_queue(dev: Device, depth: int, engine: str | None = None, *, reap
                 if engine != "auto":
                     name = "io_uring" if engine == "io_uring" else "native AIO"
                     raise UsageError(f"{name} is unavailable: {exc.strerror}", where=dev.path,
-                                     hint="use WALCTL_IO_ENGINE=auto (the best engine that works) or threads") from exc
+                                     hint="use the engine 'auto' (the best one that works here) or 'threads' "
+                                          "(bench --engine, or WALCTL_IO_ENGINE)") from exc
         elif engine != "auto":
             raise UsageError(f"the {engine} engine needs a device opened with O_DIRECT for writing", where=dev.path,
                              hint="use the threads engine")
