@@ -99,11 +99,12 @@ def make_input(path: str, record: int, payload_bytes: int) -> int:
     return count
 
 
-def walctl_depth() -> int:
-    """walctl's own queue depth, as its runs will see it: WALCTL_IODEPTH, else append's default."""
-    from walctl.defaults import DEFAULT_IODEPTH
+def walctl_depth(file: bool = False) -> int:
+    """walctl's own queue depth, as its runs will see it: WALCTL_IODEPTH, else append's default (for a
+    regular file's input when ``file``: walctl.defaults.FILE_IODEPTH)."""
+    from walctl.defaults import DEFAULT_IODEPTH, FILE_IODEPTH
 
-    return int(os.environ.get("WALCTL_IODEPTH") or DEFAULT_IODEPTH)
+    return int(os.environ.get("WALCTL_IODEPTH") or (FILE_IODEPTH if file else DEFAULT_IODEPTH))
 
 
 def walctl_cmd(*args: str) -> list[str]:

@@ -14,7 +14,7 @@ On a loop device (--direct-io=on) over a prewritten file, each round runs, one a
              with readinto into aligned buffers and written with O_DIRECT | O_DSYNC native AIO, no walctl
              (no framing, CRC, acknowledgements): the file's bytes on this device with nothing else
              to do; then the same at depth 4 (bare4), fio's depth;
-  fio depth  fio at walctl's own --iodepth (default 6, or WALCTL_IODEPTH; run even when that is 4).
+  fio depth  fio at walctl's own --iodepth for a file (default 10, or WALCTL_IODEPTH; run even when that is 4).
 and prints each one's MiB/s as a ratio to fio's, and walctl's ratio to the bare file copy. If the
 bare copy of the file stays under a target ratio, no implementation of `--input FILE` reaches that
 ratio on this machine: the bytes, not the WAL logic, set the bound. The machine is shared: compare
@@ -96,7 +96,7 @@ def main() -> int:
     parser.add_argument("--json", help="also write the rounds to this file")
     opts = parser.parse_args()
     record, data, size = ab.parse_size(opts.record), ab.parse_size(opts.data), ab.parse_size(opts.size)
-    opts.depth = ab.walctl_depth()
+    opts.depth = ab.walctl_depth(file=True)  # --input FILE: a regular file's depth
     if shutil.which("fio") is None:
         raise SystemExit("fio is not installed (apt-get install -y fio)")
     with ab.bench_device(size, opts.dir, "walctl-file-ceiling-") as (loop, tmpdir):
