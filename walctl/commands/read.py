@@ -160,6 +160,10 @@ class _Printer:
     def __init__(self, json_out: bool, payload: Payload):
         self.json_out = json_out
         self.payload = payload
+        if payload is not Payload.none:
+            from walctl.native import keep_freed_memory
+
+            keep_freed_memory()  # each payload's text (128 KiB of hex for 64 KiB) in reused memory
         self._header_done = False
         self._lines: list[str] = []
         self._fast: bool | None = None  # _STORE_LINE renders what the dict does (checked on the first)

@@ -200,6 +200,12 @@ class _Printer:
         self.payload = payload
         self.stats_only = stats
         self.console = None if json_out else stdout_console()
+        if payload is not Payload.none and not stats:
+            from walctl.native import keep_freed_memory
+
+            # Each run's rendered payload lines (twice its bytes with hex) in reused heap memory, not in
+            # fresh pages the kernel zeroes and faults in: half of --payload hex's time was that (issue 31).
+            keep_freed_memory()
         self._header_done = False
         self._fast: dict[bool, bool] = {}  # template (batch or not) -> it renders what the dict does
         self._lines: list[str] = []  # record lines not yet written (whole lines: see write_lines)
