@@ -101,6 +101,110 @@ static void Context_dealloc(Context *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* The arguments both types' submit and prepare take: (slot, addr, nbytes, offset), the slot in [0, depth). */
+typedef struct {
+    long slot;
+    unsigned long long addr;
+    long long nbytes, offset;
+} WriteArgs;
+
+static int parse_write(PyObject *const *args, Py_ssize_t nargs, int depth, WriteArgs *w)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "expected (slot, addr, nbytes, offset)");
+        return -1;
+    }
+    w->slot = PyLong_AsLong(args[0]);
+    w->addr = PyLong_AsUnsignedLongLong(args[1]);
+    w->nbytes = PyLong_AsLongLong(args[2]);
+    w->offset = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred())
+        return -1;
+    if (w->slot < 0 || w->slot >= depth) {
+        PyErr_Format(PyExc_IndexError, "slot %ld out of range", w->slot);
+        return -1;
+    }
+    return 0;
+}
+
+/* submit_slots' (slots, start): the slots of slots[start:] (each in [0, depth)) into *out, a stack array
+ * when they fit (STACK_SLOTS) else PyMem_Malloc'ed (free it when *out != stack); their count, or -1. */
+static Py_ssize_t parse_slots(PyObject *args, int depth, long *stack, long **out)
+{
+    PyObject *slots;
+    Py_ssize_t start;
+    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &slots, &start))
+        return -1;
+    Py_ssize_t n = PyList_GET_SIZE(slots) - start;
+    if (start < 0 || n <= 0 || n > depth) {
+        PyErr_SetString(PyExc_ValueError, "submit_slots: bad range of slots");
+        return -1;
+    }
+    long *list = n <= STACK_SLOTS ? stack : PyMem_Malloc((size_t)n * sizeof(long));
+    if (!list) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long slot = PyLong_AsLong(PyList_GET_ITEM(slots, start + i));
+        if (slot == -1 && PyErr_Occurred())
+            goto bad;
+        if (slot < 0 || slot >= depth) {
+            PyErr_Format(PyExc_IndexError, "slot %ld out of range", slot);
+            goto bad;
+        }
+        list[i] = slot;
+    }
+    *out = list;
+    return n;
+bad:
+    if (list != stack)
+        PyMem_Free(list);
+    return -1;
+}
+
+/* getevents' result: [(slot, res), ...] of n completions, the i-th at slots[i * stride] and res[i * stride]
+ * (stride in units of each array's element: an io_event array is read in place). */
+static PyObject *events_list(long n, const uint64_t *slots, const int64_t *res, size_t stride)
+{
+    PyObject *list = PyList_New(n);
+    if (!list)
+        return NULL;
+    for (long i = 0; i < n; i++) {
+        PyObject *pair = Py_BuildValue("(kL)", (unsigned long)slots[i * stride], (long long)res[i * stride]);
+        if (!pair) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, pair);
+    }
+    return list;
+}
+
+/* getevents' (min_nr, timeout_s): min_nr in [0, depth], the timeout in seconds (>= 0), or -1 for None. */
+static int parse_getevents(PyObject *const *args, Py_ssize_t nargs, int depth, long *min_nr, double *timeout)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "getevents(min_nr, timeout_s)");
+        return -1;
+    }
+    *min_nr = PyLong_AsLong(args[0]);
+    if (*min_nr == -1 && PyErr_Occurred())
+        return -1;
+    if (*min_nr < 0 || *min_nr > depth) {
+        PyErr_Format(PyExc_ValueError, "min_nr %ld out of range", *min_nr);
+        return -1;
+    }
+    *timeout = -1;
+    if (args[1] != Py_None) {
+        double t = PyFloat_AsDouble(args[1]);
+        if (t == -1.0 && PyErr_Occurred())
+            return -1;
+        *timeout = t < 0 ? 0 : t;
+    }
+    return 0;
+}
+
 static int check_slot(Context *self, long slot)
 {
     if (!self->ctx) {
@@ -116,20 +220,13 @@ static int check_slot(Context *self, long slot)
 
 static int fill(Context *self, PyObject *const *args, Py_ssize_t nargs, struct iocb **out)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "expected (slot, addr, nbytes, offset)");
+    WriteArgs w;
+    if (parse_write(args, nargs, self->depth, &w) < 0 || check_slot(self, w.slot) < 0)
         return -1;
-    }
-    long slot = PyLong_AsLong(args[0]);
-    unsigned long long addr = PyLong_AsUnsignedLongLong(args[1]);
-    long long nbytes = PyLong_AsLongLong(args[2]);
-    long long offset = PyLong_AsLongLong(args[3]);
-    if (PyErr_Occurred() || check_slot(self, slot) < 0)
-        return -1;
-    struct iocb *cb = &self->cbs[slot];
-    cb->aio_buf = (uint64_t)addr;
-    cb->aio_nbytes = (uint64_t)nbytes;
-    cb->aio_offset = (int64_t)offset;
+    struct iocb *cb = &self->cbs[w.slot];
+    cb->aio_buf = (uint64_t)w.addr;
+    cb->aio_nbytes = (uint64_t)w.nbytes;
+    cb->aio_offset = (int64_t)w.offset;
     *out = cb;
     return 0;
 }
@@ -169,32 +266,25 @@ static PyObject *Context_prepare(Context *self, PyObject *const *args, Py_ssize_
 
 static PyObject *Context_submit_slots(Context *self, PyObject *args)
 {
-    PyObject *slots;
-    Py_ssize_t start;
-    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &slots, &start))
+    long stack[STACK_SLOTS], *list;
+    Py_ssize_t n = parse_slots(args, self->depth, stack, &list);
+    if (n < 0)
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(slots) - start;
-    if (start < 0 || n <= 0 || n > self->depth) {
-        PyErr_SetString(PyExc_ValueError, "submit_slots: bad range of slots");
-        return NULL;
-    }
-    struct iocb *stack[STACK_SLOTS];
-    struct iocb **ptrs = n <= STACK_SLOTS ? stack : PyMem_Malloc((size_t)n * sizeof(struct iocb *));
+    struct iocb *ptr_stack[STACK_SLOTS];
+    struct iocb **ptrs = n <= STACK_SLOTS ? ptr_stack : PyMem_Malloc((size_t)n * sizeof(struct iocb *));
+    PyObject *result = NULL;
     if (!ptrs)
-        return PyErr_NoMemory();
-    for (Py_ssize_t i = 0; i < n; i++) {
-        long slot = PyLong_AsLong(PyList_GET_ITEM(slots, start + i));
-        if ((slot == -1 && PyErr_Occurred()) || check_slot(self, slot) < 0) {
-            if (ptrs != stack)
-                PyMem_Free(ptrs);
-            return NULL;
-        }
-        ptrs[i] = &self->cbs[slot];
+        PyErr_NoMemory();
+    else if (check_slot(self, list[0]) == 0) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            ptrs[i] = &self->cbs[list[i]];
+        result = PyLong_FromLong(submit_n(self, (long)n, ptrs));
     }
-    long got = submit_n(self, (long)n, ptrs);
-    if (ptrs != stack)
+    if (ptrs && ptrs != ptr_stack)
         PyMem_Free(ptrs);
-    return PyLong_FromLong(got);
+    if (list != stack)
+        PyMem_Free(list);
+    return result;
 }
 
 static PyObject *Context_iocb(Context *self, PyObject *arg)
@@ -209,28 +299,16 @@ static PyObject *Context_iocb(Context *self, PyObject *arg)
 
 static PyObject *Context_getevents(Context *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "getevents(min_nr, timeout_s)");
-        return NULL;
-    }
-    long min_nr = PyLong_AsLong(args[0]);
-    if (min_nr == -1 && PyErr_Occurred())
+    long min_nr;
+    double t;
+    if (parse_getevents(args, nargs, self->depth, &min_nr, &t) < 0)
         return NULL;
     if (!self->ctx) {
         PyErr_SetString(PyExc_RuntimeError, "the AIO context is destroyed");
         return NULL;
     }
-    if (min_nr < 0 || min_nr > self->depth) {
-        PyErr_Format(PyExc_ValueError, "min_nr %ld out of range", min_nr);
-        return NULL;
-    }
     struct timespec ts, *tsp = NULL;
-    if (args[1] != Py_None) {
-        double t = PyFloat_AsDouble(args[1]);
-        if (t == -1.0 && PyErr_Occurred())
-            return NULL;
-        if (t < 0)
-            t = 0;
+    if (t >= 0) {
         ts.tv_sec = (time_t)t;
         ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
         tsp = &ts;
@@ -268,17 +346,9 @@ static PyObject *Context_getevents(Context *self, PyObject *const *args, Py_ssiz
         PyErr_SetFromErrno(PyExc_OSError);
         goto out;
     }
-    list = PyList_New(got);
-    if (!list)
-        goto out;
-    for (long i = 0; i < got; i++) {
-        PyObject *pair = Py_BuildValue("(kL)", (unsigned long)events[i].data, (long long)events[i].res);
-        if (!pair) {
-            Py_CLEAR(list);
-            goto out;
-        }
-        PyList_SET_ITEM(list, i, pair);
-    }
+    _Static_assert(sizeof(struct io_event) % sizeof(uint64_t) == 0, "io_event: whole 64-bit words");
+    list = events_list(got, (const uint64_t *)&events[0].data, (const int64_t *)&events[0].res,
+                       sizeof(struct io_event) / sizeof(uint64_t));
 out:
     if (events != stack)
         PyMem_Free(events);
@@ -634,24 +704,17 @@ static int ring_check_slot(Ring *self, long slot)
 
 static int ring_fill(Ring *self, PyObject *const *args, Py_ssize_t nargs, long *slot_out)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "expected (slot, addr, nbytes, offset)");
+    WriteArgs w;
+    if (parse_write(args, nargs, self->depth, &w) < 0 || ring_check_slot(self, w.slot) < 0)
         return -1;
-    }
-    long slot = PyLong_AsLong(args[0]);
-    unsigned long long addr = PyLong_AsUnsignedLongLong(args[1]);
-    long long nbytes = PyLong_AsLongLong(args[2]);
-    long long offset = PyLong_AsLongLong(args[3]);
-    if (PyErr_Occurred() || ring_check_slot(self, slot) < 0)
-        return -1;
-    if (nbytes < 0 || nbytes > 0x7ffff000LL || offset < 0) {
+    if (w.nbytes < 0 || w.nbytes > 0x7ffff000LL || w.offset < 0) {
         PyErr_SetString(PyExc_ValueError, "bad length or offset");
         return -1;
     }
-    self->addr[slot] = (uint64_t)addr;
-    self->nbytes[slot] = (uint64_t)nbytes;
-    self->offset[slot] = (int64_t)offset;
-    *slot_out = slot;
+    self->addr[w.slot] = (uint64_t)w.addr;
+    self->nbytes[w.slot] = (uint64_t)w.nbytes;
+    self->offset[w.slot] = (int64_t)w.offset;
+    *slot_out = w.slot;
     return 0;
 }
 
@@ -714,38 +777,18 @@ static PyObject *Ring_prepare(Ring *self, PyObject *const *args, Py_ssize_t narg
 
 static PyObject *Ring_submit_slots(Ring *self, PyObject *args)
 {
-    PyObject *slots;
-    Py_ssize_t start;
-    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &slots, &start))
+    long stack[STACK_SLOTS], *list;
+    Py_ssize_t n = parse_slots(args, self->depth, stack, &list);
+    if (n < 0)
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(slots) - start;
-    if (start < 0 || n <= 0 || n > self->depth) {
-        PyErr_SetString(PyExc_ValueError, "submit_slots: bad range of slots");
-        return NULL;
+    PyObject *result = NULL;
+    if (ring_enter_call(self) == 0) {
+        result = PyLong_FromLong(ring_submit_n(self, (long)n, list));
+        ring_leave_call(self);
     }
-    long stack[STACK_SLOTS];
-    long *list = n <= STACK_SLOTS ? stack : PyMem_Malloc((size_t)n * sizeof(long));
-    if (!list)
-        return PyErr_NoMemory();
-    for (Py_ssize_t i = 0; i < n; i++) {
-        long slot = PyLong_AsLong(PyList_GET_ITEM(slots, start + i));
-        if ((slot == -1 && PyErr_Occurred()) || ring_check_slot(self, slot) < 0) {
-            if (list != stack)
-                PyMem_Free(list);
-            return NULL;
-        }
-        list[i] = slot;
-    }
-    if (ring_enter_call(self) < 0) {
-        if (list != stack)
-            PyMem_Free(list);
-        return NULL;
-    }
-    long got = ring_submit_n(self, (long)n, list);
-    ring_leave_call(self);
     if (list != stack)
         PyMem_Free(list);
-    return PyLong_FromLong(got);
+    return result;
 }
 
 static PyObject *Ring_iocb(Ring *self, PyObject *arg)
@@ -758,7 +801,7 @@ static PyObject *Ring_iocb(Ring *self, PyObject *arg)
 }
 
 /* Take the posted completions (at most max) into slots/res; the count. Call with cq_lock held. */
-static long ring_take(Ring *self, long max, unsigned long *slots, long long *res)
+static long ring_take(Ring *self, long max, uint64_t *slots, int64_t *res)
 {
     unsigned head = *self->cq_head;
     unsigned tail = __atomic_load_n(self->cq_tail, __ATOMIC_ACQUIRE);
@@ -766,8 +809,8 @@ static long ring_take(Ring *self, long max, unsigned long *slots, long long *res
     long got = 0;
     while (head != tail && got < max) {
         struct io_uring_cqe *cqe = &self->cqes[head & mask];
-        slots[got] = (unsigned long)cqe->user_data;
-        res[got] = (long long)cqe->res;
+        slots[got] = (uint64_t)cqe->user_data;
+        res[got] = (int64_t)cqe->res;
         got++;
         head++;
     }
@@ -818,30 +861,17 @@ static int ring_wait(Ring *self, unsigned want, double deadline)
 
 static PyObject *Ring_getevents(Ring *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "getevents(min_nr, timeout_s)");
+    long min_nr;
+    double t;
+    if (parse_getevents(args, nargs, self->depth, &min_nr, &t) < 0)
         return NULL;
-    }
-    long min_nr = PyLong_AsLong(args[0]);
-    if (min_nr == -1 && PyErr_Occurred())
-        return NULL;
-    if (min_nr < 0 || min_nr > self->depth) {
-        PyErr_Format(PyExc_ValueError, "min_nr %ld out of range", min_nr);
-        return NULL;
-    }
-    double deadline = -1;
-    if (args[1] != Py_None) {
-        double t = PyFloat_AsDouble(args[1]);
-        if (t == -1.0 && PyErr_Occurred())
-            return NULL;
-        deadline = mono_now() + (t < 0 ? 0 : t);
-    }
+    double deadline = t < 0 ? -1 : mono_now() + t;
     if (ring_enter_call(self) < 0)
         return NULL;
-    unsigned long stack_slots[STACK_SLOTS];
-    long long stack_res[STACK_SLOTS];
-    unsigned long *slots = self->depth <= STACK_SLOTS ? stack_slots : PyMem_Malloc((size_t)self->depth * sizeof(long));
-    long long *res = self->depth <= STACK_SLOTS ? stack_res : PyMem_Malloc((size_t)self->depth * sizeof(long long));
+    uint64_t stack_slots[STACK_SLOTS];
+    int64_t stack_res[STACK_SLOTS];
+    uint64_t *slots = self->depth <= STACK_SLOTS ? stack_slots : PyMem_Malloc((size_t)self->depth * sizeof(uint64_t));
+    int64_t *res = self->depth <= STACK_SLOTS ? stack_res : PyMem_Malloc((size_t)self->depth * sizeof(int64_t));
     PyObject *list = NULL;
     if (!slots || !res) {
         PyErr_NoMemory();
@@ -881,17 +911,7 @@ static PyObject *Ring_getevents(Ring *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetFromErrno(PyExc_OSError);
         goto out;
     }
-    list = PyList_New(got);
-    if (!list)
-        goto out;
-    for (long i = 0; i < got; i++) {
-        PyObject *pair = Py_BuildValue("(kL)", slots[i], res[i]);
-        if (!pair) {
-            Py_CLEAR(list);
-            goto out;
-        }
-        PyList_SET_ITEM(list, i, pair);
-    }
+    list = events_list(got, slots, res, 1);
 out:
     ring_leave_call(self);
     if (slots && slots != stack_slots)
