@@ -317,3 +317,12 @@ pytest_plugins = ["testbounds", "suitecpu"]
 
 # The moto S3 server, buckets, stores and the fault proxy, for tests/store and tests/spark.
 from s3_fixtures import *  # noqa: E402,F401,F403
+
+
+@pytest.fixture(params=["auto", "aio"])
+def both_engines(request, monkeypatch):
+    """The test twice: on walctl's default I/O engine (io_uring where the kernel sets a ring up) and on
+    native AIO, what a sandbox refusing io_uring (Docker's seccomp profile) gets. For the writer's
+    full-speed, failure and slot-wait tests: `pytestmark = pytest.mark.usefixtures("both_engines")`."""
+    monkeypatch.setenv("WALCTL_IO_ENGINE", request.param)
+    return request.param

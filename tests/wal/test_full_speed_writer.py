@@ -22,6 +22,9 @@ from walctl.store import open_store
 
 from storehelpers import read_back
 
+# Each test on the default engine (io_uring) and on native AIO (tests/conftest.py both_engines).
+pytestmark = pytest.mark.usefixtures("both_engines")
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KiB, MiB = 1 << 10, 1 << 20
 RECORDS = 40_000          # 1 KiB each: about 2.5 rings of a 16 MiB WAL

@@ -24,6 +24,9 @@ from walctl.format import record as rec
 from test_mut_writer import acking
 from test_mut_writer_window import batched_writer
 
+# Each test on the default engine (io_uring) and on native AIO (tests/conftest.py both_engines).
+pytestmark = pytest.mark.usefixtures("both_engines")
+
 REC4K = b"r" * (4096 - rec.SIZE)  # a 4 KiB record: one per block at a 4 KiB soft limit
 
 

@@ -55,6 +55,7 @@ def _writer(tmp_path, *, gate=None, **kwargs):
     return path, dev, writer, acks
 
 
+@pytest.mark.usefixtures("both_engines")  # the default engine and native AIO (tests/conftest.py)
 def test_records_share_a_block_while_its_interval_runs_and_are_acknowledged_only_after_its_write(tmp_path):
     path, _, writer, acks = _writer(tmp_path, batch_interval_s=LONG_S, iodepth=4)
     offsets = [writer.append(body(i), i) for i in range(100)]  # 100 x ~1.1 KiB: well under the soft limit
@@ -66,6 +67,7 @@ def test_records_share_a_block_while_its_interval_runs_and_are_acknowledged_only
     assert [e.offset for e in entries] == offsets and not result.findings
 
 
+@pytest.mark.usefixtures("both_engines")  # the default engine and native AIO (tests/conftest.py)
 def test_the_timer_writes_an_idle_appenders_block_once_its_interval_passes(tmp_path):
     acked = threading.Event()
     path, _, writer, acks = _writer(tmp_path, batch_interval_s=0.05)
@@ -78,6 +80,7 @@ def test_the_timer_writes_an_idle_appenders_block_once_its_interval_passes(tmp_p
     writer.close()
 
 
+@pytest.mark.usefixtures("both_engines")  # the default engine and native AIO (tests/conftest.py)
 def test_a_full_block_is_written_at_once_without_waiting_for_the_interval(tmp_path):
     acked = threading.Event()
     path, _, writer, acks = _writer(tmp_path, batch_interval_s=LONG_S)

@@ -22,7 +22,9 @@ from walctl.wal.writer_blocks import FrameSpec
 KiB, MiB = 1 << 10, 1 << 20
 WAIT_S = 10  # bounds every wait: a hang fails, it never blocks the suite
 
-pytestmark = pytest.mark.skipif(not framepack.AVAILABLE, reason="walctl.format._native is not built here")
+# Each test on the default engine (io_uring) and on native AIO (tests/conftest.py both_engines).
+pytestmark = [pytest.mark.skipif(not framepack.AVAILABLE, reason="walctl.format._native is not built here"),
+              pytest.mark.usefixtures("both_engines")]
 
 
 class ReapedLater:
