@@ -130,11 +130,15 @@ def test_the_writer_gets_the_request_s_options(tmp_path, monkeypatch):
         return real(device, **kw)
 
     monkeypatch.setattr(lc, "open_writer", spy)
+    warnings = []
+    hooks = AppendHooks(on_warning=warnings.append)
     run = append(AppendRequest(path, 4, [b"a"], iodepth=3, iops=500.0, bandwidth=2.0, batch_interval_s=0.002),
-                 AppendHooks())
+                 hooks)
     kw, = calls
     assert (kw["need_stream"], kw["iodepth"], kw["on_ack"], kw["budget"], kw["batch_interval_s"]) == (
         4, 3, None, run.budget, 0.002)
+    # a wait for a trim on the device is said through the hooks' warning (walctl.wal.lifecycle)
+    assert kw["on_trim_wait"] == hooks.on_warning
     assert run.budget is not None and (run.budget.iops, run.budget.bandwidth_bytes_per_s) == (500.0, 2 * MiB)
     calls.clear()
     append(AppendRequest(path, 4, [b"b"], base_offset=1), AppendHooks())
