@@ -108,23 +108,31 @@ typedef struct {
     long long nbytes, offset;
 } WriteArgs;
 
+/* A slot argument: an int in [0, depth) (IndexError otherwise); 0, or -1 with the error set. */
+static int parse_slot(PyObject *arg, int depth, long *slot)
+{
+    *slot = PyLong_AsLong(arg);
+    if (*slot == -1 && PyErr_Occurred())
+        return -1;
+    if (*slot < 0 || *slot >= depth) {
+        PyErr_Format(PyExc_IndexError, "slot %ld out of range", *slot);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_write(PyObject *const *args, Py_ssize_t nargs, int depth, WriteArgs *w)
 {
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "expected (slot, addr, nbytes, offset)");
         return -1;
     }
-    w->slot = PyLong_AsLong(args[0]);
+    if (parse_slot(args[0], depth, &w->slot) < 0)
+        return -1;
     w->addr = PyLong_AsUnsignedLongLong(args[1]);
     w->nbytes = PyLong_AsLongLong(args[2]);
     w->offset = PyLong_AsLongLong(args[3]);
-    if (PyErr_Occurred())
-        return -1;
-    if (w->slot < 0 || w->slot >= depth) {
-        PyErr_Format(PyExc_IndexError, "slot %ld out of range", w->slot);
-        return -1;
-    }
-    return 0;
+    return PyErr_Occurred() ? -1 : 0;
 }
 
 /* submit_slots' (slots, start): the slots of slots[start:] (each in [0, depth)) into *out, a stack array
@@ -145,16 +153,9 @@ static Py_ssize_t parse_slots(PyObject *args, int depth, long *stack, long **out
         PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        long slot = PyLong_AsLong(PyList_GET_ITEM(slots, start + i));
-        if (slot == -1 && PyErr_Occurred())
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (parse_slot(PyList_GET_ITEM(slots, start + i), depth, &list[i]) < 0)
             goto bad;
-        if (slot < 0 || slot >= depth) {
-            PyErr_Format(PyExc_IndexError, "slot %ld out of range", slot);
-            goto bad;
-        }
-        list[i] = slot;
-    }
     *out = list;
     return n;
 bad:
@@ -205,14 +206,10 @@ static int parse_getevents(PyObject *const *args, Py_ssize_t nargs, int depth, l
     return 0;
 }
 
-static int check_slot(Context *self, long slot)
+static int check_alive(Context *self)
 {
     if (!self->ctx) {
         PyErr_SetString(PyExc_RuntimeError, "the AIO context is destroyed");
-        return -1;
-    }
-    if (slot < 0 || slot >= self->depth) {
-        PyErr_Format(PyExc_IndexError, "slot %ld out of range", slot);
         return -1;
     }
     return 0;
@@ -221,7 +218,7 @@ static int check_slot(Context *self, long slot)
 static int fill(Context *self, PyObject *const *args, Py_ssize_t nargs, struct iocb **out)
 {
     WriteArgs w;
-    if (parse_write(args, nargs, self->depth, &w) < 0 || check_slot(self, w.slot) < 0)
+    if (parse_write(args, nargs, self->depth, &w) < 0 || check_alive(self) < 0)
         return -1;
     struct iocb *cb = &self->cbs[w.slot];
     cb->aio_buf = (uint64_t)w.addr;
@@ -275,7 +272,7 @@ static PyObject *Context_submit_slots(Context *self, PyObject *args)
     PyObject *result = NULL;
     if (!ptrs)
         PyErr_NoMemory();
-    else if (check_slot(self, list[0]) == 0) {
+    else if (check_alive(self) == 0) {
         for (Py_ssize_t i = 0; i < n; i++)
             ptrs[i] = &self->cbs[list[i]];
         result = PyLong_FromLong(submit_n(self, (long)n, ptrs));
@@ -289,8 +286,8 @@ static PyObject *Context_submit_slots(Context *self, PyObject *args)
 
 static PyObject *Context_iocb(Context *self, PyObject *arg)
 {
-    long slot = PyLong_AsLong(arg);
-    if ((slot == -1 && PyErr_Occurred()) || check_slot(self, slot) < 0)
+    long slot;
+    if (parse_slot(arg, self->depth, &slot) < 0 || check_alive(self) < 0)
         return NULL;
     struct iocb *cb = &self->cbs[slot];
     return Py_BuildValue("(KKL)", (unsigned long long)cb->aio_buf, (unsigned long long)cb->aio_nbytes,
@@ -689,14 +686,10 @@ static void Ring_dealloc(Ring *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int ring_check_slot(Ring *self, long slot)
+static int ring_check_alive(Ring *self)
 {
     if (self->ring_fd < 0) {
         PyErr_SetString(PyExc_RuntimeError, "the io_uring ring is destroyed");
-        return -1;
-    }
-    if (slot < 0 || slot >= self->depth) {
-        PyErr_Format(PyExc_IndexError, "slot %ld out of range", slot);
         return -1;
     }
     return 0;
@@ -705,7 +698,7 @@ static int ring_check_slot(Ring *self, long slot)
 static int ring_fill(Ring *self, PyObject *const *args, Py_ssize_t nargs, long *slot_out)
 {
     WriteArgs w;
-    if (parse_write(args, nargs, self->depth, &w) < 0 || ring_check_slot(self, w.slot) < 0)
+    if (parse_write(args, nargs, self->depth, &w) < 0 || ring_check_alive(self) < 0)
         return -1;
     if (w.nbytes < 0 || w.nbytes > 0x7ffff000LL || w.offset < 0) {
         PyErr_SetString(PyExc_ValueError, "bad length or offset");
@@ -793,8 +786,8 @@ static PyObject *Ring_submit_slots(Ring *self, PyObject *args)
 
 static PyObject *Ring_iocb(Ring *self, PyObject *arg)
 {
-    long slot = PyLong_AsLong(arg);
-    if ((slot == -1 && PyErr_Occurred()) || ring_check_slot(self, slot) < 0)
+    long slot;
+    if (parse_slot(arg, self->depth, &slot) < 0 || ring_check_alive(self) < 0)
         return NULL;
     return Py_BuildValue("(KKL)", (unsigned long long)self->addr[slot], (unsigned long long)self->nbytes[slot],
                          (long long)self->offset[slot]);
@@ -886,20 +879,17 @@ static PyObject *Ring_getevents(Ring *self, PyObject *const *args, Py_ssize_t na
         pthread_mutex_unlock(&self->cq_lock);
     } else {
         Py_BEGIN_ALLOW_THREADS
+        int timed_out = 0;  /* at the deadline: what is posted then, and no more waiting */
         for (;;) {
             pthread_mutex_lock(&self->cq_lock);
             got += ring_take(self, self->depth - got, slots + got, res + got);
             pthread_mutex_unlock(&self->cq_lock);
-            if (got >= min_nr)
+            if (got >= min_nr || timed_out)
                 break;
             int waited = ring_wait(self, (unsigned)(min_nr - got), deadline);
             if (waited == -ETIME) {
-                pthread_mutex_lock(&self->cq_lock);
-                got += ring_take(self, self->depth - got, slots + got, res + got);
-                pthread_mutex_unlock(&self->cq_lock);
-                break;
-            }
-            if (waited < 0) {
+                timed_out = 1;
+            } else if (waited < 0) {
                 code = -waited;
                 break;
             }
