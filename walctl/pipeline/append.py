@@ -166,7 +166,7 @@ def _iodepth(request: AppendRequest, source) -> int:
     return FILE_IODEPTH if source is not None and source.direct else DEFAULT_IODEPTH
 
 
-def _open(request: AppendRequest, hooks: AppendHooks, iodepth: int = DEFAULT_IODEPTH) -> AppendRun:
+def _open(request: AppendRequest, hooks: AppendHooks, iodepth: int) -> AppendRun:
     """The writer opened (a crashed writer's window sealed), its callbacks and background started."""
     from walctl.wal.lifecycle import open_writer
     from walctl.wal.pacing import Budget
